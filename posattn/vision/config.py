@@ -1,0 +1,115 @@
+"""The configuration schema of the image regime, shared by every file in `tpu_configs/`.
+
+A config file builds on `base_config()` and reads its argument with `parse_arg`: the argument is a
+comma-separated list of tokens, e.g. `--config=tpu_configs/permuted_cifar100.py:resnet18,8,local`.
+Tokens: an attention kind (`vanilla`, `positional`), a model name (`vit`, `resnet18`, `vgg16`), an
+integer (the pixel-block size g of the permuted datasets) and `local`, which shrinks the run to a CPU
+smoke test (`shrink_to_local`). Every field can still be overridden on the command line
+(`--config.model.attention=vanilla`).
+"""
+import ml_collections
+
+from posattn.errors import ConfigError
+
+ATTENTIONS = ("vanilla", "positional")
+MODELS = ("vit", "resnet18", "vgg16")
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """Every field the image stack reads, with its default."""
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.dataset = "digits"
+    c.data_dir = ml_collections.FieldReference(None, field_type=str)
+    c.image_size = 0
+    c.permute_block = 0
+    c.permute_seed = 0
+
+    c.augment = ml_collections.ConfigDict()
+    c.augment.crop_padding = 4
+    c.augment.flip = True
+    c.augment.randaugment_layers = 0
+    c.augment.randaugment_magnitude = 9
+    c.augment.mixup_alpha = 0.0
+
+    c.model = ml_collections.ConfigDict()
+    c.model.name = "vit"
+    c.model.variant = "Ti/4"
+    c.model.patch_size = 0
+    c.model.attention = "positional"
+    c.model.pos_shared = True
+    c.model.pos_add = False
+    c.model.pool = "gap"
+    c.model.dropout = 0.0
+
+    c.global_batch_size = 128
+    c.eval_batch_size = 256
+    c.total_steps = 1000
+
+    c.optimizer = ml_collections.ConfigDict()
+    c.optimizer.lr = 1e-3
+    c.optimizer.weight_decay = 0.05
+    c.optimizer.warmup_steps = 100
+    c.optimizer.b1 = 0.9
+    c.optimizer.b2 = 0.999
+    c.optimizer.grad_clip = 1.0
+
+    c.label_smoothing = 0.1
+    c.compute_dtype = "float32"
+    c.log_every = 50
+    c.eval_every = 500
+    c.checkpoint_every = 500
+    c.keep_checkpoints = 3
+    return c
+
+
+def parse_arg(arg: str | None, *, allowed=("attention", "model", "block", "local")) -> dict:
+    """Split a config argument such as "vanilla,local" into {"attention": "vanilla", "local": True}."""
+    out = {"local": False}
+    for token in [t.strip() for t in (arg or "").split(",") if t.strip()]:
+        if token == "local":
+            kind, value = "local", True
+        elif token in ATTENTIONS:
+            kind, value = "attention", token
+        elif token in MODELS:
+            kind, value = "model", token
+        elif token.isdigit():
+            kind, value = "block", int(token)
+        else:
+            kind = None
+        if kind not in allowed:
+            raise ConfigError(
+                f"unknown config argument {token!r}: expected a comma-separated list of "
+                f"{', '.join(allowed)} tokens (e.g. 'vanilla,local')"
+            )
+        out[kind] = value
+    return out
+
+
+def apply_common_args(c: ml_collections.ConfigDict, args: dict) -> ml_collections.ConfigDict:
+    """Apply the attention and model tokens of a parsed argument; `local` last, via `shrink_to_local`."""
+    if "attention" in args:
+        c.model.attention = args["attention"]
+    if "model" in args:
+        c.model.name = args["model"]
+    if args.get("local"):
+        shrink_to_local(c)
+    return c
+
+
+def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """A CPU smoke run of the same recipe: a tiny model, a few steps, small batches (8 devices divide them)."""
+    c.model.variant = "test/2" if c.model.name == "vit" else c.model.variant
+    c.model.patch_size = 0
+    if c.dataset != "digits":
+        c.image_size = 16
+    c.augment.randaugment_layers = min(c.augment.randaugment_layers, 1)
+    c.global_batch_size = 16
+    c.eval_batch_size = 16
+    c.total_steps = 4
+    c.optimizer.warmup_steps = 1
+    c.log_every = 2
+    c.eval_every = 0
+    c.checkpoint_every = 2
+    c.keep_checkpoints = 2
+    return c

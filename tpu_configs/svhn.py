@@ -1,0 +1,43 @@
+r"""SVHN (cropped digits), ViT-Ti/4-like with positional (default) or vanilla attention: JSL22 Figure 7.
+
+Command (data prepared once with
+`tfds build svhn_cropped --file_format=array_record --data_dir=$TFDS_DATA_DIR`):
+
+  python -m experiments.train_images --config=tpu_configs/svhn.py --workdir=$WORKDIR
+  python -m experiments.train_images --config=tpu_configs/svhn.py:vanilla --workdir=$WORKDIR
+  python -m experiments.train_images --config=tpu_configs/svhn.py:local --workdir=/tmp/smoke  # CPU
+
+Hardware: one TPU v4-8 slice or one A100/H100 GPU. Expected wall-clock: about 1.5 hours (an estimate from
+the FLOP count, ~2.2 GFLOP per training image, 14.7M training images; not measured here).
+
+Recipe [D, SPEC 2.2]: the CIFAR recipe (depth 12, width 192, 3 heads, MLP 768, patch 4, AdamW, warm-up
++ cosine, 200 epochs at batch 512, label smoothing 0.1) with random crop but no horizontal flip and no
+RandAugment: digits are not mirror-symmetric.
+
+Paper (JSL22 Figure 7, median of 10 seeds): vanilla 98.23%, positional 97.32% test accuracy.
+"""
+from posattn.vision import config as cfg_lib
+
+NUM_TRAIN, EPOCHS, BATCH = 73_257, 200, 512
+
+
+def get_config(arg=None):
+    args = cfg_lib.parse_arg(arg, allowed=("attention", "model", "local"))
+    c = cfg_lib.base_config()
+    c.dataset = "svhn_cropped"
+    c.model.variant = "Ti/4"
+    c.global_batch_size = BATCH
+    c.eval_batch_size = 1024
+    c.total_steps = EPOCHS * NUM_TRAIN // BATCH
+    c.optimizer.lr = 1e-3
+    c.optimizer.weight_decay = 0.05
+    c.optimizer.warmup_steps = 5 * NUM_TRAIN // BATCH
+    c.augment.crop_padding = 4
+    c.augment.flip = False
+    c.augment.randaugment_layers = 0
+    c.label_smoothing = 0.1
+    c.compute_dtype = "bfloat16"
+    c.log_every = 100
+    c.eval_every = 10 * NUM_TRAIN // BATCH
+    c.checkpoint_every = 1000
+    return cfg_lib.apply_common_args(c, args)
