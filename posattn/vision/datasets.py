@@ -1,0 +1,237 @@
+"""Image datasets behind one random-access interface: tfds array_record sources and the bundled digits.
+
+A split is opened as a `Split`: its size and a `read(indices) -> (images_NxHxWxC uint8, labels_N int32)`
+function. CIFAR-10/100, SVHN and digits fit in memory, so their split is decoded once and indexed; ImageNet
+is read by index from its array_record files on every call (decoding and resizing on a thread pool). The
+data are read through `tfds.data_source` (random access, no TensorFlow); a dataset that is not prepared
+in array_record format is a `ConfigError` naming the `tfds build` command that prepares it (SPEC 5).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+from typing import Callable
+
+import numpy as np
+
+from posattn.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+    """What the model and the augmentation need to know about a dataset.
+
+    `image_shape` is the native (H, W, C) (ImageNet, whose images vary in size: 224 x 224 x 3);
+    `mean` and `std` are per channel on the [0, 1] pixel scale.
+    """
+
+    name: str
+    num_classes: int
+    image_shape: tuple[int, int, int]
+    num_train: int
+    num_test: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    num_classes: int
+    image_shape: tuple[int, int, int]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    splits: dict  # our split name ("train" | "test") -> the tfds split name
+    in_memory: bool  # small enough to decode once and hold as one uint8 array
+
+
+# Per-channel statistics of the training sets on the [0, 1] scale (the usual published constants; the
+# CIFAR std is the per-pixel std, not the frequently copied per-image 0.2023/0.1994/0.2010).
+_TFDS = {
+    "cifar10": _Spec(10, (32, 32, 3), (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
+                     {"train": "train", "test": "test"}, True),
+    "cifar100": _Spec(100, (32, 32, 3), (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
+                      {"train": "train", "test": "test"}, True),
+    "svhn_cropped": _Spec(10, (32, 32, 3), (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970),
+                          {"train": "train", "test": "test"}, True),
+    # ImageNet's labelled held-out split is "validation"; its "test" split has no labels.
+    "imagenet2012": _Spec(1000, (224, 224, 3), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225),
+                          {"train": "train", "test": "validation"}, False),
+}
+DATASETS = ("digits", *_TFDS)
+SPLITS = ("train", "test")
+
+# digits: scikit-learn's 8x8 handwritten digits, values 0..16, one fixed stratified 80/20 split.
+_DIGITS_TEST_FRACTION = 0.2
+_DIGITS_SPLIT_SEED = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """One split behind random access: `read(indices_N) -> (images_NxHxWxC uint8, labels_N int32)`."""
+
+    num_examples: int
+    image_shape: tuple[int, int, int]
+    read: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def _check_name(name: str) -> None:
+    if name not in DATASETS:
+        raise ConfigError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+
+
+def resolve_data_dir(data_dir: str | None) -> str:
+    """The tfds data directory: `data_dir`, else $TFDS_DATA_DIR, else tfds' default (~/tensorflow_datasets)."""
+    if data_dir:
+        return os.path.expanduser(data_dir)
+    if os.environ.get("TFDS_DATA_DIR"):
+        return os.path.expanduser(os.environ["TFDS_DATA_DIR"])
+    return os.path.expanduser(os.path.join("~", "tensorflow_datasets"))
+
+
+def build_command(name: str, data_dir: str) -> str:
+    """The command that prepares `name` for random access in `data_dir` (on a machine with internet)."""
+    command = f"tfds build {name} --file_format=array_record --data_dir={data_dir}"
+    if name == "imagenet2012":  # ImageNet cannot be downloaded by tfds: it reads the official tars.
+        command += " --manual_dir=DIR_WITH_ILSVRC2012_TARS"
+    return command
+
+
+def _tfds_source(name: str, split: str, data_dir: str | None):
+    """`tfds.data_source` of one split, or a `ConfigError` naming the `tfds build` command."""
+    import tensorflow_datasets as tfds  # imported here: digits-only users never pay for it
+
+    directory = resolve_data_dir(data_dir)
+    try:
+        return tfds.data_source(name, split=_TFDS[name].splits[split], data_dir=directory,
+                                download=False)
+    # Without TensorFlow, tfds reports a missing dataset (and one prepared as tfrecord only) as
+    # NotImplementedError "random access ... not supported", an empty split table as KeyError.
+    except (NotImplementedError, KeyError, FileNotFoundError) as e:
+        raise ConfigError(
+            f"dataset {name} is not prepared in array_record format under {directory}; "
+            f"prepare it with: {build_command(name, directory)}") from e
+
+
+def _digits_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """digits as uint8 images (N, 8, 8, 1) scaled 0..16 -> 0..255, split by a fixed stratified draw."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
+    labels = digits.target.astype(np.int32)
+    train_idx, test_idx = train_test_split(
+        np.arange(len(labels)), test_size=_DIGITS_TEST_FRACTION, stratify=labels,
+        random_state=_DIGITS_SPLIT_SEED)
+    return {"train": (images[train_idx], labels[train_idx]),
+            "test": (images[test_idx], labels[test_idx])}
+
+
+def dataset_info(name: str, data_dir: str | None = None) -> DatasetInfo:
+    """Classes, native image shape, split sizes and channel statistics of `name`.
+
+    Raises ConfigError for an unknown dataset or one that is not prepared under the data directory.
+    """
+    _check_name(name)
+    if name == "digits":
+        arrays = _digits_arrays()
+        train_01 = arrays["train"][0].astype(np.float64) / 255.0
+        return DatasetInfo(
+            name=name, num_classes=10, image_shape=(8, 8, 1),
+            num_train=len(arrays["train"][1]), num_test=len(arrays["test"][1]),
+            mean=tuple(float(m) for m in train_01.mean(axis=(0, 1, 2))),
+            std=tuple(float(s) for s in train_01.std(axis=(0, 1, 2))))
+    spec = _TFDS[name]
+    return DatasetInfo(
+        name=name, num_classes=spec.num_classes, image_shape=spec.image_shape,
+        num_train=len(_tfds_source(name, "train", data_dir)),
+        num_test=len(_tfds_source(name, "test", data_dir)),
+        mean=spec.mean, std=spec.std)
+
+
+def native_image_size(name: str) -> int:
+    """The side of the images a dataset yields when config.image_size is 0."""
+    _check_name(name)
+    return 8 if name == "digits" else _TFDS[name].image_shape[0]
+
+
+def resize_and_center_crop(image_HxWxC: np.ndarray, size: int) -> np.ndarray:
+    """Resize so the shorter side is `size` (antialiased bilinear), then take the central size x size."""
+    from PIL import Image
+
+    h, w, c = image_HxWxC.shape
+    if (h, w) == (size, size):
+        return image_HxWxC
+    scale = size / min(h, w)
+    new_h, new_w = max(size, round(h * scale)), max(size, round(w * scale))
+    pil = Image.fromarray(image_HxWxC[..., 0] if c == 1 else image_HxWxC)
+    resized = np.asarray(pil.resize((new_w, new_h), Image.BILINEAR)).reshape(new_h, new_w, c)
+    top, left = (new_h - size) // 2, (new_w - size) // 2
+    return resized[top:top + size, left:left + size]
+
+
+def _read_threads() -> int:
+    # Decoding (PIL) releases the GIL; a few threads per core keep the reads of a batch overlapped.
+    return min(32, 4 * (os.cpu_count() or 1))
+
+
+def _decode(source, indices: np.ndarray, shape: tuple[int, int, int], resize: bool,
+            pool: concurrent.futures.Executor) -> tuple[np.ndarray, np.ndarray]:
+    """Read examples `indices` of a tfds source as (N, *shape) uint8, resized first if `resize`."""
+    images = np.empty((len(indices), *shape), np.uint8)
+    labels = np.empty((len(indices),), np.int32)
+
+    def one(k):
+        example = source[int(indices[k])]
+        image = np.asarray(example["image"], dtype=np.uint8)
+        images[k] = resize_and_center_crop(image, shape[0]) if resize else image
+        labels[k] = example["label"]
+
+    for _ in pool.map(one, range(len(indices))):  # consume, so that worker errors surface here
+        pass
+    return images, labels
+
+
+def _in_memory(images: np.ndarray, labels: np.ndarray) -> Split:
+    def read(indices):
+        indices = np.asarray(indices, dtype=np.int64)
+        return images[indices], labels[indices]
+
+    return Split(num_examples=len(labels), image_shape=tuple(images.shape[1:]), read=read)
+
+
+def open_split(name: str, split: str, *, data_dir: str | None = None, image_size: int = 0) -> Split:
+    """Open `split` ("train" | "test") of `name` for random access, images image_size x image_size.
+
+    image_size 0 keeps the native size (ImageNet: 224). Resizing is shorter side to image_size then a
+    central crop, done once at load for the in-memory datasets and per read for ImageNet.
+    """
+    _check_name(name)
+    _check_split(split)
+    if image_size < 0:
+        raise ConfigError(f"image_size must be 0 (native) or a positive side length, got {image_size}")
+    native = native_image_size(name)
+    size = image_size or native
+    if name == "digits":
+        images, labels = _digits_arrays()[split]
+        if size != native:
+            images = np.stack([resize_and_center_crop(im, size) for im in images])
+        return _in_memory(images, labels)
+
+    spec = _TFDS[name]
+    source = _tfds_source(name, split, data_dir)
+    # ImageNet has no native size: every read is resized; the others only when asked for another size.
+    resize = size != native or not spec.in_memory
+    shape = (size, size, spec.image_shape[2])
+    pool = concurrent.futures.ThreadPoolExecutor(_read_threads())
+    if spec.in_memory:
+        with pool:
+            return _in_memory(*_decode(source, np.arange(len(source)), shape, resize, pool))
+    return Split(num_examples=len(source), image_shape=shape,
+                 read=lambda indices: _decode(source, np.asarray(indices), shape, resize, pool))
