@@ -1,0 +1,212 @@
+"""On-device augmentation in JAX: random crop with zero padding, horizontal flip, RandAugment, mixup.
+
+Everything here is jittable and runs inside the train step on the sharded batch: `augment` vmaps one
+per-example pipeline over the batch with one key per example (crop -> flip -> RandAugment ->
+normalisation), so the augmentation of example i depends only on (key, i) and not on how the batch is
+laid out over devices. Pixels stay on the [0, 255] scale until the final normalisation
+(x / 255 - mean) / std with the dataset's channel statistics.
+
+RandAugment follows Cubuk et al. 2020 ("RandAugment: Practical automated data augmentation with a
+reduced search space"): `randaugment_layers` ops, each drawn uniformly per example from `OPS`, all at the
+global magnitude M in 0..10 (level M / 10 scales each op's strength from none to its maximum, the sign of
+the signed ops drawn at random). Mixup follows Zhang et al. 2018: one lambda ~ Beta(alpha, alpha) per
+batch, each example mixed with its mirror in the batch.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.ndimage import map_coordinates
+
+from posattn.errors import ConfigError
+
+# Strength of each op at level 1 (magnitude 10), the ranges of the RandAugment paper / timm.
+_MAX_ENHANCE = 0.9        # brightness, contrast, sharpness: blend factor 1 +- 0.9
+_MAX_TRANSLATE = 0.45     # fraction of the image side
+_MAX_SHEAR = 0.3
+_MAX_ROTATE_DEG = 30.0
+_MAX_POSTERIZE_BITS = 4   # bits dropped: keep 8 .. 4 bits
+_FILL = 128.0             # value of pixels that geometric ops bring in from outside the image
+
+
+def _normalise(x_xHxWxC_255, info):
+    mean = jnp.asarray(info.mean, jnp.float32)
+    std = jnp.asarray(info.std, jnp.float32)
+    return (x_xHxWxC_255.astype(jnp.float32) / 255.0 - mean) / std
+
+
+def preprocess_eval(images_BxHxWxC, info):
+    """uint8 images -> float32 normalised by the dataset's channel mean and std (no randomness)."""
+    return _normalise(images_BxHxWxC, info)
+
+
+# ------------------------------------------------------------------------------ crop and flip
+
+def random_crop(key, image_HxWxC, padding: int):
+    """A random H x W window of the image zero-padded by `padding` pixels on every side."""
+    if padding == 0:
+        return image_HxWxC
+    h, w, c = image_HxWxC.shape
+    padded = jnp.pad(image_HxWxC, ((padding, padding), (padding, padding), (0, 0)))
+    dy, dx = jax.random.randint(key, (2,), 0, 2 * padding + 1)
+    return jax.lax.dynamic_slice(padded, (dy, dx, 0), (h, w, c))
+
+
+def random_flip(key, image_HxWxC):
+    """The image mirrored left-right with probability 1/2."""
+    return jnp.where(jax.random.bernoulli(key), image_HxWxC[:, ::-1], image_HxWxC)
+
+
+# ------------------------------------------------------------------------------ RandAugment ops
+# Each op maps (key, image_HxWxC float on [0, 255], level in [0, 1]) to an image on [0, 255].
+
+def _signed(key, value):
+    return jnp.where(jax.random.bernoulli(key), value, -value)
+
+
+def _blend(degenerate, image, factor):
+    """degenerate + factor * (image - degenerate), clipped: factor 1 is the identity (PIL ImageEnhance)."""
+    return jnp.clip(degenerate + factor * (image - degenerate), 0.0, 255.0)
+
+
+def _grayscale(image_HxWxC):
+    if image_HxWxC.shape[-1] == 1:
+        return image_HxWxC
+    return (image_HxWxC @ jnp.array([0.299, 0.587, 0.114], image_HxWxC.dtype))[..., None]
+
+
+def identity(key, image, level):
+    del key, level
+    return image
+
+
+def brightness(key, image, level):
+    return _blend(jnp.zeros_like(image), image, 1.0 + _signed(key, _MAX_ENHANCE * level))
+
+
+def contrast(key, image, level):
+    return _blend(jnp.mean(_grayscale(image)), image, 1.0 + _signed(key, _MAX_ENHANCE * level))
+
+
+def sharpness(key, image, level):
+    """Blend with the image smoothed by PIL's 3x3 kernel [[1,1,1],[1,5,1],[1,1,1]]/13 (borders kept)."""
+    kernel_3x3 = jnp.array([[1.0, 1.0, 1.0], [1.0, 5.0, 1.0], [1.0, 1.0, 1.0]], image.dtype) / 13.0
+    smooth_one = lambda ch: jax.scipy.signal.convolve2d(ch, kernel_3x3, mode="same")
+    smooth = jax.vmap(smooth_one, in_axes=-1, out_axes=-1)(image)
+    smooth = image.at[1:-1, 1:-1].set(smooth[1:-1, 1:-1])
+    return _blend(smooth, image, 1.0 + _signed(key, _MAX_ENHANCE * level))
+
+
+def posterize(key, image, level):
+    """Keep the 8 - round(4 * level) most significant bits of each pixel."""
+    del key
+    step = 2.0 ** jnp.round(_MAX_POSTERIZE_BITS * level)
+    return jnp.floor(image / step) * step
+
+
+def solarize(key, image, level):
+    """Invert the pixels at or above 256 * (1 - level)."""
+    del key
+    return jnp.where(image >= 256.0 * (1.0 - level), 255.0 - image, image)
+
+
+def _affine(image_HxWxC, matrix_2x2, offset_2):
+    """Output pixel (y, x) samples the input at matrix @ ((y, x) - centre) + centre + offset (bilinear)."""
+    h, w, _ = image_HxWxC.shape
+    centre = jnp.array([(h - 1) / 2.0, (w - 1) / 2.0])
+    yx_2xHxW = jnp.stack(jnp.meshgrid(jnp.arange(h), jnp.arange(w), indexing="ij")).astype(jnp.float32)
+    src_2xHxW = (jnp.einsum("ij,jhw->ihw", matrix_2x2, yx_2xHxW - centre[:, None, None])
+                 + (centre + offset_2)[:, None, None])
+    sample = lambda ch: map_coordinates(ch, list(src_2xHxW), order=1, mode="constant", cval=_FILL)
+    return jax.vmap(sample, in_axes=-1, out_axes=-1)(image_HxWxC)
+
+
+def translate_x(key, image, level):
+    shift = _signed(key, _MAX_TRANSLATE * level * image.shape[1])
+    return _affine(image, jnp.eye(2), jnp.stack([0.0, shift]))
+
+
+def translate_y(key, image, level):
+    shift = _signed(key, _MAX_TRANSLATE * level * image.shape[0])
+    return _affine(image, jnp.eye(2), jnp.stack([shift, 0.0]))
+
+
+def shear_x(key, image, level):
+    s = _signed(key, _MAX_SHEAR * level)
+    return _affine(image, jnp.stack([jnp.stack([1.0, 0.0]), jnp.stack([s, 1.0])]), jnp.zeros(2))
+
+
+def shear_y(key, image, level):
+    s = _signed(key, _MAX_SHEAR * level)
+    return _affine(image, jnp.stack([jnp.stack([1.0, s]), jnp.stack([0.0, 1.0])]), jnp.zeros(2))
+
+
+def rotate(key, image, level):
+    theta = jnp.deg2rad(_signed(key, _MAX_ROTATE_DEG * level))
+    cos, sin = jnp.cos(theta), jnp.sin(theta)
+    return _affine(image, jnp.stack([jnp.stack([cos, -sin]), jnp.stack([sin, cos])]), jnp.zeros(2))
+
+
+OPS = (identity, brightness, contrast, sharpness, posterize, solarize,
+       translate_x, translate_y, shear_x, shear_y, rotate)
+
+
+def _check_magnitude(magnitude) -> None:
+    if not 0 <= magnitude <= 10:
+        raise ConfigError(f"augment.randaugment_magnitude must lie in [0, 10], got {magnitude}")
+
+
+def rand_augment(key, image_HxWxC, layers: int, magnitude: float):
+    """`layers` ops drawn uniformly from OPS and applied in turn, each at level magnitude / 10."""
+    _check_magnitude(magnitude)
+    level = magnitude / 10.0
+    branches = [functools.partial(op, level=level) for op in OPS]
+    for layer_key in jax.random.split(key, layers):
+        choice_key, op_key = jax.random.split(layer_key)
+        op = jax.random.randint(choice_key, (), 0, len(OPS))
+        image_HxWxC = jax.lax.switch(op, branches, op_key, image_HxWxC)
+    return image_HxWxC
+
+
+# ------------------------------------------------------------------------------ the pipeline
+
+def augment(key, images_uint8_BxHxWxC, aug_cfg, info):
+    """Training augmentation of a uint8 batch -> float32 normalised images, one key per example.
+
+    aug_cfg: crop_padding (0 = no crop), flip, randaugment_layers (0 = off), randaugment_magnitude.
+    """
+    padding = aug_cfg.get("crop_padding", 0)
+    flip = aug_cfg.get("flip", False)
+    layers = aug_cfg.get("randaugment_layers", 0)
+    magnitude = aug_cfg.get("randaugment_magnitude", 0)
+    if padding < 0 or layers < 0:
+        raise ConfigError(f"augment.crop_padding ({padding}) and augment.randaugment_layers ({layers}) "
+                          "must be non-negative")
+    if layers:
+        _check_magnitude(magnitude)
+
+    def one(key_i, image_HxWxC):
+        crop_key, flip_key, ra_key = jax.random.split(key_i, 3)
+        x = random_crop(crop_key, image_HxWxC.astype(jnp.float32), padding)
+        if flip:
+            x = random_flip(flip_key, x)
+        if layers:
+            x = rand_augment(ra_key, x, layers, magnitude)
+        return x
+
+    keys = jax.random.split(key, images_uint8_BxHxWxC.shape[0])
+    return _normalise(jax.vmap(one)(keys, images_uint8_BxHxWxC), info)
+
+
+def mixup(key, images_BxHxWxC, labels_onehot_BxK, alpha: float):
+    """Mixup (Zhang et al. 2018): lam ~ Beta(alpha, alpha), x <- lam x + (1 - lam) x[::-1], same for y.
+
+    One lambda for the batch; example i is mixed with example B-1-i. alpha <= 0 returns the inputs.
+    """
+    if alpha <= 0:
+        return images_BxHxWxC, labels_onehot_BxK
+    lam = jax.random.beta(key, alpha, alpha)
+    mix = lambda a: (lam * a + (1.0 - lam) * a[::-1]).astype(a.dtype)
+    return mix(images_BxHxWxC), mix(labels_onehot_BxK)
