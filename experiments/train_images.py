@@ -1,0 +1,36 @@
+r"""Train an image classifier of the JSL22 image regime (SPEC 2) from a config file.
+
+  python -m experiments.train_images --config=tpu_configs/digits.py --workdir=/tmp/digits
+  python -m experiments.train_images --config=tpu_configs/cifar10.py:vanilla --workdir=DIR \
+      --config.total_steps=5000 --config.data_dir=/data/tfds
+
+`--config=FILE[:ARG]` is an ml_collections config file (see tpu_configs/); any field can be overridden
+with `--config.FIELD=VALUE`. The workdir receives config.json, metrics.jsonl (one JSON object per log
+or eval step), summary.json and checkpoints/; a run started on a workdir that holds a checkpoint resumes
+from it. On a multi-host slice run the same command on every host. Bad configs exit with status 2 and a
+one-line message, before any heavy work.
+"""
+from absl import flags, logging
+from ml_collections import config_flags
+
+from posattn import cli
+from posattn.errors import ConfigError
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. tpu_configs/digits.py[:ARG].")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the summary.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
+    if _CONFIG.value is None or not _WORKDIR.value:
+        raise ConfigError("both --config=tpu_configs/NAME.py[:ARG] and --workdir=DIR are required")
+    if not flags.FLAGS["verbosity"].present:  # orbax logs every save at INFO; keep the progress readable
+        logging.set_verbosity(logging.WARNING)
+    from posattn.vision import train  # after flag parsing: a bad flag fails fast, before jax starts
+
+    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+    cli.run(main)
