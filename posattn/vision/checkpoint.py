@@ -10,6 +10,7 @@ import os
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 
 
 def manager(workdir: str, *, keep: int) -> ocp.CheckpointManager:
@@ -17,20 +18,31 @@ def manager(workdir: str, *, keep: int) -> ocp.CheckpointManager:
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep if keep > 0 else None,
         create=True,
+        cleanup_tmp_directories=True,  # leftovers of a save interrupted by a kill
         enable_async_checkpointing=True,
     )
-    return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), "checkpoints"), options=options)
+    root = str(workdir) if "://" in str(workdir) else os.path.abspath(workdir)  # gs://... stays as is
+    return ocp.CheckpointManager(epath.Path(root) / "checkpoints", options=options)
 
 
 def save(mngr: ocp.CheckpointManager, state: dict) -> None:
-    """Start saving `state` under its step (asynchronous: the arrays are copied to host first)."""
-    step = int(jax.device_get(state["step"]))
-    mngr.save(step, args=ocp.args.StandardSave(state), force=True)
+    """Start saving the replicated `state` under its step; the writing finishes in the background.
+
+    The state is replicated (data parallelism), so one host copy holds all of it: it is pulled to host
+    here (which also frees the device buffers for donation to the next step) and orbax writes host
+    arrays from process 0 only. Saving the device arrays instead would make orbax split every
+    replicated array across the devices, compiling a slicing program per array and device.
+    """
+    host_state = jax.device_get(state)
+    mngr.save(int(host_state["step"]), args=ocp.args.StandardSave(host_state), force=True)
 
 
-def restore_latest(mngr: ocp.CheckpointManager, abstract_state: dict) -> dict | None:
-    """The most recent complete checkpoint, placed as `abstract_state` says; None if there is none."""
-    step = mngr.latest_step()
+def restore(mngr: ocp.CheckpointManager, abstract_state: dict, step: int | None = None) -> dict | None:
+    """Checkpoint `step` (default: the most recent complete one), placed as `abstract_state` says.
+
+    None if the manager holds no checkpoint.
+    """
+    step = mngr.latest_step() if step is None else step
     if step is None:
         return None
     return mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))

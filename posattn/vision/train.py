@@ -117,16 +117,18 @@ def make_train_step(config, setup: Setup, tx: optax.GradientTransformation):
 
         (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
         new_state = {
             "step": state["step"] + 1,
-            "params": optax.apply_updates(state["params"], updates),
+            "params": params,
             "batch_stats": batch_stats,
             "opt_state": opt_state,
         }
         metrics = {
             "loss": loss,
             "accuracy": jnp.mean(jnp.argmax(logits, -1) == jnp.argmax(labels, -1)),
-            "grad_norm": optax.global_norm(grads),
+            "grad_norm": optax.tree.norm(grads),
+            "param_norm": optax.tree.norm(params),  # non-finite when an update broke the parameters
             "lr": schedule(state["step"]),
         }
         return new_state, metrics
@@ -193,12 +195,15 @@ def _eta(seconds: float) -> str:
 
 
 def _check_finite(pending: list, resume_hint: str) -> list:
-    """Pull the per-step metrics since the last check; stop at the first non-finite loss or gradient."""
+    """Pull the per-step metrics since the last check; stop at the first non-finite loss or update.
+
+    Runs before every checkpoint, so a checkpoint never holds a broken state.
+    """
     pulled = jax.device_get(pending)
     for step, m in pulled:
-        if not (math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"])):
-            raise NonFiniteLoss(f"non-finite loss {m['loss']} (gradient norm {m['grad_norm']}) at step {step}; "
-                                f"the run stopped without saving it. {resume_hint}")
+        if not all(math.isfinite(m[k]) for k in ("loss", "grad_norm", "param_norm")):
+            raise NonFiniteLoss(f"non-finite loss {m['loss']} (gradient norm {m['grad_norm']}, parameter norm "
+                                f"{m['param_norm']}) at step {step}; the run stopped without saving it. {resume_hint}")
     return [m for _, m in pulled]
 
 
@@ -232,7 +237,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
 
     # A checkpoint found in the workdir always wins.
     mngr = checkpoint.manager(str(workdir), keep=config.keep_checkpoints)
-    state = checkpoint.restore_latest(mngr, abstract_state)
+    state = checkpoint.restore(mngr, abstract_state)
     resumed_from = None if state is None else int(jax.device_get(state["step"]))
     state = init_fn() if state is None else state
     start = int(jax.device_get(state["step"]))
@@ -306,6 +311,22 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     _say("summary: " + json.dumps(summary, sort_keys=True))
     mngr.close()
     return state, summary
+
+
+def restore(config, workdir: str, *, step: int | None = None, devices=None) -> dict:
+    """The train state saved in `workdir` (its latest checkpoint, or `step`), replicated over `devices`."""
+    setup = check_config(config, 1)
+    repl = replicated(data_mesh(devices))
+    tx = optim.make_optimizer(config.optimizer, config.total_steps)
+    abstract_state = checkpoint.abstract_like(jax.eval_shape(lambda: init_state(config, setup, tx)), repl)
+    mngr = checkpoint.manager(workdir, keep=config.keep_checkpoints)
+    try:
+        state = checkpoint.restore(mngr, abstract_state, step)
+    finally:
+        mngr.close()
+    if state is None:
+        raise ConfigError(f"no checkpoint in {workdir}/checkpoints: train first")
+    return state
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
