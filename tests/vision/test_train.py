@@ -1,0 +1,175 @@
+"""The sharded train step and loop: golden values, 1 vs 8 devices, exact-once evaluation, divergence."""
+import dataclasses
+import importlib.util
+import json
+import pathlib
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from posattn.errors import ConfigError
+from posattn.mesh import batch_sharding, data_mesh, replicated
+from posattn.vision import augment, checkpoint, data, optim, train
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load_config(name: str, arg: str | None = None):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tpu_configs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg)
+
+
+def tiny_digits(**overrides):
+    """digits:local (ViT test/2, batch 16) with the digits crop, made a bit longer where asked."""
+    c = load_config("digits", "local")
+    c.checkpoint_every = 0
+    for key, value in overrides.items():
+        target, *path = key.split("__")
+        node = c
+        for p in [target, *path][:-1]:
+            node = node[p]
+        node[[target, *path][-1]] = value
+    return c
+
+
+def test_one_step_golden_values():
+    """Loss and a parameter checksum after one step on a fixed input, pinned (CPU, float32)."""
+    c = tiny_digits(total_steps=10, optimizer__warmup_steps=0)
+    mesh = data_mesh(jax.devices()[:1])
+    setup = train.check_config(c, 1)
+    tx = optim.make_optimizer(c.optimizer, c.total_steps)
+    state = jax.jit(lambda: train.init_state(c, setup, tx), out_shardings=replicated(mesh))()
+    images = (np.arange(16 * 8 * 8).reshape(16, 8, 8, 1) * 7 % 256).astype(np.uint8)
+    batch = {"image": jnp.asarray(images), "label": jnp.asarray(np.arange(16) % 10, jnp.int32)}
+    step = jax.jit(train.make_train_step(c, setup, tx))
+    init_params = jax.tree.map(np.asarray, state["params"])  # the step donates nothing here, but copy anyway
+    new_state, metrics = step(state, batch)
+    update_norm = float(optax.tree.norm(jax.tree.map(lambda a, b: a - b, new_state["params"], init_params)))
+    checksum = float(sum(jnp.sum(x * (i + 1)) for i, x in enumerate(jax.tree.leaves(new_state["params"]))))
+    assert int(new_state["step"]) == 1
+    assert float(metrics["lr"]) == pytest.approx(1e-3)  # no warm-up: the first step runs at the peak
+    # The classifier head starts at zero (uniform logits): the first loss is exactly log(10).
+    np.testing.assert_allclose(float(metrics["loss"]), np.log(10.0), rtol=1e-6)
+    _, metrics2 = step(new_state, batch)
+    np.testing.assert_allclose(checksum, GOLDEN_CHECKSUM, rtol=1e-5)
+    np.testing.assert_allclose(update_norm, GOLDEN_UPDATE_NORM, rtol=1e-5)
+    np.testing.assert_allclose(float(metrics2["loss"]), GOLDEN_SECOND_LOSS, rtol=1e-5)
+
+
+GOLDEN_CHECKSUM = 3559.396240234375
+GOLDEN_SECOND_LOSS = 2.3001608848571777
+GOLDEN_UPDATE_NORM = 0.018197745084762573  # = lr * sqrt(330): Adam's first step moves only the head (32 x 10 + 10)
+
+
+def test_one_and_eight_devices_give_the_same_parameters(tmp_path):
+    c = tiny_digits(total_steps=6, log_every=3)
+    state1, summary1 = train.train(c, tmp_path / "one", devices=jax.devices()[:1])
+    state8, summary8 = train.train(c, tmp_path / "eight")
+    assert (summary1["devices"], summary8["devices"]) == (1, 8)
+    # atol: the attention key biases have a zero gradient up to rounding, which Adam scales up (see
+    # test_distributed); every other leaf agrees to ~1e-7.
+    for a, b in zip(jax.tree.leaves(state1["params"]), jax.tree.leaves(state8["params"])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=2e-5)
+    assert jax.tree.leaves(state8["params"])[0].sharding.is_fully_replicated
+    np.testing.assert_allclose(summary1["train_loss"], summary8["train_loss"], rtol=1e-5)
+
+
+def test_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_last_checkpoint(tmp_path):
+    good = tiny_digits(total_steps=2, checkpoint_every=2)
+    train.train(good, tmp_path)
+    bad = tiny_digits(total_steps=5, checkpoint_every=1, optimizer__lr=float("nan"))
+    with pytest.raises(train.NonFiniteLoss, match=r"at step 3; .*last good checkpoint") as err:
+        train.train(bad, tmp_path)  # resumes at step 2; the first update (step 3) breaks the parameters
+    assert isinstance(err.value, ConfigError) and "\n" not in str(err.value)
+    steps = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps == [2]
+
+
+def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path):
+    # 360 test digits in global eval batches of 48: 8 batches, the last one padded and masked.
+    c = tiny_digits(total_steps=4, log_every=2, eval_every=2, checkpoint_every=2, keep_checkpoints=1,
+                    eval_batch_size=48)
+    state, summary = train.train(c, str(tmp_path))
+    assert json.loads((tmp_path / "summary.json").read_text()) == pytest.approx(summary)
+    for key in ("test_accuracy", "train_loss", "steps", "seconds", "images_per_second"):
+        assert summary[key] is not None
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(m["step"], "train_loss" in m, "test_accuracy" in m) for m in lines] == [
+        (2, True, False), (2, False, True), (4, True, False), (4, False, True)]
+    assert json.loads((tmp_path / "config.json").read_text())["model"]["variant"] == "test/2"
+    assert [p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()] == ["4"]
+    restored = train.restore(c, str(tmp_path))
+    assert int(restored["step"]) == 4
+
+    assert summary["test_examples"] == data.dataset_info("digits").num_test == 360
+    # The same accuracy from one unsharded forward pass over the whole test split.
+    split = data.open_split("digits", "test")
+    images, labels = split.read(np.arange(split.num_examples))
+    setup = train.check_config(c, 1)
+    info = data.dataset_info("digits")
+    logits = setup.model.apply({"params": state["params"]}, augment.preprocess_eval(images, info), train=False)
+    direct = float(np.mean(np.argmax(np.asarray(logits), -1) == labels))
+    assert summary["test_accuracy"] == pytest.approx(direct, abs=1e-9)
+
+
+class TinyBatchNormNet(nn.Module):
+    """A conv + batch norm classifier: the smallest model with "batch_stats" (the CNNs' code path)."""
+
+    @nn.compact
+    def __call__(self, x, train: bool):
+        x = nn.Conv(4, (3, 3))(x)
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x)
+        return nn.Dense(10)(jnp.mean(nn.relu(x), axis=(1, 2)))
+
+
+def test_batch_norm_statistics_are_global_over_the_sharded_batch_and_checkpointed(tmp_path):
+    c = tiny_digits(total_steps=4)
+    setup = dataclasses.replace(train.check_config(c, 1), model=TinyBatchNormNet())
+    tx = optim.make_optimizer(c.optimizer, c.total_steps)
+    batch = next(data.train_batches(c))
+    states = []
+    for devices in (jax.devices()[:1], jax.devices()):
+        mesh = data_mesh(devices)
+        repl = replicated(mesh)
+        state = jax.jit(lambda: train.init_state(c, setup, tx), out_shardings=repl)()
+        step = jax.jit(train.make_train_step(c, setup, tx), in_shardings=(repl, batch_sharding(mesh)),
+                       out_shardings=(repl, repl), donate_argnums=(0,))
+        for _ in range(2):
+            state, _ = step(state, train.mesh_lib.global_batch(batch, mesh))
+        states.append(state)
+    one, eight = (s["batch_stats"]["BatchNorm_0"] for s in states)
+    assert float(jnp.abs(eight["mean"]).sum()) > 0  # the running statistics moved
+    for k in ("mean", "var"):  # statistics of the global batch, not of each device's shard
+        np.testing.assert_allclose(np.asarray(one[k]), np.asarray(eight[k]), rtol=1e-5, atol=1e-6)
+    mngr = checkpoint.manager(str(tmp_path), keep=1)
+    checkpoint.save(mngr, states[1])
+    mngr.wait_until_finished()
+    abstract = checkpoint.abstract_like(jax.eval_shape(lambda: train.init_state(c, setup, tx)),
+                                        replicated(data_mesh()))
+    restored = checkpoint.restore(mngr, abstract)
+    mngr.close()
+    assert int(restored["step"]) == 2
+    np.testing.assert_array_equal(np.asarray(restored["batch_stats"]["BatchNorm_0"]["var"]),
+                                  np.asarray(eight["var"]))
+
+
+def test_check_config_rejects_a_batch_that_does_not_divide_by_the_devices():
+    with pytest.raises(ConfigError, match="global_batch_size=12 does not divide by the 8 devices"):
+        train.check_config(tiny_digits(global_batch_size=12), 8)
+    with pytest.raises(ConfigError, match="compute_dtype"):
+        train.check_config(tiny_digits(compute_dtype="float8"), 8)
+
+
+def test_schedule_warms_up_linearly_then_decays_to_zero_and_decays_only_kernels():
+    c = tiny_digits(total_steps=100, optimizer__warmup_steps=10, optimizer__lr=1e-3)
+    lr = optim.learning_rate_schedule(c.optimizer, c.total_steps)
+    np.testing.assert_allclose([float(lr(t)) for t in (0, 5, 10, 55, 100)],
+                               [0.0, 5e-4, 1e-3, 5e-4, 0.0], atol=1e-9)
+    params = {"dense": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)}, "pos_embedding": jnp.ones((4, 2))}
+    assert optim.decay_mask(params) == {"dense": {"kernel": True, "bias": False}, "pos_embedding": False}
