@@ -254,28 +254,32 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     total, batch_size = config.total_steps, config.global_batch_size
     batches = data.train_batches(config, start_step=start)
     pending, window, train_metrics, evals = [], [], {}, {}
+    # Throughput counts the steps after the first (which compiles) and excludes evals and checkpoints.
     t_run = time.perf_counter()
-    t_mark, step_mark, t_first = t_run, start, None
+    t_go, timed_seconds, log_seconds, log_steps = None, 0.0, 0.0, 0
     for step in range(start + 1, total + 1):
         state, metrics = train_step(state, mesh_lib.global_batch(next(batches), mesh))
         pending.append((step, metrics))
-        if t_first is None:  # the first step includes compilation: time the rest separately
+        if t_go is None:
             jax.block_until_ready(metrics)
-            t_first = t_mark = time.perf_counter()
-            step_mark = step
+            t_go = time.perf_counter()
+            _say(f"step {step}/{total}  compiled and ran the first step in {t_go - t_run:.1f}s")
+        else:
+            log_steps += 1
         is_last = step == total
         do_log = step % config.log_every == 0 or is_last
         do_eval = is_last or (config.eval_every and step % config.eval_every == 0)
         do_ckpt = is_last or (config.checkpoint_every and step % config.checkpoint_every == 0)
         if not (do_log or do_eval or do_ckpt):
             continue
-        window += _check_finite(pending, resume_hint)
+        window += _check_finite(pending, resume_hint)  # waits for the pending steps to finish
         pending = []
+        dt = time.perf_counter() - t_go
+        timed_seconds, log_seconds = timed_seconds + dt, log_seconds + dt
         if do_log:
             train_metrics, window = _mean(window), []
-            now = time.perf_counter()
-            rate = (step - step_mark) / (now - t_mark) if step > step_mark else float("nan")
-            t_mark, step_mark = now, step
+            rate = log_steps / log_seconds if log_steps else float("nan")
+            log_seconds, log_steps = 0.0, 0
             _append_jsonl(metrics_path, {"step": step, **{f"train_{k}": v for k, v in train_metrics.items()},
                                          "images_per_second": rate * batch_size})
             _say(f"step {step}/{total}  loss {train_metrics['loss']:.4f}  acc {train_metrics['accuracy']:.3f}  "
@@ -288,12 +292,12 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
             _append_jsonl(metrics_path, {"step": step, **evals})
             _say(f"step {step}/{total}  test accuracy {evals['test_accuracy']:.4f}  "
                  f"test loss {evals['test_loss']:.4f}")
+        t_go = time.perf_counter()
     mngr.wait_until_finished()
     if not evals:  # nothing left to train (the checkpoint was already final): evaluate it
         evals = evaluate(eval_step, state, config, mesh)
     seconds = time.perf_counter() - t_run
-    timed_steps = total - start - 1  # the steps after the first (compiling) one
-    timed_seconds = time.perf_counter() - t_first if t_first is not None else 0.0
+    timed_steps = max(total - start - 1, 0)
     summary = {
         **evals,
         "train_loss": train_metrics.get("loss"),
@@ -302,7 +306,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
         "steps_this_run": total - start,
         "resumed_from_step": resumed_from,
         "seconds": seconds,
-        "images_per_second": timed_steps * batch_size / timed_seconds if timed_steps > 0 else None,
+        "images_per_second": timed_steps * batch_size / timed_seconds if timed_steps else None,
         "param_count": num_params,
         "devices": mesh.devices.size,
         "processes": jax.process_count(),
