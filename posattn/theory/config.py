@@ -1,0 +1,134 @@
+"""Configuration of JSL22's theory regime: the data of Assumption 1 and the model of Eq. (T).
+
+`TheoryConfig` fixes the learning *problem* (data distribution and model); `GDConfig` fixes how it is
+optimised. Both are frozen (hashable, so they can be static arguments of `jax.jit`) and validated once,
+at construction, with a message that says what is wrong and what would be right.
+"""
+import dataclasses
+import math
+from typing import Literal
+
+from posattn.errors import ConfigError
+
+PARTITIONS = ("grid", "random")
+NOISES = ("orthogonal", "isotropic")
+ACTIVATIONS = ("cubic", "quintic")
+DATASETS = ("structured", "gaussian_cnn")
+RISKS = ("empirical", "population_mc", "population_exact")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclasses.dataclass(frozen=True)
+class TheoryConfig:
+    """Data distribution (Definition 2.1, Assumption 1 of JSL22) and model (Eq. (T)).
+
+    Attributes:
+      D: number of patches; C: size of each set S_l, so L = D / C sets; d: patch dimension.
+      q: probability that a patch outside the signal set carries a feature (+-w* with q/2 each).
+      noise_std: s, the standard deviation of the patch noise xi_j (SPEC: s = 1/sqrt(d)); None = 1/sqrt(d).
+      partition: "grid" = k x k blocks of the sqrt(D) x sqrt(D) patch grid (k = sqrt(C)), "random" = a
+        random permutation of [D] cut into L sets.
+      noise: "orthogonal" = xi ~ N(0, s^2 (I - w* w*^T)) as in the paper, "isotropic" = N(0, s^2 I).
+      activation: sigma of Eq. (T): "cubic" z^3, "quintic" z^5 + 0.03 z.
+      temperature: divide the attention logits by sqrt(d) as in Eq. (T).
+      scale_by_D: multiply the attention output by D as in Eq. (T).
+      dataset: "structured" (Assumption 1) or "gaussian_cnn" (the Figure-2 counter-example: i.i.d.
+        N(0, I_d) patches labelled by a cubic CNN over the blocks of the grid partition).
+      cnn_width: hidden width of the Figure-2 cubic CNN labeller.
+    """
+
+    D: int = 16
+    C: int = 4
+    d: int = 32
+    q: float = 2 / 3
+    noise_std: float | None = None
+    partition: Literal["grid", "random"] = "grid"
+    noise: Literal["orthogonal", "isotropic"] = "orthogonal"
+    activation: Literal["cubic", "quintic"] = "cubic"
+    temperature: bool = True
+    scale_by_D: bool = True
+    dataset: Literal["structured", "gaussian_cnn"] = "structured"
+    cnn_width: int = 1
+
+    def __post_init__(self):
+        _check(self.D >= 2, f"D={self.D}: need at least 2 patches")
+        _check(self.C >= 1 and self.D % self.C == 0,
+               f"D={self.D} is not a multiple of C={self.C}: the D patches must split into sets of C")
+        _check(self.C < self.D, f"C={self.C} must be smaller than D={self.D} (at least two sets)")
+        _check(self.d >= 2, f"d={self.d}: need d >= 2 so that noise orthogonal to w* exists")
+        _check(0.0 <= self.q <= 1.0, f"q={self.q} is a probability: it must lie in [0, 1]")
+        _check(self.noise_std is None or self.noise_std >= 0,
+               f"noise_std={self.noise_std} must be >= 0")
+        _check(self.partition in PARTITIONS, f"partition={self.partition!r}: choose one of {PARTITIONS}")
+        _check(self.noise in NOISES, f"noise={self.noise!r}: choose one of {NOISES}")
+        _check(self.activation in ACTIVATIONS,
+               f"activation={self.activation!r}: choose one of {ACTIVATIONS}")
+        _check(self.dataset in DATASETS, f"dataset={self.dataset!r}: choose one of {DATASETS}")
+        _check(self.cnn_width >= 1, f"cnn_width={self.cnn_width} must be >= 1")
+        if self.partition == "grid":
+            side, k = math.isqrt(self.D), math.isqrt(self.C)
+            _check(side * side == self.D,
+                   f"partition='grid' needs D to be a square (a sqrt(D) x sqrt(D) grid); D={self.D} is not")
+            _check(k * k == self.C and side % k == 0,
+                   f"partition='grid' needs k x k blocks that tile the {side}x{side} grid: C={self.C} must "
+                   f"be k^2 with k dividing {side}")
+        if self.dataset == "gaussian_cnn":
+            _check(self.partition == "grid",
+                   "dataset='gaussian_cnn' is the Figure-2 dataset: it needs partition='grid'")
+
+    @property
+    def L(self) -> int:
+        """Number of sets S_1..S_L."""
+        return self.D // self.C
+
+    @property
+    def s(self) -> float:
+        """Noise standard deviation (SPEC 1.1: s^2 = 1/d unless set)."""
+        return 1.0 / math.sqrt(self.d) if self.noise_std is None else float(self.noise_std)
+
+
+@dataclasses.dataclass(frozen=True)
+class GDConfig:
+    """Full-batch gradient descent on the empirical risk (E) or the population risk (P) (Section 3).
+
+    Attributes:
+      risk: "empirical" = (E) on N fixed samples; "population_mc" = (P) estimated with N fresh samples at
+        every step; "population_exact" = (P) computed exactly (`posattn.theory.population`).
+      N: samples of (E), or fresh samples per step of "population_mc".
+      steps: GD steps; lr: constant step size eta of v.
+      lr_A: constant step size of A; None = lr. The population gradient in A is of order 1/(D sqrt(d))
+        of the one in v, so on a laptop-sized run a larger lr_A is what makes phases II-III happen in
+        thousands rather than millions of steps (equivalently: GD on A = c B with lr_A = c^2 lr).
+      eval_every: steps between two history entries (they are one compiled `lax.scan` apart).
+      n_test: size of the fixed test set used in the history; the final test error uses `n_final_test`.
+      a0: initial value of A's diagonal, which stays frozen (SPEC 1.2: A^(0) = a0 I).
+      v_init: "random" v^(0) ~ N(0, v_std^2 I_d), or "aligned" v^(0) = v_std * sqrt(d) w* (on span(w*)).
+      v_std: scale of v^(0).
+    """
+
+    risk: Literal["empirical", "population_mc", "population_exact"] = "empirical"
+    N: int = 2000
+    steps: int = 2000
+    lr: float = 0.1
+    lr_A: float | None = None
+    eval_every: int = 50
+    n_test: int = 10_000
+    n_final_test: int = 100_000
+    a0: float = 0.0
+    v_init: Literal["random", "aligned"] = "random"
+    v_std: float = 0.02
+
+    def __post_init__(self):
+        _check(self.risk in RISKS, f"risk={self.risk!r}: choose one of {RISKS}")
+        _check(self.N > 0, f"N={self.N}: the number of samples must be positive")
+        _check(self.steps > 0, f"steps={self.steps} must be positive")
+        _check(self.lr > 0, f"lr={self.lr} must be positive")
+        _check(self.lr_A is None or self.lr_A > 0, f"lr_A={self.lr_A} must be positive")
+        _check(self.eval_every > 0, f"eval_every={self.eval_every} must be positive")
+        _check(self.n_test > 0 and self.n_final_test > 0, "n_test and n_final_test must be positive")
+        _check(self.v_init in ("random", "aligned"), f"v_init={self.v_init!r}: 'random' or 'aligned'")
+        _check(self.v_std >= 0, f"v_std={self.v_std} must be >= 0")

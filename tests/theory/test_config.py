@@ -1,0 +1,48 @@
+"""Invalid configurations are refused at construction with a message that says what is wrong."""
+import pytest
+
+from posattn.errors import ConfigError
+from posattn.theory import GDConfig, TheoryConfig
+from posattn.theory.presets import PRESETS, get_preset
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(D=18, C=4), "not a multiple of C"),
+    (dict(D=20, C=4, partition="grid"), "square"),
+    (dict(D=36, C=3, partition="grid"), "tile"),
+    (dict(D=16, C=2, partition="grid"), "tile"),
+    (dict(q=1.5), "[0, 1]"),
+    (dict(q=-0.1), "[0, 1]"),
+    (dict(noise="pink"), "noise"),
+    (dict(activation="relu"), "activation"),
+    (dict(partition="hexagonal"), "partition"),
+    (dict(d=1), "d=1"),
+    (dict(dataset="gaussian_cnn", partition="random"), "grid"),
+])
+def test_theory_config_rejects(kwargs, words):
+    with pytest.raises(ConfigError, match=None) as e:
+        TheoryConfig(**kwargs)
+    assert words in str(e.value) and "\n" not in str(e.value)
+    assert isinstance(e.value, ValueError)
+
+
+def test_random_partition_needs_no_square():
+    assert TheoryConfig(D=20, C=4, partition="random").L == 5
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(N=0), "N=0"), (dict(N=-5), "positive"), (dict(risk="bayes"), "risk"),
+    (dict(lr=0), "lr"), (dict(steps=0), "steps"), (dict(lr_A=-1.0), "lr_A"),
+])
+def test_gd_config_rejects(kwargs, words):
+    with pytest.raises(ConfigError) as e:
+        GDConfig(**kwargs)
+    assert words in str(e.value)
+
+
+def test_presets_are_valid_and_unknown_is_refused():
+    assert set(PRESETS) == {"small", "paper", "fig2"}
+    theory, _ = get_preset("paper")
+    assert (theory.D, theory.C, theory.L, theory.d) == (36, 4, 9, 64)
+    with pytest.raises(ConfigError, match="unknown preset"):
+        get_preset("huge")
