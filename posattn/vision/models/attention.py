@@ -1,0 +1,81 @@
+"""Multi-head self-attention of the ViT in its two kinds (SPEC 2.1).
+
+Vanilla: S = softmax((LN(z) W_Q)(LN(z) W_K)^T / sqrt(d_head)), one N x N matrix per example and head.
+Positional (Definition 3.2 of JSL22, SPEC 2.1): S = softmax((P W_Q)(P W_K)^T / sqrt(d_head)) from the
+learned positional embedding P alone. S does not depend on the input, so it is computed once per forward
+pass with shape (H, N, N) and shared by the whole batch: no Q/K projections of the tokens and no
+per-example Q K^T or softmax. Both kinds then mix the values LN(z) W_V with S and project back with W_O.
+
+Both modules `sow` their attention matrix into the "intermediates" collection under "attention"
+(vanilla: (B, H, N, N); positional: (H, N, N)); it costs nothing unless that collection is mutable.
+"""
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+# ViT convention (big_vision): Glorot-uniform projections, zero biases.
+_KERNEL_INIT = nn.initializers.xavier_uniform()
+
+
+def _head_dim(width: int, num_heads: int) -> int:
+    return width // num_heads
+
+
+class VanillaAttention(nn.Module):
+    """Standard multi-head self-attention; queries, keys and values all come from the tokens."""
+
+    num_heads: int
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x_BxNxD: jax.Array) -> jax.Array:
+        width = x_BxNxD.shape[-1]
+        H, K = self.num_heads, _head_dim(width, self.num_heads)
+        # One fused matmul for Q, K and V of all heads.
+        qkv_BxNx3xHxK = nn.DenseGeneral(
+            (3, H, K), dtype=self.dtype, kernel_init=_KERNEL_INIT, name="qkv"
+        )(x_BxNxD)
+        q_BxNxHxK, k_BxNxHxK, v_BxNxHxK = (qkv_BxNx3xHxK[:, :, i] for i in range(3))
+        # Scaling q (B N H K) rather than the logits (B H N N) is the cheaper place for 1/sqrt(d_head).
+        logits_BxHxNxN = jnp.einsum("bnhk,bmhk->bhnm", q_BxNxHxK * K**-0.5, k_BxNxHxK)
+        # Softmax in float32: bf16 logits lose the small differences that decide the weights.
+        att_BxHxNxN = jax.nn.softmax(logits_BxHxNxN.astype(jnp.float32), axis=-1)
+        self.sow("intermediates", "attention", att_BxHxNxN)
+        out_BxNxHxK = jnp.einsum("bhnm,bmhk->bnhk", att_BxHxNxN.astype(self.dtype), v_BxNxHxK)
+        return nn.DenseGeneral(
+            width, axis=(-2, -1), dtype=self.dtype, kernel_init=_KERNEL_INIT, name="out"
+        )(out_BxNxHxK)
+
+
+class PositionalAttention(nn.Module):
+    """Positional attention (JSL22 Definition 3.2, SPEC 2.1): S from P only, values from the tokens."""
+
+    num_heads: int
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array) -> jax.Array:
+        width = x_BxNxD.shape[-1]
+        H, K = self.num_heads, _head_dim(width, self.num_heads)
+        if p_NxD.shape != x_BxNxD.shape[1:]:
+            raise ValueError(f"P has shape {p_NxD.shape}, the tokens {x_BxNxD.shape[1:]}: they must match")
+        # S is computed once, in float32: it is N x N per head, tiny next to the token stream.
+        q_NxHxK = nn.DenseGeneral(
+            (H, K), dtype=jnp.float32, kernel_init=_KERNEL_INIT, name="query"
+        )(p_NxD)
+        k_NxHxK = nn.DenseGeneral((H, K), dtype=jnp.float32, kernel_init=_KERNEL_INIT, name="key")(
+            p_NxD
+        )
+        logits_HxNxN = jnp.einsum("nhk,mhk->hnm", q_NxHxK * K**-0.5, k_NxHxK)
+        S_HxNxN = jax.nn.softmax(logits_HxNxN, axis=-1)
+        self.sow("intermediates", "attention", S_HxNxN)
+        # One fused V projection for all heads, one batched mixing einsum shared by the batch.
+        v_BxNxHxK = nn.DenseGeneral(
+            (H, K), dtype=self.dtype, kernel_init=_KERNEL_INIT, name="value"
+        )(x_BxNxD)
+        out_BxNxHxK = jnp.einsum("hnm,bmhk->bnhk", S_HxNxN.astype(self.dtype), v_BxNxHxK)
+        return nn.DenseGeneral(
+            width, axis=(-2, -1), dtype=self.dtype, kernel_init=_KERNEL_INIT, name="out"
+        )(out_BxNxHxK)

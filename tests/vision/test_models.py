@@ -1,0 +1,292 @@
+"""Image models: published parameter counts, positional attention (SPEC 2.1), options, dtypes, errors."""
+import functools
+
+import jax
+import jax.extend.core
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from ml_collections import ConfigDict
+
+from posattn.errors import ConfigError
+from posattn.vision.models import create_model, param_count
+
+
+def _model(image_size=8, channels=3, num_classes=10, dtype=jnp.float32, **fields):
+    cfg = ConfigDict(dict(name="vit", variant="test/2", attention="positional", pos_shared=True,
+                          pos_add=False, pool="gap", dropout=0.0, patch_size=0))
+    cfg.update(fields)
+    return create_model(cfg, num_classes=num_classes, image_size=image_size, channels=channels,
+                        dtype=dtype)
+
+
+def _images(key, batch=4, size=8, channels=3):
+    return jax.random.normal(jax.random.key(key), (batch, size, size, channels))
+
+
+@functools.cache
+def _init(model, size=8, channels=3):
+    # Jitted, with an "rbg" key: XLA compiles the default threefry generator slowly on CPU (seconds per
+    # model), and the values of the initialisation do not matter to these tests.
+    key = jax.random.key(0, impl="rbg")
+    return jax.jit(lambda: model.init(key, jnp.zeros((1, size, size, channels))))()
+
+
+@functools.cache
+def _jitted_apply(model, train, mutable):
+    return jax.jit(
+        lambda v, x, r: model.apply(v, x, train=train, rngs=r, mutable=list(mutable) or False)
+    )
+
+
+def _apply(model, variables, images, train=False, rngs=None, mutable=()):
+    return _jitted_apply(model, train, tuple(mutable))(variables, images, rngs or {})
+
+
+def _perturbed(variables, scale=0.5):
+    """Every parameter moved off its initial value (the ViT head starts at zero, all logits equal)."""
+    rng = np.random.default_rng(42)
+    moved = jax.tree.map(
+        lambda x: x + scale * rng.standard_normal(x.shape, dtype=np.float32), variables["params"]
+    )
+    return {**variables, "params": moved}
+
+
+def _shape_count(model, size, channels=3):
+    variables = jax.eval_shape(
+        lambda: model.init(jax.random.key(0), jnp.zeros((1, size, size, channels)))
+    )
+    return param_count(variables)
+
+
+# Published counts: DeiT-Ti/S and ViT-B/16 (timm, ImageNet, 224, CLS token, 1000 classes), the CIFAR
+# ResNet-18 and VGG-16-BN (10 classes). Checked by hand: DeiT-Ti = 147,648 (patch embedding) + 192 (CLS)
+# + 37,824 (197 x 192 positions) + 12 x 444,864 (blocks) + 384 (final LN) + 193,000 (head).
+@pytest.mark.parametrize(
+    "fields, num_classes, size, expected",
+    [
+        (dict(name="vit", variant="Ti/16", attention="vanilla", pool="cls"), 1000, 224, 5_717_416),
+        (dict(name="vit", variant="S/16", attention="vanilla", pool="cls"), 1000, 224, 22_050_664),
+        (dict(name="vit", variant="B/16", attention="vanilla", pool="cls"), 1000, 224, 86_567_656),
+        # Positional attention with one shared P has the same parameters: W_Q, W_K act on P instead.
+        (dict(name="vit", variant="Ti/16", attention="positional", pool="cls"), 1000, 224, 5_717_416),
+        (dict(name="resnet18"), 10, 32, 11_173_962),
+        (dict(name="vgg16"), 10, 32, 14_728_266),
+    ],
+)
+def test_published_parameter_counts(fields, num_classes, size, expected):
+    model = create_model(ConfigDict(fields), num_classes=num_classes, image_size=size, channels=3)
+    assert _shape_count(model, size) == expected
+
+
+def test_parameter_count_of_options():
+    # Ti/4 on CIFAR: 64 patches; GAP drops the CLS token and its position row; one P per block adds 11 P.
+    shared = _shape_count(_model(32, variant="Ti/4"), 32)
+    cls = _shape_count(_model(32, variant="Ti/4", pool="cls"), 32)
+    per_block = _shape_count(_model(32, variant="Ti/4", pos_shared=False), 32)
+    assert cls - shared == 2 * 192
+    assert per_block - shared == 11 * 64 * 192
+    # The CNNs' parameters do not depend on the image size (global pooling before the classifier).
+    for name in ("resnet18", "vgg16"):
+        counts = {_shape_count(_model(s, name=name), s) for s in (8, 32, 64)}
+        assert len(counts) == 1
+
+
+@pytest.mark.parametrize("pool, tokens", [("gap", 16), ("cls", 17)])
+@pytest.mark.parametrize("pos_shared", [True, False])
+def test_positional_embedding_structure(pool, tokens, pos_shared):
+    params = _init(_model(pool=pool, pos_shared=pos_shared))["params"]
+    expected = (tokens, 32) if pos_shared else (2, tokens, 32)
+    assert params["pos_embedding"].shape == expected
+    assert ("cls" in params) == (pool == "cls")
+    attn = params["block_0"]["attn"]
+    # Q and K act on P (width 32 -> 2 heads x 16); no fused token QKV; V and the output projection.
+    assert set(attn) == {"query", "key", "value", "out"}
+    assert attn["query"]["kernel"].shape == (32, 2, 16)
+    assert "pos_embedding" not in params["block_0"]
+
+
+def _attention_maps(model, variables, images):
+    _, state = _apply(model, variables, images, mutable=["intermediates"])
+    inter = state["intermediates"]
+    return [inter[f"block_{i}"]["attn"]["attention"][0] for i in range(2)]
+
+
+def test_positional_attention_is_input_independent_and_follows_definition():
+    model = _model(pool="cls")
+    variables = _perturbed(_init(model))
+    maps_a = _attention_maps(model, variables, _images(1, batch=4))
+    maps_b = _attention_maps(model, variables, _images(2, batch=4))
+    for S_a, S_b in zip(maps_a, maps_b):
+        assert S_a.shape == (2, 17, 17)  # (heads, N + CLS, N + CLS): one matrix for the whole batch
+        np.testing.assert_array_equal(S_a, S_b)
+        np.testing.assert_allclose(S_a.sum(-1), 1.0, rtol=1e-5)
+    # S = softmax((P W_Q + b_Q)(P W_K + b_K)^T / sqrt(d_head)), computed here from the parameters.
+    params = variables["params"]
+    P = params["pos_embedding"]
+    for i, S in enumerate(maps_a):
+        attn = params[f"block_{i}"]["attn"]
+        q = jnp.einsum("nd,dhk->nhk", P, attn["query"]["kernel"]) + attn["query"]["bias"]
+        k = jnp.einsum("nd,dhk->nhk", P, attn["key"]["kernel"]) + attn["key"]["bias"]
+        expected = jax.nn.softmax(jnp.einsum("nhk,mhk->hnm", q, k) / 4.0, axis=-1)
+        np.testing.assert_allclose(S, expected, rtol=1e-5, atol=1e-6)
+    # The two blocks share P but have their own W_Q, W_K, so their maps differ.
+    assert not np.allclose(maps_a[0], maps_a[1])
+
+
+def test_vanilla_attention_depends_on_input():
+    # The control for the test above: the same capture does see input dependence when there is some.
+    model = _model(attention="vanilla")
+    variables = _perturbed(_init(model))
+    S_a = _attention_maps(model, variables, _images(1, batch=2))[0]
+    S_b = _attention_maps(model, variables, _images(2, batch=2))[0]
+    assert S_a.shape == (2, 2, 16, 16)  # (batch, heads, N, N)
+    assert not np.allclose(S_a, S_b)
+
+
+def _intermediate_shapes(jaxpr):
+    """Shapes of every value a jaxpr computes, nested jaxprs (pjit, custom_jvp) included."""
+    for eqn in jaxpr.eqns:
+        yield from (v.aval.shape for v in eqn.outvars)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            yield from _intermediate_shapes(sub)
+
+
+@pytest.mark.parametrize("attention", ["vanilla", "positional"])
+def test_positional_attention_does_no_per_example_token_to_token_work(attention):
+    # Batch 5, 16 tokens: vanilla attention builds (5, 2, 16, 16) logits; positional attention must
+    # build its (2, 16, 16) S without the batch, in the forward and in the backward pass.
+    model = _model(attention=attention)
+    variables = _init(model)
+    loss = lambda v, x: model.apply(v, x, train=True).sum()  # noqa: E731
+    jaxpr = jax.make_jaxpr(jax.grad(loss))(variables, _images(10, batch=5)).jaxpr
+    shapes = list(_intermediate_shapes(jaxpr))
+    per_example = [s for s in shapes if len(s) >= 3 and s[0] == 5 and s[-2:] == (16, 16)]
+    assert bool(per_example) == (attention == "vanilla")
+    if attention == "positional":
+        assert (2, 16, 16) in shapes
+
+
+def test_per_block_positional_embeddings_are_used_per_block():
+    model = _model(pos_shared=False)
+    variables = _perturbed(_init(model))
+    images = _images(3)
+    logits = _apply(model, variables, images)
+    # Changing block 1's P changes the output; so does block 0's, each through its own S.
+    for block in (0, 1):
+        params = dict(variables["params"])
+        params["pos_embedding"] = params["pos_embedding"].at[block].multiply(-2.0)
+        assert not np.allclose(_apply(model, {"params": params}, images), logits, atol=1e-4)
+
+
+@pytest.mark.parametrize("attention", ["vanilla", "positional"])
+@pytest.mark.parametrize("pool", ["gap", "cls"])
+def test_vit_logits_shape_dtype_and_jit(attention, pool):
+    model = _model(attention=attention, pool=pool, num_classes=7)
+    variables = _perturbed(_init(model))
+    logits = _apply(model, variables, _images(4, batch=5), train=True)
+    assert logits.shape == (5, 7) and logits.dtype == jnp.float32
+    assert np.isfinite(logits).all()
+
+
+def _transpose_patch_grid(images):
+    """Moves the 2x2 patch at grid cell (i, j) to (j, i), keeping the pixels inside each patch."""
+    B, H, W, C = images.shape
+    grid = images.reshape(B, H // 2, 2, W // 2, 2, C)
+    return grid.transpose(0, 3, 2, 1, 4, 5).reshape(images.shape)
+
+
+@pytest.mark.parametrize("pos_add", [False, True])
+def test_without_pos_add_p_reaches_the_tokens_only_through_s(pos_add):
+    # W_Q = 0 makes every S uniform whatever P is. Then, with GAP, a model that does not add P to the
+    # tokens treats the image as a bag of patches; adding P (distinct rows) breaks that invariance.
+    model = _model(pos_add=pos_add)
+    params = _perturbed(_init(model))["params"]
+    for i in range(2):
+        params[f"block_{i}"]["attn"]["query"] = jax.tree.map(
+            jnp.zeros_like, params[f"block_{i}"]["attn"]["query"]
+        )
+    images = _images(5)
+    logits = _apply(model, {"params": params}, images)
+    moved = _apply(model, {"params": params}, _transpose_patch_grid(images))
+    assert np.allclose(logits, moved, rtol=1e-5, atol=1e-5) == (not pos_add)
+
+
+def test_bfloat16_compute_gives_float32_logits_close_to_float32():
+    f32, bf16 = _model(), _model(dtype="bfloat16")
+    variables = _perturbed(_init(f32), scale=0.1)
+    assert jax.tree.all(jax.tree.map(lambda p: p.dtype == jnp.float32, _init(bf16)["params"]))
+    images = _images(6)
+    ref, low = _apply(f32, variables, images), _apply(bf16, variables, images)
+    assert low.dtype == jnp.float32
+    np.testing.assert_allclose(low, ref, atol=0.05 * float(jnp.abs(ref).max()))
+    assert not np.array_equal(low, ref)  # bf16 really was used
+
+
+@pytest.mark.parametrize("name", ["resnet18", "vgg16"])
+def test_cnn_bfloat16_keeps_float32_parameters_and_logits(name):
+    # Shapes only: bf16 convolutions are slow on CPU, and the ViT test above checks the numerics.
+    model = _model(name=name, dtype="bfloat16")
+    variables = jax.eval_shape(lambda: model.init(jax.random.key(0), _images(6)))
+    assert {p.dtype for p in jax.tree.leaves(variables)} == {jnp.dtype(jnp.float32)}
+    logits = jax.eval_shape(lambda v: model.apply(v, _images(6)), variables)
+    assert logits.shape == (4, 10) and logits.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("name", ["resnet18", "vgg16"])
+def test_cnn_on_digits_size_with_batch_norm(name):
+    model = _model(name=name, channels=1)
+    variables = _init(model, 8, 1)
+    assert set(variables) == {"params", "batch_stats"}
+    images = _images(7, channels=1)
+    logits, updates = _apply(model, variables, images, train=True, mutable=["batch_stats"])
+    assert logits.shape == (4, 10) and logits.dtype == jnp.float32
+    before, after = jax.tree.leaves(variables["batch_stats"]), jax.tree.leaves(updates["batch_stats"])
+    assert any(not np.allclose(a, b) for a, b in zip(before, after))
+    eval_logits = _apply(model, {**variables, **updates}, images)
+    assert eval_logits.shape == (4, 10) and np.isfinite(eval_logits).all()
+
+
+def test_dropout_uses_the_rng_only_in_training():
+    model = _model(dropout=0.5)
+    variables = _perturbed(_init(_model()))  # dropout has no parameters: reuse the cached init
+    images = _images(8)
+    train = [_apply(model, variables, images, train=True, rngs={"dropout": jax.random.key(k)})
+             for k in (0, 1)]
+    assert not np.allclose(train[0], train[1])
+    np.testing.assert_array_equal(_apply(model, variables, images), _apply(model, variables, images))
+
+
+def test_patch_size_overrides_the_variant():
+    params = _init(_model(patch_size=4))["params"]
+    assert params["embedding"]["kernel"].shape == (4, 4, 3, 32)
+    assert params["pos_embedding"].shape == (4, 32)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(name="resnet50"), "model name"),
+        (dict(variant="Q/4"), "variant"),
+        (dict(variant="Ti"), "variant"),
+        (dict(variant="Ti/x"), "variant"),
+        (dict(attention="linear"), "attention"),
+        (dict(pool="max"), "pool"),
+        (dict(variant="test/3"), "does not divide"),
+        (dict(patch_size=5), "does not divide"),
+        (dict(patch_size=-2), "patch_size"),
+        (dict(dropout=1.5), "dropout"),
+        (dict(dtype="int8"), "dtype"),
+        (dict(num_classes=0), "num_classes"),
+    ],
+)
+def test_invalid_configs_raise_config_error(fields, message):
+    with pytest.raises(ConfigError, match=message):
+        _model(**fields)
+
+
+def test_images_of_the_wrong_size_are_rejected():
+    model = _model()
+    variables = _init(model)
+    with pytest.raises(ValueError, match="built for"):
+        model.apply(variables, _images(9, size=16))
