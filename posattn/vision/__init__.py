@@ -1,1 +1,1 @@
-"""Image regime of JSL22 (SPEC 2): ViTs with vanilla or positional attention, CNN baselines, input, training."""
+"""Image regime of JSL22 (SPEC 2): ViTs with positional or vanilla attention, CNNs, input, training."""

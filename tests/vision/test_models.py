@@ -179,8 +179,8 @@ def test_per_block_positional_embeddings_are_used_per_block():
         assert not np.allclose(_apply(model, {"params": params}, images), logits, atol=1e-4)
 
 
-@pytest.mark.parametrize("attention", ["vanilla", "positional"])
-@pytest.mark.parametrize("pool", ["gap", "cls"])
+# The other two combinations run in the attention-map tests above.
+@pytest.mark.parametrize("attention, pool", [("vanilla", "cls"), ("positional", "gap")])
 def test_vit_logits_shape_dtype_and_jit(attention, pool):
     model = _model(attention=attention, pool=pool, num_classes=7)
     variables = _perturbed(_init(model))
