@@ -194,16 +194,22 @@ def _eta(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def _check_finite(pending: list, resume_hint: str) -> list:
+def _check_finite(pending: list, mngr, workdir) -> list:
     """Pull the per-step metrics since the last check; stop at the first non-finite loss or update.
 
-    Runs before every checkpoint, so a checkpoint never holds a broken state.
+    Runs before every checkpoint, so a checkpoint never holds a broken state. On a stop, the saves in
+    flight complete first, and the message says where the run can resume from.
     """
     pulled = jax.device_get(pending)
     for step, m in pulled:
         if not all(math.isfinite(m[k]) for k in ("loss", "grad_norm", "param_norm")):
+            mngr.wait_until_finished()
+            last = mngr.latest_step()
+            hint = ("no checkpoint was saved before it" if last is None else
+                    f"the last good checkpoint (step {last}) stays in {workdir}/checkpoints: rerun the same "
+                    "command with a lower --config.optimizer.lr or a --config.optimizer.grad_clip to resume from it")
             raise NonFiniteLoss(f"non-finite loss {m['loss']} (gradient norm {m['grad_norm']}, parameter norm "
-                                f"{m['param_norm']}) at step {step}; the run stopped without saving it. {resume_hint}")
+                                f"{m['param_norm']}) at step {step}; the run stopped there, {hint}")
     return [m for _, m in pulled]
 
 
@@ -241,15 +247,14 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     resumed_from = None if state is None else int(jax.device_get(state["step"]))
     state = init_fn() if state is None else state
     start = int(jax.device_get(state["step"]))
-    _say(f"{config.dataset}: {config.model.name} {config.model.get('variant', '')} "
-         f"({config.model.attention} attention), {num_params:,} parameters, {mesh.devices.size} devices, "
+    model_name = (f"ViT {config.model.variant} ({config.model.attention} attention)" if config.model.name == "vit"
+                  else config.model.name)
+    _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
          f"{jax.process_count()} processes" + (f"; resumed from step {start}" if resumed_from else ""))
 
     train_step = jax.jit(make_train_step(config, setup, tx), in_shardings=(repl, batch_shard),
                          out_shardings=(repl, repl), donate_argnums=(0,))
     eval_step = jax.jit(make_eval_step(setup), in_shardings=(repl, batch_shard), out_shardings=repl)
-    resume_hint = (f"The last good checkpoint stays in {workdir}/checkpoints: rerun the same command with a "
-                   "lower --config.optimizer.lr (or stronger --config.optimizer.grad_clip) to resume from it.")
 
     total, batch_size = config.total_steps, config.global_batch_size
     batches = data.train_batches(config, start_step=start)
@@ -272,7 +277,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
         do_ckpt = is_last or (config.checkpoint_every and step % config.checkpoint_every == 0)
         if not (do_log or do_eval or do_ckpt):
             continue
-        window += _check_finite(pending, resume_hint)  # waits for the pending steps to finish
+        window += _check_finite(pending, mngr, workdir)  # waits for the pending steps to finish
         pending = []
         dt = time.perf_counter() - t_go
         timed_seconds, log_seconds = timed_seconds + dt, log_seconds + dt

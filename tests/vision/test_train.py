@@ -84,7 +84,7 @@ def test_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_last_checkp
     good = tiny_digits(total_steps=2, checkpoint_every=2)
     train.train(good, tmp_path)
     bad = tiny_digits(total_steps=5, checkpoint_every=1, optimizer__lr=float("nan"))
-    with pytest.raises(train.NonFiniteLoss, match=r"at step 3; .*last good checkpoint") as err:
+    with pytest.raises(train.NonFiniteLoss, match=r"at step 3; .*last good checkpoint \(step 2\)") as err:
         train.train(bad, tmp_path)  # resumes at step 2; the first update (step 3) breaks the parameters
     assert isinstance(err.value, ConfigError) and "\n" not in str(err.value)
     steps = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
