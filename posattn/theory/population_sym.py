@@ -1,0 +1,171 @@
+r"""Exact population risk (P) for a three-value A, by enumeration over multisets of per-set counts.
+
+SPEC 1.5: if A has the three-value form (diagonal a, within-set off-diagonal gamma, across-set rho),
+with e_x = exp(x / sqrt(d)), Z = e_a + (C-1) e_gamma + (D-C) e_rho, b = e_a - e_gamma,
+c = e_gamma - e_rho, e = e_rho, the attention is S = (b I + c B + e J) / Z (B the same-set mask, J all
+ones), and with y = +1 (sigma is odd) and w_j = alpha c_j the pre-activation of patch i in S_l is
+
+    u_i = (D alpha / Z) [ b w_i + c s_l + e s ],   s_l = sum_{S_l} c_j,  s = sum_j c_j.
+
+So, given the total s, every set contributes a term that depends on its own count type
+(n+, n-, n0) only, and F is a sum of per-set terms. The signal set has type (C, 0, 0); the L-1 other sets
+have i.i.d. types with multinomial probabilities p_k = C!/(n+! n-! n0!) (q/2)^(n+ + n-) (1-q)^n0, so the
+risk is a finite sum over the multisets of L-1 types with weights (L-1)!/prod m_k! prod p_k^m_k
+(C=4, L=9: 15 types, 319,770 multisets).
+
+The enumeration tables are built once in numpy (`multiset_tables`). The jitted part computes a small
+table of per-set terms T[type, s, :] from (alpha, a, gamma, rho) and contracts the multiplicities with it
+in blocks of patterns that share the same s (a batched matmul), so a gradient step costs milliseconds.
+The Gaussian part (v_perp != 0) enters through the second-order heat expansion of
+`posattn.theory.heat`: Q = M^2 = q1 I + q2 B + q3 J keeps the three-value form, so every contraction
+P, R, A1..A4 is again a sum of per-set terms and squares of such sums.
+"""
+import functools
+import itertools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posattn.theory import heat
+from posattn.theory.config import TheoryConfig
+
+MAX_BLOCK = 512  # patterns per block of equal s (the padding costs at most one block per value of s)
+
+
+class MultisetTables(NamedTuple):
+    """Numpy enumeration of (P) for a three-value A (all arrays are constants of the jitted risk).
+
+    Attributes:
+      counts: int (K, 3) the count type k as (n+, n-, n0), sum C.
+      set_sums: int (K,) s_l = n+ - n- of a set of type k.
+      mult: float (n_blocks, block, K) multiplicities of the types in each pattern, the signal set's
+        type (C, 0, 0) included; padding rows are 0.
+      weight: float (n_blocks, block) probability of each pattern (0 on padding); they sum to 1.
+      s_index: int (n_blocks,) index of the total s of the block's patterns in `s_values`.
+      s_values: int (S,) the possible totals s.
+      n_patterns: number of multisets (without padding).
+    """
+
+    counts: np.ndarray
+    set_sums: np.ndarray
+    mult: np.ndarray
+    weight: np.ndarray
+    s_index: np.ndarray
+    s_values: np.ndarray
+    n_patterns: int
+
+
+def count_types(C: int) -> np.ndarray:
+    """All (n+, n-, n0) with n+ + n- + n0 = C, the signal set's type (C, 0, 0) first."""
+    return np.array([(p, m, C - p - m) for p in range(C, -1, -1) for m in range(C - p + 1)])
+
+
+def n_multisets(C: int, L: int) -> int:
+    """Number of multisets of L-1 count types: binom(K + L - 2, L - 1), K = binom(C + 2, 2)."""
+    K = (C + 1) * (C + 2) // 2
+    return math.comb(K + L - 2, L - 1)
+
+
+@functools.lru_cache(maxsize=8)
+def multiset_tables(C: int, L: int, q: float) -> MultisetTables:
+    """Enumerate the multisets of the L-1 non-signal sets' count types with their probabilities."""
+    counts = count_types(C)
+    K = len(counts)
+    set_sums = counts[:, 0] - counts[:, 1]
+    combos = np.array(list(itertools.combinations_with_replacement(range(K), L - 1)), dtype=np.int64)
+    mult = np.zeros((len(combos), K), np.int64)
+    np.add.at(mult, (np.repeat(np.arange(len(combos)), L - 1), combos.reshape(-1)), 1)
+    # Probability of a set of each type, then multinomial over the L-1 sets (in logs; p_k = 0 when q is
+    # 0 or 1, and such patterns get weight 0 rather than 0 * log 0).
+    log_fact = np.array([math.lgamma(n + 1) for n in range(max(C, L) + 1)])
+    type_prob = np.exp(log_fact[C] - log_fact[counts].sum(1)) * (q / 2) ** (counts[:, 0] + counts[:, 1]) \
+        * (1 - q) ** counts[:, 2]
+    with np.errstate(divide="ignore"):
+        log_p = np.log(type_prob)
+    log_w = log_fact[L - 1] - log_fact[mult].sum(1) + np.where(mult > 0, mult * log_p, 0.0).sum(1)
+    weight = np.exp(log_w)
+    mult[:, 0] += 1  # the signal set, of type (C, 0, 0) for y = +1
+    s = mult @ set_sums
+    s_values = np.arange(-(L - 1) * C + C, L * C + 1)
+    order = np.argsort(s, kind="stable")
+    # Blocks about as large as the average group of equal s, so padding stays a small share.
+    block = int(np.clip(2 ** int(np.log2(max(1, len(combos) // len(np.unique(s))))), 8, MAX_BLOCK))
+    blocks_m, blocks_w, blocks_s = [], [], []
+    for value in np.unique(s):
+        idx = order[s[order] == value]
+        pad = -len(idx) % block
+        m = np.concatenate([mult[idx], np.zeros((pad, K), np.int64)])
+        w = np.concatenate([weight[idx], np.zeros(pad)])
+        blocks_m.append(m.reshape(-1, block, K))
+        blocks_w.append(w.reshape(-1, block))
+        blocks_s += [value - s_values[0]] * (len(m) // block)
+    return MultisetTables(counts, set_sums, np.concatenate(blocks_m).astype(np.float32),
+                          np.concatenate(blocks_w), np.array(blocks_s, np.int32),
+                          s_values.astype(np.int32), len(combos))
+
+
+def attention_coefficients(a, gamma, rho, cfg: TheoryConfig):
+    """(kappa b, kappa c, kappa e): M = D S = kappa (b I + c B + e J) for a three-value A (SPEC 1.5)."""
+    scale = 1 / math.sqrt(cfg.d) if cfg.temperature else 1.0
+    # Subtract the largest logit, as softmax does, so large entries do not overflow.
+    top = jnp.maximum(a, jnp.maximum(gamma, rho))
+    e_a, e_g, e_r = (jnp.exp((x - top) * scale) for x in (a, gamma, rho))
+    Z = e_a + (cfg.C - 1) * e_g + (cfg.D - cfg.C) * e_r
+    kappa = (cfg.D if cfg.scale_by_D else 1.0) / Z
+    return kappa * (e_a - e_g), kappa * (e_g - e_r), kappa * e_r
+
+
+def per_set_terms(alpha, coef, cfg: TheoryConfig, tables: MultisetTables):
+    """T (K, S, 12): the per-set sums that F, P, R, A1..A4 are built from, for each type and total s.
+
+    Returns (T, (q1, q2, q3)) with Q = M M^T = q1 I + q2 B + q3 J.
+    """
+    b, c, e = coef
+    C, D = cfg.C, cfg.D
+    q1, q2, q3 = b * b, 2 * b * c + C * c * c, 2 * b * e + 2 * C * c * e + D * e * e
+    n = jnp.asarray(tables.counts, coef[0].dtype)  # (K, 3) for the values +1, -1, 0
+    value = jnp.array([1.0, -1.0, 0.0], n.dtype)
+    s_l = jnp.asarray(tables.set_sums, n.dtype)
+    s = jnp.asarray(tables.s_values, n.dtype)
+    u = alpha * (b * value[None, :, None] + c * s_l[:, None, None] + e * s[None, None, :])  # (K, 3, S)
+    s0, s1, s2, s3, s4 = heat.activation_derivatives(u, cfg.activation)
+    n = n[:, :, None]
+    set_sum = lambda x: (n * x).sum(1)  # (K, S)
+    S1, S2 = set_sum(s1), set_sum(s2)
+    h = q1 * s1 + q2 * S1[:, None, :]  # (Q sigma')_i without the across-set part q3 * sum_j sigma'_j
+    T = jnp.stack([set_sum(s0), S1, set_sum(s1 * s1), S2, set_sum(s2 * s2), set_sum(s3), set_sum(s4),
+                   S1 * S1, S2 * S2, set_sum(s2 * h * h), set_sum(s2 * h), set_sum(s3 * h)], -1)
+    return T, (q1, q2, q3)
+
+
+def pattern_expected_loss(sums, qs, t):
+    """E_g of the loss of every pattern from its summed per-set terms (the contractions of heat.py)."""
+    q1, q2, q3 = qs
+    S0, S1, S11, S2, S22, S3, S4, V1, V2, W1, W2, W3 = (sums[..., i] for i in range(12))
+    Qd, Qw, Qa = q1 + q2 + q3, q2 + q3, q3
+    P = q1 * S11 + q2 * V1 + q3 * S1 * S1
+    R = Qd * S2
+    A1 = W1 + 2 * q3 * S1 * W2 + q3 * q3 * S1 * S1 * S2
+    A2 = Qd * (W3 + q3 * S1 * S3)
+    A3 = (Qd * Qd - Qw * Qw) * S22 + (Qw * Qw - Qa * Qa) * V2 + Qa * Qa * S2 * S2
+    A4 = Qd * Qd * S4
+    return heat.expected_loss(S0, P, R, A1, A2, A3, A4, t)
+
+
+def three_value_risk(alpha, t, a, gamma, rho, cfg: TheoryConfig) -> jax.Array:
+    """Population risk (P) of Eq. (T) at v = alpha w* (+ noise of variance t), A = (a, gamma, rho).
+
+    Exact for t = 0; second order in t otherwise (`posattn.theory.heat`). Differentiable in all five
+    scalars; the dtype follows alpha's.
+    """
+    tables = multiset_tables(cfg.C, cfg.L, float(cfg.q))
+    dtype = jnp.result_type(alpha, float)
+    coef = attention_coefficients(*(jnp.asarray(x, dtype) for x in (a, gamma, rho)), cfg)
+    T, qs = per_set_terms(jnp.asarray(alpha, dtype), coef, cfg, tables)
+    T_blocks = T[:, tables.s_index, :].transpose(1, 0, 2)  # (n_blocks, K, 12)
+    sums = jnp.einsum("nbk,nkj->nbj", jnp.asarray(tables.mult, dtype), T_blocks)
+    losses = pattern_expected_loss(sums, qs, jnp.asarray(t, dtype))
+    return (jnp.asarray(tables.weight, dtype) * losses).sum()

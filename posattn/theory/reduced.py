@@ -1,0 +1,75 @@
+r"""The reduced dynamics of JSL22's proof sketch: GD on (P) as recursions on a few scalars (SPEC 1.4-1.5).
+
+If A is three-valued (diagonal a, frozen; within-set gamma; across-set rho) and v = alpha w* + v_perp,
+the population risk depends on (alpha, gamma, rho, p = ||v_perp||^2) only and its gradient keeps that
+form (the population gradient in A is three-valued by symmetry, and the one in v is
+(dR/dalpha) w* + 2 (dR/dp) v_perp). Full-matrix GD with step sizes (lr for v, lr_A for A) is then
+
+    gamma <- gamma - lr_A / (D (C-1)) dR/dgamma      (each of the D (C-1) within-set entries moves by
+    rho   <- rho   - lr_A / (D (D-C)) dR/drho         dR/dA_ij = dR/dgamma / (D (C-1)), etc.)
+    alpha <- alpha - lr dR/dalpha
+    p     <- p (1 - 2 lr dR/dp)^2                     (v_perp is only rescaled: p = 0 stays 0)
+
+with R(alpha, gamma, rho, p) = `reduced_risk` (the exact multiset enumeration of
+`posattn.theory.population_sym`; for p > 0 the noise enters through the heat expansion in
+t = s^2 p, or s^2 (alpha^2 + p) with isotropic noise). tests/theory/test_population.py checks these
+recursions against full-matrix GD on the general-A population gradient.
+"""
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from posattn.theory.config import TheoryConfig
+from posattn.theory.data import Task
+from posattn.theory.population import three_value_form
+from posattn.theory.population_sym import three_value_risk
+
+
+class ReducedState(NamedTuple):
+    """The scalars of the proof sketch: v = alpha w* + v_perp with p = ||v_perp||^2; A = (a, gamma, rho)."""
+
+    alpha: jax.Array
+    gamma: jax.Array
+    rho: jax.Array
+    p: jax.Array
+
+
+def reduced_state(params, task: Task) -> ReducedState:
+    """(alpha, gamma, rho, ||v_perp||^2) of full parameters (gamma, rho: means over the entries)."""
+    v, w = params["v"], task.w_star.astype(params["v"].dtype)
+    alpha = v @ w
+    perp = v - alpha * w
+    _, gamma, rho, _ = three_value_form(params["A"], task.sets)
+    return ReducedState(alpha, gamma, rho, perp @ perp)
+
+
+def reduced_risk(alpha, gamma, rho, cfg: TheoryConfig, a, p=0.0) -> jax.Array:
+    """The population risk (P) as a function of (alpha, gamma, rho) (and ||v_perp||^2 = p), diagonal a."""
+    t = cfg.s**2 * (p if cfg.noise == "orthogonal" else alpha * alpha + p)
+    return three_value_risk(alpha, t, a, gamma, rho, cfg)
+
+
+def reduced_step(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A) -> ReducedState:
+    """One step of the scalar recursions (module docstring): full-matrix GD on (P), in four numbers."""
+    risk = lambda al, g, r, p: reduced_risk(al, g, r, cfg, a, p)
+    d_alpha, d_gamma, d_rho, d_p = jax.grad(risk, argnums=(0, 1, 2, 3))(*state)
+    D, C = cfg.D, cfg.C
+    gamma = state.gamma - lr_A / (D * (C - 1)) * d_gamma if C > 1 else state.gamma
+    return ReducedState(state.alpha - lr * d_alpha, gamma, state.rho - lr_A / (D * (D - C)) * d_rho,
+                        state.p * (1 - 2 * lr * d_p) ** 2)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "steps"))
+def reduced_trajectory(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A, steps: int):
+    """`steps` recursions in one `lax.scan`; returns the states after each step (leading axis steps)
+    and the risk before each step."""
+    def body(s, _):
+        risk = reduced_risk(s.alpha, s.gamma, s.rho, cfg, a, s.p)
+        new = reduced_step(s, cfg, a, lr, lr_A)
+        return new, (new, risk)
+
+    _, (states, risks) = jax.lax.scan(body, ReducedState(*(jnp.asarray(x) for x in state)), None,
+                                      length=steps)
+    return states, risks
