@@ -2,17 +2,19 @@
 
 (I)   v aligns with w* while A barely moves: the model is a generalised linear model;
 (II)  the within-set entries of A (gamma) separate from the across-set ones (rho): patch association;
-(III) alpha = <v, w*> grows again and the risk falls.
+(III) the risk falls below the plateau of the generalised linear model.
 
-Boundaries are found with thresholds relative to the run itself, so they do not depend on the scale
-of the problem:
-- v aligned: the first step with cos(v, w*) >= `align_cos`;
+Boundaries use thresholds relative to the run itself, so they do not depend on the scale of the
+problem:
+- v aligned: the first step where cos(v, w*) reaches `align` x its largest value in the run (with
+  finite N, v keeps a part that fits the noise, so cos(v, w*) need not approach 1);
 - end of I / start of II: the first step where gamma - rho reaches `separation` x its largest value;
-- end of II / start of III: the first step from which every row of A has patch association for good
-  (Definition 2.2);
-- III is confirmed when, after it starts, the risk falls by `loss_drop` of its value there. (alpha
-  need not grow again here: with the factor D of Eq. (T), concentrating attention on a set alone
-  multiplies the pre-activations by D/C.)
+- end of II / start of III: the first step after that where the risk is `loss_drop` below its value at
+  the start of II.
+Patch association (Definition 2.2) is an ordering of each row, so it can hold as soon as gamma - rho
+is positive in every row; its step is reported beside the phases, and the run counts as "in order"
+when v aligns no later than A separates, A separates before the risk falls, and patch association is
+reached.
 """
 import numpy as np
 
@@ -27,45 +29,44 @@ def patch_association_step(history: dict) -> int | None:
     return int(history["step"][first])
 
 
-def _first(steps, condition) -> int | None:
-    hits = np.flatnonzero(condition)
+def _first(steps, condition, start: int = 0) -> int | None:
+    hits = np.flatnonzero(condition & (steps >= start))
     return int(steps[hits[0]]) if hits.size else None
 
 
-def detect_phases(history: dict, *, align_cos: float = 0.9, separation: float = 0.1,
+def detect_phases(history: dict, *, align: float = 0.9, separation: float = 0.1,
                   loss_drop: float = 0.2) -> dict:
     """Step boundaries of the three phases and whether they occur in order.
 
-    Returns a dict with `v_aligned_step`, `separation_step`, `patch_association_step`,
-    `phases` = {"I": [start, end], "II": [start, end], "III": [start, end]} (an end of None means the
-    phase never ended, a missing phase is None) and `in_order`: v aligns no later than the entries
-    separate, which is no later than patch association, and the risk falls in III.
+    Returns a dict with `v_aligned_step`, `separation_step`, `risk_fall_step`,
+    `patch_association_step`, `phases` = {"I": [start, end], "II": [start, end], "III": [start, end]}
+    (a phase that never starts is None; one that never ends ends at the last step) and `in_order`.
     """
     steps = np.asarray(history["step"])
+    cos = np.asarray(history["cos_v_wstar"])
     gap = np.asarray(history["A_within"]) - np.asarray(history["A_across"])
     loss = np.asarray(history["loss"])
-
-    t_align = _first(steps, np.asarray(history["cos_v_wstar"]) >= align_cos)
-    t_sep = _first(steps, gap >= separation * gap.max()) if gap.max() > 0 else None
-    t_pa = patch_association_step(history)
     last = int(steps[-1])
 
-    risk_falls = False
-    if t_pa is not None:
-        i = int(np.searchsorted(steps, t_pa))
-        risk_falls = bool(loss[-1] <= (1 - loss_drop) * loss[i])
+    t_align = _first(steps, cos >= align * cos.max()) if cos.max() > 0 else None
+    t_sep = _first(steps, gap >= separation * gap.max()) if gap.max() > 0 else None
+    t_fall = None
+    if t_sep is not None:
+        plateau = loss[np.searchsorted(steps, t_sep)]
+        t_fall = _first(steps, loss <= (1 - loss_drop) * plateau, start=t_sep + 1)
+    t_pa = patch_association_step(history)
+
     phases = {
-        "I": [0, t_sep],
-        "II": None if t_sep is None else [t_sep, t_pa],
-        "III": None if t_pa is None else [t_pa, last],
+        "I": [0, last if t_sep is None else t_sep],
+        "II": None if t_sep is None else [t_sep, last if t_fall is None else t_fall],
+        "III": None if t_fall is None else [t_fall, last],
     }
-    in_order = (t_align is not None and t_sep is not None and t_pa is not None
-                and t_align <= t_sep <= t_pa and risk_falls)
+    in_order = (None not in (t_align, t_sep, t_fall, t_pa)) and t_align <= t_sep < t_fall
     return {
         "v_aligned_step": t_align,
         "separation_step": t_sep,
+        "risk_fall_step": t_fall,
         "patch_association_step": t_pa,
-        "risk_falls_in_III": risk_falls,
         "phases": phases,
         "in_order": bool(in_order),
     }

@@ -62,19 +62,28 @@ def _history(gap, cos, share, loss):
 
 
 def test_phases_in_order():
-    h = _history(gap=[0, 0, 0.01, 0.5, 1, 2, 3], cos=[0.1, 0.95, 0.97, 0.98, 0.98, 0.98, 0.98],
-                 share=[0, 0, 0, 0.5, 1, 1, 1], loss=[0.7, 0.3, 0.3, 0.2, 0.1, 0.05, 0.02])
+    h = _history(gap=[0, 0, 0.01, 0.5, 1, 2, 3], cos=[0.1, 0.8, 0.85, 0.85, 0.84, 0.84, 0.84],
+                 share=[0, 0, 1, 1, 1, 1, 1], loss=[0.7, 0.3, 0.3, 0.29, 0.2, 0.05, 0.02])
     p = detect_phases(h)
+    # cos(v, w*) plateaus at 0.85 (finite N): aligned at 90% of it, step 10.
     assert p["v_aligned_step"] == 10 and p["separation_step"] == 30
-    assert p["patch_association_step"] == 40
+    assert p["risk_fall_step"] == 40 and p["patch_association_step"] == 20
     assert p["phases"] == {"I": [0, 30], "II": [30, 40], "III": [40, 60]}
     assert p["in_order"]
 
 
-def test_phases_without_patch_association():
-    h = _history(gap=[0, 0.1, 0.2], cos=[0.1, 0.95, 0.97], share=[0, 0.5, 0.5], loss=[0.7, 0.3, 0.2])
+def test_phases_out_of_order_or_missing():
+    # The risk falls before A separates: a GLM-like fit, not the three phases.
+    h = _history(gap=[0, 0, 0, 0.1, 1], cos=[0.1, 0.9, 0.9, 0.9, 0.9], share=[0, 0, 0, 1, 1],
+                 loss=[0.7, 0.2, 0.1, 0.1, 0.1])
     p = detect_phases(h)
-    assert p["patch_association_step"] is None and p["phases"]["III"] is None
+    assert p["separation_step"] == 30 and p["risk_fall_step"] is None and not p["in_order"]
+    assert p["phases"]["III"] is None and p["phases"]["II"] == [30, 40]
+    # No patch association: not in order even if the other boundaries are.
+    h = _history(gap=[0, 0.1, 0.2, 1], cos=[0.1, 0.95, 0.97, 0.97], share=[0, 0.5, 0.5, 0.5],
+                 loss=[0.7, 0.3, 0.3, 0.1])
+    p = detect_phases(h)
+    assert p["patch_association_step"] is None and p["risk_fall_step"] == 30
     assert not p["in_order"]
     # Patch association lost again at the end does not count as reached.
     assert patch_association_step(_history([0, 1, 1], [1, 1, 1], [0, 1, 0.9], [1, 1, 1])) is None
