@@ -39,6 +39,9 @@ class TheoryConfig:
       dataset: "structured" (Assumption 1) or "gaussian_cnn" (the Figure-2 counter-example: i.i.d.
         N(0, I_d) patches labelled by a cubic CNN over the blocks of the grid partition).
       cnn_width: hidden width of the Figure-2 cubic CNN labeller.
+      cnn_shared_filter: the CNN's filter w_r is the same at the C positions of a block (True), or drawn
+        per position w_{r,k} (False). Eq. (T) has one value vector for every patch, so it can only fit
+        the shared form; the `fig2` preset uses it (see presets.py).
     """
 
     D: int = 16
@@ -53,6 +56,7 @@ class TheoryConfig:
     scale_by_D: bool = True
     dataset: Literal["structured", "gaussian_cnn"] = "structured"
     cnn_width: int = 1
+    cnn_shared_filter: bool = False
 
     def __post_init__(self):
         _check(self.D >= 2, f"D={self.D}: need at least 2 patches")

@@ -69,6 +69,8 @@ def make_task(key: jax.Array, cfg: TheoryConfig) -> Task:
         return Task(sets, w_star)
     # Figure 2 [D]: filters scaled so each pre-activation sum_k <w_{r,k}, X_{S_l[k]}> has unit variance.
     filters = jax.random.normal(k_cnn, (cfg.cnn_width, cfg.C, cfg.d)) / math.sqrt(cfg.C * cfg.d)
+    if cfg.cnn_shared_filter:  # one filter for the whole block: w_{r,k} = w_{r,0} for every k
+        filters = jnp.repeat(filters[:, :1], cfg.C, axis=1)
     out = jnp.where(jax.random.bernoulli(k_out, 0.5, (cfg.cnn_width,)), 1.0, -1.0)
     return Task(sets, w_star, filters, out)
 
