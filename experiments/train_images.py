@@ -25,7 +25,7 @@ def main(argv):
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
     if _CONFIG.value is None or not _WORKDIR.value:
         raise ConfigError("both --config=tpu_configs/NAME.py[:ARG] and --workdir=DIR are required")
-    if not flags.FLAGS["verbosity"].present:  # library logs (orbax, tfds) stay quiet; --verbosity=0 shows them
+    if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax, tfds); --verbosity=0 shows them
         logging.set_verbosity(logging.ERROR)
     from posattn.vision import train  # after flag parsing: a bad flag fails fast, before jax starts
 

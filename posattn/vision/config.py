@@ -98,7 +98,7 @@ def apply_common_args(c: ml_collections.ConfigDict, args: dict) -> ml_collection
 
 
 def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """A CPU smoke run of the same recipe: a tiny model, a few steps, small batches (8 devices divide them)."""
+    """A CPU smoke run of the same recipe: a tiny model, a few steps, small batches (divisible by 8)."""
     c.model.variant = "test/2" if c.model.name == "vit" else c.model.variant
     c.model.patch_size = 0
     if c.dataset != "digits":

@@ -43,10 +43,9 @@ def initialize_distributed() -> None:
     explicit = [os.environ.get(k) for k in (COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV)]
     if any(explicit):
         if not all(explicit):
-            raise ConfigError(
-                f"multi-process run needs all of {COORDINATOR_ENV}, {NUM_PROCESSES_ENV} and "
-                f"{PROCESS_ID_ENV} set (got {dict(zip((COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV), explicit))})"
-            )
+            names = (COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV)
+            raise ConfigError(f"a multi-process run needs all of {', '.join(names)} set; "
+                              f"got {dict(zip(names, explicit))}")
         jax.distributed.initialize(
             coordinator_address=explicit[0], num_processes=int(explicit[1]), process_id=int(explicit[2])
         )

@@ -47,7 +47,8 @@ def check_config(config, num_devices: int) -> Setup:
     a batch that does not divide by the devices, an unknown compute dtype or a non-positive step count.
     """
     if config.compute_dtype not in COMPUTE_DTYPES:
-        raise ConfigError(f"unknown compute_dtype {config.compute_dtype!r}: use one of {list(COMPUTE_DTYPES)}")
+        raise ConfigError(f"unknown compute_dtype {config.compute_dtype!r}: "
+                          f"use one of {list(COMPUTE_DTYPES)}")
     for field in ("total_steps", "log_every"):
         if config[field] <= 0:
             raise ConfigError(f"{field}={config[field]} must be a positive integer")
@@ -206,10 +207,11 @@ def _check_finite(pending: list, mngr, workdir) -> list:
             mngr.wait_until_finished()
             last = mngr.latest_step()
             hint = ("no checkpoint was saved before it" if last is None else
-                    f"the last good checkpoint (step {last}) stays in {workdir}/checkpoints: rerun the same "
-                    "command with a lower --config.optimizer.lr or a --config.optimizer.grad_clip to resume from it")
-            raise NonFiniteLoss(f"non-finite loss {m['loss']} (gradient norm {m['grad_norm']}, parameter norm "
-                                f"{m['param_norm']}) at step {step}; the run stopped there, {hint}")
+                    f"the last good checkpoint (step {last}) stays in {workdir}/checkpoints: rerun the "
+                    "same command with a lower --config.optimizer.lr or a --config.optimizer.grad_clip "
+                    "to resume from it")
+            raise NonFiniteLoss(f"non-finite loss {m['loss']} (gradient norm {m['grad_norm']}, parameter "
+                                f"norm {m['param_norm']}) at step {step}; the run stopped there, {hint}")
     return [m for _, m in pulled]
 
 
@@ -247,10 +249,12 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     resumed_from = None if state is None else int(jax.device_get(state["step"]))
     state = init_fn() if state is None else state
     start = int(jax.device_get(state["step"]))
-    model_name = (f"ViT {config.model.variant} ({config.model.attention} attention)" if config.model.name == "vit"
-                  else config.model.name)
+    model_name = config.model.name
+    if model_name == "vit":
+        model_name = f"ViT {config.model.variant} ({config.model.attention} attention)"
+    resumed = "" if resumed_from is None else f"; resumed from step {start}"
     _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
-         f"{jax.process_count()} processes" + (f"; resumed from step {start}" if resumed_from else ""))
+         f"{jax.process_count()} processes{resumed}")
 
     train_step = jax.jit(make_train_step(config, setup, tx), in_shardings=(repl, batch_shard),
                          out_shardings=(repl, repl), donate_argnums=(0,))
@@ -283,13 +287,14 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
         timed_seconds, log_seconds = timed_seconds + dt, log_seconds + dt
         if do_log:
             train_metrics, window = _mean(window), []
-            rate = log_steps / log_seconds if log_steps else float("nan")
+            images_per_second = log_steps * batch_size / log_seconds if log_steps else None
+            eta = _eta((total - step) * log_seconds / log_steps) if log_steps else "?"
             log_seconds, log_steps = 0.0, 0
             _append_jsonl(metrics_path, {"step": step, **{f"train_{k}": v for k, v in train_metrics.items()},
-                                         "images_per_second": rate * batch_size})
-            _say(f"step {step}/{total}  loss {train_metrics['loss']:.4f}  acc {train_metrics['accuracy']:.3f}  "
-                 f"lr {train_metrics['lr']:.2e}  {rate * batch_size:,.0f} img/s  "
-                 f"ETA {_eta((total - step) / rate) if rate == rate else '?'}")
+                                         "images_per_second": images_per_second})
+            _say(f"step {step}/{total}  loss {train_metrics['loss']:.4f}  "
+                 f"acc {train_metrics['accuracy']:.3f}  lr {train_metrics['lr']:.2e}  "
+                 f"{'?' if images_per_second is None else f'{images_per_second:,.0f}'} img/s  ETA {eta}")
         if do_ckpt:
             checkpoint.save(mngr, state)
         if do_eval:

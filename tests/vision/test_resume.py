@@ -1,4 +1,4 @@
-"""Train -> SIGKILL -> restart on the same workdir ends with bitwise the parameters of an uninterrupted run."""
+"""Train -> SIGKILL -> restart on the same workdir: bitwise the parameters of an uninterrupted run."""
 import importlib.util
 import json
 import os

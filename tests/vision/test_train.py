@@ -64,7 +64,9 @@ def test_one_step_golden_values():
 
 GOLDEN_CHECKSUM = 3559.396240234375
 GOLDEN_SECOND_LOSS = 2.3001608848571777
-GOLDEN_UPDATE_NORM = 0.018197745084762573  # = lr * sqrt(330): Adam's first step moves only the head (32 x 10 + 10)
+# = lr * sqrt(330): Adam's first step moves each parameter with a gradient by lr, and only the head's
+# 32 x 10 + 10 have one (it starts at zero, so nothing flows back through it).
+GOLDEN_UPDATE_NORM = 0.018197745084762573
 
 
 def test_one_and_eight_devices_give_the_same_parameters(tmp_path):
@@ -113,7 +115,8 @@ def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path):
     images, labels = split.read(np.arange(split.num_examples))
     setup = train.check_config(c, 1)
     info = data.dataset_info("digits")
-    logits = setup.model.apply({"params": state["params"]}, augment.preprocess_eval(images, info), train=False)
+    logits = setup.model.apply({"params": state["params"]}, augment.preprocess_eval(images, info),
+                               train=False)
     direct = float(np.mean(np.argmax(np.asarray(logits), -1) == labels))
     assert summary["test_accuracy"] == pytest.approx(direct, abs=1e-9)
 
