@@ -5,7 +5,8 @@ r"""JSL22's theory regime end to end: GD on Eq. (T), patch association and the t
     python -m experiments.theory --preset=small --D=36 --q=0.3 --risk=population_mc --workdir=DIR
 
 Flags override the preset. Writes into --workdir: config.json, metrics.jsonl, attention.png,
-dynamics.png, test_error.png, summary.json and summary.md.
+dynamics.png, test_error.png, summary.json and summary.md; with --risk=population_exact also overlay.png
+(GD on (E) at each --overlay_N from the same start, beside the exact (P) run).
 """
 import dataclasses
 import json
@@ -19,7 +20,7 @@ from absl import flags
 from posattn import cli
 from posattn.errors import ConfigError
 from posattn.theory import config as config_lib
-from posattn.theory import data, evaluation, gd as gd_lib, phases, plots
+from posattn.theory import data, evaluation, gd as gd_lib, overlay, phases, plots
 from posattn.theory.presets import PRESETS, get_preset
 
 FLAGS = flags.FLAGS
@@ -49,6 +50,8 @@ flags.DEFINE_float("v_std", None, "scale of v at initialisation")
 flags.DEFINE_enum("v_init", None, ["random", "aligned"], "v^(0) random or along w*")
 flags.DEFINE_integer("eval_every", None, "GD steps between history entries")
 flags.DEFINE_integer("n_test", None, "fixed test set of the history")
+flags.DEFINE_list("overlay_N", [str(n) for n in overlay.DEFAULT_NS],
+                  "with --risk=population_exact: the N of the (E) runs overlaid in overlay.png")
 
 THEORY_FLAGS = [f.name for f in dataclasses.fields(config_lib.TheoryConfig) if f.name in FLAGS]
 GD_FLAGS = [f.name for f in dataclasses.fields(config_lib.GDConfig) if f.name in FLAGS]
@@ -167,6 +170,13 @@ def main(argv):
                         phase_info["phases"])
     plots.plot_test_error(os.path.join(workdir, "test_error.png"), result.history,
                           summary["label_noise_rate"])
+    if gd.risk == "population_exact":  # (E) from the same start at each N, beside the exact (P) run
+        runs = overlay.empirical_runs(key, theory, gd, [int(n) for n in FLAGS.overlay_N],
+                                      task=result.task, params=result.init_params,
+                                      on_done=lambda n, r: print(f"(E) N={n}: {r.seconds:.1f}s",
+                                                                 flush=True))
+        plots.plot_overlay(os.path.join(workdir, "overlay.png"), result.history,
+                           {n: r.history for n, r in runs.items()}, phase_info["phases"])
     with open(os.path.join(workdir, "summary.md"), "w") as f:
         f.write(summary_markdown(summary, theory, gd))
     write_json(os.path.join(workdir, "summary.json"), summary)

@@ -66,3 +66,32 @@ def plot_test_error(path, history, label_noise_rate=None):
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_overlay(path, exact_history, runs, phases=None):
+    """(E) approaches (P): GD on the exact population risk beside GD on (E) at each N (same start).
+
+    `runs` maps N to the history of the (E) run. Left: the population risk along each trajectory (exact
+    for (P); for (E), its estimate on the shared fixed test set); middle: gamma - rho (within-set minus
+    across-set mean of A); right: alpha = <v, w*>. Phases of the (P) run shaded.
+    """
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    colours = plt.cm.viridis(np.linspace(0.1, 0.85, max(len(runs), 1)))
+    curves = [("population risk", lambda h, exact: h["loss"] if exact else h["test_loss"]),
+              ("gamma - rho", lambda h, exact: np.asarray(h["A_within"]) - np.asarray(h["A_across"])),
+              ("alpha = <v, w*>", lambda h, exact: h["alpha"])]
+    for ax, (name, value) in zip(axes, curves):
+        _shade(ax, phases)
+        for colour, (N, h) in zip(colours, sorted(runs.items())):
+            ax.plot(h["step"], value(h, False), color=colour, lw=1.2, label=f"(E), N = {N:,}")
+        ax.plot(exact_history["step"], value(exact_history, True), color="k", lw=2.2, ls="--",
+                label="(P), exact")
+        ax.set_xlabel("GD step")
+        ax.set_title(name)
+    axes[0].set_yscale("log")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("GD on the empirical risk (E) approaches GD on the exact population risk (P) as N grows",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

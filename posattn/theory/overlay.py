@@ -1,0 +1,57 @@
+"""(E) approaches (P): empirical-risk GD at growing N beside GD on the exact population risk (issue 3).
+
+Every run starts from the same task (partition, w*) and the same initialisation, and is evaluated on the
+same fixed test set, so the trajectories differ only by the risk that GD descends: the exact (P) of
+`posattn.theory.population`, or (E) on N samples. Theorems 4.1-4.2 of JSL22 say that GD on (E) follows
+GD on (P) once N is large enough; the overlay figure (`posattn.theory.plots.plot_overlay`) shows it.
+"""
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+
+from posattn.theory import gd as gd_lib
+from posattn.theory.config import GDConfig, TheoryConfig
+from posattn.theory.data import make_task
+from posattn.theory.model import init_params
+
+DEFAULT_NS = (100, 1_000, 10_000, 100_000)
+
+
+def empirical_runs(key, cfg: TheoryConfig, gd: GDConfig, Ns: Sequence[int] = DEFAULT_NS, *,
+                   task=None, params=None, devices=None,
+                   on_done: Callable[[int, gd_lib.FitResult], None] | None = None) -> dict:
+    """GD on (E) with N samples for each N in `Ns`, from the task and initialisation of `key`.
+
+    `key` is the key of the (P) run (`gd.fit(key, ...)`), so with `task` and `params` left None the runs
+    share its task, initialisation and test set; pass them to start elsewhere. Returns {N: FitResult}.
+    """
+    keys = gd_lib.split_keys(key)
+    task = make_task(keys["task"], cfg) if task is None else task
+    params = init_params(keys["init"], cfg, gd, task.w_star) if params is None else params
+    params = jax.tree.map(np.asarray, params)  # host copies: `fit` donates the device buffers it gets
+    runs = {}
+    for N in Ns:
+        gd_N = dataclasses.replace(gd, risk="empirical", N=int(N))
+        runs[int(N)] = gd_lib.fit(key, cfg, gd_N, task=task, params=params, devices=devices)
+        if on_done:
+            on_done(int(N), runs[int(N)])
+    return runs
+
+
+def overlay(key, cfg: TheoryConfig, gd: GDConfig, Ns: Sequence[int] = DEFAULT_NS, *, devices=None,
+            verbose: bool = False):
+    """The exact-(P) run and the (E) runs at each N, all from `key`'s task and initialisation.
+
+    Returns (exact FitResult, {N: FitResult}).
+    """
+    t0 = time.perf_counter()
+    exact = gd_lib.fit(key, cfg, dataclasses.replace(gd, risk="population_exact"), devices=devices)
+    if verbose:
+        print(f"exact (P): {time.perf_counter() - t0:.1f}s", flush=True)
+    report = (lambda N, r: print(f"(E) N={N}: {r.seconds:.1f}s", flush=True)) if verbose else None
+    runs = empirical_runs(key, cfg, gd, Ns, task=exact.task, params=exact.init_params,
+                          devices=devices, on_done=report)
+    return exact, runs
