@@ -1,0 +1,96 @@
+r"""Positional-embedding similarity maps of a trained ViT, JSL22 Figures 1a and 5c (SPEC 2.2).
+
+  python -m experiments.posemb_similarity --workdir=/tmp/permuted-digits/vit-g2-seed0
+
+TRAINED_RUN is a train_images workdir (config.json + checkpoints/), e.g. a cell of experiments.permuted.
+Writes into --out (default: the run's workdir) posemb_similarity.png, the cosine similarity of chosen
+patches' positional embeddings to every patch of the grid, thresholded at 0.55 as in the paper; for a
+run on permuted pixels (config.permute_block > 0) a second row with the same maps after undoing the
+permutation. posemb_similarity.json holds the number: the mean similarity of grid neighbours
+(4-neighbours) against non-neighbours, on the grid as trained and un-permuted, with a shuffle test.
+"""
+import json
+import os
+
+from absl import flags, logging
+
+from posattn import cli
+from posattn.errors import ConfigError
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A trained ViT run (train_images workdir).")
+_OUT = flags.DEFINE_string("out", None, "Output directory (default: --workdir).")
+_THRESHOLD = flags.DEFINE_float("threshold", 0.55, "Similarities below it are drawn blank (Fig. 1a).")
+_PATCHES = flags.DEFINE_string("patches", "", "Patches to draw (row-major indices); default: all on "
+                               "grids up to 4x4, else 8 spread over the grid.")
+_BLOCK = flags.DEFINE_integer("block", 0, "With one P per block (pos_shared=False): whose P.")
+
+
+def load_run(workdir: str):
+    """(config, params) of the latest checkpoint of a train_images workdir."""
+    import ml_collections
+
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        raise ConfigError(f"{path} not found: --workdir must be a train_images run directory")
+    with open(path) as f:
+        config = ml_collections.ConfigDict(json.load(f))
+    if config.model.name != "vit":
+        raise ConfigError(f"the run trained {config.model.name!r}: positional embeddings need a ViT run")
+    from posattn.vision import train
+
+    return config, train.restore(config, workdir)["params"]
+
+
+def chosen_patches(text: str, grid_hw) -> list[int]:
+    h, w = grid_hw
+    if text.strip():
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not all(t.isdigit() and int(t) < h * w for t in items):
+            raise ConfigError(f"--patches={text!r}: give row-major patch indices below {h * w}")
+        return [int(t) for t in items]
+    if h * w <= 16:
+        return list(range(h * w))
+    rows, cols = [0, h // 3, 2 * h // 3, h - 1], [0, w // 2]
+    return [r * w + c for c in cols for r in rows]
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
+    if not _WORKDIR.value:
+        raise ConfigError("--workdir=TRAINED_RUN is required")
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.ERROR)
+    from posattn.analysis import image_plots, posemb, sweep
+    from posattn.vision import data
+
+    config, params = load_run(_WORKDIR.value)
+    side = data.image_shape(config)[0]
+    patch = config.model.patch_size or int(config.model.variant.split("/")[1])
+    grid = (side // patch, side // patch)
+    P = posemb.patch_embedding(params, grid, cls=config.model.pool == "cls", block=_BLOCK.value)
+    panels, stats = {"as trained": P}, {}
+    g = config.get("permute_block", 0)
+    if g and g < side:
+        perm = data.block_permutation((side, side), g, config.permute_seed)
+        panels["un-permuted"] = posemb.unpermute_embedding(P, g, patch, perm)
+    maps = {}
+    for name, emb in panels.items():
+        maps[name] = posemb.thresholded(posemb.similarity_maps(emb), _THRESHOLD.value)
+        sim = posemb.cosine_similarity(emb.reshape(grid[0] * grid[1], -1))
+        stats[name] = posemb.neighbour_statistic(sim, grid)
+    out = _OUT.value or _WORKDIR.value
+    os.makedirs(out, exist_ok=True)
+    image_plots.plot_similarity_maps(os.path.join(out, "posemb_similarity.png"), maps,
+                                     chosen_patches(_PATCHES.value, grid), grid, _THRESHOLD.value)
+    result = {"run": os.path.abspath(_WORKDIR.value), "grid": list(grid), "patch_size": patch,
+              "permute_block": g, "attention": config.model.attention, "threshold": _THRESHOLD.value,
+              "statistic": stats}
+    sweep.write_json(os.path.join(out, "posemb_similarity.json"), result)
+    for name, s in stats.items():
+        print(f"{name}: neighbours {s['neighbour']:.3f} vs non-neighbours {s['non_neighbour']:.3f} "
+              f"(gap {s['gap']:+.3f}, z {s['z']:.1f}, shuffle p {s['p_value']:.4f})")
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,98 @@
+"""Positional-embedding similarity, JSL22 Figures 1a and 5c (SPEC 2.2).
+
+The learned positional embedding P (one row per patch) is compared by cosine similarity
+(P P^T normalised to [-1, 1]); the paper draws, for a patch, its similarity to every patch on the 2-D
+patch grid, thresholded at 0.55, and finds that nearby patches have similar encodings. For a ViT
+trained on images whose g x g pixel blocks were permuted (Figure 5), the grid the model sees is the
+permuted one; undoing the permutation on P (`unpermute_embedding`) should bring back the original 2-D
+neighbourhoods. `neighbour_statistic` turns "neighbours are more similar" into numbers.
+"""
+import numpy as np
+
+from posattn.errors import ConfigError
+from posattn.vision import data
+
+THRESHOLD = 0.55  # JSL22 Figure 1a
+
+
+def patch_embedding(params, grid_hw: tuple[int, int], *, cls: bool = False, block: int = 0) -> np.ndarray:
+    """P of the patches as an (h, w, D) grid: params["pos_embedding"] ((T, D), or (depth, T, D) with one
+    P per block, of which `block` is taken), without the CLS row (row 0) when `cls`."""
+    P = np.asarray(params["pos_embedding"], np.float64)
+    if P.ndim == 3:
+        if not 0 <= block < P.shape[0]:
+            raise ConfigError(f"block {block} out of range: the model has {P.shape[0]} per-block embeddings")
+        P = P[block]
+    P = P[1:] if cls else P
+    h, w = grid_hw
+    if P.shape[0] != h * w:
+        raise ConfigError(f"the embedding has {P.shape[0]} patch rows, the grid {h} x {w} needs {h * w}")
+    return P.reshape(h, w, -1)
+
+
+def unpermute_embedding(P_hxwxD: np.ndarray, g: int, patch_size: int, perm) -> np.ndarray:
+    """P in the original image's patch order, for a model trained on g-block-permuted images.
+
+    Block k of a training image was block perm[k] of the original (`data.permute_blocks`), so the patch
+    at permuted position k stands for original position perm[k]; with g a multiple of the patch size a
+    pixel block is a block of (g/p)^2 patches, moved whole. For g < p a patch mixes pixels of several
+    original patches and there is no patch order to restore.
+    """
+    if g % patch_size:
+        raise ConfigError(f"pixel blocks of side {g} are not whole patches of side {patch_size}: "
+                          "the permutation cannot be undone on the patch grid (need g % patch_size == 0)")
+    return np.asarray(data.unpermute_blocks(P_hxwxD, g // patch_size, perm))
+
+
+def cosine_similarity(P_NxD: np.ndarray) -> np.ndarray:
+    """cos(P_i, P_j) for all pairs of rows: Figure 1a's P^T P normalised to [-1, 1]."""
+    P = np.asarray(P_NxD, np.float64)
+    P = P / np.maximum(np.linalg.norm(P, axis=-1, keepdims=True), 1e-12)
+    return P @ P.T
+
+
+def grid_distances(grid_hw: tuple[int, int]) -> np.ndarray:
+    """(N, N) Manhattan distances between the patches of an h x w grid, patches row-major."""
+    h, w = grid_hw
+    rows, cols = np.divmod(np.arange(h * w), w)
+    return np.abs(rows[:, None] - rows[None]) + np.abs(cols[:, None] - cols[None])
+
+
+def neighbour_statistic(sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, shuffles: int = 2000,
+                        seed: int = 0) -> dict:
+    """Mean similarity of 4-neighbour pairs (distance 1) vs all other pairs of distinct patches.
+
+    `gap` = neighbour - non_neighbour. `z` and `p_value` compare the gap with the gaps of `shuffles`
+    random relabellings of the patches (the same similarity values on a scrambled grid): on a small grid
+    (4 x 4 for the digits) a positive gap can arise by chance, and this says how likely that is.
+    """
+    dist = grid_distances(grid_hw)
+    off = ~np.eye(dist.shape[0], dtype=bool)
+    near, far = (dist == 1) & off, (dist > 1) & off
+
+    def gap(s):
+        return s[near].mean() - s[far].mean()
+
+    observed = gap(sim_NxN)
+    rng = np.random.default_rng(seed)
+    null = np.empty(shuffles)
+    for i in range(shuffles):
+        p = rng.permutation(sim_NxN.shape[0])
+        null[i] = gap(sim_NxN[np.ix_(p, p)])
+    return {
+        "neighbour": float(sim_NxN[near].mean()), "non_neighbour": float(sim_NxN[far].mean()),
+        "gap": float(observed), "z": float((observed - null.mean()) / max(null.std(), 1e-12)),
+        "p_value": float((1 + np.sum(null >= observed)) / (1 + shuffles)),
+        "pairs": {"neighbour": int(near.sum()), "non_neighbour": int(far.sum())},
+    }
+
+
+def similarity_maps(P_hxwxD: np.ndarray) -> np.ndarray:
+    """(h*w, h, w): map i is the similarity of patch i (row-major) to every patch of the grid."""
+    h, w, _ = P_hxwxD.shape
+    return cosine_similarity(P_hxwxD.reshape(h * w, -1)).reshape(h * w, h, w)
+
+
+def thresholded(maps: np.ndarray, threshold: float = THRESHOLD) -> np.ndarray:
+    """The maps with every similarity below `threshold` set to NaN (drawn blank), as in Figure 1a."""
+    return np.where(maps >= threshold, maps, np.nan)
