@@ -1,0 +1,87 @@
+r"""Vanilla vs positional attention over seeds, JSL22 Figures 6 and 7 (SPEC 2.2).
+
+  python -m experiments.compare_attention --config=tpu_configs/digits.py --seeds=10 \
+      --workdir=/tmp/compare-digits --config.total_steps=500 --config.optimizer.warmup_steps=50 \
+      --config.eval_every=0 --config.checkpoint_every=0
+  python -m experiments.compare_attention --config=tpu_configs/cifar10.py --seeds=10 \
+      --workdir=$WORKDIR/cifar10 --config.data_dir=$TFDS_DATA_DIR     # also cifar100.py, svhn.py
+  python -m experiments.compare_attention --config=tpu_configs/imagenet.py --seeds=1 \
+      --workdir=$WORKDIR/imagenet --config.data_dir=$TFDS_DATA_DIR
+
+Each (attention, seed) is one train_images run of the ViT config with `model.attention` and `seed` set,
+in WORKDIR/ATTENTION-seedS (resumable). WORKDIR gets summary.json (test accuracy per attention: median,
+quartiles, IQR, mean, values, in %), compare.png (box plots, Figure 7 style) and summary.md, the table
+of medians and IQRs beside the paper's numbers.
+"""
+import copy
+import os
+
+from absl import flags, logging
+from ml_collections import config_flags
+
+from posattn import cli
+from posattn.errors import ConfigError
+
+ATTENTIONS = ("vanilla", "positional")
+# Paper numbers (SPEC 2.2): Figure 7 medians of 10 seeds (CIFAR, SVHN), Figure 6 (ImageNet, one run).
+PAPER = {
+    "cifar10": {"vanilla": 90.23, "positional": 90.54, "config": "tpu_configs/cifar10.py", "seeds": 10},
+    "cifar100": {"vanilla": 68.00, "positional": 67.95, "config": "tpu_configs/cifar100.py", "seeds": 10},
+    "svhn_cropped": {"vanilla": 98.23, "positional": 97.32, "config": "tpu_configs/svhn.py", "seeds": 10},
+    "imagenet2012": {"vanilla": 71.9, "positional": 68.9, "config": "tpu_configs/imagenet.py", "seeds": 1},
+}
+
+_CONFIG = config_flags.DEFINE_config_file("config", "tpu_configs/digits.py", "A ViT config file.")
+_SEEDS = flags.DEFINE_integer("seeds", 10, "Seeds 0..N-1 per attention kind.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
+
+
+def cell_configs(base, seeds: int) -> dict:
+    """{(attention, seed): config}: the base config with model.attention and seed set."""
+    if base.model.name != "vit":
+        raise ConfigError(f"model.name={base.model.name!r}: compare_attention compares ViTs; use a ViT config")
+    out = {}
+    for attention in ATTENTIONS:
+        for seed in range(seeds):
+            c = copy.deepcopy(base)
+            c.model.attention, c.seed = attention, seed
+            out[(attention, seed)] = c
+    return out
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
+    if not _WORKDIR.value:
+        raise ConfigError("--workdir=DIR is required")
+    if _SEEDS.value < 1:
+        raise ConfigError(f"--seeds={_SEEDS.value} must be at least 1")
+    if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax, tfds)
+        logging.set_verbosity(logging.ERROR)
+    from posattn.analysis import image_plots, sweep
+    from posattn.vision import train
+
+    configs = cell_configs(_CONFIG.value, _SEEDS.value)
+    for c in configs.values():
+        train.check_config(c, 1)
+    os.makedirs(_WORKDIR.value, exist_ok=True)
+    acc = {a: [] for a in ATTENTIONS}
+    for (attention, seed), c in configs.items():
+        acc[attention].append(sweep.run_cell(c, os.path.join(_WORKDIR.value, f"{attention}-seed{seed}"))
+                              ["test_accuracy"])
+    base = _CONFIG.value
+    summary = {
+        "dataset": base.dataset, "variant": base.model.variant, "patch_size": base.model.patch_size,
+        "steps": base.total_steps, "batch": base.global_batch_size, "seeds": _SEEDS.value,
+        "accuracy": {a: sweep.spread(v) for a, v in acc.items()}, "paper": PAPER,
+    }
+    sweep.write_json(os.path.join(_WORKDIR.value, "summary.json"), summary)
+    image_plots.plot_compare(os.path.join(_WORKDIR.value, "compare.png"), summary)
+    table = image_plots.compare_table(summary)
+    with open(os.path.join(_WORKDIR.value, "summary.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,120 @@
+"""Issue 6's image experiments: positional-embedding analysis (JSL22 Figs. 1a, 5c) and tiny end-to-end
+runs of experiments.permuted, experiments.posemb_similarity and experiments.compare_attention."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from posattn.analysis import posemb, sweep
+from posattn.errors import ConfigError
+from posattn.vision import data
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _smooth_grid_embedding(h, w, dim=32, seed=0):
+    """P whose rows vary smoothly over an h x w grid: nearby patches have similar encodings."""
+    rng = np.random.default_rng(seed)
+    freqs = rng.normal(size=(2, dim)) * 0.6
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    phase = rows[..., None] * freqs[0] + cols[..., None] * freqs[1]
+    return np.concatenate([np.cos(phase), np.sin(phase)], -1)  # (h, w, 2 * dim)
+
+
+def test_unpermute_embedding_undoes_the_pixel_permutation():
+    """A model trained on permuted images sees original patch perm[k] at position k: un-permuting its P
+    gives back the original grid order, for g = patch and for g = 2 x patch (blocks of 4 patches)."""
+    P = _smooth_grid_embedding(8, 8)
+    for g in (2, 4):  # patch size 2 on a 16 x 16 image: an 8 x 8 patch grid
+        perm = data.block_permutation((16, 16), g, seed=3)
+        seen = data.permute_blocks(P, g // 2, perm)  # what the permuted-data model's P looks like
+        assert not np.allclose(seen, P)
+        np.testing.assert_array_equal(posemb.unpermute_embedding(seen, g, 2, perm), P)
+    with pytest.raises(ConfigError, match="not whole patches"):
+        posemb.unpermute_embedding(P, 2, 4, data.block_permutation((32, 32), 2, 0))
+
+
+def test_neighbour_statistic_separates_smooth_from_random_embeddings():
+    grid = (6, 6)
+    smooth = posemb.cosine_similarity(_smooth_grid_embedding(*grid).reshape(36, -1))
+    s = posemb.neighbour_statistic(smooth, grid, shuffles=500)
+    assert s["neighbour"] > s["non_neighbour"] + 0.2 and s["p_value"] < 0.01 and s["z"] > 3
+    assert s["pairs"] == {"neighbour": 2 * 2 * 6 * 5, "non_neighbour": 36 * 35 - 120}
+    random = posemb.cosine_similarity(np.random.default_rng(0).normal(size=(36, 64)))
+    r = posemb.neighbour_statistic(random, grid, shuffles=500)
+    assert abs(r["gap"]) < 0.05 and r["p_value"] > 0.01
+
+
+def test_similarity_maps_and_threshold():
+    P = _smooth_grid_embedding(4, 4)
+    maps = posemb.similarity_maps(P)
+    assert maps.shape == (16, 4, 4)
+    np.testing.assert_allclose(maps[5][1, 1], 1.0)  # a patch is identical to itself
+    np.testing.assert_allclose(maps.reshape(16, 16), maps.reshape(16, 16).T)
+    t = posemb.thresholded(maps, 0.55)
+    assert np.all(np.isnan(t[maps < 0.55])) and np.all(t[maps >= 0.55] == maps[maps >= 0.55])
+
+
+def test_patch_embedding_drops_the_cls_row_and_picks_a_block():
+    params = {"pos_embedding": np.arange(3 * 5 * 2, dtype=float).reshape(3, 5, 2)}
+    P = posemb.patch_embedding(params, (2, 2), cls=True, block=1)
+    np.testing.assert_array_equal(P.reshape(4, 2), params["pos_embedding"][1, 1:])
+    with pytest.raises(ConfigError):
+        posemb.patch_embedding(params, (3, 3), cls=True)
+
+
+def test_spread_reports_median_and_iqr_in_percent():
+    s = sweep.spread([0.9, 0.92, 0.94, 0.96])
+    assert s["median"] == pytest.approx(93.0) and s["iqr"] == pytest.approx(3.0)
+    assert s["mean"] == pytest.approx(93.0) and s["n"] == 4
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+
+
+def test_binaries_end_to_end_on_digits(tmp_path):
+    """permuted (ViT, g = 2 and the unpermuted 8) -> posemb_similarity on its g = 2 run; compare_attention
+    with one seed. A few steps each: this checks the plumbing and the files, not the accuracies."""
+    work = tmp_path / "permuted"
+    r = _run("experiments.permuted", "--dataset=digits", "--block_sizes=2,8", "--models=vit", "--seeds=1",
+             "--local", "--vit_steps=2", f"--workdir={work}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((work / "summary.json").read_text())
+    assert set(summary["accuracy"]["vit"]) == {"2", "8"} and summary["unpermuted_g"] == 8
+    assert (work / "permuted.png").stat().st_size > 0 and "g=2" in (work / "summary.md").read_text()
+    cell = json.loads((work / "vit-g2-seed0" / "config.json").read_text())
+    assert cell["permute_block"] == 2 and cell["augment"]["crop_padding"] == 0
+
+    r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g2-seed0'}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = json.loads((work / "vit-g2-seed0" / "posemb_similarity.json").read_text())
+    assert set(result["statistic"]) == {"as trained", "un-permuted"} and result["grid"] == [4, 4]
+    assert result["permute_block"] == 2 and result["patch_size"] == 2
+    assert (work / "vit-g2-seed0" / "posemb_similarity.png").stat().st_size > 0
+
+    cmp_dir = tmp_path / "compare"
+    r = _run("experiments.compare_attention", "--config=tpu_configs/digits.py:local", "--seeds=1",
+             f"--workdir={cmp_dir}", "--config.total_steps=2", "--config.optimizer.warmup_steps=1",
+             "--config.checkpoint_every=0", "--config.eval_every=0")
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((cmp_dir / "summary.json").read_text())
+    assert set(summary["accuracy"]) == {"vanilla", "positional"}
+    table = (cmp_dir / "summary.md").read_text()
+    assert "needs data" in table and "90.54" in table and (cmp_dir / "compare.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (("experiments.permuted", "--block_sizes=3", "--workdir=/tmp/x"), "divide the image side"),
+    (("experiments.permuted", "--models=vit,mlp", "--workdir=/tmp/x"), "--models"),
+    (("experiments.compare_attention", "--seeds=0", "--workdir=/tmp/x"), "--seeds"),
+    (("experiments.posemb_similarity", "--workdir=/nonexistent"), "config.json"),
+])
+def test_bad_input_exits_2_with_one_line(args, message):
+    r = _run(*args)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
