@@ -14,6 +14,7 @@ import os
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
@@ -27,6 +28,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("preset", "small", f"one of {sorted(PRESETS)}")
 flags.DEFINE_string("workdir", None, "where results are written", required=True)
 flags.DEFINE_integer("seed", 0, "seed of the run (task, initialisation, samples)")
+flags.DEFINE_integer("seeds", 1, "runs with seeds seed, seed+1, ..., vmapped in one compiled call; "
+                     "figures show the first")
 # TheoryConfig fields (None = the preset's value).
 flags.DEFINE_integer("D", None, "number of patches")
 flags.DEFINE_integer("C", None, "patches per set")
@@ -129,61 +132,89 @@ def summary_markdown(s, theory, gd):
     return "\n".join(lines) + "\n"
 
 
+def seed_summary(seed, history, params, task, theory, gd) -> dict:
+    """Patch association, phases and final errors (on fresh samples) of one run."""
+    key = jax.random.PRNGKey(seed)
+    final = evaluation.test_errors(jax.random.fold_in(key, 7), params, theory, task, gd.n_final_test)
+    phase_info = phases.detect_phases(history)
+    return {
+        "seed": seed,
+        "patch_association": phase_info["patch_association_step"] is not None,
+        "patch_association_step": phase_info["patch_association_step"],
+        "patch_association_share_final": float(history["patch_association_share"][-1]),
+        "test_error": float(final["test_error"]),
+        "label_noise_rate": float(final["label_noise_rate"]),
+        "final_loss": float(history["loss"][-1]),
+        "phases": phase_info,
+    }
+
+
 def main(argv):
     del argv
     theory, gd = configs_from_flags()
     if gd.risk == "population_exact" and theory.dataset != "structured":
         raise ConfigError("risk=population_exact needs dataset='structured'")
+    if FLAGS.seeds < 1 or (FLAGS.seeds > 1 and gd.risk == "population_exact"):
+        raise ConfigError(f"seeds={FLAGS.seeds}: use seeds >= 1 (and 1 with risk=population_exact)")
     workdir = FLAGS.workdir
     os.makedirs(workdir, exist_ok=True)
     write_json(os.path.join(workdir, "config.json"), {
-        "preset": FLAGS.preset, "seed": FLAGS.seed,
+        "preset": FLAGS.preset, "seed": FLAGS.seed, "seeds": FLAGS.seeds,
         "theory": dataclasses.asdict(theory), "gd": dataclasses.asdict(gd),
         "jax_devices": [str(d) for d in jax.devices()],
     })
     print(f"preset {FLAGS.preset}: {theory}\n{gd}\non {jax.device_count()} device(s)", flush=True)
 
+    seeds = list(range(FLAGS.seed, FLAGS.seed + FLAGS.seeds))
     key = jax.random.PRNGKey(FLAGS.seed)
+    progress = Progress(os.path.join(workdir, "metrics.jsonl"), gd.steps)
     t0 = time.perf_counter()
-    result = gd_lib.fit(key, theory, gd, on_eval=Progress(os.path.join(workdir, "metrics.jsonl"),
-                                                          gd.steps))
-    final = evaluation.test_errors(jax.random.fold_in(key, 7), result.params, theory, result.task,
-                                   gd.n_final_test)
+    if FLAGS.seeds == 1:
+        result = gd_lib.fit(key, theory, gd, on_eval=progress)
+        runs = [(result.history, result.params, result.task)]
+    else:  # history entries carry a seed axis; progress shows the mean over seeds
+        result = gd_lib.fit_seeds(jnp.stack([jax.random.PRNGKey(s) for s in seeds]), theory, gd,
+                                  on_eval=lambda e: progress({k: np.mean(v) for k, v in e.items()}))
+        pick = lambda tree, i: jax.tree.map(lambda a: a[i], tree)
+        runs = [({k: (v if k == "step" else v[:, i]) for k, v in result.history.items()},
+                 pick(result.params, i), pick(result.task, i)) for i in range(len(seeds))]
+    per_seed = [seed_summary(s, *run, theory, gd) for s, run in zip(seeds, runs)]
     seconds = time.perf_counter() - t0
-    phase_info = phases.detect_phases(result.history)
-    summary = {
-        "preset": FLAGS.preset,
-        "seed": FLAGS.seed,
-        "patch_association": phase_info["patch_association_step"] is not None,
-        "patch_association_step": phase_info["patch_association_step"],
-        "patch_association_share_final": float(result.history["patch_association_share"][-1]),
-        "test_error": float(final["test_error"]),
-        "label_noise_rate": float(final["label_noise_rate"]),
-        "final_loss": float(result.history["loss"][-1]),
-        "phases": phase_info,
-        "steps": gd.steps,
-        "seconds": seconds,
-    }
-    block_mask = data.same_set_mask(result.task.sets)
-    plots.plot_attention(os.path.join(workdir, "attention.png"), result.params["A"], block_mask)
-    plots.plot_dynamics(os.path.join(workdir, "dynamics.png"), result.history,
-                        phase_info["phases"])
-    plots.plot_test_error(os.path.join(workdir, "test_error.png"), result.history,
+    summary = {"preset": FLAGS.preset, **per_seed[0], "steps": gd.steps, "seconds": seconds}
+    if FLAGS.seeds > 1:
+        summary["seeds"] = {
+            "count": len(seeds),
+            "patch_association": sum(r["patch_association"] for r in per_seed),
+            "phases_in_order": sum(r["phases"]["in_order"] for r in per_seed),
+            "test_error_mean": float(np.mean([r["test_error"] for r in per_seed])),
+            "per_seed": per_seed,
+        }
+
+    history, params, task = runs[0]
+    phase_spans = summary["phases"]["phases"]
+    plots.plot_attention(os.path.join(workdir, "attention.png"), params["A"],
+                         data.same_set_mask(task.sets))
+    plots.plot_dynamics(os.path.join(workdir, "dynamics.png"), history, phase_spans)
+    plots.plot_test_error(os.path.join(workdir, "test_error.png"), history,
                           summary["label_noise_rate"])
     if gd.risk == "population_exact":  # (E) from the same start at each N, beside the exact (P) run
-        runs = overlay.empirical_runs(key, theory, gd, [int(n) for n in FLAGS.overlay_N],
-                                      task=result.task, params=result.init_params,
-                                      on_done=lambda n, r: print(f"(E) N={n}: {r.seconds:.1f}s",
-                                                                 flush=True))
-        plots.plot_overlay(os.path.join(workdir, "overlay.png"), result.history,
-                           {n: r.history for n, r in runs.items()}, phase_info["phases"])
+        empirical = overlay.empirical_runs(key, theory, gd, [int(n) for n in FLAGS.overlay_N],
+                                           task=result.task, params=result.init_params,
+                                           on_done=lambda n, r: print(f"(E) N={n}: {r.seconds:.1f}s",
+                                                                      flush=True))
+        plots.plot_overlay(os.path.join(workdir, "overlay.png"), history,
+                           {n: r.history for n, r in empirical.items()}, phase_spans)
     with open(os.path.join(workdir, "summary.md"), "w") as f:
         f.write(summary_markdown(summary, theory, gd))
     write_json(os.path.join(workdir, "summary.json"), summary)
     print(f"patch association: {summary['patch_association']} (step "
           f"{summary['patch_association_step']}); test error {100 * summary['test_error']:.2f}% vs "
           f"label noise {100 * summary['label_noise_rate']:.2f}%; phases in order: "
-          f"{phase_info['in_order']}; {seconds:.1f}s; results in {workdir}")
+          f"{summary['phases']['in_order']}; {seconds:.1f}s; results in {workdir}")
+    if FLAGS.seeds > 1:
+        agg = summary["seeds"]
+        print(f"{agg['count']} seeds: patch association in {agg['patch_association']}, phases in order "
+              f"in {agg['phases_in_order']}, mean test error {100 * agg['test_error_mean']:.2f}%")
 
 
 if __name__ == "__main__":

@@ -139,44 +139,74 @@ def split_keys(key):
     return {"task": k_task, "init": k_init, "train": k_train, "test": k_test}
 
 
-def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, params=None,
-        devices=None, on_eval: Callable[[dict], None] | None = None) -> FitResult:
-    """Run GD from `key` and return the final parameters and the history.
+def draw_run(key, cfg: TheoryConfig, gd: GDConfig, shards: int = 1, task: Task | None = None,
+             params=None):
+    """Everything a run draws from its key: (params, train, test, sample key, task).
 
-    `task` and `params` default to draws from `key` (pass them for transfer or for a shared
-    initialisation); `devices` (default: all) form the data mesh; `on_eval(entry)` sees every history
-    entry as it arrives (progress reporting).
+    `task` and `params` default to draws from `key` (pass them for transfer or a shared start); the
+    training set is empty unless the risk is empirical (the others draw fresh samples or need none).
     """
     keys = split_keys(key)
-    mesh = mesh_lib.data_mesh(devices)
-    shards = mesh.devices.size
     task = make_task(keys["task"], cfg) if task is None else task
     params = init_params(keys["init"], cfg, gd, task.w_star) if params is None else params
-    start = jax.tree.map(jnp.copy, params)
-
-    batch_sharding = mesh_lib.batch_sharding(mesh)
-    rep = mesh_lib.replicated(mesh)
     n_train = gd.N if gd.risk == "empirical" else 0
     train = make_batch(*sample(keys["train"], cfg, task, n_train), shards)
     test = make_batch(*sample(keys["test"], cfg, task, gd.n_test), shards)
-    train, test = jax.device_put((train, test), batch_sharding)
-    params, task_d = jax.device_put((params, task), rep)
-    sample_key = jax.device_put(keys["train"], rep)
+    return params, train, test, keys["train"], task
 
-    chunk = make_chunk_fn(cfg, gd, mesh)
-    evaluate_fn = jax.jit(functools.partial(evaluate, cfg=cfg, gd=gd))
-    t0 = time.perf_counter()
-    history = [_to_host(evaluate_fn(params, 0, train, test, sample_key, task_d))]
+
+def _run_chunks(chunk, evaluate_fn, params, args, steps, eval_every, on_eval):
+    """The host loop: an evaluation at step 0, then compiled chunks of `eval_every` steps."""
+    history = [_to_host(evaluate_fn(params, 0, *args))]
     if on_eval:
         on_eval(history[-1])
     step = 0
-    while step < gd.steps:
-        n = min(gd.eval_every, gd.steps - step)
-        params, entry = chunk(params, jnp.asarray(step), train, test, sample_key, task_d, n)
+    while step < steps:
+        n = min(eval_every, steps - step)
+        params, entry = chunk(params, jnp.asarray(step), *args, n)
         step += n
         history.append(_to_host(entry))
         if on_eval:
             on_eval(history[-1])
-    seconds = time.perf_counter() - t0
-    stacked = {k: np.stack([h[k] for h in history]) for k in history[0]}
-    return FitResult(jax.device_get(params), start, task, stacked, seconds)
+    return params, {k: np.stack([h[k] for h in history]) for k in history[0]}
+
+
+def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, params=None,
+        devices=None, on_eval: Callable[[dict], None] | None = None) -> FitResult:
+    """Run GD from `key` and return the final parameters and the history.
+
+    `task` and `params` default to draws from `key` (see `draw_run`); `devices` (default: all) form the
+    data mesh; `on_eval(entry)` sees every history entry as it arrives (progress reporting).
+    """
+    mesh = mesh_lib.data_mesh(devices)
+    params, train, test, sample_key, task = draw_run(key, cfg, gd, mesh.devices.size, task, params)
+    start = jax.tree.map(jnp.copy, params)
+    train, test = jax.device_put((train, test), mesh_lib.batch_sharding(mesh))
+    params, task_d, sample_key = jax.device_put((params, task, sample_key), mesh_lib.replicated(mesh))
+
+    evaluate_fn = jax.jit(functools.partial(evaluate, cfg=cfg, gd=gd))
+    t0 = time.perf_counter()
+    params, history = _run_chunks(make_chunk_fn(cfg, gd, mesh), evaluate_fn, params,
+                                  (train, test, sample_key, task_d), gd.steps, gd.eval_every, on_eval)
+    return FitResult(jax.device_get(params), start, task, history, time.perf_counter() - t0)
+
+
+def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *,
+              on_eval: Callable[[dict], None] | None = None) -> FitResult:
+    """`fit` for many seeds at once: every seed's run is vmapped inside the same compiled chunks.
+
+    keys: (S,) keys, one run each (its own task, start and samples, as `fit(keys[s], ...)` draws them).
+    The result carries a leading seed axis on params and task, and history entries of shape (T, S).
+    """
+    draw = jax.jit(jax.vmap(lambda k: draw_run(k, cfg, gd)))
+    params, train, test, sample_keys, tasks = draw(keys)
+    start = jax.tree.map(jnp.copy, params)
+    over_seeds = (0, None, 0, 0, 0, 0)
+    chunk = jax.jit(jax.vmap(functools.partial(train_chunk, cfg=cfg, gd=gd), in_axes=(*over_seeds, None)),
+                    static_argnums=6, donate_argnums=0)
+    evaluate_fn = jax.jit(jax.vmap(functools.partial(evaluate, cfg=cfg, gd=gd), in_axes=over_seeds))
+    t0 = time.perf_counter()
+    params, history = _run_chunks(chunk, evaluate_fn, params, (train, test, sample_keys, tasks),
+                                  gd.steps, gd.eval_every, on_eval)
+    history["step"] = history["step"][:, 0] if history["step"].ndim == 2 else history["step"]
+    return FitResult(jax.device_get(params), start, tasks, history, time.perf_counter() - t0)

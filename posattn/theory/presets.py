@@ -26,7 +26,9 @@ PRESETS = {
     ),
     "paper": (
         TheoryConfig(D=36, C=4, d=64, q=0.4),
-        GDConfig(N=20_000, steps=3000, lr=0.01, lr_A=30.0, a0=8.0, eval_every=50),
+        # lr = 0.003: once A concentrates, the pre-activations grow by up to D/C and lr = 0.01 for v
+        # makes GD unstable in phase III.
+        GDConfig(N=20_000, steps=2500, lr=0.003, lr_A=100.0, a0=8.0, eval_every=50),
     ),
     "fig2": (
         TheoryConfig(D=16, C=4, d=16, dataset="gaussian_cnn", cnn_width=1, cnn_shared_filter=True),
