@@ -53,6 +53,7 @@ flags.DEFINE_float("v_std", None, "scale of v at initialisation")
 flags.DEFINE_enum("v_init", None, ["random", "aligned"], "v^(0) random or along w*")
 flags.DEFINE_integer("eval_every", None, "GD steps between history entries")
 flags.DEFINE_integer("n_test", None, "fixed test set of the history")
+flags.DEFINE_integer("n_final_test", None, "fresh samples of the final test error")
 flags.DEFINE_list("overlay_N", [str(n) for n in overlay.DEFAULT_NS],
                   "with --risk=population_exact: the N of the (E) runs overlaid in overlay.png")
 

@@ -16,8 +16,8 @@ def run(*args):
 
 
 def test_tiny_run_writes_every_output(tmp_path):
-    out = run("--preset=small", "--d=16", "--N=2000", "--steps=300", "--eval_every=50",
-              "--a0=4", f"--workdir={tmp_path}")
+    out = run("--preset=small", "--d=16", "--N=2000", "--steps=150", "--eval_every=50",
+              "--a0=4", "--n_final_test=10000", f"--workdir={tmp_path}")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "steps/s" in out.stdout and "ETA" in out.stdout
     for name in ("config.json", "metrics.jsonl", "summary.json", "summary.md", "attention.png",
@@ -27,12 +27,24 @@ def test_tiny_run_writes_every_output(tmp_path):
     for key in ("patch_association", "patch_association_step", "test_error", "label_noise_rate",
                 "phases", "steps", "seconds"):
         assert key in summary, key
-    assert summary["steps"] == 300
+    assert summary["steps"] == 150
     assert 0 <= summary["label_noise_rate"] < 0.05
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(l)["step"] for l in lines] == [0, 50, 100, 150, 200, 250, 300]
+    assert [json.loads(l)["step"] for l in lines] == [0, 50, 100, 150]
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["theory"]["d"] == 16 and config["gd"]["N"] == 2000 and config["seed"] == 0
+
+
+def test_seeds_run_vmapped_with_one_summary_each(tmp_path):
+    out = run("--preset=small", "--d=8", "--N=500", "--steps=20", "--eval_every=10", "--seed=3",
+              "--seeds=2", "--n_test=1000", "--n_final_test=10000", f"--workdir={tmp_path}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["seed"] == 3 and summary["seeds"]["count"] == 2
+    assert [r["seed"] for r in summary["seeds"]["per_seed"]] == [3, 4]
+    assert summary["seeds"]["per_seed"][0]["test_error"] == summary["test_error"]
+    assert summary["seeds"]["per_seed"][0]["test_error"] != summary["seeds"]["per_seed"][1]["test_error"]
+    assert "2 seeds: patch association in" in out.stdout
 
 
 @pytest.mark.parametrize("args, words", [
@@ -44,6 +56,7 @@ def test_tiny_run_writes_every_output(tmp_path):
     (["--preset=huge"], "unknown preset"),
     (["--risk=bayes"], "risk"),
     (["--partition=hex"], "partition"),
+    (["--seeds=0"], "seeds=0"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, args, words):
     out = run(*args, f"--workdir={tmp_path}")

@@ -4,11 +4,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from posattn.theory import GDConfig, TheoryConfig, fit, make_task, sample, same_set_mask
-from posattn.theory.gd import gd_update
+from posattn.theory.gd import fit_seeds, gd_update
 from posattn.theory.model import empirical_risk
 
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
-GD = GDConfig(N=1000, steps=60, lr=0.01, lr_A=30.0, a0=4.0, eval_every=20, n_test=1000)
+GD = GDConfig(N=1000, steps=40, lr=0.01, lr_A=30.0, a0=4.0, eval_every=20, n_test=1000)
 
 
 def test_diagonal_never_moves_and_history_is_complete():
@@ -17,10 +17,10 @@ def test_diagonal_never_moves_and_history_is_complete():
     off = ~np.eye(16, dtype=bool)
     assert np.abs(result.params["A"] - result.init_params["A"])[off].max() > 1e-3  # A did move
     h = result.history
-    np.testing.assert_array_equal(h["step"], [0, 20, 40, 60])
+    np.testing.assert_array_equal(h["step"], [0, 20, 40])
     for name in ("loss", "test_error", "alpha", "cos_v_wstar", "v_perp_norm", "A_within",
                  "A_across", "patch_association_share"):
-        assert h[name].shape == (4,) and np.isfinite(h[name]).all(), name
+        assert h[name].shape == (3,) and np.isfinite(h[name]).all(), name
 
 
 def test_gd_update_is_plain_gradient_descent():
@@ -34,7 +34,7 @@ def test_gd_update_is_plain_gradient_descent():
 def test_one_and_eight_devices_agree():
     assert jax.device_count() == 8
     for risk, n in (("empirical", 1003), ("population_mc", 1000)):  # 1003: padding is masked
-        gd = GDConfig(**{**GD.__dict__, "risk": risk, "N": n})
+        gd = GDConfig(**{**GD.__dict__, "risk": risk, "N": n, "steps": 20})
         one = fit(jax.random.PRNGKey(1), CFG, gd, devices=jax.devices()[:1])
         eight = fit(jax.random.PRNGKey(1), CFG, gd)
         for name in ("A", "v"):
@@ -57,10 +57,17 @@ def test_uniform_attention_gets_no_signal_for_patch_association():
     assert gaps[8.0] < 0  # descent raises within-set entries above across-set ones
 
 
-def test_small_problem_learns_patch_association():
-    gd = GDConfig(N=4000, steps=600, lr=0.01, lr_A=30.0, a0=4.0, eval_every=100, n_test=2000)
-    result = fit(jax.random.PRNGKey(0), CFG, gd)
-    h = result.history
-    assert h["patch_association_share"][-1] == 1.0
-    assert h["test_error"][-1] < 0.03 < h["test_error"][0]
-    assert h["cos_v_wstar"][-1] > 0.9
+def test_small_problem_learns_patch_association_for_every_seed():
+    gd = GDConfig(N=4000, steps=400, lr=0.003, lr_A=30.0, a0=4.0, eval_every=200, n_test=2000)
+    h = fit_seeds(jax.random.split(jax.random.PRNGKey(0), 3), CFG, gd).history
+    np.testing.assert_array_equal(h["patch_association_share"][-1], 1.0)
+    assert (h["test_error"][-1] < 0.03).all() and (h["test_error"][0] > 0.1).all()
+    assert (h["cos_v_wstar"][-1] > 0.9).all()
+
+
+def test_a_vmapped_seed_is_the_run_fit_makes_from_its_key():
+    keys = jax.random.split(jax.random.PRNGKey(5), 3)
+    many = fit_seeds(keys, CFG, GD)
+    one = fit(keys[2], CFG, GD)
+    np.testing.assert_allclose(one.params["v"], many.params["v"][2], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(one.history["loss"], many.history["loss"][:, 2], rtol=1e-4)
