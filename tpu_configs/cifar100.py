@@ -18,27 +18,7 @@ Paper (JSL22 Figure 7, median of 10 seeds): vanilla 68.00%, positional 67.95% te
 """
 from posattn.vision import config as cfg_lib
 
-NUM_TRAIN, EPOCHS, BATCH = 50_000, 200, 512
-
 
 def get_config(arg=None):
     args = cfg_lib.parse_arg(arg, allowed=("attention", "model", "local"))
-    c = cfg_lib.base_config()
-    c.dataset = "cifar100"
-    c.model.variant = "Ti/4"
-    c.global_batch_size = BATCH
-    c.eval_batch_size = 1000
-    c.total_steps = EPOCHS * NUM_TRAIN // BATCH
-    c.optimizer.lr = 1e-3
-    c.optimizer.weight_decay = 0.05
-    c.optimizer.warmup_steps = 5 * NUM_TRAIN // BATCH
-    c.augment.crop_padding = 4
-    c.augment.flip = True
-    c.augment.randaugment_layers = 2
-    c.augment.randaugment_magnitude = 9
-    c.label_smoothing = 0.1
-    c.compute_dtype = "bfloat16"
-    c.log_every = 100
-    c.eval_every = 10 * NUM_TRAIN // BATCH
-    c.checkpoint_every = 1000
-    return cfg_lib.apply_common_args(c, args)
+    return cfg_lib.apply_common_args(cfg_lib.small_image_recipe("cifar100", num_train=50_000), args)

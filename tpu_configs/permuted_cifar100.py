@@ -26,30 +26,18 @@ Paper (JSL22 Figure 5, test accuracy %, g = 2 / 4 / 8 / 16 / 32):
 """
 from posattn.vision import config as cfg_lib
 
-NUM_TRAIN, EPOCHS, BATCH = 50_000, 200, 512
-
 
 def get_config(arg=None):
     args = cfg_lib.parse_arg(arg, allowed=("attention", "model", "block", "local"))
-    c = cfg_lib.base_config()
-    c.dataset = "cifar100"
+    c = cfg_lib.small_image_recipe("cifar100", num_train=50_000)
     c.permute_block = args.get("block", 2)
     c.permute_seed = 0
     c.model.name = args.get("model", "vit")
-    c.model.variant = "Ti/4"
     c.model.patch_size = 2
-    c.global_batch_size = BATCH
-    c.eval_batch_size = 1000
-    c.total_steps = EPOCHS * NUM_TRAIN // BATCH
     c.optimizer.lr = 1e-3 if c.model.name == "vit" else 2e-3
-    c.optimizer.weight_decay = 0.05
-    c.optimizer.warmup_steps = 5 * NUM_TRAIN // BATCH
+    # Pixel blocks are permuted on the host, before the on-device augmentation: crop and flip of a
+    # permuted image would mix blocks, so the permuted runs are not augmented.
     c.augment.crop_padding = 0
     c.augment.flip = False
     c.augment.randaugment_layers = 0
-    c.label_smoothing = 0.1
-    c.compute_dtype = "bfloat16"
-    c.log_every = 100
-    c.eval_every = 10 * NUM_TRAIN // BATCH
-    c.checkpoint_every = 1000
     return cfg_lib.apply_common_args(c, args)

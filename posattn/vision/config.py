@@ -63,6 +63,32 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+def small_image_recipe(dataset: str, num_train: int, *, epochs: int = 200, batch: int = 512,
+                       eval_batch: int = 1000) -> ml_collections.ConfigDict:
+    """SPEC 2.2's recipe [D] for the 32 x 32 datasets (JSL22 Figures 5 and 7): ViT-Ti/4-like, AdamW
+    (lr 1e-3, weight decay 0.05), 5 epochs of warm-up then cosine decay, label smoothing 0.1, bf16
+    compute, crop (pad 4) + flip + RandAugment(2, 9); configs change only what differs."""
+    c = base_config()
+    c.dataset = dataset
+    c.model.variant = "Ti/4"
+    c.global_batch_size = batch
+    c.eval_batch_size = eval_batch
+    c.total_steps = epochs * num_train // batch
+    c.optimizer.lr = 1e-3
+    c.optimizer.weight_decay = 0.05
+    c.optimizer.warmup_steps = 5 * num_train // batch
+    c.augment.crop_padding = 4
+    c.augment.flip = True
+    c.augment.randaugment_layers = 2
+    c.augment.randaugment_magnitude = 9
+    c.label_smoothing = 0.1
+    c.compute_dtype = "bfloat16"
+    c.log_every = 100
+    c.eval_every = 10 * num_train // batch
+    c.checkpoint_every = 1000
+    return c
+
+
 def parse_arg(arg: str | None, *, allowed=("attention", "model", "block", "local")) -> dict:
     """Split a config argument such as "vanilla,local" into {"attention": "vanilla", "local": True}."""
     out = {"local": False}
