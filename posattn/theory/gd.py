@@ -22,6 +22,7 @@ from posattn.theory import metrics
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import Task, make_task, sample
 from posattn.theory.model import empirical_risk, forward, init_params
+from posattn.theory.population import population_risk
 
 
 class Batch(NamedTuple):
@@ -66,9 +67,7 @@ def training_risk(params, step, train: Batch, key, task: Task, *, cfg: TheoryCon
         if sharding is not None:
             X = jax.lax.with_sharding_constraint(X, sharding)
         return empirical_risk(params, X, y, cfg)
-    from posattn.theory.population import population_risk  # the exact (P) of SPEC 1.5
-
-    return population_risk(params, cfg, task)
+    return population_risk(params, cfg, task)  # the exact (P) of SPEC 1.5
 
 
 def evaluate(params, step, train: Batch, test: Batch, key, task: Task, *, cfg, gd, sharding=None):
@@ -76,9 +75,7 @@ def evaluate(params, step, train: Batch, test: Batch, key, task: Task, *, cfg, g
     scores = forward(params, test.X, cfg)
     test_loss = empirical_risk(params, test.X, test.y, cfg, test.weight)
     wrong = (test.y * scores <= 0).astype(jnp.float32)
-    if gd.risk == "empirical":
-        loss = training_risk(params, step, train, key, task, cfg=cfg, gd=gd)
-    elif gd.risk == "population_mc":
+    if gd.risk == "population_mc":
         loss = test_loss  # a fresh-sample estimate of the population risk (P)
     else:
         loss = training_risk(params, step, train, key, task, cfg=cfg, gd=gd)
