@@ -19,7 +19,7 @@ def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000, ch
     """
     def one(k):
         X, y = sample(k, cfg, task, chunk)
-        return jnp.stack([(y * forward(params, X, cfg) <= 0).mean(),
+        return jnp.stack([(~(y * forward(params, X, cfg) > 0)).mean(),
                           (y * labelling_function(X, cfg, task) <= 0).mean()])
 
     errors = jax.lax.map(one, jax.random.split(key, max(1, n // chunk))).mean(0)

@@ -74,7 +74,7 @@ def evaluate(params, step, train: Batch, test: Batch, key, task: Task, *, cfg, g
     """The history entry at `step`: risks, test error and the parameter scalars of the proof sketch."""
     scores = forward(params, test.X, cfg)
     test_loss = empirical_risk(params, test.X, test.y, cfg, test.weight)
-    wrong = (test.y * scores <= 0).astype(jnp.float32)
+    wrong = (~(test.y * scores > 0)).astype(jnp.float32)  # a NaN score (divergence) is wrong
     if gd.risk == "population_mc":
         loss = test_loss  # a fresh-sample estimate of the population risk (P)
     else:

@@ -60,7 +60,7 @@ def fit_glm(key, X, y, *, steps: int = 2000, lr: float = 1e-2, hidden: int = 32)
 def glm_test_error(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000) -> jax.Array:
     """P[y g(X) <= 0] on n fresh samples."""
     X, y = sample(key, cfg, task, n)
-    return (y * glm_forward(params, X) <= 0).mean()
+    return (~(y * glm_forward(params, X) > 0)).mean()
 
 
 def oracle_error(key, cfg: TheoryConfig, task: Task, n: int = 1_000_000) -> jax.Array:

@@ -64,4 +64,4 @@ def parameter_metrics(params, task: Task) -> dict:
 
 def classification_error(scores: jax.Array, y: jax.Array) -> jax.Array:
     """Share of samples with sign(score) != y (a score of 0 counts as an error)."""
-    return (y * scores <= 0).mean()
+    return (~(y * scores > 0)).mean()  # NaN counts as wrong
