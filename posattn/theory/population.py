@@ -117,14 +117,29 @@ def general_risk(A, alpha, t, cfg: TheoryConfig, task: Task) -> jax.Array:
     return jax.lax.map(chunk_risk, jnp.arange(3**n // chunk)).sum() / L
 
 
+def _three_value_deviation_host(A, sets) -> tuple[float, float]:
+    """(deviation, tolerance) of `is_three_valued`, in numpy for concrete A (no op-by-op dispatch)."""
+    A = np.asarray(A)
+    sets = np.asarray(sets)
+    ell = np.empty(A.shape[0], np.int64)
+    ell[sets.reshape(-1)] = np.repeat(np.arange(len(sets)), sets.shape[1])
+    same = ell[:, None] == ell[None, :]
+    eye = np.eye(A.shape[0], dtype=bool)
+    within, across = same & ~eye, ~same
+    rho = A[across].mean()
+    fit = np.where(eye, A[eye].mean(), np.where(within, A[within].mean() if within.any() else rho, rho))
+    tol = 64 * np.finfo(np.result_type(A.dtype, np.float32)).eps * (1 + np.abs(A).max())
+    return float(np.abs(A - fit).max()), float(tol)
+
+
 def choose_method(params, cfg: TheoryConfig, task: Task) -> str:
     """The path for concrete params: "three_value" if A is, else "general" if it fits, else ConfigError."""
     check_config(cfg)
-    if bool(is_three_valued(params["A"], task.sets)):
+    dev, tol = _three_value_deviation_host(params["A"], task.sets)
+    if dev <= tol:
         return "three_value"
     if general_pattern_count(cfg) <= MAX_GENERAL_PATTERNS:
         return "general"
-    dev = float(three_value_form(params["A"], task.sets)[3])
     raise ConfigError(
         f"exact population risk: A is not three-valued (an entry is {dev:.3g} from the three-value "
         f"form) and the general enumeration at D={cfg.D}, C={cfg.C} needs L*3^(D-C) = "
@@ -134,32 +149,40 @@ def choose_method(params, cfg: TheoryConfig, task: Task) -> str:
         f"risk='population_mc'")
 
 
+def _traced_risk(params, cfg: TheoryConfig, task: Task, method: str | None) -> jax.Array:
+    A, v = params["A"], params["v"]
+    alpha, t = value_statistics(v, task.w_star.astype(v.dtype), cfg)
+    a, gamma, rho, _ = three_value_form(A, task.sets)
+    sym = lambda: three_value_risk(alpha, t, a, gamma, rho, cfg)
+    gen = lambda: general_risk(A, alpha, t, cfg, task)
+    if method == "three_value":
+        return sym()
+    if method == "general":
+        return gen()
+    ok = is_three_valued(A, task.sets)
+    if general_pattern_count(cfg) <= MAX_GENERAL_PATTERNS:
+        return jax.lax.cond(ok, sym, gen)
+    return sym() * jnp.where(ok, 1.0, jnp.nan)  # traced A that only the general path could take
+
+
+_jitted_risk = jax.jit(_traced_risk, static_argnames=("cfg", "method"))
+
+
 def population_risk(params, cfg: TheoryConfig, task: Task, method: str | None = None) -> jax.Array:
     """The population risk (P) of Eq. (T): E over the data distribution of log(1 + exp(-y F(X))).
 
     Exact over the signal set and the features; second order in ||v_perp||^2 for the noise (module
     docstring). Differentiable with `jax.grad` in params = {"A": (D, D), "v": (d,)}; the dtype follows
     params (enable float64 with `jax.enable_x64` for tests). `method` forces a path ("three_value" reads
-    A through its three means, "general" enumerates); None chooses as the module docstring says.
+    A through its three means, "general" enumerates); None chooses as the module docstring says: on the
+    values when params are concrete (then the call is jitted), with traced checks under a trace.
     """
     check_config(cfg)
-    A, v = params["A"], params["v"]
-    alpha, t = value_statistics(v, task.w_star.astype(v.dtype), cfg)
-    a, gamma, rho, _ = three_value_form(A, task.sets)
-    sym = lambda: three_value_risk(alpha, t, a, gamma, rho, cfg)
-    gen = lambda: general_risk(A, alpha, t, cfg, task)
-    if method is None and not isinstance(A, jax.core.Tracer):
-        method = choose_method(params, cfg, task)
-    if method == "three_value":
-        return sym()
-    if method == "general":
-        return gen()
-    if method is not None:
+    if method is not None and method not in METHODS:
         raise ConfigError(f"method={method!r}: choose one of {METHODS} or None")
-    ok = is_three_valued(A, task.sets)
-    if general_pattern_count(cfg) <= MAX_GENERAL_PATTERNS:
-        return jax.lax.cond(ok, sym, gen)
-    return sym() * jnp.where(ok, 1.0, jnp.nan)  # traced A that only the general path could take
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((params, task))):
+        return _traced_risk(params, cfg, task, method)
+    return _jitted_risk(params, cfg, task, method or choose_method(params, cfg, task))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "method"))
