@@ -24,9 +24,12 @@ def plot_permuted(path: str, summary: dict) -> None:
         if base in per:
             ax.axhline(per[base]["mean"], ls="--", color=colour, lw=1)
     ax.set_xscale("log", base=2)
+    ticks = sorted({int(g) for per in summary["accuracy"].values() for g in per})
+    ax.set_xticks(ticks, [str(g) for g in ticks])
     ax.set_xlabel(f"pixel-block size g (g = {base}: unpermuted, dashed)")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(f"permuted {summary['dataset']} (JSL22 Fig. 5), seeds {summary['seeds']}")
+    seeds = ", ".join(f"{LABELS.get(m, m).split(' ')[0]} {n}" for m, n in summary["seeds"].items())
+    ax.set_title(f"permuted {summary['dataset']} (JSL22 Fig. 5); seeds: {seeds}", fontsize=10)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -34,14 +37,20 @@ def plot_permuted(path: str, summary: dict) -> None:
 
 
 def permuted_table(summary: dict) -> str:
-    """Markdown: mean +- std (%) per model and g, with the paper's number where it has one."""
+    """Markdown: mean +- std (%) over seeds per model and g (the value alone for one seed), with the
+    paper's number where it has one."""
     gs = sorted({g for per in summary["accuracy"].values() for g in per}, key=int)
     paper = summary.get("paper") or {}
     lines = ["| model | " + " | ".join(f"g={g}" for g in gs) + " |", "|---" * (len(gs) + 1) + "|"]
     for model, per in summary["accuracy"].items():
         cells = []
         for g in gs:
-            cell = f"{per[g]['mean']:.2f} ± {per[g]['std']:.2f}" if g in per else "-"
+            if g not in per:
+                cell = "-"
+            elif per[g]["n"] == 1:  # one seed: no spread to show
+                cell = f"{per[g]['mean']:.2f}"
+            else:
+                cell = f"{per[g]['mean']:.2f} ± {per[g]['std']:.2f}"
             ref = paper.get(model, {}).get(g)
             cells.append(cell + (f" (paper {ref})" if ref is not None else ""))
         lines.append(f"| {LABELS.get(model, model)} | " + " | ".join(cells) + " |")
