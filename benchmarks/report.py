@@ -12,8 +12,10 @@ HEADER = "# Benchmarks\n\nEach section is written by the script it names; rerun 
 
 def machine() -> str:
     devices = jax.devices()
+    # The load average says whether other jobs shared the CPU: CPU timings are only comparable when low.
     return (f"{len(devices)} x {devices[0].device_kind} ({jax.default_backend()}), "
-            f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, jax {jax.__version__}")
+            f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}, jax {jax.__version__}, "
+            f"load average {os.getloadavg()[0]:.1f} at the end of the run")
 
 
 def update_section(name: str, body: str, path: str = DOCS) -> None:
