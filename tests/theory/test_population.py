@@ -75,7 +75,7 @@ def test_heat_laplacians_match_autodiff(activation):
         f = lambda g: jax.nn.softplus(-heat.activation_derivatives(u + M @ g, activation)[0].sum())
         lap = lambda h: lambda g: jnp.trace(jax.hessian(h)(g))
         g0 = jnp.zeros(3)
-        lap1, lap2 = lap(f)(g0), lap(lap(f))(g0)
+        lap1, lap2 = jax.jit(lambda g: (lap(f)(g), lap(lap(f))(g)))(g0)
         # expected_loss = phi + t/2 Lap + t^2/8 Lap^2: read the two coefficients off t = 1, 2.
         e1, e2 = (heat.expected_loss_dense(u, M @ M.T, t, activation) for t in (1.0, 2.0))
         phi = f(g0)
@@ -218,7 +218,7 @@ def test_three_value_path_against_monte_carlo_paper_preset():
 # ---------------------------------------------------------------------------------------------------
 # Derivatives.
 
-@pytest.mark.parametrize("cfg, method", [(CHEAP, "general"), (PAPER, "three_value"),
+@pytest.mark.parametrize("cfg, method", [(CHEAP, "general"), (SMALL, "three_value"),
                                          (TheoryConfig(D=16, C=4, d=8, q=0.3, activation="quintic",
                                                        noise="isotropic"), "three_value")])
 def test_gradient_matches_central_differences(cfg, method):
