@@ -87,7 +87,7 @@ def plot_overlay(path, exact_history, runs, phases=None):
         ax.plot(exact_history["step"], value(exact_history, True), color="k", lw=2.2, ls="--",
                 label="(P), exact")
         ax.set_xlabel("GD step")
-        ax.set_title(name)
+        ax.set_title(name, pad=14)  # room for the phase labels above the axes
     axes[0].set_yscale("log")
     axes[0].legend(fontsize=8)
     fig.suptitle("GD on the empirical risk (E) approaches GD on the exact population risk (P) as N grows",
