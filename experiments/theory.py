@@ -128,7 +128,8 @@ def summary_markdown(s, theory, gd):
         f"| wall time | {s['seconds']:.1f}s | |",
         "",
         "Figures: `attention.png` (A beside the true sets), `dynamics.png` (phases shaded), "
-        "`test_error.png`.",
+        "`test_error.png`" + (", `overlay.png` ((E) at several N beside the exact (P))."
+                              if gd.risk == "population_exact" else "."),
     ]
     return "\n".join(lines) + "\n"
 
