@@ -6,8 +6,9 @@
 
 Boundaries use thresholds relative to the run itself, so they do not depend on the scale of the
 problem:
-- v aligned: the first step where cos(v, w*) reaches `align` x its largest value in the run (with
-  finite N, v keeps a part that fits the noise, so cos(v, w*) need not approach 1);
+- v aligned: the first step where cos(v, w*) reaches `align` x its largest value up to the end of
+  phase I, and at least `min_cos` (with finite N, v keeps a part that fits the noise, so cos(v, w*)
+  plateaus below 1 in phase I and rises again in III as that part shrinks);
 - end of I / start of II: the first step where gamma - rho reaches `separation` x its largest value;
 - end of II / start of III: the first step after that where the risk is `loss_drop` below its value at
   the start of II.
@@ -34,8 +35,8 @@ def _first(steps, condition, start: int = 0) -> int | None:
     return int(steps[hits[0]]) if hits.size else None
 
 
-def detect_phases(history: dict, *, align: float = 0.9, separation: float = 0.1,
-                  loss_drop: float = 0.2) -> dict:
+def detect_phases(history: dict, *, align: float = 0.9, min_cos: float = 0.5,
+                  separation: float = 0.1, loss_drop: float = 0.2) -> dict:
     """Step boundaries of the three phases and whether they occur in order.
 
     Returns a dict with `v_aligned_step`, `separation_step`, `risk_fall_step`,
@@ -48,8 +49,9 @@ def detect_phases(history: dict, *, align: float = 0.9, separation: float = 0.1,
     loss = np.asarray(history["loss"])
     last = int(steps[-1])
 
-    t_align = _first(steps, cos >= align * cos.max()) if cos.max() > 0 else None
     t_sep = _first(steps, gap >= separation * gap.max()) if gap.max() > 0 else None
+    phase_one = steps <= (steps[-1] if t_sep is None else t_sep)
+    t_align = _first(steps, cos >= max(align * cos[phase_one].max(), min_cos))
     t_fall = None
     if t_sep is not None:
         plateau = loss[np.searchsorted(steps, t_sep)]
