@@ -2,7 +2,7 @@
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import (Task, grid_sets, labelling_function, make_task, same_set_mask, sample,
                                  set_index)
-from posattn.theory.gd import fit, gd_update, train_chunk
+from posattn.theory.gd import fit, fit_seeds, gd_update, train_chunk
 from posattn.theory.metrics import (parameter_metrics, patch_association, top_c_overlap,
                                     within_across_means)
 from posattn.theory.model import attention, empirical_risk, forward, init_params, sigma
