@@ -138,26 +138,32 @@ def make_train_step(config, setup: Setup, tx: optax.GradientTransformation):
 
 
 def make_eval_step(setup: Setup):
-    """(state, batch) -> {"correct", "count", "loss_sum"}: sums over the unmasked rows of a global batch."""
+    """(state, batch, totals) -> totals plus the sums over the unmasked rows of a global batch.
 
-    def step(state, batch):
+    totals = {"correct", "count", "loss_sum"}. Accumulating inside the compiled step (rather than
+    adding the per-batch sums eagerly) keeps a multi-host evaluation to one program per batch: eager
+    ops on arrays that span processes are programs of their own, interleaved with the collectives.
+    """
+
+    def step(state, batch, totals):
         images = augment.preprocess_eval(batch["image"], setup.info)
         logits = setup.model.apply(_variables(state["params"], state["batch_stats"]), images, train=False)
         labels = jax.nn.one_hot(batch["label"], setup.info.num_classes, dtype=jnp.float32)
         mask = batch["mask"].astype(jnp.float32)
         correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)
         loss = optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
-        return {"correct": jnp.sum(correct * mask), "count": jnp.sum(mask), "loss_sum": jnp.sum(loss * mask)}
+        sums = {"correct": jnp.sum(correct * mask), "count": jnp.sum(mask), "loss_sum": jnp.sum(loss * mask)}
+        return jax.tree.map(jnp.add, totals, sums)
 
     return step
 
 
 def evaluate(eval_step, state, config, mesh) -> dict:
     """Accuracy = correct / total over every test example, each counted once, summed over all hosts."""
-    totals = None
+    zeros = lambda: {k: jnp.zeros((), jnp.float32) for k in ("correct", "count", "loss_sum")}
+    totals = jax.jit(zeros, out_shardings=replicated(mesh))()  # made where it lives: no host transfer
     for local in data.eval_batches(config, "test"):
-        sums = eval_step(state, mesh_lib.global_batch(local, mesh))
-        totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+        totals = eval_step(state, mesh_lib.global_batch(local, mesh), totals)
     totals = jax.device_get(totals)
     count = int(totals["count"])
     return {"test_accuracy": float(totals["correct"]) / count, "test_loss": float(totals["loss_sum"]) / count,
@@ -258,7 +264,8 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
 
     train_step = jax.jit(make_train_step(config, setup, tx), in_shardings=(repl, batch_shard),
                          out_shardings=(repl, repl), donate_argnums=(0,))
-    eval_step = jax.jit(make_eval_step(setup), in_shardings=(repl, batch_shard), out_shardings=repl)
+    eval_step = jax.jit(make_eval_step(setup), in_shardings=(repl, batch_shard, repl), out_shardings=repl,
+                        donate_argnums=(2,))
 
     total, batch_size = config.total_steps, config.global_batch_size
     batches = data.train_batches(config, start_step=start)

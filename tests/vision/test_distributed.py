@@ -3,6 +3,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
@@ -33,25 +34,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
+def run_two_processes(workdir) -> list[str]:
+    """Both processes' stdout. A hang ends in SIGABRT, whose faulthandler dump of every thread (in the
+    failure message) shows where each process stood."""
     port = free_port()
-    procs = []
+    procs, logs = [], []
     for process_id in range(2):
         env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
                    JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
-                   JAX_PROCESS_ID=str(process_id))
+                   JAX_PROCESS_ID=str(process_id), PYTHONFAULTHANDLER="1")
+        out, err = (open(workdir.parent / f"process{process_id}.{s}", "w+") for s in ("out", "err"))
+        logs.append((out, err))  # files, not pipes: a full pipe buffer would stall a process
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "experiments.train_images", *FLAGS, f"--workdir={tmp_path / 'two'}"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            [sys.executable, "-m", "experiments.train_images", *FLAGS, f"--workdir={workdir}"],
+            cwd=ROOT, env=env, stdout=out, stderr=err, text=True))
     try:
-        outputs = [p.communicate(timeout=300) for p in procs]
-    finally:
         for p in procs:
-            p.kill()
-    for p, (out, err) in zip(procs, outputs):
-        assert p.returncode == 0, err[-3000:]
-    assert "2 processes" in outputs[0][0] and "summary:" in outputs[0][0]
-    assert "summary:" not in outputs[1][0] and "step 20/20" not in outputs[1][0]  # only process 0 reports
+            p.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.send_signal(signal.SIGABRT)
+            p.wait()
+    results = []
+    for p, (out, err) in zip(procs, logs):
+        out.seek(0), err.seek(0)
+        results.append(out.read())
+        assert p.returncode == 0, f"process {len(results) - 1} exited {p.returncode}:\n{err.read()[-6000:]}"
+    return results
+
+
+def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
+    outputs = run_two_processes(tmp_path / "two")
+    assert "2 processes" in outputs[0] and "summary:" in outputs[0]
+    assert "summary:" not in outputs[1] and "step 20/20" not in outputs[1]  # only process 0 reports
 
     c = digits_local()
     state8, summary8 = train.train(c, str(tmp_path / "one"))
