@@ -105,6 +105,7 @@ def train_chunk(params, step, train: Batch, test: Batch, key, task: Task, num_st
     return params, evaluate(params, step, train, test, key, task, cfg=cfg, gd=gd)
 
 
+@functools.lru_cache(maxsize=32)  # a loop of `fit` calls on one problem compiles once
 def make_chunk_fn(cfg: TheoryConfig, gd: GDConfig, mesh) -> Callable:
     """`train_chunk` compiled once per `num_steps`, sample axis of the data sharded over `mesh`."""
     sharding = mesh_lib.batch_sharding(mesh)
@@ -116,6 +117,11 @@ def make_chunk_fn(cfg: TheoryConfig, gd: GDConfig, mesh) -> Callable:
         out_shardings=(rep, rep),
         donate_argnums=0,
     )
+
+
+@functools.lru_cache(maxsize=32)
+def _evaluate_fn(cfg: TheoryConfig, gd: GDConfig) -> Callable:
+    return jax.jit(functools.partial(evaluate, cfg=cfg, gd=gd))
 
 
 class FitResult(NamedTuple):
@@ -181,9 +187,8 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, param
     train, test = jax.device_put((train, test), mesh_lib.batch_sharding(mesh))
     params, task_d, sample_key = jax.device_put((params, task, sample_key), mesh_lib.replicated(mesh))
 
-    evaluate_fn = jax.jit(functools.partial(evaluate, cfg=cfg, gd=gd))
     t0 = time.perf_counter()
-    params, history = _run_chunks(make_chunk_fn(cfg, gd, mesh), evaluate_fn, params,
+    params, history = _run_chunks(make_chunk_fn(cfg, gd, mesh), _evaluate_fn(cfg, gd), params,
                                   (train, test, sample_key, task_d), gd.steps, gd.eval_every, on_eval)
     return FitResult(jax.device_get(params), start, task, history, time.perf_counter() - t0)
 

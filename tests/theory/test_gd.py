@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posattn.theory import GDConfig, TheoryConfig, fit, make_task, sample, same_set_mask
-from posattn.theory.gd import fit_seeds, gd_update
+from posattn.theory.gd import fit_seeds, gd_update, make_chunk_fn
 from posattn.theory.model import empirical_risk
 
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
@@ -21,6 +21,14 @@ def test_diagonal_never_moves_and_history_is_complete():
     for name in ("loss", "test_error", "alpha", "cos_v_wstar", "v_perp_norm", "A_within",
                  "A_across", "patch_association_share"):
         assert h[name].shape == (3,) and np.isfinite(h[name]).all(), name
+
+
+def test_a_loop_of_fits_builds_its_compiled_chunk_once():
+    gd = GDConfig(N=64, steps=4, eval_every=2, n_test=64)
+    misses = make_chunk_fn.cache_info().misses
+    a, b = (fit(jax.random.PRNGKey(seed), CFG, gd) for seed in (1, 2))
+    assert make_chunk_fn.cache_info().misses == misses + 1
+    assert not np.allclose(a.params["v"], b.params["v"])  # two runs, not one result reused
 
 
 def test_gd_update_is_plain_gradient_descent():
