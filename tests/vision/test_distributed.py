@@ -34,7 +34,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_two_processes(workdir) -> list[str]:
+def run_two_processes(workdir, timeout: float = 300) -> list[str]:
     """Both processes' stdout. A hang ends in SIGABRT, whose faulthandler dump of every thread (in the
     failure message) shows where each process stood."""
     port = free_port()
@@ -48,10 +48,12 @@ def run_two_processes(workdir) -> list[str]:
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "experiments.train_images", *FLAGS, f"--workdir={workdir}"],
             cwd=ROOT, env=env, stdout=out, stderr=err, text=True))
+    verdict = "exited with status"
     try:
         for p in procs:
-            p.wait(timeout=300)
+            p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        verdict = f"hung for {timeout} s; its threads' stacks below; aborted, status"
         for p in procs:
             p.send_signal(signal.SIGABRT)
             p.wait()
@@ -59,7 +61,7 @@ def run_two_processes(workdir) -> list[str]:
     for p, (out, err) in zip(procs, logs):
         out.seek(0), err.seek(0)
         results.append(out.read())
-        assert p.returncode == 0, f"process {len(results) - 1} exited {p.returncode}:\n{err.read()[-6000:]}"
+        assert p.returncode == 0, f"process {len(results) - 1} {verdict} {p.returncode}:\n{err.read()[-6000:]}"
     return results
 
 
