@@ -22,6 +22,11 @@ def _parse_flags(argv):
         return flags.FLAGS(argv)
     except flags.Error as e:
         fail(e)
+    except (AttributeError, KeyError) as e:  # ml_collections: an override of a field the config lacks
+        while e.args and isinstance(e.args[0], BaseException):  # its KeyError, wrapped
+            e = e.args[0]
+        overrides = [a.split("=")[0] for a in argv[1:] if a.startswith("--config.")]
+        fail(f"no such config field {e.args[0] if e.args else e} (overrides given: {', '.join(overrides)})")
 
 
 def run(main) -> None:

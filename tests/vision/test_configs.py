@@ -75,6 +75,7 @@ def run_binary(*overrides, workdir):
     ("--config.model.name=alexnet", "unknown model name 'alexnet'"),
     ("--config.model.attention=linear", "unknown attention 'linear'"),
     ("--config.dataset=cifar10", "tfds build cifar10 --file_format=array_record"),
+    ("--config.model.patchsize=2", "no such config field 'patchsize' Did you mean \"patch_size\""),
 ])
 def test_bad_config_exits_2_with_one_line(override, message, tmp_path):
     extra = [f"--config.data_dir={tmp_path / 'tfds'}"] if "cifar10" in override else []
