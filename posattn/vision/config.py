@@ -39,6 +39,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.attention = "positional"
     c.model.pos_shared = True
     c.model.pos_add = False
+    c.model.pos_init_std = 1.0  # std of the initial P (see posattn.vision.models.vit)
     c.model.pool = "gap"
     c.model.dropout = 0.0
 

@@ -52,8 +52,8 @@ def create_model(
     """The classifier that `model_cfg` (the `config.model` ConfigDict) names, validated.
 
     Fields: name (vit | resnet18 | vgg16); for the ViT also variant ("Ti/16", ...), patch_size (0 = the
-    variant's), attention (vanilla | positional), pos_shared, pos_add, pool (gap | cls) and, optional
-    (not in the shared config), pos_init_std (std of the initial P, default 1.0); dropout for all.
+    variant's), attention (vanilla | positional), pos_shared, pos_add, pos_init_std (std of the initial
+    P), pool (gap | cls); dropout for all.
     Missing fields take the defaults of the shared config. Raises ConfigError for anything invalid.
     """
     get = model_cfg.get
