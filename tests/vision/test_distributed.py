@@ -58,10 +58,12 @@ def run_two_processes(workdir, timeout: float = 300) -> list[str]:
             p.send_signal(signal.SIGABRT)
             p.wait()
     results = []
-    for p, (out, err) in zip(procs, logs):
-        out.seek(0), err.seek(0)
-        results.append(out.read())
-        assert p.returncode == 0, f"process {len(results) - 1} {verdict} {p.returncode}:\n{err.read()[-6000:]}"
+    for i, (p, (out, err)) in enumerate(zip(procs, logs)):
+        with out, err:
+            out.seek(0)
+            err.seek(0)
+            results.append(out.read())
+            assert p.returncode == 0, f"process {i} {verdict} {p.returncode}:\n{err.read()[-6000:]}"
     return results
 
 
