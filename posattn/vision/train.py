@@ -158,10 +158,15 @@ def make_eval_step(setup: Setup):
     return step
 
 
+def _zero_totals() -> dict:
+    return {k: jnp.zeros((), jnp.float32) for k in ("correct", "count", "loss_sum")}
+
+
 def evaluate(eval_step, state, config, mesh) -> dict:
     """Accuracy = correct / total over every test example, each counted once, summed over all hosts."""
-    zeros = lambda: {k: jnp.zeros((), jnp.float32) for k in ("correct", "count", "loss_sum")}
-    totals = jax.jit(zeros, out_shardings=replicated(mesh))()  # made where it lives: no host transfer
+    # Made where it lives (no host transfer); a module-level function, so every evaluation reuses one
+    # compiled program.
+    totals = jax.jit(_zero_totals, out_shardings=replicated(mesh))()
     for local in data.eval_batches(config, "test"):
         totals = eval_step(state, mesh_lib.global_batch(local, mesh), totals)
     totals = jax.device_get(totals)
