@@ -131,6 +131,11 @@ def summary_markdown(s, theory, gd):
         "`test_error.png`" + (", `overlay.png` ((E) at several N beside the exact (P))."
                               if gd.risk == "population_exact" else "."),
     ]
+    if "overlay" in s:  # (E) against (P) from the same start, largest gaps over the run
+        lines += ["", "| (E) at N | max gap in gamma - rho | max gap in alpha | final risk (E) | "
+                  "final risk (P) |", "|---|---|---|---|---|"]
+        lines += [f"| {N:,} | {o['max_gap_gamma_minus_rho']:.3g} | {o['max_gap_alpha']:.3g} | "
+                  f"{o['final_risk']:.4f} | {o['final_risk_P']:.4f} |" for N, o in s["overlay"].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -204,8 +209,9 @@ def main(argv):
                                            task=result.task, params=result.init_params,
                                            on_done=lambda n, r: print(f"(E) N={n}: {r.seconds:.1f}s",
                                                                       flush=True))
-        plots.plot_overlay(os.path.join(workdir, "overlay.png"), history,
-                           {n: r.history for n, r in empirical.items()}, phase_spans)
+        e_histories = {n: r.history for n, r in empirical.items()}
+        plots.plot_overlay(os.path.join(workdir, "overlay.png"), history, e_histories, phase_spans)
+        summary["overlay"] = overlay.deviations(history, e_histories)
     with open(os.path.join(workdir, "summary.md"), "w") as f:
         f.write(summary_markdown(summary, theory, gd))
     write_json(os.path.join(workdir, "summary.json"), summary)

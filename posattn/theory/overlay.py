@@ -55,3 +55,21 @@ def overlay(key, cfg: TheoryConfig, gd: GDConfig, Ns: Sequence[int] = DEFAULT_NS
     runs = empirical_runs(key, cfg, gd, Ns, task=exact.task, params=exact.init_params,
                           devices=devices, on_done=report)
     return exact, runs
+
+
+def deviations(exact_history: dict, runs: dict) -> dict:
+    """How far each (E) trajectory is from the exact (P) one, per N: the largest gap over the history
+    of gamma - rho and of alpha, and both runs' final population risk (exact for (P), the fixed test
+    set's estimate for (E)). `runs` maps N to the (E) history; the histories share their steps."""
+    def gamma_rho(h):
+        return np.asarray(h["A_within"]) - np.asarray(h["A_across"])
+
+    out = {}
+    for N, h in sorted(runs.items()):
+        out[int(N)] = {
+            "max_gap_gamma_minus_rho": float(np.max(np.abs(gamma_rho(h) - gamma_rho(exact_history)))),
+            "max_gap_alpha": float(np.max(np.abs(np.asarray(h["alpha"]) - exact_history["alpha"]))),
+            "final_risk": float(h["test_loss"][-1]),
+            "final_risk_P": float(exact_history["loss"][-1]),
+        }
+    return out

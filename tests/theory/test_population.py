@@ -15,7 +15,7 @@ from posattn.theory import (GDConfig, TheoryConfig, Task, make_task, patch_assoc
 from posattn.theory import heat, plots
 from posattn.theory.gd import gd_update
 from posattn.theory.model import attention, sigma
-from posattn.theory.overlay import overlay
+from posattn.theory.overlay import deviations, overlay
 from posattn.theory.population import (choose_method, population_grad, population_risk,
                                        three_value_form)
 from posattn.theory.population_sym import count_types, multiset_tables, n_multisets
@@ -367,4 +367,6 @@ def test_exact_population_gd_and_the_overlay(tmp_path):
     for name in ("alpha", "A_within", "A_across", "test_loss"):  # same start, same test set
         assert E.history[name][0] == h[name][0], name
     plots.plot_overlay(tmp_path / "overlay.png", h, {100: E.history})
+    gaps = deviations(h, {100: E.history})[100]
+    assert 0 < gaps["max_gap_gamma_minus_rho"] < np.inf and gaps["final_risk_P"] == h["loss"][-1]
     assert (tmp_path / "overlay.png").stat().st_size > 0
