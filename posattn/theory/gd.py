@@ -158,6 +158,13 @@ def draw_run(key, cfg: TheoryConfig, gd: GDConfig, shards: int = 1, task: Task |
     return params, train, test, keys["train"], task
 
 
+@functools.lru_cache(maxsize=32)
+def _draw_fn(cfg: TheoryConfig, gd: GDConfig, shards: int) -> Callable:
+    """`draw_run` as one compiled program: run eagerly, its dozens of small operations each compile
+    on first use, which made the first `fit` of a problem seconds slower."""
+    return jax.jit(lambda key, task, params: draw_run(key, cfg, gd, shards, task, params))
+
+
 def _run_chunks(chunk, evaluate_fn, params, args, steps, eval_every, on_eval):
     """The host loop: an evaluation at step 0, then compiled chunks of `eval_every` steps."""
     history = [_to_host(evaluate_fn(params, 0, *args))]
@@ -182,7 +189,7 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, param
     data mesh; `on_eval(entry)` sees every history entry as it arrives (progress reporting).
     """
     mesh = mesh_lib.data_mesh(devices)
-    params, train, test, sample_key, task = draw_run(key, cfg, gd, mesh.devices.size, task, params)
+    params, train, test, sample_key, task = _draw_fn(cfg, gd, mesh.devices.size)(key, task, params)
     start = jax.tree.map(jnp.copy, params)
     train, test = jax.device_put((train, test), mesh_lib.batch_sharding(mesh))
     params, task_d, sample_key = jax.device_put((params, task, sample_key), mesh_lib.replicated(mesh))
