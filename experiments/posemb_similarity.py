@@ -7,7 +7,9 @@ Writes into --out (default: the run's workdir) posemb_similarity.png, the cosine
 patches' positional embeddings to every patch of the grid, thresholded at 0.55 as in the paper; for a
 run on permuted pixels (config.permute_block > 0) a second row with the same maps after undoing the
 permutation. posemb_similarity.json holds the number: the mean similarity of grid neighbours
-(4-neighbours) against non-neighbours, on the grid as trained and un-permuted, with a shuffle test.
+(4-neighbours) against non-neighbours, on the grid as trained and un-permuted, with a shuffle test;
+for a permuted run also over the neighbours that straddle two pixel blocks alone (un-permuted: the
+true neighbours that the permutation separated; as trained: pairs adjacent only in the permuted layout).
 """
 import json
 import os
@@ -79,6 +81,9 @@ def main(argv):
         maps[name] = posemb.thresholded(posemb.similarity_maps(emb), _THRESHOLD.value)
         sim = posemb.cosine_similarity(emb.reshape(grid[0] * grid[1], -1))
         stats[name] = posemb.neighbour_statistic(sim, grid)
+        if len(panels) > 1:  # un-permuted: the neighbours no training image showed side by side;
+            # as trained, the same count of pairs adjacent only in the permuted layout (the control)
+            stats[f"{name}, across blocks"] = posemb.neighbour_statistic(sim, grid, across_blocks=g // patch)
     out = _OUT.value or _WORKDIR.value
     os.makedirs(out, exist_ok=True)
     image_plots.plot_similarity_maps(os.path.join(out, "posemb_similarity.png"), maps,

@@ -59,16 +59,23 @@ def grid_distances(grid_hw: tuple[int, int]) -> np.ndarray:
 
 
 def neighbour_statistic(sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, shuffles: int = 2000,
-                        seed: int = 0) -> dict:
+                        seed: int = 0, across_blocks: int = 0) -> dict:
     """Mean similarity of 4-neighbour pairs (distance 1) vs all other pairs of distinct patches.
 
     `gap` = neighbour - non_neighbour. `z` and `p_value` compare the gap with the gaps of `shuffles`
     random relabellings of the patches (the same similarity values on a scrambled grid): on a small grid
     (4 x 4 for the digits) a positive gap can arise by chance, and this says how likely that is.
+    `across_blocks` = b > 0 keeps only the neighbour pairs that lie in different b x b blocks of patches:
+    for a model trained on b-block-permuted images (un-permuted P), exactly the neighbours that the
+    permutation tore apart, so their similarity can only come from what the model learnt of the image.
     """
     dist = grid_distances(grid_hw)
     off = ~np.eye(dist.shape[0], dtype=bool)
     near, far = (dist == 1) & off, (dist > 1) & off
+    if across_blocks:
+        rows, cols = np.divmod(np.arange(dist.shape[0]), grid_hw[1])
+        block = (rows // across_blocks) * grid_hw[1] + cols // across_blocks
+        near &= block[:, None] != block[None, :]
 
     def gap(s):
         return s[near].mean() - s[far].mean()

@@ -44,6 +44,9 @@ def test_neighbour_statistic_separates_smooth_from_random_embeddings():
     s = posemb.neighbour_statistic(smooth, grid, shuffles=500)
     assert s["neighbour"] > s["non_neighbour"] + 0.2 and s["p_value"] < 0.01 and s["z"] > 3
     assert s["pairs"] == {"neighbour": 2 * 2 * 6 * 5, "non_neighbour": 36 * 35 - 120}
+    across = posemb.neighbour_statistic(smooth, grid, shuffles=500, across_blocks=2)
+    assert across["pairs"]["neighbour"] == 2 * 2 * 6 * 2  # 2 block borders per axis, 6 lines, 2 ways
+    assert across["gap"] > 0.2 and across["non_neighbour"] == s["non_neighbour"]
     random = posemb.cosine_similarity(np.random.default_rng(0).normal(size=(36, 64)))
     r = posemb.neighbour_statistic(random, grid, shuffles=500)
     assert abs(r["gap"]) < 0.05 and r["p_value"] > 0.01
