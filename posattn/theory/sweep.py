@@ -3,9 +3,8 @@
 A grid of runs is (sample size N) x (seed). Every seed draws its own task (or shares a given one),
 initialisation, N_max training samples and a test set; the run at size N trains on the first N of its
 seed's samples (the rest carry weight 0, `gd.Batch`), so sizes are nested subsamples and differ only
-by N. Sizes are a `jax.vmap` over `gd.train_chunk` (all `gd.steps` in one `lax.scan`), seeds a vmap
-too, in batches (`lax.map`) where the whole vmap would not fit the cache; all inside one `jax.jit`: a
-sweep is one compiled call, not a Python loop over runs. The price of vmapping sizes is
+by N. Both axes are `jax.vmap`s over `gd.train_chunk` (all `gd.steps` in one `lax.scan`) inside one
+`jax.jit`: a sweep is one compiled call, not a Python loop over runs. The price of vmapping sizes is
 that every run computes on N_max samples; callers keep the grid's largest size moderate.
 
 `train_A=False` trains v only, from a given A (transfer with A frozen, Theorem 5.1).
@@ -47,26 +46,14 @@ def train_run(params, train, test, key, task, *, cfg: TheoryConfig, gd: GDConfig
     return params, gd_lib.evaluate(params, gd.steps, train, test, key, task, cfg=cfg, gd=gd)
 
 
-def default_seeds_per_batch(cfg: TheoryConfig, n: int) -> int:
-    """All seeds in one vmap (0) on accelerators. On a CPU, batches small enough that one batch's
-    training data (n x D x d floats a seed) stays within about 1 MiB of cache: every GD step reads it
-    twice, and a 64-seed vmap of the `small` preset (33 MB) runs at memory speed instead."""
-    if jax.default_backend() != "cpu":
-        return 0
-    return max(1, 2**20 // (4 * n * cfg.D * cfg.d))
-
-
-@functools.partial(jax.jit, static_argnames=("cfg", "gd", "sizes", "n_test", "train_A", "seeds_per_batch"))
+@functools.partial(jax.jit, static_argnames=("cfg", "gd", "sizes", "n_test", "train_A"))
 def run_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, gd: GDConfig,
-             sizes: tuple[int, ...], n_test: int = 2000, train_A: bool = True,
-             seeds_per_batch: int | None = None):
+             sizes: tuple[int, ...], n_test: int = 2000, train_A: bool = True):
     """Train every (size, seed) pair; returns the final history entries, each of shape (sizes, seeds).
 
     keys: (S,) seed keys. task: shared by every seed (None: each seed draws its own). A_init: the
-    initial A of every run (None: a0 I from `gd`). seeds_per_batch: seeds vmapped together, the
-    batches run one after another inside the same compiled call (`lax.map`); 0 = all at once, None =
-    `default_seeds_per_batch`. The final entry holds `test_error` (on the seed's `n_test` samples),
-    `patch_association_share`, `loss`, `alpha`, ...
+    initial A of every run (None: a0 I from `gd`). The final entry holds `test_error` (on the seed's
+    `n_test` samples), `patch_association_share`, `loss`, `alpha`, ...
     """
     data = jax.vmap(lambda k, t: seed_data(k, cfg, gd, max(sizes), n_test, t), in_axes=(0, None))(
         keys, task)
@@ -75,16 +62,13 @@ def run_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, 
         params = {**params, "A": jnp.broadcast_to(A_init, params["A"].shape)}
     weights = (jnp.arange(max(sizes))[None, :] < jnp.asarray(sizes)[:, None]).astype(train.weight.dtype)
 
-    def one_seed(args):  # every size of one seed: the sizes differ only by the weights of the samples
-        params, X, y, test, key, task = args
-        return jax.vmap(lambda w: train_run(params, gd_lib.Batch(X, y, w), test, key, task, cfg=cfg,
-                                            gd=gd, train_A=train_A)[1])(weights)
+    def one(params, X, y, weight, test, key, task):
+        return train_run(params, gd_lib.Batch(X, y, weight), test, key, task, cfg=cfg, gd=gd,
+                         train_A=train_A)[1]
 
-    if seeds_per_batch is None:
-        seeds_per_batch = default_seeds_per_batch(cfg, max(sizes))
-    entries = jax.lax.map(one_seed, (params, train.X, train.y, test, train_keys, tasks),
-                          batch_size=seeds_per_batch)
-    return jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), entries)  # (seeds, sizes) -> (sizes, seeds)
+    over_seeds = jax.vmap(one, in_axes=(0, 0, 0, None, 0, 0, 0))
+    over_sizes = jax.vmap(over_seeds, in_axes=(None, None, None, 0, None, None, None))
+    return over_sizes(params, train.X, train.y, weights, test, train_keys, tasks)
 
 
 def seed_keys(seed: int, n: int) -> jax.Array:

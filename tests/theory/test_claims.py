@@ -78,16 +78,6 @@ def test_vmapped_grid_matches_a_single_run_on_the_prefix():
     assert not np.allclose(entries["loss"][0], entries["loss"][1])  # the sizes did differ
 
 
-def test_seed_batches_of_any_size_give_the_same_grid():
-    keys = sweep.seed_keys(3, 3)
-    grids = [sweep.run_grid(keys, cfg=CFG, gd=GD, sizes=(16, 32), n_test=64, seeds_per_batch=b)
-             for b in (0, 1, 2)]  # one vmap; a loop of single seeds; a batch of 2 and a remainder of 1
-    for grid in grids[1:]:
-        for name in ("loss", "alpha", "test_error"):
-            np.testing.assert_allclose(grid[name], grids[0][name], rtol=1e-4, atol=1e-6)
-    assert grids[0]["loss"].shape == (2, 3)
-
-
 def test_frozen_a_stays_and_run_sizes_keeps_the_order_of_sizes():
     task = make_task(jax.random.PRNGKey(0), CFG)
     A = 0.5 * construction.construction_params(CFG, task)["A"]
