@@ -67,6 +67,9 @@ def run_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, 
                          train_A=train_A)[1]
 
     over_seeds = jax.vmap(one, in_axes=(0, 0, 0, None, 0, 0, 0))
+    if len(sizes) == 1:  # a size axis of length 1 still batches the weights, and costs time on a CPU
+        entries = over_seeds(params, train.X, train.y, weights[0], test, train_keys, tasks)
+        return jax.tree.map(lambda a: a[None], entries)
     over_sizes = jax.vmap(over_seeds, in_axes=(None, None, None, 0, None, None, None))
     return over_sizes(params, train.X, train.y, weights, test, train_keys, tasks)
 
