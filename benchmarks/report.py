@@ -19,7 +19,10 @@ def machine() -> str:
 
 
 def update_section(name: str, body: str, path: str = DOCS) -> None:
-    """Replace (or append) the section `## name` of the benchmarks page with `body`."""
+    """Replace (or append) the section `## name` of the benchmarks page with `body`. Off the CPU the
+    title also names the device, so GPU/TPU figures sit beside the CPU ones instead of replacing them."""
+    if jax.default_backend() != "cpu":
+        name = f"{name}, on {jax.devices()[0].device_kind}"
     text = open(path).read() if os.path.exists(path) else HEADER
     section = f"## {name}\n\n{body.strip()}\n"
     pattern = re.compile(rf"^## {re.escape(name)}\n.*?(?=^## |\Z)", re.S | re.M)

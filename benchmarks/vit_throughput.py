@@ -9,10 +9,10 @@ tokens, 1000 classes): depth 12, width 192, 3 heads, MLP 768. One training step 
 the AdamW update of `posattn.vision.optim`, jitted with the state donated, on a fixed random batch.
 The two variants' compiled steps run alternately (vanilla, positional, vanilla, ...), each step timed
 to `block_until_ready`, and the median is reported: on a shared machine a load change then hits both
-variants alike instead of biasing the ratio. Peak memory: the device's `peak_bytes_in_use` where it
-reports one (GPU/TPU), else XLA's estimate for the compiled step (arguments + outputs + temporaries -
-aliased donations). FLOPs per step are XLA's cost analysis; model-FLOPs utilisation needs a peak
-FLOP rate, which is only known for the accelerators in `PEAK_TFLOPS`.
+variants alike instead of biasing the ratio. Peak memory: XLA's buffer assignment for the compiled step
+(arguments + outputs + temporaries - aliased donations). FLOPs per step are XLA's cost analysis;
+model-FLOPs utilisation (bf16 runs) needs a peak FLOP rate, known for the accelerators in
+`PEAK_TFLOPS`.
 """
 import time
 
@@ -86,14 +86,13 @@ def training_flops(variant: str, attention: str, side: int, classes: int, batch:
     return float((cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"])
 
 
-def _peak_bytes(compiled) -> tuple[float, str]:
-    stats = jax.devices()[0].memory_stats() or {}
-    if "peak_bytes_in_use" in stats:
-        return float(stats["peak_bytes_in_use"]), "device peak"
+def _peak_bytes(compiled) -> float:
+    """XLA's buffer assignment for the step: arguments + outputs + temporaries - donated aliases. Unlike
+    a device's running peak (which one process cannot reset between the two variants), it is per
+    variant and the same on every backend."""
     m = compiled.memory_analysis()
-    total = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-             - m.alias_size_in_bytes)
-    return float(total), "XLA estimate"
+    return float(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                 - m.alias_size_in_bytes)
 
 
 def _flops(compiled) -> float:
@@ -112,8 +111,7 @@ def measure(name: str, batch: int, dtype) -> dict:
         jax.block_until_ready(loss)
         runs[attention] = {"compiled": compiled, "state": state, "data": data, "times": [],
                            "compile_s": compile_s, "flops": _flops(compiled)}
-        # Peak memory per variant: reset by measuring right after its own warm-up where devices report it.
-        runs[attention]["peak"], runs[attention]["peak_kind"] = _peak_bytes(compiled)
+        runs[attention]["peak"] = _peak_bytes(compiled)
     for _ in range(FLAGS.steps):
         for r in runs.values():
             t0 = time.perf_counter()
@@ -124,13 +122,16 @@ def measure(name: str, batch: int, dtype) -> dict:
     for attention, r in runs.items():
         step_s = float(np.median(r["times"]))
         out[attention] = {"step_ms": 1e3 * step_s, "images_per_s": batch / step_s, "peak_mb": r["peak"] / 2**20,
-                          "peak_kind": r["peak_kind"], "gflops": r["flops"] / 1e9,
-                          "compile_s": r["compile_s"], "mfu": _mfu(r["flops"], step_s)}
+                          "gflops": r["flops"] / 1e9,
+                          "compile_s": r["compile_s"], "mfu": _mfu(r["flops"], step_s, dtype)}
     return out
 
 
-def _mfu(flops: float, step_s: float):
+def _mfu(flops: float, step_s: float, dtype):
+    """Model-FLOPs utilisation against the dense bf16 peak, so only for bf16 runs."""
     kind = jax.devices()[0].device_kind
+    if dtype != jnp.bfloat16:
+        return None
     peak = next((v for k, v in PEAK_TFLOPS.items() if k in kind), None)
     return None if peak is None else flops / step_s / (peak * 1e12)
 
@@ -152,7 +153,7 @@ def main(argv):
         for attention, m in r.items():
             mfu = "n/a" if m["mfu"] is None else f"{100 * m['mfu']:.1f}%"
             row = (f"| {name} | {batch} | {attention} | {m['images_per_s']:.1f} | {m['step_ms']:.1f} | "
-                   f"{m['peak_mb']:.0f} ({m['peak_kind']}) | {m['gflops']:.1f} | {mfu} |")
+                   f"{m['peak_mb']:.0f} | {m['gflops']:.1f} | {mfu} |")
             print(row, flush=True)
             rows.append(row)
         print(ratios[-1], flush=True)
@@ -162,12 +163,12 @@ def main(argv):
         f"Command: `python -m benchmarks.vit_throughput --batch_cifar={FLAGS.batch_cifar} "
         f"--batch_imagenet={FLAGS.batch_imagenet} --steps={FLAGS.steps} --dtype={FLAGS.dtype} "
         f"--flops_batch={FLAGS.flops_batch}`", "",
-        "| shape | batch | attention | images/s | step (ms) | peak memory (MiB) | GFLOP/step | MFU |",
+        "| shape | batch | attention | images/s | step (ms) | peak memory, XLA (MiB) | GFLOP/step | MFU |",
         "|---|---|---|---|---|---|---|---|", *rows, "",
         "Throughput ratio positional / vanilla: " + "; ".join(ratios) + "."])
     if FLAGS.write:
-        update_section("Image regime: ViT training throughput, vanilla vs positional attention "
-                       "(benchmarks/vit_throughput.py)", body)
+        update_section("Image regime: ViT training throughput, vanilla vs positional attention, "
+                       f"{FLAGS.dtype} (benchmarks/vit_throughput.py)", body)
 
 
 if __name__ == "__main__":
