@@ -1,10 +1,13 @@
 """Samplers of Assumption 1 and Figure 2: statistics that would fail on a wrong generator."""
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from posattn.theory import TheoryConfig, grid_sets, labelling_function, make_task, sample, set_index
+from posattn.theory import evaluation
 from posattn.theory.data import sample_coefficients
 
 CFG = TheoryConfig(D=16, C=4, d=32, q=0.4)
@@ -76,6 +79,26 @@ def test_labelling_function_is_yC_without_full_random_sets():
     np.testing.assert_allclose(f[full == 1], 4 * np.asarray(y)[full == 1], atol=1e-4)
     assert (full > 1).any()  # q = 0.4 makes some random sets full: f* != yC there
     np.testing.assert_allclose(f, np.where(np.abs(per_set) > 0.9 * 4, per_set, 0).sum(-1), atol=1e-4)
+
+
+def test_label_noise_counts_every_tie_and_matches_its_exact_rate():
+    # Exact: y f* <= 0 iff among the L - 1 other sets at least one more is all -y than all +y, each
+    # set being all +1 (or all -1) with probability p = (q/2)^C.
+    cfg = TheoryConfig(D=16, C=4, d=32, q=0.8)  # p = 0.0256 per set: many ties in few samples
+    p, m = (cfg.q / 2) ** cfg.C, cfg.L - 1
+    exact = sum(math.factorial(m) / (math.factorial(a) * math.factorial(b) * math.factorial(m - a - b))
+                * p ** (a + b) * (1 - 2 * p) ** (m - a - b)
+                for a in range(m + 1) for b in range(a + 1, m + 1 - a))
+    task = make_task(jax.random.PRNGKey(0), cfg)
+    X, y = sample(jax.random.PRNGKey(4), cfg, task, 200_000)
+    coef = np.round(np.asarray(X @ task.w_star))  # the integer coefficients, rounding removed
+    per_set = coef[:, np.asarray(task.sets)].sum(-1)
+    f_exact = np.where(np.abs(per_set) > 0.9 * cfg.C, per_set, 0).sum(-1)
+    disagrees = np.asarray(evaluation.label_disagrees(X, y, cfg, task))
+    np.testing.assert_array_equal(disagrees, np.asarray(y) * f_exact <= 0)
+    assert (f_exact == 0).sum() > 1000  # the ties that rounding used to decide
+    se = math.sqrt(exact * (1 - exact) / len(y))
+    assert abs(disagrees.mean() - exact) < 3 * se, (disagrees.mean(), exact)
 
 
 def test_sample_is_jittable_and_vmappable_over_keys():
