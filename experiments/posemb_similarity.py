@@ -81,8 +81,9 @@ def main(argv):
         maps[name] = posemb.thresholded(posemb.similarity_maps(emb), _THRESHOLD.value)
         sim = posemb.cosine_similarity(emb.reshape(grid[0] * grid[1], -1))
         stats[name] = posemb.neighbour_statistic(sim, grid)
-        if len(panels) > 1:  # un-permuted: the neighbours no training image showed side by side;
-            # as trained, the same count of pairs adjacent only in the permuted layout (the control)
+        if len(panels) > 1 and g > patch:  # (with g = patch every neighbour pair is across blocks)
+            # un-permuted: the neighbours no training image showed side by side; as trained, the same
+            # count of pairs adjacent only in the permuted layout (the control)
             stats[f"{name}, across blocks"] = posemb.neighbour_statistic(sim, grid, across_blocks=g // patch)
     out = _OUT.value or _WORKDIR.value
     os.makedirs(out, exist_ok=True)

@@ -82,14 +82,14 @@ def _run(*args):
 
 
 def test_binaries_end_to_end_on_digits(tmp_path):
-    """permuted (ViT, g = 2 and the unpermuted 8) -> posemb_similarity on its g = 2 run; compare_attention
+    """permuted (ViT, g = 2, 4 and the unpermuted 8) -> posemb_similarity on its g = 2 and 4 runs; compare_attention
     with one seed. A few steps each: this checks the plumbing and the files, not the accuracies."""
     work = tmp_path / "permuted"
-    r = _run("experiments.permuted", "--dataset=digits", "--block_sizes=2,8", "--models=vit", "--seeds=1",
+    r = _run("experiments.permuted", "--dataset=digits", "--block_sizes=2,4,8", "--models=vit", "--seeds=1",
              "--local", "--vit_steps=2", f"--workdir={work}")
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads((work / "summary.json").read_text())
-    assert set(summary["accuracy"]["vit"]) == {"2", "8"} and summary["unpermuted_g"] == 8
+    assert set(summary["accuracy"]["vit"]) == {"2", "4", "8"} and summary["unpermuted_g"] == 8
     assert (work / "permuted.png").stat().st_size > 0 and "g=2" in (work / "summary.md").read_text()
     cell = json.loads((work / "vit-g2-seed0" / "config.json").read_text())
     assert cell["permute_block"] == 2 and cell["augment"]["crop_padding"] == 0
@@ -97,9 +97,14 @@ def test_binaries_end_to_end_on_digits(tmp_path):
     r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g2-seed0'}")
     assert r.returncode == 0, r.stderr[-2000:]
     result = json.loads((work / "vit-g2-seed0" / "posemb_similarity.json").read_text())
+    # g = patch size: every neighbour pair straddles two blocks, so no separate across-block statistic
     assert set(result["statistic"]) == {"as trained", "un-permuted"} and result["grid"] == [4, 4]
     assert result["permute_block"] == 2 and result["patch_size"] == 2
     assert (work / "vit-g2-seed0" / "posemb_similarity.png").stat().st_size > 0
+    r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g4-seed0'}")  # blocks of 2 x 2 patches
+    assert r.returncode == 0, r.stderr[-2000:]
+    stats = json.loads((work / "vit-g4-seed0" / "posemb_similarity.json").read_text())["statistic"]
+    assert stats["un-permuted, across blocks"]["pairs"]["neighbour"] == 16  # 1 border x 4 lines x 2 ways x 2 axes
 
     cmp_dir = tmp_path / "compare"
     r = _run("experiments.compare_attention", "--config=tpu_configs/digits.py:local", "--seeds=1",
