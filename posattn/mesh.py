@@ -25,3 +25,11 @@ def batch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
 
 def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
+
+
+def runs_sharding(n_runs: int, mesh: jax.sharding.Mesh | None = None) -> NamedSharding | None:
+    """Independent runs (a leading seed axis) split over "data" when they divide evenly over its devices:
+    a sweep then needs no communication. None otherwise: the runs stay on one device, since replicating
+    them would repeat every run on every device."""
+    mesh = data_mesh() if mesh is None else mesh
+    return batch_sharding(mesh) if n_runs % mesh.devices.size == 0 else None

@@ -78,6 +78,16 @@ def test_vmapped_grid_matches_a_single_run_on_the_prefix():
     assert not np.allclose(entries["loss"][0], entries["loss"][1])  # the sizes did differ
 
 
+def test_grid_splits_seeds_over_the_devices_without_changing_a_run():
+    keys = sweep.seed_keys(2, jax.device_count())  # 8 host devices (conftest): one seed each
+    entries = sweep.run_grid(keys, cfg=CFG, gd=GD, sizes=(GD.N,), n_test=GD.n_test)
+    assert len(entries["loss"].sharding.device_set) == jax.device_count()
+    alone = sweep.run_grid(keys[3:4], cfg=CFG, gd=GD, sizes=(GD.N,), n_test=GD.n_test)  # one device
+    assert len(alone["loss"].sharding.device_set) == 1
+    for name in ("loss", "alpha", "A_within", "test_error"):
+        np.testing.assert_allclose(entries[name][0, 3], alone[name][0, 0], rtol=1e-5, atol=1e-7)
+
+
 def test_frozen_a_stays_and_run_sizes_keeps_the_order_of_sizes():
     task = make_task(jax.random.PRNGKey(0), CFG)
     A = 0.5 * construction.construction_params(CFG, task)["A"]

@@ -74,7 +74,7 @@ def test_small_problem_learns_patch_association_for_every_seed():
 
 
 def test_a_vmapped_seed_is_the_run_fit_makes_from_its_key():
-    keys = jax.random.split(jax.random.PRNGKey(5), 3)
+    keys = jax.random.split(jax.random.PRNGKey(5), jax.device_count())  # split over the 8 host devices
     many = fit_seeds(keys, CFG, GD)
     one = fit(keys[2], CFG, GD)
     np.testing.assert_allclose(one.params["v"], many.params["v"][2], rtol=1e-4, atol=1e-6)
