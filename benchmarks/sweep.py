@@ -6,7 +6,7 @@ r"""64 seeds of GD on Eq. (T) as one vmapped compiled call against 64 sequential
 Problem: the `small` preset (D=16, C=4, d=32) with --N samples per seed and --steps GD steps; each run
 draws its own task, initialisation, data and test set (`posattn.theory.sweep.seed_data`). Three ways:
 - vmapped: `sweep.run_grid` over the 64 seed keys, end to end (its compile included), its seeds split
-  over the devices (`posattn.mesh.runs_sharding`);
+  over the devices (`posattn.mesh.map_runs`);
 - sequential `gd.fit`: 64 calls of the library's single-run entry point on one device, end to end, as
   a research script's loop over seeds would do (the first call compiles, the others reuse it);
 - the compiled-once loop: the single-seed computation jitted once and called per seed, compile
@@ -53,7 +53,7 @@ def five_x_limits(t_vmap_e2e, t_vmap, t_fit, t_seq, t_draw, seeds) -> str:
                      f"({t_fit / 5:.2f} s)")
     if t_draw > t_seq / 5:
         parts.append(f"compile excluded, a 5x sweep would cost {t_seq / 5 / seeds * 1e3:.1f} ms per seed, "
-                     f"less than drawing one seed's data alone in the vmapped call "
+                     f"less than drawing one seed's data alone in the sweep "
                      f"({t_draw / seeds * 1e3:.1f} ms)")
     return f"What rules out 5x on this machine: {'; '.join(parts)}." if parts else ""
 
@@ -87,14 +87,14 @@ def main(argv):
     sequential = lambda: [one(k) for k in keys]
     gd_fit = dataclasses.replace(gd, eval_every=gd.steps, n_test=FLAGS.n_test)
     fits = lambda: [gd_lib.fit(k, cfg, gd_fit, devices=jax.devices()[:1]).params for k in keys]
-    draw = jax.jit(jax.vmap(lambda k: sweep.seed_data(k, cfg, gd, FLAGS.N, FLAGS.n_test)))
-    keys_on_mesh = jax.device_put(keys, mesh_lib.runs_sharding(len(keys)))  # as `run_grid` splits them
+    draw = jax.jit(lambda ks: mesh_lib.map_runs(  # the draws of `run_grid`, alone
+        lambda k: sweep.seed_data(k, cfg, gd, FLAGS.N, FLAGS.n_test), ks))
     t_vmap_e2e = wall(vmapped)
     t_fit = wall(fits)
     t_vmap, out_v = timed(vmapped)
     t_seq, out_s = timed(sequential)
     np.testing.assert_allclose(out_v["loss"][0], [o["loss"] for o in out_s], rtol=1e-3, atol=1e-6)
-    t_draw = timed(lambda: draw(keys_on_mesh))[0]
+    t_draw = timed(lambda: draw(keys))[0]
     speedup, speedup_fit = t_seq / t_vmap, t_fit / t_vmap_e2e
     per_seed = {n: timed(lambda n=n: sweep.run_grid(keys[:n], cfg=cfg, gd=gd, sizes=(FLAGS.N,),
                                                    n_test=FLAGS.n_test))[0] for n in (1, 8, FLAGS.seeds)}
@@ -114,7 +114,8 @@ def main(argv):
         f"| {FLAGS.seeds} sequential `gd.fit` runs, end to end | {t_fit:.2f} |",
         f"| {FLAGS.seeds} seeds vmapped, compile excluded | {t_vmap:.2f} |",
         f"| {FLAGS.seeds} calls of the single-seed run compiled once, compile excluded | {t_seq:.2f} |",
-        f"| drawing the {FLAGS.seeds} seeds' tasks, starts and samples alone, vmapped, compile excluded | "
+        f"| drawing the {FLAGS.seeds} seeds' tasks, starts and samples alone, as in the sweep, compile "
+        f"excluded | "
         f"{t_draw:.2f} |",
         "", "| seeds in one vmapped call | ms per seed, compile excluded |", "|---|---|",
         *[f"| {n} | {t * 1e3 / n:.1f} |" for n, t in per_seed.items()],

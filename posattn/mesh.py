@@ -27,9 +27,19 @@ def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
-def runs_sharding(n_runs: int, mesh: jax.sharding.Mesh | None = None) -> NamedSharding | None:
-    """Independent runs (a leading seed axis) split over "data" when they divide evenly over its devices:
-    a sweep then needs no communication. None otherwise: the runs stay on one device, since replicating
-    them would repeat every run on every device."""
-    mesh = data_mesh() if mesh is None else mesh
-    return batch_sharding(mesh) if n_runs % mesh.devices.size == 0 else None
+def map_runs(fn, keys, *shared):
+    """`fn(key, *shared)` for every key, stacked. Independent runs (seeds) are split over "data" when
+    they divide evenly over its devices, so a sweep needs no communication; otherwise they stay on one
+    device (replicated, every device would repeat every run). On a CPU a device takes its runs one
+    after another (`lax.map`): the random draws then compile about 1 s faster and run faster than
+    vmapped, and give the same bits. `shared` goes whole to every run."""
+
+    def local(keys, *shared):
+        run = lambda key: fn(key, *shared)
+        return jax.lax.map(run, keys) if jax.default_backend() == "cpu" else jax.vmap(run)(keys)
+
+    mesh = data_mesh()
+    if len(keys) % mesh.devices.size:
+        return local(keys, *shared)
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(DATA), *[P()] * len(shared)), out_specs=P(DATA))(
+        keys, *shared)

@@ -206,12 +206,10 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *,
 
     keys: (S,) keys, one run each (its own task, start and samples, as `fit(keys[s], ...)` draws them).
     The result carries a leading seed axis on params and task, and history entries of shape (T, S).
-    Seeds are split over the devices when they divide evenly (`posattn.mesh.runs_sharding`).
+    Seeds are split over the devices when they divide evenly (`posattn.mesh.map_runs`).
     """
-    if (seeds := mesh_lib.runs_sharding(len(keys))) is not None:
-        keys = jax.device_put(keys, seeds)  # the compiled draw and chunks follow: each device its seeds
-    draw = jax.jit(jax.vmap(lambda k: draw_run(k, cfg, gd)))
-    params, train, test, sample_keys, tasks = draw(keys)
+    draw = jax.jit(lambda ks: mesh_lib.map_runs(lambda k: draw_run(k, cfg, gd), ks))
+    params, train, test, sample_keys, tasks = draw(keys)  # the compiled chunks follow their split
     start = jax.tree.map(jnp.copy, params)
     over_seeds = (0, None, 0, 0, 0, 0)
     chunk = jax.jit(jax.vmap(functools.partial(train_chunk, cfg=cfg, gd=gd), in_axes=(*over_seeds, None)),

@@ -6,7 +6,7 @@ seed's samples (the rest carry weight 0, `gd.Batch`), so sizes are nested subsam
 by N. Both axes are `jax.vmap`s over `gd.train_chunk` (all `gd.steps` in one `lax.scan`) inside one
 `jax.jit`: a sweep is one compiled call, not a Python loop over runs. The price of vmapping sizes is
 that every run computes on N_max samples; callers keep the grid's largest size moderate. Seeds are
-split over the devices when they divide evenly (`posattn.mesh.runs_sharding`), so a sweep spreads
+split over the devices when they divide evenly (`posattn.mesh.map_runs`), so a sweep spreads
 over a GPU host or a pod slice with no communication between devices.
 
 `train_A=False` trains v only, from a given A (transfer with A frozen, Theorem 5.1).
@@ -58,11 +58,8 @@ def run_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, 
     initial A of every run (None: a0 I from `gd`). The final entry holds `test_error` (on the seed's
     `n_test` samples), `patch_association_share`, `loss`, `alpha`, ...
     """
-    if (seeds := mesh_lib.runs_sharding(len(keys))) is not None:
-        keys = jax.lax.with_sharding_constraint(keys, seeds)
-    data = jax.vmap(lambda k, t: seed_data(k, cfg, gd, max(sizes), n_test, t), in_axes=(0, None))(
-        keys, task)
-    params, train, test, train_keys, tasks = data
+    draw = lambda k, t: seed_data(k, cfg, gd, max(sizes), n_test, t)
+    params, train, test, train_keys, tasks = mesh_lib.map_runs(draw, keys, task)
     if A_init is not None:
         params = {**params, "A": jnp.broadcast_to(A_init, params["A"].shape)}
     weights = (jnp.arange(max(sizes))[None, :] < jnp.asarray(sizes)[:, None]).astype(train.weight.dtype)
