@@ -12,8 +12,8 @@ draws its own task, initialisation, data and test set (`posattn.theory.sweep.see
 - the compiled-once loop: the single-seed computation jitted once and called per seed, compile
   excluded (both this and vmapped timed again after a warm-up for the compile-free ratio).
 The vmapped and compiled-once results are checked equal before timing. Last, the vmapped call's cost
-per seed at 1, 8 and 64 seeds shows what batching seeds buys on the machine at hand, and the time of
-the seeds' data draws alone bounds from below what any sweep of these runs can cost.
+per seed at 1, 8 and 64 seeds shows what batching seeds buys on the machine at hand, and the seeds'
+data draws, timed alone, are a floor under any sweep that draws the same data.
 """
 import dataclasses
 import functools
