@@ -20,7 +20,7 @@ def plot_figure2(path, history, A, block_mask, overlap: float, chance: float):
     axes[0].set_title("Gaussian patches, cubic-CNN labels")
     im = axes[1].imshow(A, cmap="viridis")
     fig.colorbar(im, ax=axes[1], fraction=0.046)
-    axes[1].set_title(f"learned A: top-C overlap {overlap:.2f} (chance {chance:.2f})")
+    axes[1].set_title(f"learned A: off-diagonal top-(C-1) in block {overlap:.2f} (chance {chance:.2f})")
     axes[2].imshow(np.asarray(block_mask), cmap="Greys")
     axes[2].set_title("2x2 blocks of the labeller")
     fig.tight_layout()

@@ -31,6 +31,16 @@ def top_c_overlap(A: jax.Array, task: Task) -> jax.Array:
     return jnp.take_along_axis(mask, top, axis=1).mean()
 
 
+def off_diagonal_overlap(A: jax.Array, task: Task) -> jax.Array:
+    """Mean share of row i's C - 1 largest off-diagonal entries that fall in S_l(i) minus i (chance:
+    (C - 1) / (D - 1)). The frozen diagonal a0 sits in every row's top C once a0 is large, which would
+    add 1 / C to `top_c_overlap` whatever GD learnt; this counts only the entries GD moves."""
+    D, C = A.shape[0], task.sets.shape[1]
+    eye = jnp.eye(D, dtype=bool)
+    top = jnp.argsort(-jnp.where(eye, -jnp.inf, A), axis=1)[:, :C - 1]
+    return jnp.take_along_axis(same_set_mask(task.sets) & ~eye, top, axis=1).mean()
+
+
 def within_across_means(A: jax.Array, task: Task):
     """Mean off-diagonal entry of A within sets (gamma of the proof sketch) and across sets (rho)."""
     mask = same_set_mask(task.sets)

@@ -65,6 +65,21 @@ def test_uniform_attention_gets_no_signal_for_patch_association():
     assert gaps[8.0] < 0  # descent raises within-set entries above across-set ones
 
 
+def test_uniform_attention_moves_every_row_alike_on_any_data():
+    # Why the fig2 preset starts at a0 = sqrt(d): from A = 0 every row of the gradient in A is the same,
+    # even on Gaussian data, so the rows of A could never differ and never match the blocks.
+    cfg = TheoryConfig(D=16, C=4, d=8, dataset="gaussian_cnn", cnn_width=1, cnn_shared_filter=True)
+    task = make_task(jax.random.PRNGKey(0), cfg)
+    X, y = sample(jax.random.PRNGKey(1), cfg, task, 2000)
+    v = jax.random.normal(jax.random.PRNGKey(2), (cfg.d,))
+    grad_A = lambda A: np.asarray(jax.grad(lambda A: empirical_risk({"A": A, "v": v}, X, y, cfg))(A))
+    uniform, broken = grad_A(jnp.zeros((16, 16))), grad_A(4.0 * jnp.eye(16))
+    scale = np.abs(uniform).max()
+    assert scale > 0
+    np.testing.assert_allclose(uniform, np.broadcast_to(uniform[0], uniform.shape), atol=1e-5 * scale)
+    assert np.abs(broken - broken[0]).max() > 1e-2 * np.abs(broken).max()
+
+
 def test_small_problem_learns_patch_association_for_every_seed():
     gd = GDConfig(N=4000, steps=400, lr=0.003, lr_A=30.0, a0=4.0, eval_every=200, n_test=2000)
     h = fit_seeds(jax.random.split(jax.random.PRNGKey(0), 3), CFG, gd).history

@@ -3,6 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posattn.theory import grid_sets, patch_association, top_c_overlap, within_across_means
+from posattn.theory.metrics import off_diagonal_overlap
 from posattn.theory.data import Task, same_set_mask
 from posattn.theory.phases import detect_phases, patch_association_step
 
@@ -15,6 +16,14 @@ def test_block_matrix_has_patch_association():
     rows, ok = patch_association(A, TASK)
     assert bool(ok) and np.asarray(rows).all()
     assert float(top_c_overlap(A, TASK)) == 1.0
+    assert float(off_diagonal_overlap(A, TASK)) == 1.0
+
+
+def test_a_large_diagonal_counts_in_top_c_but_not_off_it():
+    # A large frozen diagonal over otherwise block-blind entries: top-C shares 1/C from the diagonal.
+    A = 5.0 * jnp.eye(16) + jnp.asarray(np.where(MASK, 0.0, 1.0))
+    assert float(top_c_overlap(A, TASK)) == 0.25
+    assert float(off_diagonal_overlap(A, TASK)) == 0.0
 
 
 def test_one_bad_entry_breaks_only_its_row():
