@@ -22,7 +22,7 @@ from absl import flags
 from posattn import cli
 from posattn.theory import claim_plots, construction, data, evaluation, glm, phases, plots, sweep, transfer
 from posattn.theory import gd as gd_lib
-from posattn.theory.metrics import patch_association, top_c_overlap
+from posattn.theory.metrics import off_diagonal_overlap, patch_association, top_c_overlap
 from posattn.theory.presets import get_preset
 
 FLAGS = flags.FLAGS
@@ -136,14 +136,16 @@ def figure2_claim(key, plan, workdir):
     result = gd_lib.fit(key, cfg, gd)
     final = evaluation.test_errors(jax.random.fold_in(key, 7), result.params, cfg, result.task,
                                    plan.n_final_test)
-    overlap, chance = float(top_c_overlap(result.params["A"], result.task)), cfg.C / cfg.D
+    # Off the diagonal: the frozen a0 = sqrt(d) is in every row's top C (`off_diagonal_overlap`).
+    overlap = float(off_diagonal_overlap(result.params["A"], result.task))
+    chance = (cfg.C - 1) / (cfg.D - 1)
     err = np.asarray(result.history["test_error"])
     claim_plots.plot_figure2(os.path.join(workdir, "figure2.png"), result.history, result.params["A"],
                              data.same_set_mask(result.task.sets), overlap, chance)
     return {"steps": gd.steps, "N": gd.N, "d": cfg.d, "test_error": float(final["test_error"]),
             "best_history_test_error": float(err.min()),
             "step_of_best": int(result.history["step"][err.argmin()]),
-            "top_c_overlap": overlap, "chance": chance,
+            "off_diagonal_overlap": overlap, "chance": chance,
             "patch_association_share": float(result.history["patch_association_share"][-1]),
             "seconds": result.seconds}
 
@@ -183,6 +185,7 @@ def verdicts(r: dict) -> list[dict]:
                                                   "transfer", "sweep"))
     ok = lambda cond: "reproduced" if cond else "not reproduced"
     ratio = t["ratio"]
+    ratio_text = "n/a" if ratio is None else (">= " if t["ratio_is_lower_bound"] else "") + f"{ratio:.0f}x"
     return [
         {"claim": "Theorems 4.1-4.2: GD on (E) learns patch association and generalises",
          "paper": "patch association; o(1) test error; phases I-II-III in order",
@@ -201,7 +204,7 @@ def verdicts(r: dict) -> list[dict]:
          "paper": "any g(X) = phi(sum_j <w_j, X_j>) errs with probability >= 1/8",
          "measured": f"learned GLM test error {pct(g['test_error'])} (train {pct(g['train_error'])}); "
                      f"majority-link GLM with w_j = w*: {pct(g['oracle_error'])}",
-         "verdict": ok(g["test_error"] >= 0.125), "figure": None},
+         "verdict": ok(min(g["test_error"], g["oracle_error"]) >= 0.125), "figure": None},
         {"claim": "Theorem 3.2: generalising without patch association",
          "paper": "a transformer whose rows' top-C entries avoid their own set still generalises",
          "measured": f"test error {pct(c['test_error'])} vs label noise {pct(c['label_noise_rate'])}; "
@@ -211,17 +214,18 @@ def verdicts(r: dict) -> list[dict]:
          "figure": "construction_attention.png"},
         {"claim": "Figure 2: Gaussian data, structure not learnt",
          "paper": "test error about 6.5-7% after ~60 of 1000 steps; learnt A looks random",
-         "measured": f"test error {pct(f2['test_error'])}; top-C overlap {f2['top_c_overlap']:.2f} "
-                     f"(chance {f2['chance']:.2f})",
-         "verdict": ok(f2["test_error"] < 0.15 and abs(f2["top_c_overlap"] - f2["chance"]) <= 0.1),
+         "measured": f"test error {pct(f2['test_error'])}; share of each row's C-1 largest off-diagonal "
+                     f"entries in its block {f2['off_diagonal_overlap']:.2f} (chance {f2['chance']:.2f})",
+         "verdict": ok(f2["test_error"] < 0.15 and f2["off_diagonal_overlap"] - f2["chance"] <= 0.1),
          "figure": "figure2.png"},
         {"claim": "Theorem 5.1: transfer with A frozen is sample-efficient",
          "paper": "far fewer downstream samples with A frozen than from scratch",
          "measured": f"smallest N' reaching {pct(t['target'])}: frozen A {t['frozen_A']['smallest_size']}, "
-                     f"scratch {t['scratch']['smallest_size']} (ratio "
-                     f"{'n/a' if ratio is None else f'{ratio:.0f}x'}; scratch never reaching it on the "
-                     f"grid gives n/a)",
-         "verdict": ok(t["frozen_A"]["smallest_size"] is not None
+                     f"scratch {t['scratch']['smallest_size']} (ratio {ratio_text}; scratch never "
+                     f"reaching it on the grid gives n/a; >= where frozen A reaches it at the grid's "
+                     f"smallest N'); pre-training reached patch association: "
+                     f"{t['pretrain']['patch_association']}",
+         "verdict": ok(t["pretrain"]["patch_association"] and t["frozen_A"]["smallest_size"] is not None
                        and (ratio is None or ratio >= 5)),
          "figure": "transfer.png"},
         {"claim": "Sample complexity: patch association against N",

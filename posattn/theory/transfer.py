@@ -49,7 +49,8 @@ def transfer(key, cfg: TheoryConfig, gd: GDConfig, *, pretrain_N: int,
     """Pre-train on w*, then (i) frozen A vs (ii) scratch on w' at every N' of `sizes`.
 
     Returns the pre-training outcome, per-way summaries (`sweep.summarise`), the smallest N' of each
-    way that reaches `target` and their ratio (None where a way never reaches it on the grid).
+    way that reaches `target` and their ratio (None where a way never reaches it on the grid; a lower
+    bound, `ratio_is_lower_bound`, where frozen A reaches it at the grid's smallest N').
     """
     pre = gd_lib.fit(key, cfg, dataclasses.replace(gd, N=pretrain_N, steps=pretrain_steps or gd.steps))
     _, associated = metrics.patch_association(pre.params["A"], pre.task)
@@ -71,4 +72,6 @@ def transfer(key, cfg: TheoryConfig, gd: GDConfig, *, pretrain_N: int,
         out[name] = summary
     n_frozen, n_scratch = out["frozen_A"]["smallest_size"], out["scratch"]["smallest_size"]
     out["ratio"] = None if n_frozen is None or n_scratch is None else n_scratch / n_frozen
+    # Frozen A already at the target on the grid's smallest N': its own smallest N' may be smaller still.
+    out["ratio_is_lower_bound"] = n_frozen == min(sizes)
     return out
