@@ -21,7 +21,7 @@ from absl import flags
 from posattn import cli
 from posattn.errors import ConfigError
 from posattn.theory import config as config_lib
-from posattn.theory import data, evaluation, gd as gd_lib, overlay, phases, plots
+from posattn.theory import data, evaluation, gd as gd_lib, overlay, phases, plots, population
 from posattn.theory.presets import PRESETS, get_preset
 
 FLAGS = flags.FLAGS
@@ -122,6 +122,10 @@ def summary_markdown(s, theory, gd):
         f"| test error | {100 * s['test_error']:.2f}% | small (o(1)) |",
         f"| label-noise rate P[y f*(X) <= 0] | {100 * s['label_noise_rate']:.2f}% | "
         f"d^-omega(1) |",
+        *([f"| P[f*(X) != yC]: a set besides the signal set all +1 or all -1 | "
+           f"{100 * s['f_star_not_yC_rate']:.2f}% | about 2 (L-1) (q/2)^C = "
+           f"{100 * 2 * (theory.L - 1) * (theory.q / 2) ** theory.C:.2f}% (SPEC 1.1) |"]
+          if theory.dataset == "structured" else []),
         f"| phases I / II / III | {p['phases']['I']} / {p['phases']['II']} / {p['phases']['III']} | "
         f"in this order |",
         f"| phases in order | {p['in_order']} | yes |",
@@ -151,16 +155,29 @@ def seed_summary(seed, history, params, task, theory, gd) -> dict:
         "patch_association_share_final": float(history["patch_association_share"][-1]),
         "test_error": float(final["test_error"]),
         "label_noise_rate": float(final["label_noise_rate"]),
+        "f_star_not_yC_rate": float(final["f_star_not_yC_rate"]),
         "final_loss": float(history["loss"][-1]),
         "phases": phase_info,
     }
 
 
+def overlay_sizes_from_flag() -> list[int]:
+    """--overlay_N as positive integers (none: no (E) runs), or a ConfigError."""
+    try:
+        sizes = [int(n) for n in FLAGS.overlay_N]
+    except ValueError:
+        sizes = [0]
+    if any(n < 1 for n in sizes):
+        raise ConfigError(f"overlay_N={','.join(FLAGS.overlay_N)}: give positive integers, e.g. 100,1000")
+    return sizes
+
+
 def main(argv):
     del argv
     theory, gd = configs_from_flags()
-    if gd.risk == "population_exact" and theory.dataset != "structured":
-        raise ConfigError("risk=population_exact needs dataset='structured'")
+    if gd.risk == "population_exact":
+        population.check_config(theory)
+        overlay_sizes = overlay_sizes_from_flag()  # checked now, not after the long (P) run
     if FLAGS.seeds < 1 or (FLAGS.seeds > 1 and gd.risk == "population_exact"):
         raise ConfigError(f"seeds={FLAGS.seeds}: use seeds >= 1 (and 1 with risk=population_exact)")
     workdir = FLAGS.workdir
@@ -205,7 +222,7 @@ def main(argv):
     plots.plot_test_error(os.path.join(workdir, "test_error.png"), history,
                           summary["label_noise_rate"])
     if gd.risk == "population_exact":  # (E) from the same start at each N, beside the exact (P) run
-        empirical = overlay.empirical_runs(key, theory, gd, [int(n) for n in FLAGS.overlay_N],
+        empirical = overlay.empirical_runs(key, theory, gd, overlay_sizes,
                                            task=result.task, params=result.init_params,
                                            on_done=lambda n, r: print(f"(E) N={n}: {r.seconds:.1f}s",
                                                                       flush=True))

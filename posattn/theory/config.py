@@ -15,6 +15,7 @@ NOISES = ("orthogonal", "isotropic")
 ACTIVATIONS = ("cubic", "quintic")
 DATASETS = ("structured", "gaussian_cnn")
 RISKS = ("empirical", "population_mc", "population_exact")
+FINAL_TEST_CHUNK = 10_000  # fresh test samples drawn at a time (`evaluation.test_errors`)
 
 
 def _check(ok: bool, message: str) -> None:
@@ -60,7 +61,9 @@ class TheoryConfig:
 
     def __post_init__(self):
         _check(self.D >= 2, f"D={self.D}: need at least 2 patches")
-        _check(self.C >= 1 and self.D % self.C == 0,
+        _check(self.C >= 2, f"C={self.C}: a set needs at least 2 patches for patch association to mean "
+               f"more than the diagonal")
+        _check(self.D % self.C == 0,
                f"D={self.D} is not a multiple of C={self.C}: the D patches must split into sets of C")
         _check(self.C < self.D, f"C={self.C} must be smaller than D={self.D} (at least two sets)")
         _check(self.d >= 2, f"d={self.d}: need d >= 2 so that noise orthogonal to w* exists")
@@ -134,5 +137,8 @@ class GDConfig:
         _check(self.lr_A is None or self.lr_A > 0, f"lr_A={self.lr_A} must be positive")
         _check(self.eval_every > 0, f"eval_every={self.eval_every} must be positive")
         _check(self.n_test > 0 and self.n_final_test > 0, "n_test and n_final_test must be positive")
+        _check(self.n_final_test <= FINAL_TEST_CHUNK or self.n_final_test % FINAL_TEST_CHUNK == 0,
+               f"n_final_test={self.n_final_test}: the final test draws {FINAL_TEST_CHUNK:,} samples at a "
+               f"time, so give at most {FINAL_TEST_CHUNK:,} or a multiple of it")
         _check(self.v_init in ("random", "aligned"), f"v_init={self.v_init!r}: 'random' or 'aligned'")
         _check(self.v_std >= 0, f"v_std={self.v_std} must be >= 0")

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from posattn.errors import ConfigError
 from posattn.theory.config import TheoryConfig
 from posattn.theory.data import Task, sample, sample_coefficients
 from posattn.theory.model import logistic_loss
@@ -69,6 +70,8 @@ def oracle_error(key, cfg: TheoryConfig, task: Task, n: int = 1_000_000) -> jax.
     With orthogonal noise z = sum_j <w*, X_j> is the integer sum of the w*-coefficients of Assumption 1,
     so only those are drawn (no noise, no (n, D, d) array).
     """
+    if cfg.noise != "orthogonal":  # isotropic noise moves z off the integers: drawing coef is not enough
+        raise ConfigError(f"oracle_error needs noise='orthogonal' (got {cfg.noise!r})")
     coef, y, _ = sample_coefficients(key, cfg, task, n)
     z = jnp.round(coef.sum(-1)).astype(jnp.int32) + cfg.D  # in [0, 2D]
     positives = jnp.zeros(2 * cfg.D + 1).at[z].add(y > 0)

@@ -37,6 +37,7 @@ from posattn.theory.data import Task, same_set_mask
 from posattn.theory.model import attention
 from posattn.theory.population_sym import n_multisets, three_value_risk
 
+MAX_MULTISETS = 2_000_000  # three-value path: ~1 GB of tables (the paper preset, D=36, C=4: 319,770)
 MAX_GENERAL_PATTERNS = 2**22  # general-A enumeration: L * 3^(D-C) patterns at most (D=16, C=4: 2.1M)
 CHUNK_ROWS = 2**15  # patterns (times signal sets) per `lax.map` step of the general path
 METHODS = ("three_value", "general")
@@ -48,9 +49,15 @@ def general_pattern_count(cfg: TheoryConfig) -> int:
 
 
 def check_config(cfg: TheoryConfig) -> None:
+    """The problems (P) can be computed for: Assumption 1's data, and a multiset table that fits in
+    memory (the three-value path is the one that scales; its tables grow with n_multisets(C, L))."""
     if cfg.dataset != "structured":
         raise ConfigError(f"risk='population_exact' needs dataset='structured' (Assumption 1); "
                           f"dataset={cfg.dataset!r} has no exact population risk here")
+    if n_multisets(cfg.C, cfg.L) > MAX_MULTISETS:
+        raise ConfigError(f"risk='population_exact' at D={cfg.D}, C={cfg.C} sums over "
+                          f"{n_multisets(cfg.C, cfg.L):,} multisets, more than the {MAX_MULTISETS:,} that "
+                          f"fit in memory; use fewer sets L = D / C, or risk='population_mc'")
 
 
 def value_statistics(v: jax.Array, w_star: jax.Array, cfg: TheoryConfig):

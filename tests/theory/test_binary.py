@@ -57,6 +57,9 @@ def test_seeds_run_vmapped_with_one_summary_each(tmp_path):
     (["--risk=bayes"], "risk"),
     (["--partition=hex"], "partition"),
     (["--seeds=0"], "seeds=0"),
+    (["--risk=population_exact", "--D=64", "--C=4"], "multisets"),
+    (["--risk=population_exact", "--overlay_N=1e3"], "overlay_N"),
+    (["--n_final_test=15000"], "n_final_test=15000"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, args, words):
     out = run(*args, f"--workdir={tmp_path}")

@@ -18,6 +18,7 @@ from posattn.theory.presets import PRESETS, get_preset
     (dict(partition="hexagonal"), "partition"),
     (dict(d=1), "d=1"),
     (dict(dataset="gaussian_cnn", partition="random"), "grid"),
+    (dict(D=16, C=1, partition="random"), "C=1"),
 ])
 def test_theory_config_rejects(kwargs, words):
     with pytest.raises(ConfigError, match=None) as e:
@@ -33,6 +34,7 @@ def test_random_partition_needs_no_square():
 @pytest.mark.parametrize("kwargs, words", [
     (dict(N=0), "N=0"), (dict(N=-5), "positive"), (dict(risk="bayes"), "risk"),
     (dict(lr=0), "lr"), (dict(steps=0), "steps"), (dict(lr_A=-1.0), "lr_A"),
+    (dict(n_final_test=15_000), "multiple"),
 ])
 def test_gd_config_rejects(kwargs, words):
     with pytest.raises(ConfigError) as e:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from posattn.theory import TheoryConfig, grid_sets, labelling_function, make_task, sample, set_index
+from posattn.errors import ConfigError
 from posattn.theory import evaluation
 from posattn.theory.data import sample_coefficients
 
@@ -96,9 +97,22 @@ def test_label_noise_counts_every_tie_and_matches_its_exact_rate():
     f_exact = np.where(np.abs(per_set) > 0.9 * cfg.C, per_set, 0).sum(-1)
     disagrees = np.asarray(evaluation.label_disagrees(X, y, cfg, task))
     np.testing.assert_array_equal(disagrees, np.asarray(y) * f_exact <= 0)
+    np.testing.assert_array_equal(np.asarray(evaluation.f_star_is_not_yC(X, y, cfg, task)),
+                                  f_exact != np.asarray(y) * cfg.C)
     assert (f_exact == 0).sum() > 1000  # the ties that rounding used to decide
     se = math.sqrt(exact * (1 - exact) / len(y))
     assert abs(disagrees.mean() - exact) < 3 * se, (disagrees.mean(), exact)
+
+
+def test_final_test_error_is_taken_on_exactly_the_samples_asked_for():
+    cfg = TheoryConfig(D=16, C=4, d=32, q=0.8)
+    task = make_task(jax.random.PRNGKey(0), cfg)
+    key = jax.random.PRNGKey(5)
+    X, y = sample(jax.random.split(key, 1)[0], cfg, task, 300)  # n <= chunk: one chunk of n
+    got = evaluation.test_errors(key, {"A": jnp.zeros((16, 16)), "v": task.w_star}, cfg, task, 300)
+    assert float(got["label_noise_rate"]) == float(evaluation.label_disagrees(X, y, cfg, task).mean())
+    with pytest.raises(ConfigError, match="multiple"):
+        evaluation.test_errors(key, {"A": jnp.zeros((16, 16)), "v": task.w_star}, cfg, task, 15_000)
 
 
 def test_sample_is_jittable_and_vmappable_over_keys():
