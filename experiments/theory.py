@@ -22,6 +22,7 @@ from posattn import cli
 from posattn.errors import ConfigError
 from posattn.theory import config as config_lib
 from posattn.theory import data, evaluation, gd as gd_lib, overlay, phases, plots, population
+from posattn.theory.metrics import off_diagonal_overlap
 from posattn.theory.presets import PRESETS, get_preset
 
 FLAGS = flags.FLAGS
@@ -153,6 +154,7 @@ def seed_summary(seed, history, params, task, theory, gd) -> dict:
         "patch_association": phase_info["patch_association_step"] is not None,
         "patch_association_step": phase_info["patch_association_step"],
         "patch_association_share_final": float(history["patch_association_share"][-1]),
+        "off_diagonal_overlap": float(off_diagonal_overlap(params["A"], task)),  # chance (C-1)/(D-1)
         "test_error": float(final["test_error"]),
         "label_noise_rate": float(final["label_noise_rate"]),
         "f_star_not_yC_rate": float(final["f_star_not_yC_rate"]),
