@@ -2,7 +2,8 @@
 (model, g, attention, seed) cell in its own sub-workdir, and gather the test accuracies.
 
 Each cell is an ordinary `posattn.vision.train.train_and_evaluate` run, so a sweep interrupted anywhere
-resumes: a cell whose `summary.json` exists is read back, one with a checkpoint continues from it.
+resumes: a finished cell of the same config is read back from its `summary.json`, one with a checkpoint
+continues from it.
 """
 import importlib.util
 import json
@@ -12,6 +13,7 @@ import pathlib
 import numpy as np
 
 from posattn.errors import ConfigError
+from posattn.vision import config as config_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -30,13 +32,19 @@ def load_config(path: str, arg: str | None = None):
 
 
 def run_cell(config, workdir: str, say=print) -> dict:
-    """The summary of `config` trained in `workdir`: read back if finished, trained (or resumed) if not."""
-    summary = os.path.join(workdir, "summary.json")
-    if os.path.exists(summary):
-        with open(summary) as f:
-            out = json.load(f)
-        if out.get("steps") == config.total_steps:
-            return out
+    """The summary of `config` trained in `workdir`: read back if finished, trained (or resumed) if not.
+
+    A summary is read back only when the workdir's config.json is `config` to the last field and the run
+    reached its total_steps; otherwise training runs, and refuses (ConfigError) a workdir that holds a run
+    of another config.
+    """
+    path, stored = os.path.join(workdir, "summary.json"), config_lib.read_record(workdir)
+    if os.path.exists(path) and stored is not None:
+        with open(path) as f:
+            summary = json.load(f)
+        if (summary.get("steps") == config.total_steps
+                and not config_lib.differing_fields(stored, config_lib.record(config))):
+            return summary
     from posattn.vision import train  # imported late: flags are parsed before jax starts
 
     say(f"== {workdir}")

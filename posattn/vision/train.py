@@ -1,12 +1,12 @@
 """Training and evaluation of the image classifiers (SPEC 2), one code path from one CPU to a pod slice.
 
-Reads top to bottom like big_vision's train.py: validate the config, devices and mesh, input, model and
-sharded initial state, the jitted update step, checkpoint restore, the loop (log, evaluate, checkpoint),
-the summary. The train state is a plain dict {"step", "params", "batch_stats", "opt_state"}, replicated
-over the 1-D "data" mesh; batches are split along "data". Augmentation runs inside the jitted step, on
-device, with a key folded from the step, so the update of step t is a pure function of (config, state
-at t): with the data pipeline's (seed, step) determinism a resumed run ends with bitwise the same
-parameters as an uninterrupted one.
+Reads top to bottom like big_vision's train.py: validate the config, devices and mesh, check it against
+the run the workdir records, input, model and sharded initial state, the jitted update step, checkpoint
+restore, the loop (log, evaluate, checkpoint), the summary. The train state is a plain dict {"step",
+"params", "batch_stats", "opt_state"}, replicated over the 1-D "data" mesh; batches are split along
+"data". Augmentation runs inside the jitted step, on device, with a key folded from the step, so the
+update of step t is a pure function of (config, state at t): with the data pipeline's (seed, step)
+determinism a resumed run ends with bitwise the same parameters as an uninterrupted one.
 """
 import dataclasses
 import json
@@ -23,6 +23,7 @@ from etils import epath
 from posattn.errors import ConfigError
 from posattn.mesh import batch_sharding, data_mesh, replicated
 from posattn.vision import augment, checkpoint, data, mesh as mesh_lib, models, optim
+from posattn.vision import config as config_lib
 
 COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -44,7 +45,8 @@ def check_config(config, num_devices: int) -> Setup:
     """Validate everything the run will use, before any heavy work; raise ConfigError on the first fault.
 
     Unknown dataset, model, variant, attention or pooling, a patch size that does not divide the image,
-    a batch that does not divide by the devices, an unknown compute dtype or a non-positive step count.
+    a batch that does not divide by the devices, an unknown compute dtype, a non-positive step count or
+    augmentation settings out of range.
     """
     if config.compute_dtype not in COMPUTE_DTYPES:
         raise ConfigError(f"unknown compute_dtype {config.compute_dtype!r}: "
@@ -61,8 +63,7 @@ def check_config(config, num_devices: int) -> Setup:
                               f"use a positive multiple of {num_devices}")
     if not 0.0 <= config.label_smoothing < 1.0:
         raise ConfigError(f"label_smoothing={config.label_smoothing} must lie in [0, 1)")
-    if config.augment.mixup_alpha < 0 or config.augment.crop_padding < 0:
-        raise ConfigError("augment.mixup_alpha and augment.crop_padding must be >= 0")
+    augment.check_config(config.augment)
     info = data.dataset_info(config.dataset, config.get("data_dir"))
     shape = data.image_shape(config)
     if config.permute_block:
@@ -219,8 +220,8 @@ def _check_finite(pending: list, mngr, workdir) -> list:
             last = mngr.latest_step()
             hint = ("no checkpoint was saved before it" if last is None else
                     f"the last good checkpoint (step {last}) stays in {workdir}/checkpoints: rerun the "
-                    "same command with a lower --config.optimizer.lr or a --config.optimizer.grad_clip "
-                    "to resume from it")
+                    "same command with a lower --config.optimizer.lr (or a lower non-zero "
+                    "--config.optimizer.grad_clip) to resume from it")
             raise NonFiniteLoss(f"non-finite loss {m['loss']} (gradient norm {m['grad_norm']}, parameter "
                                 f"norm {m['param_norm']}) at step {step}; the run stopped there, {hint}")
     return [m for _, m in pulled]
@@ -236,6 +237,10 @@ def _mean(window: list) -> dict:
 def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     """Train and evaluate as `config` says, in (and resuming from) `workdir`: (final state, summary).
 
+    A workdir that already records a run is resumed only with the same config, up to the fields
+    `config.RESUMABLE` lets change, and a total_steps that reaches its checkpoint's step; anything else
+    raises ConfigError before config.json is rewritten (`config.check_resume`).
+
     `devices` (default: all devices of all processes) lets a test run the same code on a sub-mesh.
     """
     mesh_lib.initialize_distributed()
@@ -244,7 +249,16 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     workdir = epath.Path(workdir)
     if _is_writer():
         workdir.mkdir(parents=True, exist_ok=True)
-    _write_json(workdir / "config.json", json.loads(config.to_json_best_effort()))
+    # A workdir that holds a run is resumed only by the same run: checked (on every process, so all
+    # stop together) before config.json is rewritten, so a refused command leaves the record intact.
+    mngr = checkpoint.manager(str(workdir), keep=config.keep_checkpoints)
+    try:
+        changes = config_lib.check_resume(config_lib.read_record(workdir), config, mngr.latest_step(),
+                                          workdir)
+    except ConfigError:
+        mngr.close()
+        raise
+    _write_json(workdir / "config.json", config_lib.record(config))
     metrics_path = workdir / "metrics.jsonl"
 
     # Model, optimizer and the sharded initial state: created directly where it lives, replicated.
@@ -255,7 +269,6 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     num_params = models.param_count(abstract_state["params"])
 
     # A checkpoint found in the workdir always wins.
-    mngr = checkpoint.manager(str(workdir), keep=config.keep_checkpoints)
     state = checkpoint.restore(mngr, abstract_state)
     resumed_from = None if state is None else int(jax.device_get(state["step"]))
     state = init_fn() if state is None else state
@@ -264,6 +277,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     if model_name == "vit":
         model_name = f"ViT {config.model.variant} ({config.model.attention} attention)"
     resumed = "" if resumed_from is None else f"; resumed from step {start}"
+    resumed += f"; changed from its config.json: {', '.join(changes)}" if changes else ""
     _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
          f"{jax.process_count()} processes{resumed}")
 

@@ -1,8 +1,11 @@
-"""Train -> SIGKILL -> restart on the same workdir: bitwise the parameters of an uninterrupted run."""
+"""Train -> SIGKILL -> restart on the same workdir: bitwise the parameters of an uninterrupted run; a
+workdir is resumed only with its run's config (up to the resumable fields), and sweeps read back a cell
+only of the same config."""
 import importlib.util
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,8 +13,11 @@ import time
 
 import jax
 import numpy as np
+import pytest
 
-from posattn.vision import train
+from posattn.analysis import sweep
+from posattn.errors import ConfigError
+from posattn.vision import config as config_lib, train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STEPS, EVERY = 300, 25
@@ -70,3 +76,91 @@ def _config():
     c = module.get_config("local")
     c.total_steps, c.checkpoint_every, c.keep_checkpoints = STEPS, EVERY, 2
     return c
+
+
+# ---------------------------------------------------------------------------------- resuming with a config
+
+
+def _short(**fields):
+    """digits:local (ViT test/2) for a few steps, checkpointing at the end only."""
+    c = _config()
+    c.total_steps, c.checkpoint_every, c.log_every = 2, 0, 1
+    for path, value in fields.items():  # "optimizer__lr" sets c.optimizer.lr
+        *parents, leaf = path.split("__")
+        node = c
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
+    return c
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A workdir holding a finished 2-step run of `_short()` (checkpoint at step 2)."""
+    workdir = tmp_path_factory.mktemp("trained")
+    train.train(_short(), str(workdir), devices=jax.devices()[:1])
+    return workdir
+
+
+@pytest.fixture
+def workdir(trained, tmp_path):
+    """A fresh copy of `trained`, for a test to resume (or fail to resume) in."""
+    return pathlib.Path(shutil.copytree(trained, tmp_path / "run"))
+
+
+def test_another_model_is_refused_and_the_workdir_keeps_its_record(workdir):
+    before = {p: (workdir / p).read_bytes() for p in ("config.json", "summary.json", "metrics.jsonl")}
+    vanilla = _short(model__attention="vanilla", eval_every=1)
+    refused = r"another config \(model.attention 'positional' -> 'vanilla'\)"
+    with pytest.raises(ConfigError, match=refused) as err:
+        train.train(vanilla, str(workdir), devices=jax.devices()[:1])
+    assert "\n" not in str(err.value) and "eval_every" not in str(err.value)  # only the refused fields
+    assert {p: (workdir / p).read_bytes() for p in before} == before
+    assert saved_steps(workdir) == [2]
+
+
+def test_total_steps_below_the_checkpoint_is_refused(workdir):
+    config_json = (workdir / "config.json").read_bytes()
+    with pytest.raises(ConfigError, match=r"checkpoint at step 2, beyond total_steps=1: resume with "
+                                          r"--config.total_steps=2 or more"):
+        train.train(_short(total_steps=1), str(workdir), devices=jax.devices()[:1])
+    assert (workdir / "config.json").read_bytes() == config_json and saved_steps(workdir) == [2]
+
+
+def test_a_longer_total_steps_resumes_and_is_recorded(workdir, capsys):
+    longer = _short(total_steps=4, keep_checkpoints=5)
+    _, summary = train.train(longer, str(workdir), devices=jax.devices()[:1])
+    assert (summary["resumed_from_step"], summary["steps"], summary["steps_this_run"]) == (2, 4, 2)
+    assert saved_steps(workdir) == [2, 4]
+    assert json.loads((workdir / "config.json").read_text())["total_steps"] == 4
+    assert "resumed from step 2; changed from its config.json: keep_checkpoints 2 -> 5, total_steps 2 -> 4" \
+        in capsys.readouterr().out
+
+
+def test_check_resume_allows_only_the_resumable_fields():
+    c = _short()
+    stored = config_lib.record(c)
+    assert config_lib.check_resume(stored, c, 2, "w") == []
+    assert config_lib.check_resume(None, _short(seed=1), None, "w") == []  # a fresh workdir takes any run
+    changed = _short(data_dir="/data", optimizer__lr=float("nan"), optimizer__grad_clip=0.5)
+    assert config_lib.check_resume(stored, changed, 2, "w") == [
+        "data_dir None -> '/data'", "optimizer.grad_clip 1.0 -> 0.5", "optimizer.lr 0.001 -> nan"]
+    nan_stored = config_lib.record(changed)  # NaN equals NaN here: the run diverged and is resumed as is
+    assert config_lib.check_resume(nan_stored, changed, 2, "w") == []
+    for refused in (_short(optimizer__grad_clip=0.0),  # clipping off changes the optimizer state
+                    _short(seed=1), _short(augment__flip=True), _short(optimizer__warmup_steps=2)):
+        with pytest.raises(ConfigError, match="another config"):
+            config_lib.check_resume(stored, refused, 2, "w")
+    del stored["model"]["pos_init_std"]  # a record written before a field existed
+    with pytest.raises(ConfigError, match=r"model.pos_init_std '\(absent\)' -> 1.0"):
+        config_lib.check_resume(stored, c, 2, "w")
+
+
+def test_sweep_reads_back_a_cell_only_of_the_same_config(tmp_path, monkeypatch):
+    c = _short()
+    (tmp_path / "config.json").write_text(json.dumps(config_lib.record(c)))
+    (tmp_path / "summary.json").write_text(json.dumps({"steps": c.total_steps, "test_accuracy": 0.5}))
+    monkeypatch.setattr(train, "train_and_evaluate", lambda config, workdir: {"trained": True})
+    assert sweep.run_cell(c, str(tmp_path), say=lambda _: None) == {"steps": 2, "test_accuracy": 0.5}
+    assert sweep.run_cell(_short(model__attention="vanilla"), str(tmp_path), say=lambda _: None) == {
+        "trained": True}
