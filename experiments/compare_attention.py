@@ -15,6 +15,7 @@ of medians and IQRs beside the paper's numbers.
 """
 import copy
 import os
+import pathlib
 
 from absl import flags, logging
 from ml_collections import config_flags
@@ -31,7 +32,11 @@ PAPER = {
     "imagenet2012": {"vanilla": 71.9, "positional": 68.9, "config": "tpu_configs/imagenet.py", "seeds": 1},
 }
 
-_CONFIG = config_flags.DEFINE_config_file("config", "tpu_configs/digits.py", "A ViT config file.")
+# The default names the repository's file, so the binary runs from any directory (a missing default would
+# fail while the flags are defined, before `cli` can report it).
+_DIGITS = str(pathlib.Path(__file__).resolve().parents[1] / "tpu_configs" / "digits.py")
+_CONFIG = config_flags.DEFINE_config_file("config", _DIGITS, "A ViT config file (default: the repository's "
+                                          "tpu_configs/digits.py).")
 _SEEDS = flags.DEFINE_integer("seeds", 10, "Seeds 0..N-1 per attention kind.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 

@@ -1,12 +1,14 @@
 """Entry-point plumbing shared by the absl binaries in `experiments/`.
 
-Bad input (a flag that does not parse, a `ConfigError` raised while validating a config) ends the
-program with one line on stderr and exit status 2, never a traceback; anything else is a bug and keeps
-its traceback.
+Bad input (a flag that does not parse, a config file that does not exist, a `ConfigError` raised while
+loading or validating a config) ends the program with one line on stderr and exit status 2, never a
+traceback; anything else is a bug and keeps its traceback.
 """
+import os
 import sys
 
 from absl import app, flags
+from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
 from posattn.errors import ConfigError
 
@@ -17,11 +19,54 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+def _flag_value(argv, name: str) -> str | None:
+    """The last value argv gives flag `name` (`--NAME=VALUE` or `--NAME VALUE`), None if none."""
+    value = None
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "--":
+            break
+        key, eq, given = arg.lstrip("-").partition("=")
+        if arg.startswith("-") and key == name:
+            value = given if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    return value
+
+
+def _check_config_files(argv) -> None:
+    """Fail unless the file of every ml_collections config-file flag (FILE[:ARG]) exists.
+
+    ml_collections keeps a missing file as a placeholder that raises only when the config is first
+    used (or, with `--config.FIELD` overrides, while the flags parse), with a traceback either way.
+    """
+    for name in list(flags.FLAGS):
+        flag = flags.FLAGS[name]
+        if not isinstance(flag.parser, ConfigFileFlagParser):
+            continue
+        value = _flag_value(argv, name) or getattr(flag, "default_unparsed", None)
+        path = (value or "").split(":", 1)[0]
+        if value is not None and not os.path.isfile(path):
+            where = "" if os.path.isabs(path) else f" (relative to the current directory {os.getcwd()})"
+            fail(f"--{name}={value}: config file {path!r} not found{where}")
+
+
+def _config_error(e: BaseException) -> ConfigError | None:
+    """The innermost ConfigError behind `e`, if any.
+
+    ml_collections re-raises an error of a config file's `get_config` with the whole traceback in its
+    message, and absl wraps that again: the innermost one holds the message meant for the user.
+    """
+    found = None
+    while e is not None:
+        found = e if isinstance(e, ConfigError) else found
+        e = e.__cause__ or e.__context__
+    return found
+
+
 def _parse_flags(argv):
+    _check_config_files(argv)
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        fail(e)
+        fail(_config_error(e) or e)
     except (AttributeError, KeyError) as e:  # ml_collections: an override of a field the config lacks
         while e.args and isinstance(e.args[0], BaseException):  # its KeyError, wrapped
             e = e.args[0]
@@ -30,7 +75,7 @@ def _parse_flags(argv):
 
 
 def run(main) -> None:
-    """`absl.app.run(main)` with bad flags and `ConfigError` turned into exit status 2."""
+    """`absl.app.run(main)` with bad flags, missing config files and `ConfigError` turned into exit 2."""
 
     def guarded(argv):
         try:

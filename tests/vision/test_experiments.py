@@ -76,9 +76,9 @@ def test_spread_reports_median_and_iqr_in_percent():
     assert s["mean"] == pytest.approx(93.0) and s["n"] == 4
 
 
-def _run(*args):
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+def _run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)})
 
 
 def test_binaries_end_to_end_on_digits(tmp_path):
@@ -101,6 +101,8 @@ def test_binaries_end_to_end_on_digits(tmp_path):
     assert set(result["statistic"]) == {"as trained", "un-permuted"} and result["grid"] == [4, 4]
     assert result["permute_block"] == 2 and result["patch_size"] == 2
     assert (work / "vit-g2-seed0" / "posemb_similarity.png").stat().st_size > 0
+    r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g2-seed0'}", "--block=1")
+    assert r.returncode == 2 and "--block=1: the run has one positional embedding P shared" in r.stderr
     r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g4-seed0'}")  # blocks of 2 x 2 patches
     assert r.returncode == 0, r.stderr[-2000:]
     stats = json.loads((work / "vit-g4-seed0" / "posemb_similarity.json").read_text())["statistic"]
@@ -122,7 +124,21 @@ def test_binaries_end_to_end_on_digits(tmp_path):
     (("experiments.permuted", "--models=vit,mlp", "--workdir=/tmp/x"), "--models"),
     (("experiments.compare_attention", "--seeds=0", "--workdir=/tmp/x"), "--seeds"),
     (("experiments.posemb_similarity", "--workdir=/nonexistent"), "config.json"),
+    (("experiments.train_images", "--config=tpu_configs/nope.py", "--workdir=/tmp/x"),
+     "config file 'tpu_configs/nope.py' not found (relative to the current directory"),
+    # with an override, ml_collections used to raise while the flags parsed
+    (("experiments.train_images", "--config=tpu_configs/nope.py:local", "--config.seed=1",
+      "--workdir=/tmp/x"), "config file 'tpu_configs/nope.py' not found"),
+    # a ConfigError of the config file's get_config: its message alone, no flattened traceback
+    (("experiments.compare_attention", "--config=tpu_configs/digits.py:locl", "--workdir=/tmp/x"),
+     "error: unknown config argument 'locl'"),
 ])
 def test_bad_input_exits_2_with_one_line(args, message):
     r = _run(*args)
-    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_compare_attention_finds_its_default_config_from_any_directory(tmp_path):
+    r = _run("experiments.compare_attention", "--config.total_steps=2", "--seeds=0", "--workdir=x",
+             cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("error: --seeds=0"), r.stderr  # the config loaded
