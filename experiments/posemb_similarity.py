@@ -14,6 +14,7 @@ true neighbours that the permutation separated; as trained: pairs adjacent only 
 import json
 import os
 
+import numpy as np
 from absl import flags, logging
 
 from posattn import cli
@@ -24,7 +25,8 @@ _OUT = flags.DEFINE_string("out", None, "Output directory (default: --workdir)."
 _THRESHOLD = flags.DEFINE_float("threshold", 0.55, "Similarities below it are drawn blank (Fig. 1a).")
 _PATCHES = flags.DEFINE_string("patches", "", "Patches to draw (row-major indices); default: all on "
                                "grids up to 4x4, else 8 spread over the grid.")
-_BLOCK = flags.DEFINE_integer("block", 0, "With one P per block (pos_shared=False): whose P.")
+_BLOCK = flags.DEFINE_integer("block", 0, "With one P per block (pos_shared=False): whose P, from 0. A run "
+                              "with one shared P (the default, and vanilla attention) takes only 0.")
 
 
 def load_run(workdir: str):
@@ -67,6 +69,10 @@ def main(argv):
     from posattn.vision import data
 
     config, params = load_run(_WORKDIR.value)
+    if _BLOCK.value and np.ndim(params["pos_embedding"]) == 2:
+        raise ConfigError(f"--block={_BLOCK.value}: the run has one positional embedding P shared by all "
+                          "blocks (model.pos_shared or vanilla attention); --block picks a block's P only "
+                          "in a run with model.pos_shared=False")
     side = data.image_shape(config)[0]
     patch = config.model.patch_size or int(config.model.variant.split("/")[1])
     grid = (side // patch, side // patch)

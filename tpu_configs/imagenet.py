@@ -17,7 +17,10 @@ Recipe [D, the DeiT-Ti recipe within the fields of this stack]: ViT-Ti/16 (depth
 MLP 768), 300 epochs at batch 1024, AdamW (lr 1e-3 = 5e-4 x 1024/512, weight decay 0.05), 5 epochs of
 warm-up then cosine decay, random crop + flip, RandAugment(2, 9), mixup 0.8, label smoothing 0.1,
 bfloat16 compute. (DeiT also uses CutMix, random erasing, repeated augmentation and stochastic depth,
-which this stack does not implement.)
+which this stack does not implement.) The crops are not DeiT's: every image, train and eval, is read
+resized (shorter side to 224) and centre-cropped to 224 x 224; training then takes a random 224 x 224
+window of it zero-padded by 16 pixels, where DeiT trains on RandomResizedCrop(224) (scale 0.08-1) and
+evaluates on resize-256 then centre-crop-224, so the eval images here show more of the scene.
 
 Paper (JSL22 Figure 6): vanilla 71.9%, positional 68.9% top-1 (final training loss about 3.5 vs 3.9).
 """

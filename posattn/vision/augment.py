@@ -196,20 +196,33 @@ def rand_augment(key, image_HxWxC, layers: int, magnitude: float):
 
 # ------------------------------------------------------------------------------ the pipeline
 
+def check_config(aug_cfg) -> None:
+    """Raise ConfigError for augmentation settings out of range.
+
+    crop_padding, randaugment_layers and mixup_alpha must be >= 0 and, with RandAugment on,
+    randaugment_magnitude must lie in [0, 10]. `train.check_config` calls it before any heavy work;
+    `augment` calls it too, for callers that come to it directly.
+    """
+    padding = aug_cfg.get("crop_padding", 0)
+    layers = aug_cfg.get("randaugment_layers", 0)
+    alpha = aug_cfg.get("mixup_alpha", 0.0)
+    if padding < 0 or layers < 0 or alpha < 0:
+        raise ConfigError(f"augment.crop_padding ({padding}), augment.randaugment_layers ({layers}) and "
+                          f"augment.mixup_alpha ({alpha}) must be non-negative")
+    if layers:
+        _check_magnitude(aug_cfg.get("randaugment_magnitude", 0))
+
+
 def augment(key, images_uint8_BxHxWxC, aug_cfg, info):
     """Training augmentation of a uint8 batch -> float32 normalised images, one key per example.
 
     aug_cfg: crop_padding (0 = no crop), flip, randaugment_layers (0 = off), randaugment_magnitude.
     """
+    check_config(aug_cfg)
     padding = aug_cfg.get("crop_padding", 0)
     flip = aug_cfg.get("flip", False)
     layers = aug_cfg.get("randaugment_layers", 0)
     magnitude = aug_cfg.get("randaugment_magnitude", 0)
-    if padding < 0 or layers < 0:
-        raise ConfigError(f"augment.crop_padding ({padding}) and augment.randaugment_layers ({layers}) "
-                          "must be non-negative")
-    if layers:
-        _check_magnitude(magnitude)
 
     def one(key_i, image_HxWxC):
         crop_key, flip_key, ra_key = jax.random.split(key_i, 3)

@@ -169,6 +169,18 @@ def test_check_config_rejects_a_batch_that_does_not_divide_by_the_devices():
         train.check_config(tiny_digits(compute_dtype="float8"), 8)
 
 
+@pytest.mark.parametrize("field,value,message", [
+    ("randaugment_magnitude", 11, r"randaugment_magnitude must lie in \[0, 10\], got 11"),
+    ("randaugment_layers", -1, r"augment.randaugment_layers \(-1\)"),
+    ("mixup_alpha", -0.5, r"augment.mixup_alpha \(-0.5\)"),
+])
+def test_check_config_rejects_augmentation_out_of_range_before_any_tracing(field, value, message):
+    c = tiny_digits(augment__randaugment_layers=1)
+    c.augment[field] = value
+    with pytest.raises(ConfigError, match=message):
+        train.check_config(c, 8)
+
+
 def test_schedule_warms_up_linearly_then_decays_to_zero_and_decays_only_kernels():
     c = tiny_digits(total_steps=100, optimizer__warmup_steps=10, optimizer__lr=1e-3)
     lr = optim.learning_rate_schedule(c.optimizer, c.total_steps)
