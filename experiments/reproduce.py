@@ -45,6 +45,7 @@ class Plan:
     glm_steps: int = 500
     fig2_steps: int | None = None
     fig2_N: int | None = None
+    fig2_seeds: int = 5
     transfer_q: float = 0.55
     transfer_pretrain_steps: int = 1000
     transfer_pretrain_N: int | None = None
@@ -58,7 +59,7 @@ class Plan:
 
 
 QUICK = Plan(core_preset="small", core_steps=300, core_N=5000, exact_steps=200, glm_N=2000, glm_steps=150,
-             fig2_steps=200, fig2_N=4000, transfer_pretrain_steps=600, transfer_pretrain_N=5000,
+             fig2_steps=200, fig2_N=4000, fig2_seeds=3, transfer_pretrain_steps=600, transfer_pretrain_N=5000,
              transfer_sizes=(16, 1024), transfer_seeds=10, transfer_steps=600, sweep_sizes=(100, 10000), sweep_seeds=4,
              sweep_steps=300, n_final_test=20_000)
 
@@ -131,23 +132,31 @@ def construction_claim(key, plan, workdir):
 
 
 def figure2_claim(key, plan, workdir):
+    """Figure 2 over `plan.fig2_seeds` runs (each its own CNN labeller, start and data; vmapped). One
+    run's off-diagonal overlap with the blocks moves by about 0.1 from seed to seed (48 entries of A
+    decide it), so the verdict reads the mean over seeds; the figure shows the first seed's A."""
     cfg, gd = get_preset("fig2")
     gd = _with(gd, steps=plan.fig2_steps, N=plan.fig2_N)
-    result = gd_lib.fit(key, cfg, gd)
-    final = evaluation.test_errors(jax.random.fold_in(key, 7), result.params, cfg, result.task,
-                                   plan.n_final_test)
-    # Off the diagonal: the frozen a0 = sqrt(d) is in every row's top C (`off_diagonal_overlap`).
-    overlap = float(off_diagonal_overlap(result.params["A"], result.task))
+    keys = jax.random.split(key, plan.fig2_seeds)
+    runs = gd_lib.fit_seeds(keys, cfg, gd)
+    pick = lambda tree, i: jax.tree.map(lambda a: a[i], tree)
+    errors, overlaps = [], []
+    for i, k in enumerate(keys):
+        params, task = pick(runs.params, i), pick(runs.task, i)
+        final = evaluation.test_errors(jax.random.fold_in(k, 7), params, cfg, task, plan.n_final_test)
+        errors.append(float(final["test_error"]))
+        # Off the diagonal: the frozen a0 = sqrt(d) is in every row's top C (`off_diagonal_overlap`).
+        overlaps.append(float(off_diagonal_overlap(params["A"], task)))
     chance = (cfg.C - 1) / (cfg.D - 1)
-    err = np.asarray(result.history["test_error"])
-    claim_plots.plot_figure2(os.path.join(workdir, "figure2.png"), result.history, result.params["A"],
-                             data.same_set_mask(result.task.sets), overlap, chance)
-    return {"steps": gd.steps, "N": gd.N, "d": cfg.d, "test_error": float(final["test_error"]),
-            "best_history_test_error": float(err.min()),
-            "step_of_best": int(result.history["step"][err.argmin()]),
-            "off_diagonal_overlap": overlap, "chance": chance,
-            "patch_association_share": float(result.history["patch_association_share"][-1]),
-            "seconds": result.seconds}
+    curve = np.asarray(runs.history["test_error"]).mean(1)  # mean over seeds, per evaluation step
+    claim_plots.plot_figure2(os.path.join(workdir, "figure2.png"),
+                             {"step": runs.history["step"], "test_error": curve}, runs.params["A"][0],
+                             data.same_set_mask(runs.task.sets[0]), overlaps[0], chance)
+    return {"steps": gd.steps, "N": gd.N, "d": cfg.d, "seeds": plan.fig2_seeds,
+            "test_error": float(np.mean(errors)), "test_errors": errors,
+            "off_diagonal_overlap": float(np.mean(overlaps)), "off_diagonal_overlaps": overlaps,
+            "chance": chance, "best_mean_history_test_error": float(curve.min()),
+            "step_of_best": int(runs.history["step"][curve.argmin()]), "seconds": runs.seconds}
 
 
 def transfer_claim(key, plan, workdir):
@@ -214,8 +223,10 @@ def verdicts(r: dict) -> list[dict]:
          "figure": "construction_attention.png"},
         {"claim": "Figure 2: Gaussian data, structure not learnt",
          "paper": "test error about 6.5-7% after ~60 of 1000 steps; learnt A looks random",
-         "measured": f"test error {pct(f2['test_error'])}; share of each row's C-1 largest off-diagonal "
-                     f"entries in its block {f2['off_diagonal_overlap']:.2f} (chance {f2['chance']:.2f})",
+         "measured": f"mean of {f2['seeds']} seeds: test error {pct(f2['test_error'])}; share of each "
+                     f"row's C-1 largest off-diagonal entries in its block {f2['off_diagonal_overlap']:.2f} "
+                     f"(chance {f2['chance']:.2f}; per seed "
+                     f"{', '.join(f'{o:.2f}' for o in f2['off_diagonal_overlaps'])})",
          "verdict": ok(f2["test_error"] < 0.15 and f2["off_diagonal_overlap"] - f2["chance"] <= 0.1),
          "figure": "figure2.png"},
         {"claim": "Theorem 5.1: transfer with A frozen is sample-efficient",
