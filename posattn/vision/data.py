@@ -11,7 +11,9 @@ masked), each process again taking its contiguous slice: every example appears e
 processes and batches, and every process yields the same number of batches (collectives stay in step).
 
 Figure 5 of JSL22 (SPEC 2.2) permutes the g x g pixel blocks of every train and test image by one fixed
-random permutation; `permute_blocks` applies it and `unpermute_blocks` undoes it.
+random permutation; `permute_blocks` applies it and `unpermute_blocks` undoes it. Test images are
+permuted here; training images are yielded natural and permuted in the train step after augmentation
+(`pixel_permutation`, `train.training_inputs`), so crops and flips act on the natural image.
 """
 from __future__ import annotations
 
@@ -78,13 +80,14 @@ def unpermute_blocks(images_xHxWxC, g: int, perm):
     return permute_blocks(images_xHxWxC, g, np.argsort(perm))
 
 
-def _pixel_permutation(config, shape: tuple[int, int, int]):
-    """The config's block permutation as a function on uint8 batches (identity when permute_block is 0)."""
+def pixel_permutation(config, shape: tuple[int, int, int]):
+    """The config's block permutation as a function on (numpy or jax) image batches; identity when
+    permute_block is 0. Raises ConfigError for a block size that does not divide the image."""
     g = config.get("permute_block", 0)
     if g == 0:
         return lambda images: images
     perm = block_permutation(shape[:2], g, config.get("permute_seed", 0))
-    return lambda images: np.ascontiguousarray(permute_blocks(images, g, perm))
+    return lambda images: permute_blocks(images, g, perm)
 
 
 # ---------------------------------------------------------------------------------- batch schedule
@@ -128,13 +131,14 @@ def train_batches(config, start_step: int = 0, *, process_index: int | None = No
     """Endless `{"image": uint8 (B_local, H, W, C), "label": int32 (B_local,)}`, from step `start_step`.
 
     B_local = global_batch_size / process_count; this process's rows of the global batch of each step.
+    The images are natural: a permuted config's blocks are permuted after augmentation, in the step.
     """
     index, count = _processes(process_index, process_count)
     local = _local_size(config, "global_batch_size", count)
     if config.seed < 0 or start_step < 0:
         raise ConfigError(f"seed ({config.seed}) and start_step ({start_step}) must be non-negative")
     shape = image_shape(config)
-    permute = _pixel_permutation(config, shape)  # validated before the (slow) read of the split
+    pixel_permutation(config, shape)  # validated before the (slow) read of the split; applied in the step
     split = open_split(config.dataset, "train", data_dir=config.get("data_dir"),
                        image_size=config.get("image_size", 0))
     rows = slice(index * local, (index + 1) * local)
@@ -145,7 +149,7 @@ def train_batches(config, start_step: int = 0, *, process_index: int | None = No
             indices = global_batch_indices(config.seed, step, config.global_batch_size,
                                            split.num_examples)
             images, labels = split.read(indices[rows])
-            yield {"image": permute(images), "label": labels}
+            yield {"image": images, "label": labels}
             step += 1
 
     return batches()
@@ -167,7 +171,7 @@ def eval_batches(config, split: str = "test", *, process_index: int | None = Non
     index, count = _processes(process_index, process_count)
     local = _local_size(config, "eval_batch_size", count)
     shape = image_shape(config)
-    permute = _pixel_permutation(config, shape)
+    permute = pixel_permutation(config, shape)
     source = open_split(config.dataset, split, data_dir=config.get("data_dir"),
                         image_size=config.get("image_size", 0))
     n = source.num_examples
@@ -179,6 +183,6 @@ def eval_batches(config, split: str = "test", *, process_index: int | None = Non
             images = np.zeros((local, *shape), np.uint8)
             labels = np.zeros((local,), np.int32)
             images[mask], labels[mask] = source.read(positions[mask])
-            yield {"image": permute(images), "label": labels, "mask": mask}
+            yield {"image": np.ascontiguousarray(permute(images)), "label": labels, "mask": mask}
 
     return batches()

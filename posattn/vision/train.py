@@ -91,6 +91,15 @@ def init_state(config, setup: Setup, tx: optax.GradientTransformation) -> dict:
     }
 
 
+def training_inputs(key, images, config, setup: Setup):
+    """The model's inputs for a uint8 batch of natural images: augmented, then pixel blocks permuted
+    (Figure 5). In this order a permuted run sees exactly the permuted images of the augmented natural
+    ones; a crop or flip of an already permuted image would move pixels across blocks, which no fixed
+    block permutation of natural images does."""
+    permute = data.pixel_permutation(config, setup.image_shape)
+    return permute(augment.augment(key, images, config.augment, setup.info))
+
+
 def make_train_step(config, setup: Setup, tx: optax.GradientTransformation):
     """(state, batch) -> (state, metrics): one AdamW step on the augmented global batch (un-jitted).
 
@@ -103,7 +112,7 @@ def make_train_step(config, setup: Setup, tx: optax.GradientTransformation):
     def step(state, batch):
         key = jax.random.fold_in(jax.random.key(config.seed), state["step"] + 1)
         aug_key, mix_key, drop_key = jax.random.split(key, 3)
-        images = augment.augment(aug_key, batch["image"], aug_cfg, setup.info)
+        images = training_inputs(aug_key, batch["image"], config, setup)
         labels = jax.nn.one_hot(batch["label"], num_classes, dtype=jnp.float32)
         if aug_cfg.mixup_alpha > 0:
             images, labels = augment.mixup(mix_key, images, labels, aug_cfg.mixup_alpha)

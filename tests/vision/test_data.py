@@ -151,12 +151,15 @@ def test_block_of_whole_image_is_identity():
     np.testing.assert_array_equal(data.permute_blocks(x, 8, perm), x)
 
 
-def test_same_block_permutation_on_train_and_test():
+def test_test_images_come_permuted_and_training_images_natural():
+    # Training images are permuted in the train step, after augmentation (tests/vision/test_train.py).
     plain, permuted = make_config(), make_config(permute_block=4, permute_seed=7)
     perm = data.block_permutation((8, 8), 4, seed=7)
     a = next(data.train_batches(plain, process_index=0, process_count=1))["image"]
     b = next(data.train_batches(permuted, process_index=0, process_count=1))["image"]
-    np.testing.assert_array_equal(b, data.permute_blocks(a, 4, perm))
+    np.testing.assert_array_equal(b, a)
+    np.testing.assert_array_equal(data.pixel_permutation(permuted, (8, 8, 1))(a),
+                                  data.permute_blocks(a, 4, perm))
     a = next(data.eval_batches(plain, process_index=0, process_count=1))["image"]
     b = next(data.eval_batches(permuted, process_index=0, process_count=1))["image"]
     np.testing.assert_array_equal(b, data.permute_blocks(a, 4, perm))

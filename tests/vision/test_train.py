@@ -69,6 +69,27 @@ GOLDEN_SECOND_LOSS = 2.3001608848571777
 GOLDEN_UPDATE_NORM = 0.018197745084762573
 
 
+def test_training_images_are_augmented_then_permuted():
+    plain = tiny_digits(augment__flip=True)  # crop (1 pixel of padding) and flip, both geometric
+    permuted = tiny_digits(augment__flip=True, permute_block=2, permute_seed=3)
+    perm = data.block_permutation((8, 8), 2, seed=3)
+    setup = train.check_config(plain, 1)
+    images = jnp.asarray(np.random.default_rng(0).integers(0, 256, (16, 8, 8, 1), dtype=np.uint8))
+    key = jax.random.key(1)
+    augmented = train.training_inputs(key, images, plain, setup)
+    got = train.training_inputs(key, images, permuted, train.check_config(permuted, 1))
+    np.testing.assert_array_equal(got, data.permute_blocks(augmented, 2, perm))
+    # the other order differs: a crop or flip of a permuted image moves pixels across blocks
+    other = train.training_inputs(key, data.permute_blocks(images, 2, perm), plain, setup)
+    assert not np.array_equal(np.asarray(got), np.asarray(other))
+    # without crop or flip the order does not matter: unaugmented permuted runs are what they were
+    still, still_permuted = tiny_digits(augment__crop_padding=0), tiny_digits(
+        augment__crop_padding=0, permute_block=2, permute_seed=3)
+    np.testing.assert_array_equal(
+        train.training_inputs(key, images, still_permuted, setup),
+        train.training_inputs(key, data.permute_blocks(images, 2, perm), still, setup))
+
+
 def test_one_and_eight_devices_give_the_same_parameters(tmp_path):
     c = tiny_digits(total_steps=6, log_every=3)
     state1, summary1 = train.train(c, tmp_path / "one", devices=jax.devices()[:1])
