@@ -30,7 +30,7 @@ def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
 def map_runs(fn, keys, *shared):
     """`fn(key, *shared)` for every key, stacked. Independent runs (seeds) are split over "data" when
     they divide evenly over its devices, so a sweep needs no communication; otherwise they stay on one
-    device (replicated, every device would repeat every run). On a CPU a device takes its runs one
+    device, since replicated every device would repeat every run. On a CPU a device takes its runs one
     after another (`lax.map`): the random draws then compile about 1 s faster and run faster than
     vmapped, and give the same bits. `shared` goes whole to every run."""
 
