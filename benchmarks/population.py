@@ -113,7 +113,8 @@ def main(argv):
         run_line = (f"Whole exact-(P) run, paper preset ({gd.steps} GD steps, history every "
                     f"{gd.eval_every}, compile included): {result.seconds:.1f} s "
                     f"({gd.steps / result.seconds:.1f} steps/s); final risk {h['loss'][-1]:.4g}, "
-                    f"test error {100 * h['test_error'][-1]:.2f}%.")
+                    f"test error {100 * h['test_error'][-1]:.2f}% on the history's fixed test set "
+                    f"({gd.n_test:,} samples).")
         print(run_line, flush=True)
     body = "\n".join([
         f"One exact population gradient against a Monte-Carlo gradient with {REL_SE:g} relative "

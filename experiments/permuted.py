@@ -2,7 +2,7 @@ r"""Permuted pixels, JSL22 Figure 5 (SPEC 2.2): ViT vs CNNs on images whose g x 
 by one fixed random permutation (the same for train and test, and for every seed).
 
   python -m experiments.permuted --dataset=digits --block_sizes=2,4,8 --models=vit,resnet,vgg \
-      --seeds=3 --cnn_seeds=2 --vit_steps=500 --cnn_steps=80 --cnn_batch=32 \
+      --seeds=3 --cnn_seeds=3 --vit_steps=500 --cnn_steps=80 --cnn_batch=32 \
       --workdir=/tmp/permuted-digits
   python -m experiments.permuted --dataset=cifar100 --block_sizes=2,4,8,16,32 \
       --models=vit,resnet,vgg --seeds=3 --workdir=$WORKDIR --data_dir=$TFDS_DATA_DIR

@@ -43,6 +43,9 @@ flags.DEFINE_enum("activation", None, config_lib.ACTIVATIONS, "sigma of Eq. (T)"
 flags.DEFINE_boolean("temperature", None, "divide attention logits by sqrt(d)")
 flags.DEFINE_boolean("scale_by_D", None, "multiply the attention output by D")
 flags.DEFINE_enum("dataset", None, config_lib.DATASETS, "Assumption 1 or the Figure-2 Gaussian data")
+flags.DEFINE_integer("cnn_width", None, "hidden width of the Figure-2 CNN labeller")
+flags.DEFINE_boolean("cnn_shared_filter", None, "Figure-2 labeller: one filter per block (True) or per "
+                     "position")
 # GDConfig fields.
 flags.DEFINE_string("risk", None, f"one of {config_lib.RISKS}")
 flags.DEFINE_integer("N", None, "samples of (E), or fresh samples per step of population_mc")

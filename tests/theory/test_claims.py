@@ -113,7 +113,10 @@ def test_transfer_pieces():
         assert out[way]["sizes"] == [8, 16] and out[way]["seeds"] == 2
         assert len(out[way]["test_error_mean"]) == 2
     # The downstream labels follow w', not w*: a data point's w'-coefficients carry its label.
-    down = transfer.downstream_task(jax.random.PRNGKey(3), make_task(jax.random.PRNGKey(0), CFG))
+    task = make_task(jax.random.PRNGKey(0), CFG)
+    down = transfer.downstream_task(jax.random.PRNGKey(3), task)
+    np.testing.assert_array_equal(down.sets, task.sets)  # same partition, a new feature
+    assert abs(float(down.w_star @ task.w_star)) < 1e-6
     X, y = sample(jax.random.PRNGKey(4), CFG, down, 64)
     coef, y2, _ = sample_coefficients(jax.random.split(jax.random.PRNGKey(4))[0], CFG, down, 64)
     np.testing.assert_allclose(X @ down.w_star, coef, atol=1e-5)

@@ -9,6 +9,7 @@ import pytest
 from posattn.theory import TheoryConfig, grid_sets, labelling_function, make_task, sample, set_index
 from posattn.errors import ConfigError
 from posattn.theory import evaluation
+from posattn.theory.model import forward
 from posattn.theory.data import sample_coefficients
 
 CFG = TheoryConfig(D=16, C=4, d=32, q=0.4)
@@ -109,8 +110,11 @@ def test_final_test_error_is_taken_on_exactly_the_samples_asked_for():
     task = make_task(jax.random.PRNGKey(0), cfg)
     key = jax.random.PRNGKey(5)
     X, y = sample(jax.random.split(key, 1)[0], cfg, task, 300)  # n <= chunk: one chunk of n
-    got = evaluation.test_errors(key, {"A": jnp.zeros((16, 16)), "v": task.w_star}, cfg, task, 300)
+    # v off w*: the scores carry Gaussian noise, so none is a tie at 0 that rounding could decide
+    params = {"A": jnp.zeros((16, 16)), "v": task.w_star + 0.5 * jax.random.normal(key, (cfg.d,))}
+    got = evaluation.test_errors(key, params, cfg, task, 300)
     assert float(got["label_noise_rate"]) == float(evaluation.label_disagrees(X, y, cfg, task).mean())
+    assert float(got["test_error"]) == float((~(y * forward(params, X, cfg) > 0)).mean())
     with pytest.raises(ConfigError, match="multiple"):
         evaluation.test_errors(key, {"A": jnp.zeros((16, 16)), "v": task.w_star}, cfg, task, 15_000)
 

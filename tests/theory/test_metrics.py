@@ -42,9 +42,8 @@ def test_ties_and_uniform_rows_fail():
     assert not bool(patch_association(jnp.asarray(A), TASK)[0][0])
 
 
-def test_diagonal_counts_and_other_sets_do_not():
+def test_preferring_another_set_is_not_patch_association():
     # Row i prefers the sets of the next block: a transformer without patch association (Thm 3.2).
-    ell = np.arange(16) // 4
     sets = np.asarray(TASK.sets)
     A = np.zeros((16, 16))
     for l in range(4):
@@ -53,7 +52,6 @@ def test_diagonal_counts_and_other_sets_do_not():
     rows, ok = patch_association(jnp.asarray(A), TASK)
     assert not np.asarray(rows).any()
     assert float(top_c_overlap(jnp.asarray(A), TASK)) == 0.0
-    del ell
 
 
 def test_within_across_means():

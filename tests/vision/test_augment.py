@@ -95,6 +95,8 @@ def test_randaugment_ops_stay_in_range():
         assert 0.0 <= float(out.min()) and float(out.max()) <= 255.0, op.__name__
         # level 0 is no change: magnitude 0 turns RandAugment off
         np.testing.assert_allclose(out[0], x, atol=1e-3, err_msg=op.__name__)
+        # and every op but identity changes the image at a higher level
+        assert (op.__name__ == "identity") == np.allclose(out[2], x, atol=1e-3), op.__name__
 
 
 def test_randaugment_changes_images_and_stays_in_range():

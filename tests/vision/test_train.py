@@ -64,8 +64,9 @@ def test_one_step_golden_values():
 
 GOLDEN_CHECKSUM = 3559.396240234375
 GOLDEN_SECOND_LOSS = 2.3001608848571777
-# = lr * sqrt(330): Adam's first step moves each parameter with a gradient by lr, and only the head's
-# 32 x 10 + 10 have one (it starts at zero, so nothing flows back through it).
+# About lr * sqrt(330) = 0.018166: Adam's first step moves each parameter with a gradient by lr, and only
+# the head's 32 x 10 + 10 have one (it starts at zero, so nothing flows back through it); weight decay
+# on the other, non-zero kernels adds the rest.
 GOLDEN_UPDATE_NORM = 0.018197745084762573
 
 
