@@ -151,10 +151,6 @@ def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 # ---------------------------------------------------------------------------------- resuming a workdir
 
-def _any_change(old, new) -> bool:
-    return True
-
-
 def _clipping_stays_on_or_off(old, new) -> bool:
     # clip_by_global_norm is a stage of the optimizer only when grad_clip > 0: switching it on or off
     # changes the structure of the optimizer state that the checkpoint holds
@@ -162,22 +158,15 @@ def _clipping_stays_on_or_off(old, new) -> bool:
     return on(old) == on(new)
 
 
-# The fields that may change when a run resumes from a workdir, each with its condition on (old, new).
-# They steer the loop and its outputs, or say where the same data lies; none changes what a step
-# computes from the state and the batch, except the learning-rate knobs, which a NonFiniteLoss stop
-# tells the user to change to get past a divergence. A changed total_steps stretches the cosine
+# The fields that may change when a run resumes from a workdir, with the condition on (old, new) where
+# there is one. They steer the loop and its outputs, or say where the same data lies; none changes what
+# a step computes from the state and the batch, except the learning-rate knobs, which a NonFiniteLoss
+# stop tells the user to change to get past a divergence. A changed total_steps stretches the cosine
 # schedule from the resumed step on; it must still reach the checkpoint's step (`check_resume`).
-RESUMABLE = {
-    "total_steps": _any_change,
-    "log_every": _any_change,
-    "eval_every": _any_change,
-    "checkpoint_every": _any_change,
-    "keep_checkpoints": _any_change,
-    "eval_batch_size": _any_change,  # every test example counts once, whatever the batch
-    "data_dir": _any_change,
-    "optimizer.lr": _any_change,
-    "optimizer.grad_clip": _clipping_stays_on_or_off,
-}
+# eval_batch_size may change since every test example counts once whatever the batch.
+RESUMABLE = {"total_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
+             "eval_batch_size", "data_dir", "optimizer.lr", "optimizer.grad_clip"}
+RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off}
 _ABSENT = "(absent)"
 
 
@@ -234,7 +223,7 @@ def check_resume(stored: dict | None, config, checkpoint_step: int | None, workd
     diffs = {} if stored is None else differing_fields(stored, record(config))
     changes = {k: f"{k} {old!r} -> {new!r}" for k, (old, new) in diffs.items()}
     refused = [changes[k] for k, (old, new) in diffs.items()
-               if not (k in RESUMABLE and RESUMABLE[k](old, new))]
+               if k not in RESUMABLE or (k in RESUME_CONDITIONS and not RESUME_CONDITIONS[k](old, new))]
     if refused:
         raise ConfigError(f"{workdir} holds a run with another config ({'; '.join(refused)}): rerun with "
                           "the values of its config.json to resume it, or use a new --workdir")
