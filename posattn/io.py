@@ -1,0 +1,56 @@
+"""Writing results: whole files or nothing, and metrics as JSON lines.
+
+Every binary writes into its `--workdir` through these functions, so a file that exists is complete: a
+run stopped mid-write leaves the previous version (or nothing), never a truncated file that looks
+finished. Paths may be local or any `etils.epath` location (e.g. gs:// on a TPU pod). Only process 0
+writes, so the same call is safe on every host of a multi-process run.
+"""
+import json
+
+import jax
+import numpy as np
+from etils import epath
+
+
+def is_writer() -> bool:
+    """True on the process that writes files and prints (process 0 of a multi-process run)."""
+    return jax.process_index() == 0
+
+
+def jsonable(x):
+    """Numpy and JAX scalars and arrays turned into Python numbers and lists, recursively."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, (np.generic, np.ndarray, jax.Array)):
+        x = np.asarray(x)
+        return x.item() if x.ndim == 0 else x.tolist()
+    return x
+
+
+def write_text(path, text: str) -> None:
+    """Write `text` atomically: a temporary file beside `path`, renamed into place."""
+    if not is_writer():
+        return
+    path = epath.Path(path)
+    tmp = path.parent / (path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def write_json(path, obj) -> None:
+    """`obj` as indented JSON with sorted keys, written atomically (`write_text`)."""
+    write_text(path, json.dumps(jsonable(obj), indent=2, sort_keys=True) + "\n")
+
+
+def append_jsonl(path, obj) -> None:
+    """Append `obj` as one line of JSON (a metrics record)."""
+    if is_writer():
+        with epath.Path(path).open("a") as f:
+            f.write(json.dumps(jsonable(obj), sort_keys=True) + "\n")
+
+
+def read_jsonl(path) -> list[dict]:
+    """Every record of a JSON-lines file, in order."""
+    return [json.loads(line) for line in epath.Path(path).read_text().splitlines() if line.strip()]
