@@ -11,6 +11,8 @@ low-frequency), lowered by a low-pass layer (PK22: attention) and raised by a hi
 A map smaller than 4 x 4 has no frequency between DC and its last point, so its profile is NaN beyond
 DC and its high-frequency value is NaN (docs/how_vits_work.md, Decisions).
 """
+import collections
+
 import jax
 import jax.numpy as jnp
 
@@ -51,4 +53,5 @@ def frequencies(n: int) -> jax.Array:
 
 def layer_profiles(features: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """`relative_profile` of every layer of a `features` dict (name -> (B, h, w, C)), in its order."""
-    return {name: relative_profile(z) for name, z in features.items()}
+    # an OrderedDict: jax.jit returns a plain dict with its keys sorted, an OrderedDict in order
+    return collections.OrderedDict((name, relative_profile(z)) for name, z in features.items())

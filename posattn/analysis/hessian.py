@@ -79,14 +79,15 @@ def power_iteration(
         v_P, lam, _, it = jax.lax.while_loop(not_converged, body, init)
         return lam, v_P, it
 
-    U_kxP = jnp.zeros((k, P), jnp.float32)
-    lams, iters = [], []
-    for i in range(k):  # k is small and static: an unrolled loop keeps every run's shapes fixed
-        lam, u_P, it = one_eigenpair(U_kxP, v0_P if i == 0 else jnp.roll(v0_P, i))
-        U_kxP = U_kxP.at[i].set(u_P)
-        lams.append(lam)
-        iters.append(it)
-    return jnp.stack(lams), U_kxP, jnp.stack(iters)
+    def next_pair(i, carry):
+        # a loop, not k unrolled copies: the HVP appears once in the compiled program
+        U_kxP, lams_k, iters_k = carry
+        lam, u_P, it = one_eigenpair(U_kxP, jnp.roll(v0_P, i))
+        return U_kxP.at[i].set(u_P), lams_k.at[i].set(lam), iters_k.at[i].set(it)
+
+    init = (jnp.zeros((k, P), jnp.float32), jnp.zeros((k,), jnp.float32), jnp.zeros((k,), jnp.int32))
+    U_kxP, lams_k, iters_k = jax.lax.fori_loop(0, k, next_pair, init)
+    return lams_k, U_kxP, iters_k
 
 
 def top_eigenvalues(

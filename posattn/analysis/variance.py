@@ -5,6 +5,8 @@ channels (PK22's code: `x.var(dim=(-1, -2)).mean()` on B x C x H x W maps; ViT t
 grid, CLS dropped). PK22 finds that attention lowers it (attention aggregates, a spatial smoothing) and
 convolutions and MLPs raise it. A 1 x 1 map has no spatial variance: NaN.
 """
+import collections
+
 import jax
 import jax.numpy as jnp
 
@@ -20,4 +22,5 @@ def feature_variance(z_BxHxWxC: jax.Array) -> jax.Array:
 
 def layer_variances(features: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """`feature_variance` of every layer of a `features` dict (name -> (B, h, w, C)), in its order."""
-    return {name: feature_variance(z) for name, z in features.items()}
+    # an OrderedDict: jax.jit returns a plain dict with its keys sorted, an OrderedDict in order
+    return collections.OrderedDict((name, feature_variance(z)) for name, z in features.items())
