@@ -47,11 +47,13 @@ def hessian_spectra(results: dict) -> Figure:
 
 
 def fourier_profiles(results: dict) -> Figure:
-    """PK22 Fig. 4 (left of each pair): relative log amplitude against frequency, one curve per layer
-    (dark = early, bright = late), and (right) its high-frequency value against depth."""
-    fig, axes = _panels(2 * len(results), width=3.0)
+    """PK22 Fig. 4: (top) relative log amplitude against frequency, one curve per layer (dark = early,
+    bright = late); (bottom) its high-frequency value against depth, attention layers shaded."""
+    n = len(results)
+    fig = Figure(figsize=(3.4 * n, 6.0), layout="constrained")
+    axes = fig.subplots(2, n, squeeze=False)
     for i, (label, r) in enumerate(results.items()):
-        ax, ax2 = axes[2 * i], axes[2 * i + 1]
+        ax, ax2 = axes[0, i], axes[1, i]
         names = r["layers"]
         colours = cm.plasma(np.linspace(0, 0.9, len(names)))
         for name, colour in zip(names, colours):
@@ -60,12 +62,11 @@ def fourier_profiles(results: dict) -> Figure:
                 ax.plot(np.linspace(0, 1, delta.size), delta, color=colour, lw=1)
         ax.set_title(label, fontsize=9)
         ax.set_xlabel("frequency (x pi)")
-        ax.set_ylabel("Delta log amplitude")
         _shade_attention(ax2, r)
         ax2.plot(_depth(len(names)), r["high_frequency"], marker="o", ms=3, color="tab:red")
         ax2.set_xlabel("normalised depth")
-        ax2.set_ylabel("Delta log amplitude at 1.0 pi")
-        ax2.set_title(f"{label}: high frequency", fontsize=9)
+    axes[0, 0].set_ylabel("Delta log amplitude")
+    axes[1, 0].set_ylabel("Delta log amplitude at 1.0 pi")
     return fig
 
 
