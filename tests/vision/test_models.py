@@ -9,7 +9,7 @@ import pytest
 from ml_collections import ConfigDict
 
 from posattn.errors import ConfigError
-from posattn.vision.models import attention_maps, create_model, features, param_count
+from posattn.vision.models import attention_maps, create_model, param_count
 
 
 def _model(image_size=8, channels=3, num_classes=10, dtype=jnp.float32, **fields):
