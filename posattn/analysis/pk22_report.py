@@ -20,6 +20,7 @@ from posattn import io
 from posattn.analysis import claims, suite
 from posattn.errors import ConfigError
 from posattn.plots import analysis as plots
+from posattn.vision import checkpoint
 
 CONFIG_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                            "tpu_configs", "how_vits_work.py")
@@ -76,7 +77,7 @@ def run(workdir: str, *, runs=(), models=DEFAULT_MODELS, quick: bool = False,
     _say(f"training done in {time.perf_counter() - t0:.0f}s")
     results = {}
     for i, run_dir in enumerate(run_dirs):
-        model, variables, config = suite.load_run(run_dir)
+        model, variables, config = checkpoint.load_run(run_dir)
         key = claims.model_key(config)
         path = workdir / "results" / f"{key}.json"
         if path.exists() and _read_json(path).get("run_dir") == str(run_dir):

@@ -15,11 +15,11 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from posattn.analysis import fourier, frequency_noise, hessian, landscape, variance
 from posattn.errors import ConfigError
-from posattn.vision import augment, data, models, train
+from posattn.vision import losses, models
+from posattn.vision.setup import Setup, resolve
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,42 +58,29 @@ QUICK = Settings(hessian_batches=1, hessian_iterations=10, feature_images=32, la
                  landscape_images=16, landscape_chunk=5)
 
 
-def variables_of(state: dict) -> dict:
-    """The model variables of a train state ({"params"} plus {"batch_stats"} when the model has them)."""
-    out = {"params": state["params"]}
-    if state.get("batch_stats"):
-        out["batch_stats"] = state["batch_stats"]
-    return out
-
-
 def nll(model, variables, params, images, labels) -> jax.Array:
-    """Mean cross-entropy of the model in evaluation mode, with `params` in place of variables["params"]."""
-    logits = model.apply({**variables, "params": params}, images, train=False)
-    return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels).mean()
+    """Mean cross-entropy (no label smoothing: PK22's NLL) of the model in evaluation mode, with
+    `params` in place of variables["params"]: the run's training loss, `losses.classification_loss`."""
+    loss, _ = losses.classification_loss(model, params, variables.get("batch_stats", {}), images, labels,
+                                         None, False)
+    return loss
 
 
-def _read(config, split: str, indices: np.ndarray):
-    source = data.open_split(config.dataset, split, data_dir=config.get("data_dir"),
-                             image_size=config.get("image_size", 0))
-    return source.read(np.asarray(indices)), source.num_examples
+def test_set(setup: Setup, limit: int | None = None):
+    """(inputs, labels) of the test split (its first `limit` images), as the model sees them."""
+    split = setup.split("test")
+    n = split.num_examples if limit is None else min(limit, split.num_examples)
+    images, labels = split.read(np.arange(n))
+    return setup.eval_inputs(setup.permutation(jnp.asarray(images))), jnp.asarray(labels)
 
 
-def test_set(config, setup: train.Setup, limit: int | None = None):
-    """(normalised images, labels) of the test split (the first `limit`), as the model sees them."""
-    n = setup.info.num_test if limit is None else min(limit, setup.info.num_test)
-    (images, labels), _ = _read(config, "test", np.arange(n))
-    permute = data.pixel_permutation(config, setup.image_shape)
-    return augment.preprocess_eval(jnp.asarray(permute(images)), setup.info), jnp.asarray(labels)
-
-
-def augmented_training_images(key, config, setup: train.Setup, n: int):
-    """n random training images through the run's training augmentation (no mixup): (images, labels)."""
+def augmented_training_images(key, setup: Setup, n: int):
+    """n random training images through the run's training augmentation (no mixup): (inputs, labels)."""
     pick_key, aug_key = jax.random.split(key)
-    indices = np.asarray(jax.random.choice(pick_key, setup.info.num_train, (n,), replace=n > setup.info.num_train))
-    (images, labels), _ = _read(config, "train", indices)
-    inputs = jax.jit(functools.partial(train.training_inputs, config=config, setup=setup))(
-        aug_key, jnp.asarray(images))
-    return inputs, jnp.asarray(labels)
+    split = setup.split("train")
+    indices = jax.random.choice(pick_key, split.num_examples, (n,), replace=n > split.num_examples)
+    images, labels = split.read(np.asarray(indices))
+    return jax.jit(setup.training_inputs)(aug_key, jnp.asarray(images)), jnp.asarray(labels)
 
 
 def _say(message: str) -> None:
@@ -102,7 +89,7 @@ def _say(message: str) -> None:
 
 def measure(model, variables, config, settings: Settings, key: jax.Array, *, name: str = "") -> dict:
     """Every PK22 measurement of one model; returns {tool: results}, all numbers and lists."""
-    setup = train.check_config(config, 1)
+    setup = resolve(config, 1)
     k_hess, k_noise, k_land, k_d1, k_d2, k_hdata = jax.random.split(key, 6)
     out, t0 = {}, time.perf_counter()
 
@@ -110,7 +97,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
         _say(f"  {name}: {tool} in {time.perf_counter() - t0:.1f}s")
 
     # Fourier and variance on test images (PK22 Figs. 4, 6)
-    x_test, y_test = test_set(config, setup)
+    x_test, y_test = test_set(setup)
     feats_fn = jax.jit(lambda v, x: (lambda f: (fourier.layer_profiles(f), variance.layer_variances(f)))(
         models.features(model, v, x)))
     profiles, variances = feats_fn(variables, x_test[: settings.feature_images])
@@ -135,7 +122,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
 
     # Hessian max-eigenvalue spectrum (PK22 Fig. 2)
     M, b = settings.hessian_batches, settings.hessian_batch_size
-    xh, yh = augmented_training_images(k_hdata, config, setup, M * b)
+    xh, yh = augmented_training_images(k_hdata, setup, M * b)
     batches = {"x": xh.reshape(M, b, *xh.shape[1:]), "y": yh.reshape(M, b)}
     wd = settings.weight_decay
     hess_loss = lambda v: lambda p, bt: nll(model, v, p, bt["x"], bt["y"]) + hessian.l2_penalty(p, wd)  # noqa: E731
@@ -148,7 +135,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     done("Hessian spectrum")
 
     # loss landscape (PK22 Fig. 1)
-    xl, yl = augmented_training_images(k_land, config, setup, settings.landscape_images)
+    xl, yl = augmented_training_images(k_land, setup, settings.landscape_images)
     land_loss = lambda v: lambda p, bt: (nll(model, v, p, bt[0], bt[1])  # noqa: E731
                                          + landscape.frobenius_penalty(p, wd))
     d1 = landscape.filter_normalised_direction(k_d1, variables["params"])
@@ -167,18 +154,3 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     done("loss landscape")
     return out
 
-
-def load_run(workdir: str):
-    """(model, variables, config) of the latest checkpoint of a posattn.vision training run."""
-    import json
-
-    import ml_collections
-    from etils import epath
-
-    path = epath.Path(workdir) / "config.json"
-    if not path.exists():
-        raise ConfigError(f"{workdir} holds no config.json: pass the workdir of a posattn.vision run")
-    config = ml_collections.ConfigDict(json.loads(path.read_text()))
-    setup = train.check_config(config, 1)
-    state = train.restore(config, str(workdir), devices=jax.devices()[:1])
-    return setup.model, variables_of(jax.device_get(state)), config
