@@ -1,8 +1,8 @@
-"""Named problem + optimiser settings of the theory regime (SPEC 1.1, with the decisions below).
+"""Named problem + optimiser settings of the theory regime (JSL22 Section 2, with the decisions below).
 
-Decisions beyond SPEC 1.1 [D], each made so that the paper's claims can be observed on a laptop:
+Decisions beyond the paper [D], each made so that the paper's claims can be observed on a laptop:
 - q = 0.4: in `paper` (D=36, C=4) the best generalised linear model then errs 13.4% of the time
-  (Theorem 3.1's >= 1/8 needs q (D - C) >= ~12; the SPEC's q (D-C) = 2C gives 8.1%); in `small` it keeps
+  (Theorem 3.1's >= 1/8 needs q (D - C) >= ~12; q (D-C) = 2C gives 8.1%); in `small` it keeps
   q (D - C) = 4.8 > C (Assumption 2) with 0.5% label noise.
 - a0 = sqrt(d) (A's frozen diagonal): at a0 = 0 every row of A is the same, the data are exchangeable
   within the partition, and the population gradient in A is exactly 0, so patch association can never
