@@ -46,7 +46,8 @@ def main(argv):
     results["claims"] = rows
     results["total_seconds"] = total
     # report.json last, written atomically: its presence means the run completed.
-    io.write_text(os.path.join(workdir, "report.md"), report.report_markdown(rows, results, total, FLAGS.quick))
+    io.write_text(os.path.join(workdir, "report.md"),
+                  report.report_markdown(rows, results, total, FLAGS.quick))
     io.write_json(os.path.join(workdir, "report.json"), results)
     for r in rows:
         print(f"{r['verdict']:>15}  {r['claim']}: {r['measured']}")

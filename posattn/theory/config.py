@@ -31,7 +31,7 @@ class TheoryConfig:
     Attributes:
       D: number of patches; C: size of each set S_l, so L = D / C sets; d: patch dimension.
       q: probability that a patch outside the signal set carries a feature (+-w* with q/2 each).
-      noise_std: s, the standard deviation of the patch noise xi_j (JSL22 Assumption 1: s = 1/sqrt(d)); None = 1/sqrt(d).
+      noise_std: s, the standard deviation of the patch noise xi_j; None = 1/sqrt(d) (JSL22 Assumption 1).
       partition: "grid" = k x k blocks of the sqrt(D) x sqrt(D) patch grid (k = sqrt(C)), "random" = a
         random permutation of [D] cut into L sets.
       noise: "orthogonal" = xi ~ N(0, s^2 (I - w* w*^T)) as in the paper, "isotropic" = N(0, s^2 I).

@@ -11,8 +11,8 @@ from posattn.theory.data import Task, same_set_mask
 def patch_association(A: jax.Array, task: Task):
     """Definition 2.2 of JSL22: for every l and i in S_l, the C largest entries of row i of A are S_l.
 
-    The diagonal is included, as in the definition's "C largest entries". A row passes when every entry inside its set is strictly larger
-    than every entry outside it, so ties count as failure.
+    The diagonal is included (the definition's "C largest entries" of row i). A row passes when every
+    entry inside its set is strictly larger than every entry outside it, so ties count as failure.
 
     Returns (rows bool (D,), verdict bool scalar: all rows pass).
     """

@@ -17,8 +17,8 @@ The enumeration tables are built once in numpy (`multiset_tables`). The jitted p
 table of per-set terms T[type, s, :] from (alpha, a, gamma, rho) and contracts the multiplicities with it
 in blocks of patterns that share the same s (a batched matmul), so a gradient step costs milliseconds.
 The Gaussian part (v_perp != 0) enters through the second-order heat expansion of
-`posattn.theory.population.heat`: Q = M^2 = q1 I + q2 B + q3 J keeps the three-value form, so every contraction
-P, R, A1..A4 is again a sum of per-set terms and squares of such sums.
+`posattn.theory.population.heat`: Q = M^2 = q1 I + q2 B + q3 J keeps the three-value form, so every
+contraction P, R, A1..A4 is again a sum of per-set terms and squares of such sums.
 """
 import functools
 import itertools
@@ -159,8 +159,8 @@ def pattern_expected_loss(sums, qs, t):
 def multiset_risk(alpha, t, a, gamma, rho, cfg: TheoryConfig) -> jax.Array:
     """Population risk (P) of Eq. (T) at v = alpha w* (+ noise of variance t), A = (a, gamma, rho).
 
-    Exact for t = 0; second order in t otherwise (`posattn.theory.population.heat`). Differentiable in all five
-    scalars; the dtype follows alpha's.
+    Exact for t = 0; second order in t otherwise (`posattn.theory.population.heat`). Differentiable in
+    all five scalars; the dtype follows alpha's.
     """
     tables = multiset_tables(cfg.C, cfg.L, float(cfg.q))
     dtype = jnp.result_type(alpha, float)
