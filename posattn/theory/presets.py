@@ -16,10 +16,16 @@ Decisions beyond the paper [D], each made so that the paper's claims can be obse
   of A gets the same gradient on any data and the rows stay equal off the diagonal: A could then never
   match the blocks, and "structure not learnt" would hold by construction.
 """
+import dataclasses
 import math
+import typing
+
+from ml_collections import config_dict
 
 from posattn.errors import ConfigError
 from posattn.theory.config import GDConfig, TheoryConfig
+
+OVERLAY_NS = (100, 1_000, 10_000, 100_000)  # (E) runs beside an exact-(P) run, `claims.overlay`
 
 PRESETS = {
     "small": (
@@ -43,3 +49,45 @@ def get_preset(name: str) -> tuple[TheoryConfig, GDConfig]:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}: choose one of {sorted(PRESETS)}")
     return PRESETS[name]
+
+
+def _section(config) -> config_dict.ConfigDict:
+    """A dataclass's fields as a ConfigDict; a field left None keeps its type (a placeholder), so that
+    `--config.theory.noise_std=0.1` still type-checks."""
+    fields = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if value is None:
+            kind = next(t for t in typing.get_args(field.type) if t is not type(None))
+            value = config_dict.placeholder(kind)
+        fields[field.name] = value
+    return config_dict.ConfigDict(fields)
+
+
+def get_config(arg: str | None = None) -> config_dict.ConfigDict:
+    """This file as an ml_collections config file: `--config=posattn/theory/presets.py[:PRESET]`.
+
+    Fields: preset, seed (the run's), seeds (seed, seed + 1, ... vmapped), overlay_N (with
+    risk="population_exact": the N of the (E) runs beside it), theory.* (`TheoryConfig`) and gd.*
+    (`GDConfig`), each overridable as `--config.FIELD=VALUE`, e.g. `--config.theory.D=36`.
+    """
+    name = arg or "small"
+    theory, gd = get_preset(name)
+    return config_dict.ConfigDict({
+        "preset": name, "seed": 0, "seeds": 1, "overlay_N": OVERLAY_NS,
+        "theory": _section(theory), "gd": _section(gd),
+    })
+
+
+def configs_from(config: config_dict.ConfigDict) -> tuple[TheoryConfig, GDConfig]:
+    """The (TheoryConfig, GDConfig) of a config of `get_config`, validated on construction."""
+    return TheoryConfig(**config.theory.to_dict()), GDConfig(**config.gd.to_dict())
+
+
+def overlay_sizes(config: config_dict.ConfigDict) -> list[int]:
+    """overlay_N of a config of `get_config` as positive integers, or a ConfigError."""
+    sizes = list(config.overlay_N)
+    if any(not isinstance(n, int) or n < 1 for n in sizes):
+        raise ConfigError(f"overlay_N={config.overlay_N}: give positive integers, e.g. "
+                          f"--config.overlay_N='(100, 1000)'")
+    return sizes
