@@ -1,4 +1,4 @@
-r"""Every claim of JSL22's theory, measured beside what the paper states, from one command (SPEC 1.4-1.6).
+r"""Every claim of JSL22's theory, measured beside what the paper states, from one command.
 
     python -m experiments.reproduce --workdir=DIR            # full run, < 10 min on 2 CPU cores
     python -m experiments.reproduce --workdir=DIR --quick    # the same claims on small sizes, < 2 min
