@@ -23,9 +23,8 @@ import typing
 from ml_collections import config_dict
 
 from posattn.errors import ConfigError
+from posattn.theory.claims.overlay import DEFAULT_NS
 from posattn.theory.config import GDConfig, TheoryConfig
-
-OVERLAY_NS = (100, 1_000, 10_000, 100_000)  # (E) runs beside an exact-(P) run, `claims.overlay`
 
 PRESETS = {
     "small": (
@@ -74,7 +73,7 @@ def get_config(arg: str | None = None) -> config_dict.ConfigDict:
     name = arg or "small"
     theory, gd = get_preset(name)
     return config_dict.ConfigDict({
-        "preset": name, "seed": 0, "seeds": 1, "overlay_N": OVERLAY_NS,
+        "preset": name, "seed": 0, "seeds": 1, "overlay_N": DEFAULT_NS,
         "theory": _section(theory), "gd": _section(gd),
     })
 
