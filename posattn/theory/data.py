@@ -99,7 +99,7 @@ def patch_noise(key: jax.Array, cfg: TheoryConfig, w_star: jax.Array, shape) -> 
 
 
 def cnn_labeller(X: jax.Array, task: Task) -> jax.Array:
-    """Figure 2's labeller f*(X) = sum_l sum_r a_r (sum_k <w_{r,k}, X_{S_l[k]}>)^3 (SPEC 1.1)."""
+    """Figure 2's labeller f*(X) = sum_l sum_r a_r (sum_k <w_{r,k}, X_{S_l[k]}>)^3 (JSL22, Figure 2)."""
     X_blocks = X[:, task.sets, :]  # (n, L, C, d)
     h = jnp.einsum("nlkd,rkd->nlr", X_blocks, task.cnn_filters)
     return jnp.einsum("nlr,r->n", h**3, task.cnn_out)

@@ -1,6 +1,6 @@
 """Theorem 3.1 of JSL22: a generalised linear model g(X) = phi(sum_j <w_j, X_j>) errs with prob. >= 1/8.
 
-The baseline [D, SPEC 1.6]: a weight w_j in R^d per patch and a flexible link phi, a small tanh MLP on
+The baseline [D]: a weight w_j in R^d per patch and a flexible link phi, a small tanh MLP on
 the scalar z = sum_j <w_j, X_j>, trained jointly with Adam (optax) on the logistic loss of the same
 empirical risk (E) as Eq. (T), full batch, many steps inside one `lax.scan`.
 
@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from posattn.errors import ConfigError
+from posattn.metrics import classification_error
 from posattn.theory.config import TheoryConfig
 from posattn.theory.data import Task, sample, sample_coefficients
 from posattn.theory.model import logistic_loss
@@ -61,7 +62,7 @@ def fit_glm(key, X, y, *, steps: int = 2000, lr: float = 1e-2, hidden: int = 32)
 def glm_test_error(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000) -> jax.Array:
     """P[y g(X) <= 0] on n fresh samples."""
     X, y = sample(key, cfg, task, n)
-    return (~(y * glm_forward(params, X) > 0)).mean()
+    return classification_error(glm_forward(params, X), y)
 
 
 def oracle_error(key, cfg: TheoryConfig, task: Task, n: int = 1_000_000) -> jax.Array:
