@@ -13,7 +13,6 @@ from posattn.errors import ConfigError
 PARTITIONS = ("grid", "random")
 NOISES = ("orthogonal", "isotropic")
 ACTIVATIONS = ("cubic", "quintic")
-DATASETS = ("structured", "gaussian_cnn")
 RISKS = ("empirical", "population_mc", "population_exact")
 POPULATION_METHODS = ("multiset", "general")  # how "population_exact" computes (P): `theory.population`
 FINAL_TEST_CHUNK = 10_000  # fresh test samples drawn at a time (`evaluation.test_errors`)
@@ -56,7 +55,7 @@ class TheoryConfig:
     activation: Literal["cubic", "quintic"] = "cubic"
     temperature: bool = True
     scale_by_D: bool = True
-    dataset: Literal["structured", "gaussian_cnn"] = "structured"
+    dataset: str = "structured"  # a name of posattn.theory.datasets.REGISTRY
     cnn_width: int = 1
     cnn_shared_filter: bool = False
 
@@ -75,7 +74,9 @@ class TheoryConfig:
         _check(self.noise in NOISES, f"noise={self.noise!r}: choose one of {NOISES}")
         _check(self.activation in ACTIVATIONS,
                f"activation={self.activation!r}: choose one of {ACTIVATIONS}")
-        _check(self.dataset in DATASETS, f"dataset={self.dataset!r}: choose one of {DATASETS}")
+        from posattn.theory.datasets import REGISTRY  # its modules import this one
+
+        _check(self.dataset in REGISTRY, f"dataset={self.dataset!r}: choose one of {tuple(REGISTRY)}")
         _check(self.cnn_width >= 1, f"cnn_width={self.cnn_width} must be >= 1")
         if self.partition == "grid":
             side, k = math.isqrt(self.D), math.isqrt(self.C)
@@ -84,9 +85,7 @@ class TheoryConfig:
             _check(k * k == self.C and side % k == 0,
                    f"partition='grid' needs k x k blocks that tile the {side}x{side} grid: C={self.C} must "
                    f"be k^2 with k dividing {side}")
-        if self.dataset == "gaussian_cnn":
-            _check(self.partition == "grid",
-                   "dataset='gaussian_cnn' is the Figure-2 dataset: it needs partition='grid'")
+        REGISTRY[self.dataset].check(self)
 
     @property
     def L(self) -> int:

@@ -100,7 +100,7 @@ def summary_markdown(s: dict, theory: TheoryConfig, gd: GDConfig) -> str:
         *([f"| P[f*(X) != yC]: a set besides the signal set all +1 or all -1 | "
            f"{100 * s['f_star_not_yC_rate']:.2f}% | about 2 (L-1) (q/2)^C = "
            f"{100 * 2 * (theory.L - 1) * (theory.q / 2) ** theory.C:.2f}% (from Assumption 1) |"]
-          if theory.dataset == "structured" else []),
+          if theory.dataset == "structured" else []),  # the formula is Assumption 1's
         f"| phases I / II / III | {p['phases']['I']} / {p['phases']['II']} / {p['phases']['III']} | "
         f"in this order |",
         f"| phases in order | {p['in_order']} | yes |",

@@ -14,7 +14,7 @@ from posattn.theory import GDConfig, TheoryConfig, make_task, patch_association,
 from posattn.theory import evaluation, keys
 from posattn.theory import gd as gd_lib
 from posattn.theory.claims import construction, glm, report, transfer
-from posattn.theory.data import sample_coefficients
+from posattn.theory.datasets.structured import sample_coefficients
 from posattn.theory.step import make_batch, train_chunk
 from posattn.theory.metrics import within_across_means
 from posattn.theory.model import forward, sigma

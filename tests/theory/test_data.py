@@ -10,7 +10,7 @@ from posattn.theory import TheoryConfig, grid_sets, labelling_function, make_tas
 from posattn.errors import ConfigError
 from posattn.theory import evaluation
 from posattn.theory.model import forward
-from posattn.theory.data import sample_coefficients
+from posattn.theory.datasets.structured import sample_coefficients
 
 CFG = TheoryConfig(D=16, C=4, d=32, q=0.4)
 

@@ -17,7 +17,8 @@ import optax
 from posattn.errors import ConfigError
 from posattn.metrics import classification_error
 from posattn.theory.config import TheoryConfig
-from posattn.theory.data import Task, sample, sample_coefficients
+from posattn.theory.data import Task, sample
+from posattn.theory.datasets.structured import sample_coefficients
 from posattn.theory.model import logistic_loss
 
 
