@@ -1,14 +1,14 @@
 r"""JSL22's theory regime end to end: GD on Eq. (T), patch association and the three phases.
 
-    python -m experiments.theory --workdir=/tmp/theory                 # `small` preset, < 1 min on CPU
+    python -m experiments.theory --workdir=/tmp/theory                 # `phases` preset, < 1 min on a CPU
     python -m experiments.theory --config=posattn/theory/presets.py:paper --config.seed=3 --workdir=DIR
     python -m experiments.theory --config.theory.D=36 --config.theory.q=0.3 \
         --config.gd.risk=population_mc --workdir=DIR
 
 `--config=FILE[:PRESET]` is an ml_collections config file, by default the presets of
-`posattn/theory/presets.py` (`small`, `paper`, `fig2`; `small` when none is given); any field can be
-overridden with `--config.FIELD=VALUE`: seed, seeds (runs seed, seed+1, ... vmapped in one compiled
-call; figures show the first), overlay_N, theory.* (`TheoryConfig`) and gd.* (`GDConfig`). Writes into
+`posattn/theory/presets.py` (`phases`, `small`, `paper`, `fig2`; `phases` when none is given); any
+field can be overridden with `--config.FIELD=VALUE`: seed, seeds (runs seed, seed+1, ... vmapped in one
+compiled call; figures show the first), overlay_N, theory.* (`TheoryConfig`) and gd.* (`GDConfig`). Writes into
 --workdir: config.json, metrics.jsonl, attention.png, dynamics.png, test_error.png, summary.json and
 summary.md; with --config.gd.risk=population_exact also overlay.png (GD on (E) at each overlay_N from the
 same start, beside the exact (P) run).
@@ -34,7 +34,7 @@ PRESETS_FILE = presets.__file__  # the default config, found from any directory
 # flag is defined, so a bad override would end in a traceback before `cli.run`; the presets file is
 # put on the command line instead (`__main__`) and parsed with the other flags.
 _CONFIG = config_flags.DEFINE_config_file("config", None, "a theory config file[:PRESET], by default "
-                                          "posattn/theory/presets.py (preset `small`)")
+                                          "posattn/theory/presets.py (preset `phases`)")
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
 
 
@@ -79,7 +79,8 @@ def main(argv):
     figures.write_png(figures.attention_figure(params["A"], data.same_set_mask(task.sets)),
                       path("attention.png"))
     figures.write_png(figures.dynamics_figure(history, phase_spans), path("dynamics.png"))
-    figures.write_png(figures.error_figure(history, summary["label_noise_rate"]), path("test_error.png"))
+    figures.write_png(figures.error_figure(history, summary["label_noise_rate"], summary["glm_error"]),
+                      path("test_error.png"))
     if gd.risk == "population_exact":  # (E) from the same start at each N, beside the exact (P) run
         empirical = overlay.empirical_runs(key, theory, gd, sizes,
                                            task=result.task, params=result.init_params,

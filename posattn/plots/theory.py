@@ -69,13 +69,16 @@ def dynamics_figure(history, phases=None) -> Figure:
     return fig
 
 
-def error_figure(history, label_noise_rate=None) -> Figure:
-    """Test error over GD steps, with the label-noise rate as its floor."""
+def error_figure(history, label_noise_rate=None, glm_error=None) -> Figure:
+    """Test error over GD steps, with the label-noise rate as its floor and the best GLM's error, the
+    level of phase I (Theorem 3.1)."""
     fig = Figure(figsize=(6, 3.5))
     ax = fig.subplots()
     ax.plot(history["step"], 100 * np.asarray(history["test_error"]), label="test error")
     if label_noise_rate is not None:
         ax.axhline(100 * label_noise_rate, color="k", ls="--", lw=1, label="label-noise rate")
+    if glm_error is not None:
+        ax.axhline(100 * glm_error, color="tab:red", ls=":", lw=1, label="best GLM (phase I level)")
     ax.set_xlabel("GD step")
     ax.set_ylabel("%")
     ax.legend()

@@ -88,6 +88,11 @@ class TheoryConfig:
         REGISTRY[self.dataset].check(self)
 
     @property
+    def logit_scale(self) -> float:
+        """The factor of A in the softmax of Eq. (T): 1/sqrt(d), or 1 without the temperature."""
+        return 1.0 / math.sqrt(self.d) if self.temperature else 1.0
+
+    @property
     def L(self) -> int:
         """Number of sets S_1..S_L."""
         return self.D // self.C

@@ -8,6 +8,7 @@ derive the same bits from either, so these streams reproduce every number drawn 
 import jax
 
 FINAL_TEST = 7  # fold_in index of a run's final test set: the fresh samples of `evaluation.test_errors`
+GLM_REFERENCE = 8  # fold_in index of the samples of the phase-I GLM reference (`glm.phase_one_reference`)
 
 
 def seed_key(seed: int) -> jax.Array:
@@ -25,11 +26,13 @@ def run_keys(key: jax.Array) -> dict[str, jax.Array]:
 
     "task": the partition and w* (`data.make_task`); "init": v^(0) (`model.init_params`); "train": the
     training set of (E), and the fresh samples of "population_mc" folded in per step; "test": the fixed
-    test set of the history; "final_test": the fresh samples of the final test error.
+    test set of the history; "final_test": the fresh samples of the final test error; "glm_reference":
+    the samples of the GLM error that phase I is measured against.
     """
     task, init, train, test = jax.random.split(key, 4)
     return {"task": task, "init": init, "train": train, "test": test,
-            "final_test": jax.random.fold_in(key, FINAL_TEST)}
+            "final_test": jax.random.fold_in(key, FINAL_TEST),
+            "glm_reference": jax.random.fold_in(key, GLM_REFERENCE)}
 
 
 def claim_keys(key: jax.Array, names) -> dict[str, jax.Array]:

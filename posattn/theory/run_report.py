@@ -9,6 +9,7 @@ import numpy as np
 
 from posattn import io
 from posattn.theory import evaluation, keys, phases
+from posattn.theory.claims import glm
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.metrics import off_diagonal_overlap
 
@@ -36,10 +37,12 @@ class Progress:
 
 
 def seed_summary(seed: int, history: dict, params, task, theory: TheoryConfig, gd: GDConfig) -> dict:
-    """Patch association, phases and final errors (on the run's fresh "final_test" samples) of one run."""
-    final_key = keys.run_keys(keys.seed_key(seed))["final_test"]
-    final = evaluation.test_errors(final_key, params, theory, task, gd.n_final_test)
-    phase_info = phases.detect_phases(history)
+    """Patch association, the phase statements (against the GLM reference) and final errors (on the
+    run's fresh "final_test" samples) of one run."""
+    streams = keys.run_keys(keys.seed_key(seed))
+    final = evaluation.test_errors(streams["final_test"], params, theory, task, gd.n_final_test)
+    glm_error = glm.phase_one_reference(streams["glm_reference"], theory, task)
+    phase_info = phases.detect_phases(history, logit_scale=theory.logit_scale, glm_error=glm_error)
     return {
         "seed": seed,
         "patch_association": phase_info["patch_association_step"] is not None,
@@ -50,6 +53,7 @@ def seed_summary(seed: int, history: dict, params, task, theory: TheoryConfig, g
         "label_noise_rate": float(final["label_noise_rate"]),
         "f_star_not_yC_rate": float(final["f_star_not_yC_rate"]),
         "final_loss": float(history["loss"][-1]),
+        "glm_error": glm_error,
         "phases": phase_info,
     }
 
@@ -70,9 +74,12 @@ def run_summary(preset: str, per_seed: list[dict], gd: GDConfig, seconds: float)
 
 def summary_lines(s: dict) -> list[str]:
     """The lines printed at the end of a run."""
-    lines = [f"patch association: {s['patch_association']} (step {s['patch_association_step']}); test "
+    failed = [f"{r['phase']} {r['statement']}" for r in s["phases"]["statements"] if not r["holds"]]
+    lines = [*phases.statement_lines(s["phases"]),
+             f"patch association: {s['patch_association']} (step {s['patch_association_step']}); test "
              f"error {100 * s['test_error']:.2f}% vs label noise {100 * s['label_noise_rate']:.2f}%; "
-             f"phases in order: {s['phases']['in_order']}; {s['seconds']:.1f}s"]
+             f"phases in order: {s['phases']['in_order']}"
+             + (f" (not: {'; '.join(failed)})" if failed else "") + f"; {s['seconds']:.1f}s"]
     if "seeds" in s:
         agg = s["seeds"]
         lines.append(f"{agg['count']} seeds: patch association in {agg['patch_association']}, phases in "
@@ -101,9 +108,11 @@ def summary_markdown(s: dict, theory: TheoryConfig, gd: GDConfig) -> str:
            f"{100 * s['f_star_not_yC_rate']:.2f}% | about 2 (L-1) (q/2)^C = "
            f"{100 * 2 * (theory.L - 1) * (theory.q / 2) ** theory.C:.2f}% (from Assumption 1) |"]
           if theory.dataset == "structured" else []),  # the formula is Assumption 1's
-        f"| phases I / II / III | {p['phases']['I']} / {p['phases']['II']} / {p['phases']['III']} | "
-        f"in this order |",
-        f"| phases in order | {p['in_order']} | yes |",
+        f"| phases I / II / III (steps) | {p['phases']['I']} / {p['phases']['II']} / "
+        f"{p['phases']['III']} | in this order |",
+        *[f"| phase {r['phase']}: {r['statement']} | {phases.VERDICTS[r['holds']]}: {phases.format_measured(r['measured'])} | "
+          f"{r['paper']} |" for r in p["statements"]],
+        f"| phases in order (every statement holds) | {p['in_order']} | yes |",
         f"| wall time | {s['seconds']:.1f}s | |",
         "",
         "Figures: `attention.png` (A beside the true sets), `dynamics.png` (phases shaded), "

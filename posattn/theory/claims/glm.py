@@ -79,3 +79,11 @@ def oracle_error(key, cfg: TheoryConfig, task: Task, n: int = 1_000_000) -> jax.
     positives = jnp.zeros(2 * cfg.D + 1).at[z].add(y > 0)
     counts = jnp.zeros(2 * cfg.D + 1).at[z].add(1.0)
     return jnp.minimum(positives, counts - positives).sum() / n
+
+
+def phase_one_reference(key, cfg: TheoryConfig, task: Task, n: int = 200_000) -> float | None:
+    """The GLM error that JSL22's phase-I model is measured against (`phases`, statement I.b): the
+    majority-link GLM's, exact in n for Assumption 1 with orthogonal noise; None for other data."""
+    if cfg.dataset != "structured" or cfg.noise != "orthogonal":
+        return None
+    return float(oracle_error(key, cfg, task, n))
