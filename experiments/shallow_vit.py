@@ -29,12 +29,12 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "where results are written", required=True)
 flags.DEFINE_boolean("quick", False, "smaller grids, fewer seeds and steps (flags given explicitly win)")
 flags.DEFINE_integer("seed", 0, "seed of every run's key")
-flags.DEFINE_integer("seeds", 10, "runs (trials) per grid cell, and seeds of the attention band")
-flags.DEFINE_list("n_stars", ["6", "7", "8", "10", "12", "15"], "phase maps: label-relevant tokens n_* "
+flags.DEFINE_integer("seeds", 20, "runs (trials) per grid cell, and seeds of the attention band")
+flags.DEFINE_list("n_stars", ["6", "7", "8", "9", "10", "12"], "phase maps: label-relevant tokens n_* "
                   "(alpha_* = n_*/L)")
-flags.DEFINE_list("Ns", ["5", "10", "20", "40", "80", "160", "320"], "phase maps and sweeps: training samples N")
-flags.DEFINE_list("taus", ["0", "0.25", "0.5", "0.75", "1.0"], "N* sweep over the token noise tau")
-flags.DEFINE_list("init_errors", ["0", "0.25", "0.5", "0.75"], "N* sweep over sigma = delta")
+flags.DEFINE_list("Ns", ["5", "7", "10", "14", "20", "28", "40", "57", "80", "113", "160", "320", "640"], "phase maps and sweeps: training samples N")
+flags.DEFINE_list("taus", ["0", "0.5", "1.0", "1.5"], "N* sweep over the token noise tau")
+flags.DEFINE_list("init_errors", ["0", "0.5", "1.0", "2.0"], "N* sweep over sigma = delta")
 flags.DEFINE_integer("remove", 20, "sparsification: remove 0..remove tokens per test sample")
 flags.DEFINE_integer("sparsify_noisy_tokens", 20, "sparsification: noisy tokens per sample (noise bound "
                      "--noisy_tau); the other experiments use --noisy_tokens")

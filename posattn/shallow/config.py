@@ -43,14 +43,14 @@ class TokenConfig:
       theorem_margin: require alpha_* >= 2e alpha_#, the condition of Theorem 1.
     """
 
-    d: int = 8
+    d: int = 16
     M: int = 6
     L: int = 30
     alpha_star: float = 0.3
     alpha_conf: float = 1 / 30
     tau: float = 0.5
     noisy_tokens: int = 0
-    noisy_tau: float = 1.0
+    noisy_tau: float = 2.0
     theorem_margin: bool = True
 
     def __post_init__(self):
@@ -98,8 +98,8 @@ class ModelConfig:
     """
 
     attention: Literal["softmax", "none"] = "softmax"
-    m_a: int = 8
-    m_b: int = 8
+    m_a: int = 16
+    m_b: int = 16
     m: int = 16
     scale_logits: bool = False
     sigma: float = 0.1
@@ -145,8 +145,8 @@ class SGDConfig:
     eta_attention: float | None = 1.0
     eval_every: int = 10
     n_test: int = 500
-    success: Literal["error", "hinge"] = "error"
-    eps: float = 1e-3
+    success: Literal["error", "hinge"] = "hinge"
+    eps: float = 0.01
 
     def __post_init__(self):
         _check(self.N >= 1, f"N={self.N}: the number of training samples must be positive")
