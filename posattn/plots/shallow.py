@@ -34,10 +34,11 @@ def _map_panel(ax, result: dict, fit: dict, power: int, title: str):
         ax.plot(xs, line["intercept"] + line["slope"] * xs, "-", color="tab:red",
                 label=f"line in alpha^-{power}, R^2 = {line['r2']:.3f}")
     ax.set_yscale("log")
+    ax.set_ylim(N.min() / 1.3, N.max() * 1.3)  # the fitted line may run below the grid
     ax.set_xlabel(f"alpha_*^-{power}")
     ax.set_ylabel("training samples N")
     ax.set_title(title)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="lower right", framealpha=0.9)
     return sc
 
 

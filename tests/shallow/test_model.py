@@ -16,21 +16,22 @@ FREE = ModelConfig(attention="none", m_a=6, m_b=8, m=10, w_o_std=0.5)
 
 
 def test_mask_equals_model_on_the_shortened_token_list():
-    t = SAMPLE(jax.random.PRNGKey(0), TOK, 5)
+    t = jax.tree.map(lambda a: a[:3], SAMPLE(jax.random.PRNGKey(0), TOK, 16))
     params = init_params(jax.random.PRNGKey(1), TOK, VIT)
-    keep = jax.random.bernoulli(jax.random.PRNGKey(2), 0.6, (5, TOK.L)).at[:, 0].set(True)
+    keep = jax.random.bernoulli(jax.random.PRNGKey(2), 0.6, (3, TOK.L)).at[:, 0].set(True)
+    run = jax.jit(forward, static_argnums=2)
     for cfg in (VIT, FREE):
-        masked = np.asarray(forward(params, t.x_BxLxd, cfg, keep))
-        short = [float(forward(params, t.x_BxLxd[b][np.asarray(keep[b])][None], cfg)[0]) for b in range(5)]
+        masked = np.asarray(run(params, t.x_BxLxd, cfg, keep))
+        short = [float(run(params, t.x_BxLxd[b][np.asarray(keep[b])][None], cfg)[0]) for b in range(3)]
         np.testing.assert_allclose(masked, short, rtol=1e-5, atol=1e-6)
-        assert not np.allclose(masked, forward(params, t.x_BxLxd, cfg), atol=1e-4)  # removal mattered
+        assert not np.allclose(masked, run(params, t.x_BxLxd, cfg), atol=1e-4)  # removal mattered
 
 
 def test_attention_free_is_the_vit_with_uniform_attention_on_one_token():
     # W_Q = 0 makes every logit 0, so attention is uniform and every query sees mean_s W_V x_s: the ViT
     # is then the attention-free network applied to the single token mean_s x_s. With several tokens
     # the attention-free network differs (ReLU of a mean is not the mean of ReLUs).
-    t = SAMPLE(jax.random.PRNGKey(3), TOK, 6)
+    t = SAMPLE(jax.random.PRNGKey(3), TOK, 16)
     params = {**init_params(jax.random.PRNGKey(4), TOK, VIT), "W_Q": jnp.zeros((8, 6))}
     uniform = forward(params, t.x_BxLxd, VIT)
     np.testing.assert_allclose(uniform, forward(params, t.x_BxLxd.mean(1, keepdims=True), FREE), rtol=1e-5)
@@ -58,7 +59,7 @@ def test_hinge_gradient_matches_finite_differences():
     params = {**params, "W_O": 2.0 * params["W_O"]}  # margins spread around 1: some hinges active
     margin = t.y_B * forward(params, t.x_BxLxd, VIT)
     assert (margin < 1).any() and np.abs(margin - 1).min() > 1e-2  # away from the kink
-    loss = lambda p: hinge_loss(p, t.x_BxLxd, t.y_B, VIT)
+    loss = jax.jit(lambda p: hinge_loss(p, t.x_BxLxd, t.y_B, VIT))
     grads = jax.grad(loss)(params)
     for i, name in enumerate(sorted(params)):
         v = jax.random.normal(jax.random.PRNGKey(10 + i), params[name].shape)

@@ -24,7 +24,7 @@ def test_keep_mask_removes_the_k_highest_scores():
 
 
 def test_policies_remove_their_tokens_first():
-    t = SAMPLE(jax.random.PRNGKey(0), TOK, 50)
+    t = SAMPLE(jax.random.PRNGKey(0), TOK, 64)
     params = init_params(jax.random.PRNGKey(1), TOK, MODEL)
     key = jax.random.PRNGKey(2)
     irr = np.asarray(t.kind_BxL == IRRELEVANT)  # 5 irrelevant tokens per sample
@@ -42,13 +42,14 @@ def test_policies_remove_their_tokens_first():
 def test_curve_starts_at_the_full_model_and_changes_with_k():
     t = SAMPLE(jax.random.PRNGKey(3), TOK, 64)
     params = init_params(jax.random.PRNGKey(4), TOK, MODEL)
-    curve = sparsify.sparsification_curve(jax.random.PRNGKey(5), params, t, MODEL, "random", jnp.arange(4))
+    curve_fn = jax.jit(sparsify.sparsification_curve, static_argnums=(3, 4))
+    curve = curve_fn(jax.random.PRNGKey(5), params, t, MODEL, "random", jnp.arange(4))
     np.testing.assert_allclose(curve["test_hinge"][0], evaluate(params, t, MODEL)["test_hinge"], rtol=1e-6)
     assert len(set(np.round(np.asarray(curve["test_hinge"]), 6))) == 4
 
 
 def test_attention_policy_needs_attention():
-    t = SAMPLE(jax.random.PRNGKey(0), TOK, 4)
+    t = SAMPLE(jax.random.PRNGKey(0), TOK, 64)
     free = ModelConfig(attention="none", m_a=6, m_b=6, m=8)
     with pytest.raises(ConfigError, match="needs the ViT"):
         sparsify.removal_scores(jax.random.PRNGKey(0), "attention", t, init_params(jax.random.PRNGKey(1), TOK, free), free)
