@@ -185,34 +185,9 @@ def main(argv):
     summary = {"rows": rows, "exact_population": exact, "seconds": seconds, "maps": maps, "fits": fits,
                "sweeps": sweeps, "attention_band": band}
     io.write_json(os.path.join(workdir, "summary.json"), summary)
-    io.write_text(os.path.join(workdir, "summary.md"), summary_markdown(rows, exact, tokens, model, sgd, g, seconds))
+    io.write_text(os.path.join(workdir, "summary.md"), report.summary_markdown(rows, exact, tokens, model, sgd, g, seconds))
     print(report.markdown_table(rows), flush=True)
     print(f"{seconds:.1f}s; results in {workdir}")
-
-
-def summary_markdown(rows, exact, tokens, model, sgd, g, seconds) -> str:
-    e = exact["init"]
-    return "\n".join([
-        "# LWLC23 shallow ViT: claims, the paper's numbers and ours",
-        "",
-        f"Data: L={tokens.L}, d={tokens.d}, M={tokens.M}, alpha_*={tokens.alpha_star:.3g}, "
-        f"alpha_#={tokens.alpha_conf:.3g}, tau={tokens.tau}, noisy_tau={tokens.noisy_tau}. Model: m_a={model.m_a}, "
-        f"m_b={model.m_b}, m={model.m}, sigma={model.sigma}, delta={model.delta}, w_o_std={model.w_o_std}. "
-        f"SGD: N={sgd.N}, batch={sgd.batch}, steps={sgd.steps}, eta={sgd.eta}, eta_attention={sgd.eta_attention}. "
-        f"Grids: n_*={g['n_stars']}, N={g['Ns']}, {g['seeds']} runs a cell; success = "
-        f"{'zero test error' if sgd.success == 'error' else f'test hinge <= {sgd.eps}'} on {sgd.n_test} fresh samples.",
-        "",
-        report.markdown_table(rows),
-        "",
-        f"Exact noiseless population ({exact['rows']:,} (label, multiset) rows) against {exact['n_test']} sampled "
-        f"test samples, at the initial model: hinge {e['test_hinge_exact']:.4f} vs {e['test_hinge_sampled']:.4f}, "
-        f"error {e['test_error_exact']:.4f} vs {e['test_error_sampled']:.4f}, attention mass "
-        f"{e['attention_mass_exact']:.4f} vs {e['attention_mass_sampled']:.4f}; trained: hinge "
-        f"{exact['trained']['test_hinge_exact']:.4f} vs {exact['trained']['test_hinge_sampled']:.4f}.",
-        "",
-        f"Wall time {seconds:.1f}s (compile included). Figures: phase_maps.png, boundary_sweeps.png, "
-        f"attention.png, sparsification.png.",
-        ""])
 
 
 if __name__ == "__main__":

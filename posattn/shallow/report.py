@@ -96,3 +96,29 @@ def markdown_table(rows: list[dict]) -> str:
     lines = ["| claim | paper | ours | verdict |", "|---|---|---|---|"]
     lines += [f"| {r['claim']} | {r['paper']} | {r['ours']} | {r['verdict']} |" for r in rows]
     return "\n".join(lines)
+
+
+def summary_markdown(rows, exact, tokens, model, sgd, g, seconds) -> str:
+    """summary.md of experiments.shallow_vit: the setting, the claims table and the exact-population check."""
+    e = exact["init"]
+    return "\n".join([
+        "# LWLC23 shallow ViT: claims, the paper's numbers and ours",
+        "",
+        f"Data: L={tokens.L}, d={tokens.d}, M={tokens.M}, alpha_*={tokens.alpha_star:.3g}, "
+        f"alpha_#={tokens.alpha_conf:.3g}, tau={tokens.tau}, noisy_tau={tokens.noisy_tau}. Model: m_a={model.m_a}, "
+        f"m_b={model.m_b}, m={model.m}, sigma={model.sigma}, delta={model.delta}, w_o_std={model.w_o_std}. "
+        f"SGD: N={sgd.N}, batch={sgd.batch}, steps={sgd.steps}, eta={sgd.eta}, eta_attention={sgd.eta_attention}. "
+        f"Grids: n_*={g['n_stars']}, N={g['Ns']}, {g['seeds']} runs a cell; success = "
+        f"{'zero test error' if sgd.success == 'error' else f'test hinge <= {sgd.eps}'} on {sgd.n_test} fresh samples.",
+        "",
+        markdown_table(rows),
+        "",
+        f"Exact noiseless population ({exact['rows']:,} (label, multiset) rows) against {exact['n_test']} sampled "
+        f"test samples, at the initial model: hinge {e['test_hinge_exact']:.4f} vs {e['test_hinge_sampled']:.4f}, "
+        f"error {e['test_error_exact']:.4f} vs {e['test_error_sampled']:.4f}, attention mass "
+        f"{e['attention_mass_exact']:.4f} vs {e['attention_mass_sampled']:.4f}; trained: hinge "
+        f"{exact['trained']['test_hinge_exact']:.4f} vs {exact['trained']['test_hinge_sampled']:.4f}.",
+        "",
+        f"Wall time {seconds:.1f}s (compile included). Figures: phase_maps.png, boundary_sweeps.png, "
+        f"attention.png, sparsification.png.",
+        ""])
