@@ -32,7 +32,8 @@ flags.DEFINE_integer("seed", 0, "seed of every run's key")
 flags.DEFINE_integer("seeds", 20, "runs (trials) per grid cell, and seeds of the attention band")
 flags.DEFINE_list("n_stars", ["6", "7", "8", "9", "10", "12"], "phase maps: label-relevant tokens n_* "
                   "(alpha_* = n_*/L)")
-flags.DEFINE_list("Ns", ["5", "7", "10", "14", "20", "28", "40", "57", "80", "113", "160", "320", "640"], "phase maps and sweeps: training samples N")
+flags.DEFINE_list("Ns", ["5", "7", "10", "14", "20", "28", "40", "57", "80", "113", "160", "320", "640"],
+                  "phase maps and sweeps: training samples N")
 flags.DEFINE_list("taus", ["0", "0.5", "1.0", "1.5"], "N* sweep over the token noise tau")
 flags.DEFINE_list("init_errors", ["0", "0.5", "1.0", "2.0"], "N* sweep over sigma = delta")
 flags.DEFINE_integer("remove", 20, "sparsification: remove 0..remove tokens per test sample")
@@ -185,7 +186,8 @@ def main(argv):
     summary = {"rows": rows, "exact_population": exact, "seconds": seconds, "maps": maps, "fits": fits,
                "sweeps": sweeps, "attention_band": band}
     io.write_json(os.path.join(workdir, "summary.json"), summary)
-    io.write_text(os.path.join(workdir, "summary.md"), report.summary_markdown(rows, exact, tokens, model, sgd, g, seconds))
+    io.write_text(os.path.join(workdir, "summary.md"),
+                  report.summary_markdown(rows, exact, tokens, model, sgd, g, seconds))
     print(report.markdown_table(rows), flush=True)
     print(f"{seconds:.1f}s; results in {workdir}")
 

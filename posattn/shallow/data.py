@@ -65,7 +65,8 @@ def sample(key: jax.Array, cfg: TokenConfig, n: int, n_star=None, tau=None) -> T
     kind_BxL = jnp.where(rank_BxL < n_star, RELEVANT,
                          jnp.where(rank_BxL < n_star + cfg.n_conf, CONFUSION, IRRELEVANT))
     own_B = jnp.where(y_B > 0, 0, 1)  # mu_1 for y = +1, mu_2 for y = -1
-    irrelevant_BxL = 2 + jnp.minimum(jnp.floor(u[:, cfg.L + 1:2 * cfg.L + 1] * (cfg.M - 2)), cfg.M - 3).astype(jnp.int32)
+    u_irr = u[:, cfg.L + 1:2 * cfg.L + 1]  # uniform on mu_3..mu_M: floor(u (M - 2)), u < 1
+    irrelevant_BxL = 2 + jnp.minimum(jnp.floor(u_irr * (cfg.M - 2)), cfg.M - 3).astype(jnp.int32)
     pattern_BxL = jnp.where(kind_BxL == RELEVANT, own_B[:, None],
                             jnp.where(kind_BxL == CONFUSION, 1 - own_B[:, None], irrelevant_BxL))
     noisy_BxL = ranks(u[:, 2 * cfg.L + 1:]) < cfg.noisy_tokens

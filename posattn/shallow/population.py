@@ -91,7 +91,8 @@ def population_check(key: jax.Array, clean: TokenConfig, model: ModelConfig, sgd
     for when, p in (("init", params0), ("trained", params)):
         exact = population_metrics(p, clean, model)
         sampled = evaluate(p, test, cfg=model)
-        out[when] = {f"{k}_{src}": float(v) for src, m in (("exact", exact), ("sampled", sampled)) for k, v in m.items()}
+        out[when] = {f"{k}_{src}": float(v)
+                     for src, m in (("exact", exact), ("sampled", sampled)) for k, v in m.items()}
     out["rows"] = table_rows(clean)
     out["n_test"] = sgd.n_test
     return out

@@ -52,4 +52,5 @@ def test_attention_policy_needs_attention():
     t = SAMPLE(jax.random.PRNGKey(0), TOK, 64)
     free = ModelConfig(attention="none", m_a=6, m_b=6, m=8)
     with pytest.raises(ConfigError, match="needs the ViT"):
-        sparsify.removal_scores(jax.random.PRNGKey(0), "attention", t, init_params(jax.random.PRNGKey(1), TOK, free), free)
+        params = init_params(jax.random.PRNGKey(1), TOK, free)
+        sparsify.removal_scores(jax.random.PRNGKey(0), "attention", t, params, free)
