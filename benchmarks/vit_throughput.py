@@ -14,6 +14,7 @@ variants alike instead of biasing the ratio. Peak memory: XLA's buffer assignmen
 model-FLOPs utilisation (bf16 runs) needs a peak FLOP rate, known for the accelerators in
 `PEAK_TFLOPS`.
 """
+import functools
 import time
 
 import jax
@@ -24,7 +25,7 @@ import optax
 from absl import app, flags
 
 from benchmarks.report import machine, update_section
-from posattn.vision import models, optim
+from posattn.vision import losses, models, optim
 
 flags.DEFINE_integer("batch_cifar", 32, "Batch of the CIFAR ViT-Ti/4 shape.")
 flags.DEFINE_integer("batch_imagenet", 4, "Batch of the ImageNet ViT-Ti/16 shape.")
@@ -58,11 +59,8 @@ def make_step(variant: str, attention: str, side: int, classes: int, batch: int,
     def step(state, images, labels):
         params, opt_state = state
 
-        def loss_fn(p):
-            logits = model.apply({"params": p}, images, train=True)
-            return optax.softmax_cross_entropy(logits, labels).mean()
-
-        loss, grads = jax.value_and_grad(loss_fn)(params)
+        loss_fn = functools.partial(losses.classification_loss, model)  # the image trainer's loss
+        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, {}, images, labels, None, True)
         updates, opt_state = tx.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), loss
 

@@ -1,4 +1,4 @@
-r"""Vanilla vs positional attention over seeds, JSL22 Figures 6 and 7 (SPEC 2.2).
+r"""Vanilla vs positional attention over seeds, JSL22 Figures 6 and 7.
 
   python -m experiments.compare_attention --config=tpu_configs/digits.py --seeds=10 \
       --workdir=/tmp/compare-digits --config.total_steps=500 --config.optimizer.warmup_steps=50 \
@@ -13,7 +13,6 @@ in WORKDIR/ATTENTION-seedS (resumable). WORKDIR gets summary.json (test accuracy
 quartiles, IQR, mean, values, in %), compare.png (box plots, Figure 7 style) and summary.md, the table
 of medians and IQRs beside the paper's numbers.
 """
-import copy
 import os
 import pathlib
 
@@ -24,7 +23,7 @@ from posattn import cli
 from posattn.errors import ConfigError
 
 ATTENTIONS = ("vanilla", "positional")
-# Paper numbers (SPEC 2.2): Figure 7 medians of 10 seeds (CIFAR, SVHN), Figure 6 (ImageNet, one run).
+# Paper numbers: Figure 7 medians of 10 seeds (CIFAR, SVHN), Figure 6 (ImageNet, one run).
 PAPER = {
     "cifar10": {"vanilla": 90.23, "positional": 90.54, "config": "tpu_configs/cifar10.py", "seeds": 10},
     "cifar100": {"vanilla": 68.00, "positional": 67.95, "config": "tpu_configs/cifar100.py", "seeds": 10},
@@ -41,19 +40,6 @@ _SEEDS = flags.DEFINE_integer("seeds", 10, "Seeds 0..N-1 per attention kind.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 
 
-def cell_configs(base, seeds: int) -> dict:
-    """{(attention, seed): config}: the base config with model.attention and seed set."""
-    if base.model.name != "vit":
-        raise ConfigError(f"model.name={base.model.name!r}: compare_attention compares ViTs; use a ViT config")
-    out = {}
-    for attention in ATTENTIONS:
-        for seed in range(seeds):
-            c = copy.deepcopy(base)
-            c.model.attention, c.seed = attention, seed
-            out[(attention, seed)] = c
-    return out
-
-
 def main(argv):
     if len(argv) > 1:
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
@@ -63,12 +49,13 @@ def main(argv):
         raise ConfigError(f"--seeds={_SEEDS.value} must be at least 1")
     if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax, tfds)
         logging.set_verbosity(logging.ERROR)
-    from posattn.analysis import image_plots, sweep
-    from posattn.vision import train
+    from posattn import io
+    from posattn.plots import vision as plots
+    from posattn.vision import setup, sweep
 
-    configs = cell_configs(_CONFIG.value, _SEEDS.value)
+    configs = sweep.attention_cell_configs(_CONFIG.value, _SEEDS.value, ATTENTIONS)
     for c in configs.values():
-        train.check_config(c, 1)
+        setup.resolve(c, 1)
     os.makedirs(_WORKDIR.value, exist_ok=True)
     acc = {a: [] for a in ATTENTIONS}
     for (attention, seed), c in configs.items():
@@ -80,11 +67,10 @@ def main(argv):
         "steps": base.total_steps, "batch": base.global_batch_size, "seeds": _SEEDS.value,
         "accuracy": {a: sweep.spread(v) for a, v in acc.items()}, "paper": PAPER,
     }
-    sweep.write_json(os.path.join(_WORKDIR.value, "summary.json"), summary)
-    image_plots.plot_compare(os.path.join(_WORKDIR.value, "compare.png"), summary)
-    table = image_plots.compare_table(summary)
-    with open(os.path.join(_WORKDIR.value, "summary.md"), "w") as f:
-        f.write(table + "\n")
+    io.write_json(os.path.join(_WORKDIR.value, "summary.json"), summary)
+    plots.compare_figure(summary).savefig(os.path.join(_WORKDIR.value, "compare.png"), dpi=120)
+    table = sweep.compare_table(summary)
+    io.write_text(os.path.join(_WORKDIR.value, "summary.md"), table + "\n")
     print(table)
 
 

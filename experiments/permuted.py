@@ -1,4 +1,4 @@
-r"""Permuted pixels, JSL22 Figure 5 (SPEC 2.2): ViT vs CNNs on images whose g x g pixel blocks are shuffled
+r"""Permuted pixels, JSL22 Figure 5: ViT vs CNNs on images whose g x g pixel blocks are shuffled
 by one fixed random permutation (the same for train and test, and for every seed).
 
   python -m experiments.permuted --dataset=digits --block_sizes=2,4,8 --models=vit,resnet,vgg \
@@ -46,42 +46,18 @@ _LOCAL = flags.DEFINE_bool("local", False, "Smoke run: every cell shrunk by the 
                            "(test/2 ViT, batch 16, a few steps).")
 
 
-def cell_config(dataset: str, model: str, g: int, seed: int):
-    """The train_images config of one cell of the sweep."""
-    from posattn.analysis.sweep import load_config
-
-    path, _, _ = DATASETS[dataset]
-    local = ",local" if _LOCAL.value else ""
-    if dataset == "digits":
-        c = load_config(path, model + local)
-        c.augment.crop_padding = 0
-        c.permute_block, c.permute_seed = g, 0
-        c.eval_every, c.checkpoint_every = 0, 0
-    else:
-        c = load_config(path, f"{model},{g}{local}")
-        if _DATA_DIR.value:
-            c.data_dir = _DATA_DIR.value
-    c.seed = seed
-    steps = _VIT_STEPS.value if model == "vit" else _CNN_STEPS.value
-    if steps:
-        c.total_steps = steps
-        c.optimizer.warmup_steps = min(c.optimizer.warmup_steps, max(steps // 10, 1))
-        c.log_every = min(c.log_every, steps)
-    if model != "vit" and _CNN_BATCH.value:
-        c.global_batch_size = _CNN_BATCH.value
-    return c
-
-
 def main(argv):
     if len(argv) > 1:
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
-    from posattn.analysis import sweep
+    from posattn import io
+    from posattn.plots import vision as plots
+    from posattn.vision import setup, sweep
 
     if not _WORKDIR.value:
         raise ConfigError("--workdir=DIR is required")
     dataset = _DATASET.value
     _, side, paper = DATASETS[dataset]
-    blocks = sweep.int_list(_BLOCKS.value, "block_sizes")
+    blocks = cli.int_list(_BLOCKS.value, "block_sizes")
     if any(side % g for g in blocks):
         raise ConfigError(f"--block_sizes={_BLOCKS.value}: every g must divide the image side {side}")
     names = [m.strip() for m in _MODELS.value.split(",") if m.strip()]
@@ -93,12 +69,13 @@ def main(argv):
         logging.set_verbosity(logging.ERROR)
     models = list(dict.fromkeys(MODELS[m] for m in names))
     seeds = {m: _SEEDS.value if m == "vit" else (_CNN_SEEDS.value or _SEEDS.value) for m in models}
-    configs = {(m, g, s): cell_config(dataset, m, g, s)
-               for m in models for g in blocks for s in range(seeds[m])}  # all validated up front
-    from posattn.vision import train
-
-    for c in configs.values():
-        train.check_config(c, 1)
+    steps = {"vit": _VIT_STEPS.value, "cnn": _CNN_STEPS.value}
+    configs = {(m, g, s): sweep.permuted_cell_config(
+        dataset, DATASETS[dataset][0], m, g, s, local=_LOCAL.value, data_dir=_DATA_DIR.value,
+        steps=steps["vit" if m == "vit" else "cnn"], batch=0 if m == "vit" else _CNN_BATCH.value)
+        for m in models for g in blocks for s in range(seeds[m])}
+    for c in configs.values():  # all validated up front
+        setup.resolve(c, 1)
 
     os.makedirs(_WORKDIR.value, exist_ok=True)
     acc = {m: {} for m in models}
@@ -112,13 +89,11 @@ def main(argv):
         "accuracy": {m: {str(g): sweep.spread(v) for g, v in per.items()} for m, per in acc.items()},
         "paper": {m: {str(g): v for g, v in per.items()} for m, per in (paper or {}).items()},
     }
-    sweep.write_json(os.path.join(_WORKDIR.value, "summary.json"), summary)
-    from posattn.analysis import image_plots
-
-    image_plots.plot_permuted(os.path.join(_WORKDIR.value, "permuted.png"), summary)
-    with open(os.path.join(_WORKDIR.value, "summary.md"), "w") as f:
-        f.write(image_plots.permuted_table(summary) + "\n")
-    print(image_plots.permuted_table(summary))
+    io.write_json(os.path.join(_WORKDIR.value, "summary.json"), summary)
+    plots.permuted_figure(summary).savefig(os.path.join(_WORKDIR.value, "permuted.png"), dpi=120)
+    table = sweep.permuted_table(summary)
+    io.write_text(os.path.join(_WORKDIR.value, "summary.md"), table + "\n")
+    print(table)
 
 
 if __name__ == "__main__":

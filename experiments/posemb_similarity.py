@@ -1,4 +1,4 @@
-r"""Positional-embedding similarity maps of a trained ViT, JSL22 Figures 1a and 5c (SPEC 2.2).
+r"""Positional-embedding similarity maps of a trained ViT, JSL22 Figures 1a and 5c.
 
   python -m experiments.posemb_similarity --workdir=/tmp/permuted-digits/vit-g2-seed0
 
@@ -11,7 +11,6 @@ permutation. posemb_similarity.json holds the number: the mean similarity of gri
 for a permuted run also over the neighbours that straddle two pixel blocks alone (un-permuted: the
 true neighbours that the permutation separated; as trained: pairs adjacent only in the permuted layout).
 """
-import json
 import os
 
 import numpy as np
@@ -27,22 +26,6 @@ _PATCHES = flags.DEFINE_string("patches", "", "Patches to draw (row-major indice
                                "grids up to 4x4, else 8 spread over the grid.")
 _BLOCK = flags.DEFINE_integer("block", 0, "With one P per block (pos_shared=False): whose P, from 0. A run "
                               "with one shared P (the default, and vanilla attention) takes only 0.")
-
-
-def load_run(workdir: str):
-    """(config, params) of the latest checkpoint of a train_images workdir."""
-    import ml_collections
-
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        raise ConfigError(f"{path} not found: --workdir must be a train_images run directory")
-    with open(path) as f:
-        config = ml_collections.ConfigDict(json.load(f))
-    if config.model.name != "vit":
-        raise ConfigError(f"the run trained {config.model.name!r}: positional embeddings need a ViT run")
-    from posattn.vision import train
-
-    return config, train.restore(config, workdir)["params"]
 
 
 def chosen_patches(text: str, grid_hw) -> list[int]:
@@ -65,22 +48,29 @@ def main(argv):
         raise ConfigError("--workdir=TRAINED_RUN is required")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
-    from posattn.analysis import image_plots, posemb, sweep
-    from posattn.vision import data
+    from posattn import io
+    from posattn.analysis import posemb
+    from posattn.plots import vision as plots
+    from posattn.vision import checkpoint
+    from posattn.vision.data import datasets
+    from posattn.vision.data.permutation import block_permutation
 
-    config, params = load_run(_WORKDIR.value)
+    model, variables, config = checkpoint.load_run(_WORKDIR.value)
+    if config.model.name != "vit":
+        raise ConfigError(f"the run trained {config.model.name!r}: positional embeddings need a ViT run")
+    params = variables["params"]
     if _BLOCK.value and np.ndim(params["pos_embedding"]) == 2:
         raise ConfigError(f"--block={_BLOCK.value}: the run has one positional embedding P shared by all "
                           "blocks (model.pos_shared or vanilla attention); --block picks a block's P only "
                           "in a run with model.pos_shared=False")
-    side = data.image_shape(config)[0]
-    patch = config.model.patch_size or int(config.model.variant.split("/")[1])
+    side = datasets.image_shape(config.dataset, config.get("image_size", 0))[0]
+    patch = model.patch_size
     grid = (side // patch, side // patch)
     P = posemb.patch_embedding(params, grid, cls=config.model.pool == "cls", block=_BLOCK.value)
     panels, stats = {"as trained": P}, {}
     g = config.get("permute_block", 0)
     if g and g < side:
-        perm = data.block_permutation((side, side), g, config.permute_seed)
+        perm = block_permutation((side, side), g, config.permute_seed)
         panels["un-permuted"] = posemb.unpermute_embedding(P, g, patch, perm)
     maps = {}
     for name, emb in panels.items():
@@ -93,12 +83,12 @@ def main(argv):
             stats[f"{name}, across blocks"] = posemb.neighbour_statistic(sim, grid, across_blocks=g // patch)
     out = _OUT.value or _WORKDIR.value
     os.makedirs(out, exist_ok=True)
-    image_plots.plot_similarity_maps(os.path.join(out, "posemb_similarity.png"), maps,
-                                     chosen_patches(_PATCHES.value, grid), grid, _THRESHOLD.value)
+    plots.similarity_maps_figure(maps, chosen_patches(_PATCHES.value, grid), grid, _THRESHOLD.value).savefig(
+        os.path.join(out, "posemb_similarity.png"), dpi=120)
     result = {"run": os.path.abspath(_WORKDIR.value), "grid": list(grid), "patch_size": patch,
               "permute_block": g, "attention": config.model.attention, "threshold": _THRESHOLD.value,
               "statistic": stats}
-    sweep.write_json(os.path.join(out, "posemb_similarity.json"), result)
+    io.write_json(os.path.join(out, "posemb_similarity.json"), result)
     for name, s in stats.items():
         print(f"{name}: neighbours {s['neighbour']:.3f} vs non-neighbours {s['non_neighbour']:.3f} "
               f"(gap {s['gap']:+.3f}, z {s['z']:.1f}, shuffle p {s['p_value']:.4f})")

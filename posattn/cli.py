@@ -2,15 +2,43 @@
 
 Bad input (a flag that does not parse, a config file that does not exist, a `ConfigError` raised while
 loading or validating a config) ends the program with one line on stderr and exit status 2, never a
-traceback; anything else is a bug and keeps its traceback.
+traceback; anything else is a bug and keeps its traceback. `load_config` and `int_list` read what
+binaries take besides `--config` flags: config files named in their own flags, and lists of integers.
 """
+import importlib.util
 import os
+import pathlib
 import sys
 
 from absl import app, flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
 from posattn.errors import ConfigError
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository, where tpu_configs/ lies
+
+
+def load_config(path: str, arg: str | None = None):
+    """`get_config(arg)` of a config file such as "tpu_configs/digits.py" (relative to the current
+    directory, else to the repository)."""
+    file = pathlib.Path(path)
+    if not file.is_absolute() and not file.exists():
+        file = ROOT / file
+    if not file.is_file():
+        raise ConfigError(f"config file {path} not found: use one of tpu_configs/*.py")
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg)
+
+
+def int_list(text: str, what: str) -> list[int]:
+    """"2,4,8" -> [2, 4, 8]; ConfigError for anything that is not a list of positive integers."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items or not all(t.isdigit() and int(t) > 0 for t in items):
+        raise ConfigError(f"--{what}={text!r} must be a comma-separated list of positive integers")
+    return [int(t) for t in items]
 
 
 def fail(message: str) -> None:

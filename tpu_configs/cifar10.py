@@ -1,4 +1,4 @@
-r"""CIFAR-10, ViT-Ti/4-like with positional (default) or vanilla attention: JSL22 Figure 7 (SPEC 2.2).
+r"""CIFAR-10, ViT-Ti/4-like with positional (default) or vanilla attention: JSL22 Figure 7.
 
 Command (data prepared once with `tfds build cifar10 --file_format=array_record --data_dir=$TFDS_DATA_DIR`):
 
@@ -10,7 +10,7 @@ Hardware: one TPU v4-8 slice (the same command runs on every host of a larger sl
 GPU. Expected wall-clock: about 1 hour on either (an estimate from the FLOP count, ~2.2 GFLOP per
 training image, 10M training images; not measured here).
 
-Recipe [D, SPEC 2.2]: depth 12, width 192, 3 heads, MLP 768, patch 4 (64 tokens), global average
+Recipe [D]: depth 12, width 192, 3 heads, MLP 768, patch 4 (64 tokens), global average
 pooling, AdamW (lr 1e-3, weight decay 0.05), 5 epochs of linear warm-up then cosine decay, 200 epochs
 at batch 512, random crop (pad 4) + flip + RandAugment(2, 9), label smoothing 0.1.
 
@@ -20,5 +20,4 @@ from posattn.vision import config as cfg_lib
 
 
 def get_config(arg=None):
-    args = cfg_lib.parse_arg(arg, allowed=("attention", "model", "local"))
-    return cfg_lib.apply_common_args(cfg_lib.small_image_recipe("cifar10", num_train=50_000), args)
+    return cfg_lib.recipe_config("cifar10", arg, num_train=50_000)

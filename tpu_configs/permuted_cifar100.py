@@ -19,7 +19,7 @@ Recipe [D]: 200 epochs at batch 512, AdamW (lr 1e-3 for the ViT, 2e-3 for the CN
 warm-up then cosine decay, label smoothing 0.1, and the augmentation of the other CIFAR configs
 (random crop after 4 pixels of padding, flip, RandAugment(2, 9)): the paper's unpermuted CNNs (ResNet
 79.9%, VGG 76.2%) are augmented-training numbers. Each training image is
-augmented as a natural image and then block-permuted (`train.training_inputs`), so every g sees the
+augmented as a natural image and then block-permuted (`setup.Setup.training_inputs`), so every g sees the
 permuted images of the same augmented distribution.
 
 Paper (JSL22 Figure 5, test accuracy %, g = 2 / 4 / 8 / 16 / 32):

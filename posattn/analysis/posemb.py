@@ -1,4 +1,4 @@
-"""Positional-embedding similarity, JSL22 Figures 1a and 5c (SPEC 2.2).
+"""Positional-embedding similarity, JSL22 Figures 1a and 5c.
 
 The learned positional embedding P (one row per patch) is compared by cosine similarity
 (P P^T normalised to [-1, 1]); the paper draws, for a patch, its similarity to every patch on the 2-D
@@ -10,7 +10,7 @@ neighbourhoods. `neighbour_statistic` turns "neighbours are more similar" into n
 import numpy as np
 
 from posattn.errors import ConfigError
-from posattn.vision import data
+from posattn.vision.data.permutation import unpermute_blocks
 
 THRESHOLD = 0.55  # JSL22 Figure 1a
 
@@ -33,7 +33,7 @@ def patch_embedding(params, grid_hw: tuple[int, int], *, cls: bool = False, bloc
 def unpermute_embedding(P_hxwxD: np.ndarray, g: int, patch_size: int, perm) -> np.ndarray:
     """P in the original image's patch order, for a model trained on g-block-permuted images.
 
-    Block k of a training image was block perm[k] of the original (`data.permute_blocks`), so the patch
+    Block k of a training image was block perm[k] of the original (`permutation.permute_blocks`), so the patch
     at permuted position k stands for original position perm[k]; with g a multiple of the patch size a
     pixel block is a block of (g/p)^2 patches, moved whole. For g < p a patch mixes pixels of several
     original patches and there is no patch order to restore.
@@ -41,7 +41,7 @@ def unpermute_embedding(P_hxwxD: np.ndarray, g: int, patch_size: int, perm) -> n
     if g % patch_size:
         raise ConfigError(f"pixel blocks of side {g} are not whole patches of side {patch_size}: "
                           "the permutation cannot be undone on the patch grid (need g % patch_size == 0)")
-    return np.asarray(data.unpermute_blocks(P_hxwxD, g // patch_size, perm))
+    return np.asarray(unpermute_blocks(P_hxwxD, g // patch_size, perm))
 
 
 def cosine_similarity(P_NxD: np.ndarray) -> np.ndarray:

@@ -1,1 +1,5 @@
-"""Image regime of JSL22 (SPEC 2): ViTs with positional or vanilla attention, CNNs, input, training."""
+"""Image regime of JSL22: ViTs with positional or vanilla attention and CNN baselines, trained on images.
+
+config (the schema of `tpu_configs/`), setup (a config resolved once), resume, losses, optim, state,
+checkpoint (incl. `load_run`), train, sweep; models/ and data/ are packages of their own.
+"""

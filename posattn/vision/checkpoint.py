@@ -5,12 +5,28 @@ The state is the plain dict {"step", "params", "batch_stats", "opt_state"}; it i
 renames it when complete, so a run killed mid-save leaves only the previous, complete checkpoints.
 Restoring takes an abstract state (`jax.ShapeDtypeStruct`s carrying the target shardings), so arrays
 land directly with the shardings of the current mesh, whatever the mesh of the run that saved them.
+
+`load_run(workdir)` gives a trained run back as (model, variables, config) from the workdir alone: its
+config.json and run.json (the facts of the dataset the model was built for, written at train time), so
+analysis needs no prepared dataset.
 """
+import json
 import os
 
 import jax
+import ml_collections
 import orbax.checkpoint as ocp
 from etils import epath
+
+from posattn import io
+from posattn.errors import ConfigError
+from posattn.mesh import data_mesh, replicated
+from posattn.vision import optim
+from posattn.vision.data import datasets
+from posattn.vision.setup import Setup, build_model
+from posattn.vision.state import init_state, model_variables
+
+RUN_FILE = "run.json"
 
 
 def manager(workdir: str, *, keep: int) -> ocp.CheckpointManager:
@@ -51,3 +67,61 @@ def restore(mngr: ocp.CheckpointManager, abstract_state: dict, step: int | None 
 def abstract_like(state_shapes, sharding) -> dict:
     """`jax.ShapeDtypeStruct`s of the given shapes, every leaf with `sharding` (the replicated state)."""
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), state_shapes)
+
+
+def write_run_record(workdir, setup: Setup) -> None:
+    """run.json: what building the model needs beyond config.json (the dataset's classes and the image
+    shape), so that `load_run` needs no data."""
+    io.write_json(epath.Path(workdir) / RUN_FILE, {"num_classes": setup.info.num_classes,
+                                                   "image_shape": list(setup.image_shape)})
+
+
+def abstract_state(model, image_shape, config, sharding) -> dict:
+    """The shapes, dtypes and `sharding` of the train state of `config` (nothing is computed)."""
+    tx = optim.make_optimizer(config.optimizer, config.total_steps)
+    return abstract_like(jax.eval_shape(lambda: init_state(model, image_shape, config.seed, tx)), sharding)
+
+
+def restore_state(workdir, model, image_shape, config, *, step: int | None = None, devices=None) -> dict:
+    """The train state saved in `workdir` (its latest checkpoint, or `step`), replicated over `devices`."""
+    abstract = abstract_state(model, image_shape, config, replicated(data_mesh(devices)))
+    mngr = manager(str(workdir), keep=config.keep_checkpoints)
+    try:
+        state = restore(mngr, abstract, step)
+    finally:
+        mngr.close()
+    if state is None:
+        raise ConfigError(f"no checkpoint in {workdir}/checkpoints: train first")
+    return state
+
+
+def restore_run(workdir, *, step: int | None = None, devices=None):
+    """(model, train state, config) of checkpoint `step` (default: the latest) of the run in `workdir`,
+    replicated over `devices` (default: every device), from the workdir alone (no dataset needed).
+
+    Workdirs written before run.json existed load too: their classes are the dataset's, known
+    without its data.
+    """
+    path = epath.Path(workdir) / "config.json"
+    if not path.exists():
+        raise ConfigError(f"{path} not found: a run's workdir holds config.json and checkpoints/")
+    config = ml_collections.ConfigDict(json.loads(path.read_text()))
+    run_path = epath.Path(workdir) / RUN_FILE
+    if run_path.exists():
+        run = json.loads(run_path.read_text())
+    else:
+        run = {"num_classes": datasets.num_classes(config.dataset),
+               "image_shape": datasets.image_shape(config.dataset, config.get("image_size", 0))}
+    model = build_model(config, run["num_classes"])
+    state = restore_state(workdir, model, tuple(run["image_shape"]), config, step=step, devices=devices)
+    return model, state, config
+
+
+def load_run(workdir, step: int | None = None):
+    """(model, variables, config) of a trained run, from its workdir alone (no dataset needed).
+
+    variables: {"params"} (and "batch_stats" for the CNNs) of checkpoint `step` (default: the latest),
+    on the local devices, replicated; `model.apply(variables, images, train=False)` gives its logits.
+    """
+    model, state, config = restore_run(workdir, step=step, devices=jax.local_devices())
+    return model, model_variables(state), config

@@ -7,19 +7,13 @@ integer (the pixel-block size g of the permuted datasets) and `local`, which shr
 smoke test (`shrink_to_local`). Every field can still be overridden on the command line
 (`--config.model.attention=vanilla`).
 
-A workdir records the config of its run in config.json (`record`); a run started on it again must be
-the same run (`check_resume`), apart from the fields in `RESUMABLE`.
+How a workdir's recorded config may change when the run resumes is `posattn.vision.resume`'s concern.
 """
-import json
-import math
-
 import ml_collections
-from etils import epath
 
 from posattn.errors import ConfigError
-
-ATTENTIONS = ("vanilla", "positional")
-MODELS = ("vit", "resnet18", "vgg16")
+from posattn.vision.models import MODELS
+from posattn.vision.models.attention import ATTENTIONS
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -73,7 +67,7 @@ def base_config() -> ml_collections.ConfigDict:
 
 def small_image_recipe(dataset: str, num_train: int, *, epochs: int = 200, batch: int = 512,
                        eval_batch: int = 1000) -> ml_collections.ConfigDict:
-    """SPEC 2.2's recipe [D] for the 32 x 32 datasets (JSL22 Figures 5 and 7): ViT-Ti/4-like, AdamW
+    """The recipe for the 32 x 32 datasets (JSL22 Figures 5 and 7): ViT-Ti/4-like, AdamW
     (lr 1e-3, weight decay 0.05), 5 epochs of warm-up then cosine decay, label smoothing 0.1, bf16
     compute, crop (pad 4) + flip + RandAugment(2, 9); configs change only what differs."""
     c = base_config()
@@ -95,6 +89,13 @@ def small_image_recipe(dataset: str, num_train: int, *, epochs: int = 200, batch
     c.eval_every = 10 * num_train // batch
     c.checkpoint_every = 1000
     return c
+
+
+def recipe_config(dataset: str, arg: str | None, **recipe) -> ml_collections.ConfigDict:
+    """A config file's `get_config(arg)` for a dataset trained with `small_image_recipe(dataset,
+    **recipe)` unchanged; arg takes the attention, model and local tokens."""
+    args = parse_arg(arg, allowed=("attention", "model", "local"))
+    return apply_common_args(small_image_recipe(dataset, **recipe), args)
 
 
 def parse_arg(arg: str | None, *, allowed=("attention", "model", "block", "local")) -> dict:
@@ -147,84 +148,3 @@ def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.checkpoint_every = 2
     c.keep_checkpoints = 2
     return c
-
-
-# ---------------------------------------------------------------------------------- resuming a workdir
-
-def _clipping_stays_on_or_off(old, new) -> bool:
-    # clip_by_global_norm is a stage of the optimizer only when grad_clip > 0: switching it on or off
-    # changes the structure of the optimizer state that the checkpoint holds
-    on = lambda v: isinstance(v, (int, float)) and v > 0
-    return on(old) == on(new)
-
-
-# The fields that may change when a run resumes from a workdir, with the condition on (old, new) where
-# there is one. They steer the loop and its outputs, or say where the same data lies; none changes what
-# a step computes from the state and the batch, except the learning-rate knobs, which a NonFiniteLoss
-# stop tells the user to change to get past a divergence. A changed total_steps stretches the cosine
-# schedule from the resumed step on; it must still reach the checkpoint's step (`check_resume`).
-# eval_batch_size may change since every test example counts once whatever the batch.
-RESUMABLE = {"total_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
-             "eval_batch_size", "data_dir", "optimizer.lr", "optimizer.grad_clip"}
-RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off}
-_ABSENT = "(absent)"
-
-
-def record(config) -> dict:
-    """The config as the JSON object a workdir's config.json holds."""
-    return json.loads(config.to_json_best_effort())
-
-
-def read_record(workdir) -> dict | None:
-    """The config a workdir's config.json records, None if it has none."""
-    path = epath.Path(workdir) / "config.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _same(a, b) -> bool:
-    # NaN is a value a config can hold (a diverging learning rate) and compares unequal to itself
-    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
-
-
-def differing_fields(old: dict, new: dict) -> dict:
-    """{dotted field: (old value, new value)} of the fields where two config records differ.
-
-    A field present in only one record differs, with "(absent)" for the missing value.
-    """
-    a, b = _flatten(old), _flatten(new)
-    return {k: (a.get(k, _ABSENT), b.get(k, _ABSENT)) for k in sorted(a.keys() | b.keys())
-            if not (k in a and k in b and _same(a[k], b[k]))}
-
-
-def check_resume(stored: dict | None, config, checkpoint_step: int | None, workdir) -> list[str]:
-    """Raise ConfigError unless `config` may continue the run recorded in `workdir`; list the changes.
-
-    `stored` is the workdir's config.json (None if it has none), `checkpoint_step` the step of its latest
-    checkpoint (None if it has none). total_steps must not lie below the checkpoint's step, and every field
-    must be as stored except those `RESUMABLE` allows to change: total_steps, log_every, eval_every,
-    checkpoint_every, keep_checkpoints, eval_batch_size, data_dir, optimizer.lr and optimizer.grad_clip
-    (not switched on or off). Returns the allowed changes made, as "field old -> new", for the resume
-    message.
-    """
-    if checkpoint_step is not None and checkpoint_step > config.total_steps:
-        raise ConfigError(f"{workdir} holds a checkpoint at step {checkpoint_step}, beyond "
-                          f"total_steps={config.total_steps}: resume with --config.total_steps="
-                          f"{checkpoint_step} or more, or use a new --workdir")
-    diffs = {} if stored is None else differing_fields(stored, record(config))
-    changes = {k: f"{k} {old!r} -> {new!r}" for k, (old, new) in diffs.items()}
-    refused = [changes[k] for k, (old, new) in diffs.items()
-               if k not in RESUMABLE or (k in RESUME_CONDITIONS and not RESUME_CONDITIONS[k](old, new))]
-    if refused:
-        raise ConfigError(f"{workdir} holds a run with another config ({'; '.join(refused)}): rerun with "
-                          "the values of its config.json to resume it, or use a new --workdir")
-    return list(changes.values())

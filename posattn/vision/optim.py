@@ -1,10 +1,9 @@
-"""The optimiser of the image regime: AdamW with linear warm-up then cosine decay (SPEC 2.2).
+"""The optimiser of the image regime: AdamW with linear warm-up then cosine decay.
 
 Weight decay is applied to weight matrices and convolution kernels only (leaves named `kernel`), not to
 biases, normalisation scales or positional embeddings, as in DeiT and big_vision: decaying the
 positional embedding would pull P, the only input of positional attention, towards zero.
 """
-import jax
 import optax
 from flax import traverse_util
 
@@ -39,10 +38,3 @@ def make_optimizer(opt_cfg, total_steps: int) -> optax.GradientTransformation:
     if opt_cfg.grad_clip and opt_cfg.grad_clip > 0:
         return optax.chain(optax.clip_by_global_norm(float(opt_cfg.grad_clip)), adamw)
     return adamw
-
-
-def smoothed_cross_entropy(logits_BxK: jax.Array, labels_BxK: jax.Array, smoothing: float) -> jax.Array:
-    """Per-example cross-entropy against (1 - eps) y + eps / K (label smoothing, Szegedy et al. 2016)."""
-    num_classes = labels_BxK.shape[-1]
-    targets_BxK = labels_BxK * (1.0 - smoothing) + smoothing / num_classes
-    return optax.softmax_cross_entropy(logits_BxK.astype(jax.numpy.float32), targets_BxK)

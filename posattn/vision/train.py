@@ -1,132 +1,56 @@
-"""Training and evaluation of the image classifiers (SPEC 2), one code path from one CPU to a pod slice.
+"""Training and evaluation of the image classifiers of JSL22's image experiments, one code path from one
+CPU to a pod slice.
 
-Reads top to bottom like big_vision's train.py: validate the config, devices and mesh, check it against
-the run the workdir records, input, model and sharded initial state, the jitted update step, checkpoint
-restore, the loop (log, evaluate, checkpoint), the summary. The train state is a plain dict {"step",
-"params", "batch_stats", "opt_state"}, replicated over the 1-D "data" mesh; batches are split along
-"data". Augmentation runs inside the jitted step, on device, with a key folded from the step, so the
-update of step t is a pure function of (config, state at t): with the data pipeline's (seed, step)
-determinism a resumed run ends with bitwise the same parameters as an uninterrupted one.
+Reads top to bottom like big_vision's train.py: resolve the config once (`setup.resolve`), devices and
+mesh, check it against the run the workdir records, model and sharded initial state, the jitted update
+step, checkpoint restore, the loop (log, evaluate, checkpoint), the summary. The train state is a plain
+dict {"step", "params", "batch_stats", "opt_state"} (`state`), replicated over the 1-D "data" mesh;
+batches are split along "data". Augmentation runs inside the jitted step, on device, with a key folded
+from the step, so the update of step t is a pure function of (config, state at t): with the data
+pipeline's (seed, step) determinism a resumed run ends with bitwise the same parameters as an
+uninterrupted one.
 """
-import dataclasses
 import json
 import math
 import time
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from etils import epath
 
+from posattn import io
 from posattn.errors import ConfigError
-from posattn.mesh import batch_sharding, data_mesh, replicated
-from posattn.vision import augment, checkpoint, data, mesh as mesh_lib, models, optim
-from posattn.vision import config as config_lib
-
-COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+from posattn.mesh import batch_sharding, data_mesh, global_batch, initialize_distributed, replicated
+from posattn.vision import checkpoint, models, optim, resume
+from posattn.vision.data import augment
+from posattn.vision.setup import Setup, resolve
+from posattn.vision.state import init_state, model_variables
 
 
 class NonFiniteLoss(ConfigError):
     """The loss (or gradient norm) became NaN or inf: the run stops; its recipe needs changing."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Setup:
-    """What a validated config resolves to: the dataset, the image shape and the (unbound) model."""
-
-    info: data.DatasetInfo
-    image_shape: tuple[int, int, int]
-    model: nn.Module
-
-
-def check_config(config, num_devices: int) -> Setup:
-    """Validate everything the run will use, before any heavy work; raise ConfigError on the first fault.
-
-    Unknown dataset, model, variant, attention or pooling, a patch size that does not divide the image,
-    a batch that does not divide by the devices, an unknown compute dtype, a non-positive step count or
-    augmentation settings out of range.
-    """
-    if config.compute_dtype not in COMPUTE_DTYPES:
-        raise ConfigError(f"unknown compute_dtype {config.compute_dtype!r}: "
-                          f"use one of {list(COMPUTE_DTYPES)}")
-    for field in ("total_steps", "log_every"):
-        if config[field] <= 0:
-            raise ConfigError(f"{field}={config[field]} must be a positive integer")
-    for field in ("eval_every", "checkpoint_every"):
-        if config[field] < 0:
-            raise ConfigError(f"{field}={config[field]} must be >= 0 (0 = only at the end)")
-    for field in ("global_batch_size", "eval_batch_size"):
-        if config[field] <= 0 or config[field] % num_devices:
-            raise ConfigError(f"{field}={config[field]} does not divide by the {num_devices} devices; "
-                              f"use a positive multiple of {num_devices}")
-    if not 0.0 <= config.label_smoothing < 1.0:
-        raise ConfigError(f"label_smoothing={config.label_smoothing} must lie in [0, 1)")
-    augment.check_config(config.augment)
-    info = data.dataset_info(config.dataset, config.get("data_dir"))
-    shape = data.image_shape(config)
-    if config.permute_block:
-        data.block_permutation(shape[:2], config.permute_block, config.permute_seed)
-    model = models.create_model(config.model, num_classes=info.num_classes, image_size=shape[0],
-                                channels=shape[2], dtype=COMPUTE_DTYPES[config.compute_dtype])
-    return Setup(info=info, image_shape=shape, model=model)
-
-
-def _variables(params, batch_stats) -> dict:
-    return {"params": params, "batch_stats": batch_stats} if batch_stats else {"params": params}
-
-
-def init_state(config, setup: Setup, tx: optax.GradientTransformation) -> dict:
-    """The initial train state (to be run under `jax.jit` with replicated `out_shardings`)."""
-    init_key = jax.random.fold_in(jax.random.key(config.seed), 0)
-    dummy = jnp.zeros((1, *setup.image_shape), jnp.float32)
-    variables = setup.model.init({"params": init_key, "dropout": init_key}, dummy, train=False)
-    params = variables["params"]
-    return {
-        "step": jnp.zeros((), jnp.int32),
-        "params": params,
-        "batch_stats": variables.get("batch_stats", {}),
-        "opt_state": tx.init(params),
-    }
-
-
-def training_inputs(key, images, config, setup: Setup):
-    """The model's inputs for a uint8 batch of natural images: augmented, then pixel blocks permuted
-    (Figure 5). In this order a permuted run sees exactly the permuted images of the augmented natural
-    ones; a crop or flip of an already permuted image would move pixels across blocks, which no fixed
-    block permutation of natural images does."""
-    permute = data.pixel_permutation(config, setup.image_shape)
-    return permute(augment.augment(key, images, config.augment, setup.info))
-
-
-def make_train_step(config, setup: Setup, tx: optax.GradientTransformation):
+def make_train_step(setup: Setup, tx: optax.GradientTransformation):
     """(state, batch) -> (state, metrics): one AdamW step on the augmented global batch (un-jitted).
 
     The key of step t is fold_in(key(seed), t + 1) (0 is the init key): a pure function of the step.
     """
-    num_classes = setup.info.num_classes
+    config, num_classes = setup.config, setup.info.num_classes
     schedule = optim.learning_rate_schedule(config.optimizer, config.total_steps)
-    aug_cfg, smoothing = config.augment, float(config.label_smoothing)
+    grad_fn = jax.value_and_grad(setup.loss_fn, has_aux=True)
 
     def step(state, batch):
         key = jax.random.fold_in(jax.random.key(config.seed), state["step"] + 1)
         aug_key, mix_key, drop_key = jax.random.split(key, 3)
-        images = training_inputs(aug_key, batch["image"], config, setup)
+        images = setup.training_inputs(aug_key, batch["image"])
         labels = jax.nn.one_hot(batch["label"], num_classes, dtype=jnp.float32)
-        if aug_cfg.mixup_alpha > 0:
-            images, labels = augment.mixup(mix_key, images, labels, aug_cfg.mixup_alpha)
-
-        def loss_fn(params):
-            variables = _variables(params, state["batch_stats"])
-            mutable = ["batch_stats"] if state["batch_stats"] else False
-            out = setup.model.apply(variables, images, train=True, rngs={"dropout": drop_key},
-                                    mutable=mutable)
-            logits, updates = out if mutable else (out, {})
-            loss = optim.smoothed_cross_entropy(logits, labels, smoothing).mean()
-            return loss, (logits, updates.get("batch_stats", {}))
-
-        (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        if setup.augment.mixup_alpha > 0:
+            images, labels = augment.mixup(mix_key, images, labels, setup.augment.mixup_alpha)
+        (loss, (logits, batch_stats)), grads = grad_fn(state["params"], state["batch_stats"], images, labels,
+                                                       drop_key, True)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         new_state = {
@@ -156,8 +80,7 @@ def make_eval_step(setup: Setup):
     """
 
     def step(state, batch, totals):
-        images = augment.preprocess_eval(batch["image"], setup.info)
-        logits = setup.model.apply(_variables(state["params"], state["batch_stats"]), images, train=False)
+        logits = setup.model.apply(model_variables(state), setup.eval_inputs(batch["image"]), train=False)
         labels = jax.nn.one_hot(batch["label"], setup.info.num_classes, dtype=jnp.float32)
         mask = batch["mask"].astype(jnp.float32)
         correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)
@@ -172,13 +95,13 @@ def _zero_totals() -> dict:
     return {k: jnp.zeros((), jnp.float32) for k in ("correct", "count", "loss_sum")}
 
 
-def evaluate(eval_step, state, config, mesh) -> dict:
+def evaluate(eval_step, state, setup: Setup, mesh) -> dict:
     """Accuracy = correct / total over every test example, each counted once, summed over all hosts."""
     # Made where it lives (no host transfer); a module-level function, so every evaluation reuses one
     # compiled program.
     totals = jax.jit(_zero_totals, out_shardings=replicated(mesh))()
-    for local in data.eval_batches(config, "test"):
-        totals = eval_step(state, mesh_lib.global_batch(local, mesh), totals)
+    for local in setup.eval_batches("test"):  # the split is decoded once per Setup, not per evaluation
+        totals = eval_step(state, global_batch(local, mesh), totals)
     totals = jax.device_get(totals)
     count = int(totals["count"])
     return {"test_accuracy": float(totals["correct"]) / count, "test_loss": float(totals["loss_sum"]) / count,
@@ -188,26 +111,8 @@ def evaluate(eval_step, state, config, mesh) -> dict:
 # ---------------------------------------------------------------------------------- outputs
 
 
-def _is_writer() -> bool:
-    return jax.process_index() == 0
-
-
-def _write_json(path: epath.Path, obj) -> None:
-    """Write whole or not at all: a temporary file renamed into place."""
-    if _is_writer():
-        tmp = path.parent / (path.name + ".tmp")
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-        tmp.replace(path)
-
-
-def _append_jsonl(path: epath.Path, obj) -> None:
-    if _is_writer():
-        with path.open("a") as f:
-            f.write(json.dumps(obj, sort_keys=True) + "\n")
-
-
 def _say(message: str) -> None:
-    if _is_writer():
+    if io.is_writer():
         print(message, flush=True)
 
 
@@ -247,33 +152,33 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     """Train and evaluate as `config` says, in (and resuming from) `workdir`: (final state, summary).
 
     A workdir that already records a run is resumed only with the same config, up to the fields
-    `config.RESUMABLE` lets change, and a total_steps that reaches its checkpoint's step; anything else
-    raises ConfigError before config.json is rewritten (`config.check_resume`).
+    `resume.RESUMABLE` lets change, and a total_steps that reaches its checkpoint's step; anything else
+    raises ConfigError before config.json is rewritten (`resume.check_resume`).
 
     `devices` (default: all devices of all processes) lets a test run the same code on a sub-mesh.
     """
-    mesh_lib.initialize_distributed()
+    initialize_distributed()
     mesh = data_mesh(devices)
-    setup = check_config(config, mesh.devices.size)
+    setup = resolve(config, mesh.devices.size)
     workdir = epath.Path(workdir)
-    if _is_writer():
+    if io.is_writer():
         workdir.mkdir(parents=True, exist_ok=True)
     # A workdir that holds a run is resumed only by the same run: checked (on every process, so all
     # stop together) before config.json is rewritten, so a refused command leaves the record intact.
     mngr = checkpoint.manager(str(workdir), keep=config.keep_checkpoints)
     try:
-        changes = config_lib.check_resume(config_lib.read_record(workdir), config, mngr.latest_step(),
-                                          workdir)
+        changes = resume.check_resume(resume.read_record(workdir), config, mngr.latest_step(), workdir)
     except ConfigError:
         mngr.close()
         raise
-    _write_json(workdir / "config.json", config_lib.record(config))
+    io.write_json(workdir / "config.json", resume.record(config))
+    checkpoint.write_run_record(workdir, setup)
     metrics_path = workdir / "metrics.jsonl"
 
     # Model, optimizer and the sharded initial state: created directly where it lives, replicated.
     repl, batch_shard = replicated(mesh), batch_sharding(mesh)
     tx = optim.make_optimizer(config.optimizer, config.total_steps)
-    init_fn = jax.jit(lambda: init_state(config, setup, tx), out_shardings=repl)
+    init_fn = jax.jit(lambda: init_state(setup.model, setup.image_shape, config.seed, tx), out_shardings=repl)
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn), repl)
     num_params = models.param_count(abstract_state["params"])
 
@@ -290,19 +195,19 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
          f"{jax.process_count()} processes{resumed}")
 
-    train_step = jax.jit(make_train_step(config, setup, tx), in_shardings=(repl, batch_shard),
+    train_step = jax.jit(make_train_step(setup, tx), in_shardings=(repl, batch_shard),
                          out_shardings=(repl, repl), donate_argnums=(0,))
     eval_step = jax.jit(make_eval_step(setup), in_shardings=(repl, batch_shard, repl), out_shardings=repl,
                         donate_argnums=(2,))
 
     total, batch_size = config.total_steps, config.global_batch_size
-    batches = data.train_batches(config, start_step=start)
+    batches = setup.train_batches(start_step=start)
     pending, window, train_metrics, evals = [], [], {}, {}
     # Throughput counts the steps after the first (which compiles) and excludes evals and checkpoints.
     t_run = time.perf_counter()
     t_go, timed_seconds, log_seconds, log_steps = None, 0.0, 0.0, 0
     for step in range(start + 1, total + 1):
-        state, metrics = train_step(state, mesh_lib.global_batch(next(batches), mesh))
+        state, metrics = train_step(state, global_batch(next(batches), mesh))
         pending.append((step, metrics))
         if t_go is None:
             jax.block_until_ready(metrics)
@@ -325,22 +230,23 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
             images_per_second = log_steps * batch_size / log_seconds if log_steps else None
             eta = _eta((total - step) * log_seconds / log_steps) if log_steps else "?"
             log_seconds, log_steps = 0.0, 0
-            _append_jsonl(metrics_path, {"step": step, **{f"train_{k}": v for k, v in train_metrics.items()},
-                                         "images_per_second": images_per_second})
+            io.append_jsonl(metrics_path, {"step": step,
+                                           **{f"train_{k}": v for k, v in train_metrics.items()},
+                                           "images_per_second": images_per_second})
             _say(f"step {step}/{total}  loss {train_metrics['loss']:.4f}  "
                  f"acc {train_metrics['accuracy']:.3f}  lr {train_metrics['lr']:.2e}  "
                  f"{'?' if images_per_second is None else f'{images_per_second:,.0f}'} img/s  ETA {eta}")
         if do_ckpt:
             checkpoint.save(mngr, state)
         if do_eval:
-            evals = evaluate(eval_step, state, config, mesh)
-            _append_jsonl(metrics_path, {"step": step, **evals})
+            evals = evaluate(eval_step, state, setup, mesh)
+            io.append_jsonl(metrics_path, {"step": step, **evals})
             _say(f"step {step}/{total}  test accuracy {evals['test_accuracy']:.4f}  "
                  f"test loss {evals['test_loss']:.4f}")
         t_go = time.perf_counter()
     mngr.wait_until_finished()
     if not evals:  # nothing left to train (the checkpoint was already final): evaluate it
-        evals = evaluate(eval_step, state, config, mesh)
+        evals = evaluate(eval_step, state, setup, mesh)
     seconds = time.perf_counter() - t_run
     timed_steps = max(total - start - 1, 0)
     summary = {
@@ -356,26 +262,10 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
         "devices": mesh.devices.size,
         "processes": jax.process_count(),
     }
-    _write_json(workdir / "summary.json", summary)
+    io.write_json(workdir / "summary.json", summary)
     _say("summary: " + json.dumps(summary, sort_keys=True))
     mngr.close()
     return state, summary
-
-
-def restore(config, workdir: str, *, step: int | None = None, devices=None) -> dict:
-    """The train state saved in `workdir` (its latest checkpoint, or `step`), replicated over `devices`."""
-    setup = check_config(config, 1)
-    repl = replicated(data_mesh(devices))
-    tx = optim.make_optimizer(config.optimizer, config.total_steps)
-    abstract_state = checkpoint.abstract_like(jax.eval_shape(lambda: init_state(config, setup, tx)), repl)
-    mngr = checkpoint.manager(workdir, keep=config.keep_checkpoints)
-    try:
-        state = checkpoint.restore(mngr, abstract_state, step)
-    finally:
-        mngr.close()
-    if state is None:
-        raise ConfigError(f"no checkpoint in {workdir}/checkpoints: train first")
-    return state
 
 
 def train_and_evaluate(config, workdir: str) -> dict:

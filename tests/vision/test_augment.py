@@ -1,4 +1,4 @@
-"""On-device augmentation (posattn.vision.augment): crop, flip, RandAugment, normalisation, mixup."""
+"""On-device augmentation (posattn.vision.data.augment): crop, flip, RandAugment, normalisation, mixup."""
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from posattn.errors import ConfigError
-from posattn.vision import augment as A
-from posattn.vision.datasets import DatasetInfo
+from posattn.vision.data import augment as A
+from posattn.vision.data.datasets import DatasetInfo
 
 INFO = DatasetInfo(name="toy", num_classes=10, image_shape=(8, 8, 3), num_train=1, num_test=1,
                    mean=(0.5, 0.4, 0.3), std=(0.25, 0.2, 0.3))
@@ -17,7 +17,7 @@ def aug_cfg(**overrides):
     c = ml_collections.ConfigDict(dict(crop_padding=0, flip=False, randaugment_layers=0,
                                        randaugment_magnitude=9, mixup_alpha=0.0))
     c.update(overrides)
-    return c
+    return A.Settings.from_config(c)
 
 
 def images(b=16, h=8, w=8, seed=0):
@@ -106,8 +106,7 @@ def test_randaugment_changes_images_and_stays_in_range():
     changed = ~np.isclose(out, np.asarray(x, np.float32), atol=1e-2).all(axis=(1, 2, 3))
     assert changed.sum() > 16  # identity is 1 op in 11: most examples change
     with pytest.raises(ConfigError, match="randaugment_magnitude"):
-        A.augment(jax.random.key(0), images(), aug_cfg(randaugment_layers=1, randaugment_magnitude=11),
-                  INFO)
+        aug_cfg(randaugment_layers=1, randaugment_magnitude=11)
 
 
 def test_mixup_is_one_convex_combination_with_the_reversed_batch():

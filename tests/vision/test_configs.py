@@ -11,7 +11,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from posattn.errors import ConfigError
-from posattn.vision import train
+from posattn.vision import setup as setup_lib, train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = ("digits", "cifar10", "cifar100", "svhn", "imagenet", "permuted_cifar100")
@@ -43,7 +43,7 @@ def test_local_config_runs_end_to_end_on_eight_devices(name, arg, tmp_path):
 def test_full_size_config_is_valid_and_documented(name):
     c, doc = load_config(name)
     with tfds.testing.mock_data(num_examples=20):
-        setup = train.check_config(c, 8)
+        setup = setup_lib.resolve(c, 8)
     assert setup.image_shape[0] % (c.model.patch_size or int(c.model.variant.split("/")[1])) == 0
     assert c.total_steps > c.optimizer.warmup_steps > 0
     assert f"--config=tpu_configs/{name}.py" in doc and "Hardware" in doc and "wall-clock" in doc

@@ -1,22 +1,23 @@
 """The input pipeline: datasets, deterministic resumable batches, per-process slices, exact-once eval,
-pixel-block permutation (posattn.vision.data and posattn.vision.datasets)."""
+pixel-block permutation (posattn.vision.data)."""
 import collections
 import itertools
 
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
 from posattn.errors import ConfigError
-from posattn.vision import data, datasets
+from posattn.vision import config as config_lib
+from posattn.vision.data import datasets, permutation, pipeline
+from posattn.vision.setup import resolve
 
 
 def make_config(**overrides):
-    c = ml_collections.ConfigDict(dict(
-        seed=0, dataset="digits", data_dir=None, image_size=0, permute_block=0, permute_seed=0,
-        global_batch_size=64, eval_batch_size=24))
+    c = config_lib.base_config()
+    c.update(dict(seed=0, dataset="digits", image_size=0, permute_block=0, permute_seed=0,
+                  global_batch_size=64, eval_batch_size=24))
     c.update(overrides)
     return c
 
@@ -40,39 +41,49 @@ def example_counts(images, labels):
 # ------------------------------------------------------------------------------ digits
 
 def test_digits_info_and_batches():
-    info = data.dataset_info("digits")
+    info = datasets.dataset_info("digits")
     assert (info.num_classes, info.image_shape, info.num_train + info.num_test) == (10, (8, 8, 1), 1797)
     assert info.num_test == 360 and len(info.mean) == len(info.std) == 1
     assert 0.1 < info.mean[0] < 0.6 and 0.1 < info.std[0] < 0.6
-    batch = next(data.train_batches(make_config(), process_index=0, process_count=1))
+    batch = next(resolve(make_config()).train_batches(process_index=0, process_count=1))
     assert batch["image"].shape == (64, 8, 8, 1) and batch["image"].dtype == np.uint8
     assert batch["label"].shape == (64,) and batch["label"].dtype == np.int32
     assert batch["image"].max() == 255 and set(np.unique(batch["label"])) <= set(range(10))
-    test = data.open_split("digits", "test")
+    test = datasets.open_split("digits", "test")
     assert sorted(collections.Counter(test.read(np.arange(360))[1]).values())[0] >= 35  # stratified
 
 
 def test_digits_resized_to_image_size():
     c = make_config(image_size=16)
-    assert data.image_shape(c) == (16, 16, 1)
-    assert next(data.train_batches(c, process_index=0, process_count=1))["image"].shape == (64, 16, 16, 1)
+    assert resolve(c).image_shape == (16, 16, 1)
+    assert next(resolve(c).train_batches(process_index=0, process_count=1))["image"].shape == (64, 16, 16, 1)
+
+
+def test_a_setup_opens_each_split_once():
+    setup = resolve(make_config(eval_batch_size=120))
+    test = setup.split("test")
+    assert setup.split("test") is test and setup.split("train") is not test
+    # every evaluation reads the split the setup holds (a second pass decodes nothing again)
+    first, second = (list(setup.eval_batches()) for _ in range(2))
+    assert_batches_equal(first, second)
+    assert setup.split("test") is test
 
 
 def test_train_batches_deterministic_and_resumable():
     c = make_config(global_batch_size=100)  # 1437 train examples: batches straddle epochs
-    full = take(data.train_batches(c, process_index=0, process_count=1), 20)
-    assert_batches_equal(full, take(data.train_batches(c, process_index=0, process_count=1), 20))
+    full = take(resolve(c).train_batches(process_index=0, process_count=1), 20)
+    assert_batches_equal(full, take(resolve(c).train_batches(process_index=0, process_count=1), 20))
     for t in (1, 14, 15):
-        resumed = take(data.train_batches(c, start_step=t, process_index=0, process_count=1), 20 - t)
+        resumed = take(resolve(c).train_batches(start_step=t, process_index=0, process_count=1), 20 - t)
         assert_batches_equal(full[t:], resumed)
-    other_seed = next(data.train_batches(make_config(seed=1, global_batch_size=100),
+    other_seed = next(resolve(make_config(seed=1, global_batch_size=100)).train_batches(
                                          process_index=0, process_count=1))
     assert not np.array_equal(other_seed["label"], full[0]["label"])
 
 
 def test_each_epoch_visits_every_example_once():
     n, b = 37, 5
-    positions = np.concatenate([data.global_batch_indices(3, t, b, n) for t in range(3 * n // b + 1)])
+    positions = np.concatenate([pipeline.global_batch_indices(3, t, b, n) for t in range(3 * n // b + 1)])
     for e in range(3):
         epoch = positions[e * n:(e + 1) * n]
         assert sorted(epoch) == list(range(n))
@@ -82,8 +93,8 @@ def test_each_epoch_visits_every_example_once():
 @pytest.mark.parametrize("process_count", [2, 4])
 def test_process_slices_concatenate_to_global_batch(process_count):
     c = make_config(global_batch_size=128)
-    single = take(data.train_batches(c, start_step=5, process_index=0, process_count=1), 3)
-    per_process = [take(data.train_batches(c, start_step=5, process_index=p,
+    single = take(resolve(c).train_batches(start_step=5, process_index=0, process_count=1), 3)
+    per_process = [take(resolve(c).train_batches(start_step=5, process_index=p,
                                            process_count=process_count), 3)
                    for p in range(process_count)]
     for step, batch in enumerate(single):
@@ -95,12 +106,12 @@ def test_process_slices_concatenate_to_global_batch(process_count):
 @pytest.mark.parametrize("process_count", [1, 3, 4])
 def test_eval_covers_digits_train_exactly_once(process_count):
     c = make_config(eval_batch_size=120)  # 1437 examples (odd): 12 global batches, the last padded
-    split = data.open_split("digits", "train")
+    split = datasets.open_split("digits", "train")
     expected = example_counts(*split.read(np.arange(split.num_examples)))
     seen = collections.Counter()
     lengths = []
     for p in range(process_count):
-        batches = list(data.eval_batches(c, "train", process_index=p, process_count=process_count))
+        batches = list(resolve(c).eval_batches("train", process_index=p, process_count=process_count))
         lengths.append(len(batches))
         for b in batches:
             assert b["image"].shape == (120 // process_count, 8, 8, 1) and b["mask"].dtype == bool
@@ -113,17 +124,17 @@ def test_eval_covers_digits_train_exactly_once(process_count):
 
 def test_invalid_configs_raise_config_error():
     with pytest.raises(ConfigError, match="unknown dataset"):
-        data.dataset_info("mnist")
+        datasets.dataset_info("mnist")
     with pytest.raises(ConfigError, match="unknown dataset"):
-        data.train_batches(make_config(dataset="cifar11"), process_index=0, process_count=1)
+        resolve(make_config(dataset="cifar11")).train_batches(process_index=0, process_count=1)
     with pytest.raises(ConfigError, match="multiple of the process count 3"):
-        data.train_batches(make_config(global_batch_size=64), process_index=0, process_count=3)
+        resolve(make_config(global_batch_size=64)).train_batches(process_index=0, process_count=3)
     with pytest.raises(ConfigError, match="eval_batch_size"):
-        data.eval_batches(make_config(eval_batch_size=10), process_index=0, process_count=4)
+        resolve(make_config(eval_batch_size=10)).eval_batches(process_index=0, process_count=4)
     with pytest.raises(ConfigError, match="permute_block=3"):
-        data.train_batches(make_config(permute_block=3), process_index=0, process_count=1)
+        resolve(make_config(permute_block=3)).train_batches(process_index=0, process_count=1)
     with pytest.raises(ConfigError, match="unknown split"):
-        data.eval_batches(make_config(), "validation", process_index=0, process_count=1)
+        resolve(make_config()).eval_batches("validation", process_index=0, process_count=1)
 
 
 # ------------------------------------------------------------------------------ block permutation
@@ -136,33 +147,33 @@ def blocks_of(x, g):
 @pytest.mark.parametrize("g", [1, 2, 4])
 def test_permute_blocks_moves_whole_blocks_and_inverts(g):
     x = np.random.default_rng(0).integers(0, 256, (3, 8, 16, 2), dtype=np.uint8)
-    perm = data.block_permutation((8, 16), g, seed=5)
+    perm = permutation.block_permutation((8, 16), g, seed=5)
     assert sorted(perm) == list(range((8 // g) * (16 // g))) and (perm != np.arange(len(perm))).any()
-    y = data.permute_blocks(x, g, perm)
+    y = permutation.permute_blocks(x, g, perm)
     for k, block in enumerate(blocks_of(y, g)):  # block k of the output is block perm[k] of the input
         np.testing.assert_array_equal(block, blocks_of(x, g)[perm[k]])
-    np.testing.assert_array_equal(data.unpermute_blocks(y, g, perm), x)
-    np.testing.assert_array_equal(np.asarray(data.permute_blocks(jnp.asarray(x), g, perm)), y)
+    np.testing.assert_array_equal(permutation.unpermute_blocks(y, g, perm), x)
+    np.testing.assert_array_equal(np.asarray(permutation.permute_blocks(jnp.asarray(x), g, perm)), y)
 
 
 def test_block_of_whole_image_is_identity():
     x = np.arange(64, dtype=np.uint8).reshape(1, 8, 8, 1)
-    perm = data.block_permutation((8, 8), 8, seed=0)
-    np.testing.assert_array_equal(data.permute_blocks(x, 8, perm), x)
+    perm = permutation.block_permutation((8, 8), 8, seed=0)
+    np.testing.assert_array_equal(permutation.permute_blocks(x, 8, perm), x)
 
 
 def test_test_images_come_permuted_and_training_images_natural():
     # Training images are permuted in the train step, after augmentation (tests/vision/test_train.py).
     plain, permuted = make_config(), make_config(permute_block=4, permute_seed=7)
-    perm = data.block_permutation((8, 8), 4, seed=7)
-    a = next(data.train_batches(plain, process_index=0, process_count=1))["image"]
-    b = next(data.train_batches(permuted, process_index=0, process_count=1))["image"]
+    perm = permutation.block_permutation((8, 8), 4, seed=7)
+    a = next(resolve(plain).train_batches(process_index=0, process_count=1))["image"]
+    b = next(resolve(permuted).train_batches(process_index=0, process_count=1))["image"]
     np.testing.assert_array_equal(b, a)
-    np.testing.assert_array_equal(data.pixel_permutation(permuted, (8, 8, 1))(a),
-                                  data.permute_blocks(a, 4, perm))
-    a = next(data.eval_batches(plain, process_index=0, process_count=1))["image"]
-    b = next(data.eval_batches(permuted, process_index=0, process_count=1))["image"]
-    np.testing.assert_array_equal(b, data.permute_blocks(a, 4, perm))
+    np.testing.assert_array_equal(resolve(permuted).permutation(a),
+                                  permutation.permute_blocks(a, 4, perm))
+    a = next(resolve(plain).eval_batches(process_index=0, process_count=1))["image"]
+    b = next(resolve(permuted).eval_batches(process_index=0, process_count=1))["image"]
+    np.testing.assert_array_equal(b, permutation.permute_blocks(a, 4, perm))
     assert not np.array_equal(a, b)
 
 
@@ -171,25 +182,25 @@ def test_test_images_come_permuted_and_training_images_natural():
 @pytest.mark.parametrize("name,num_classes", [("cifar10", 10), ("svhn_cropped", 10), ("cifar100", 100)])
 def test_tfds_datasets_under_mock(name, num_classes):
     with tfds.testing.mock_data(num_examples=37):
-        info = data.dataset_info(name)
+        info = datasets.dataset_info(name)
         assert (info.num_train, info.num_test, info.num_classes) == (37, 37, num_classes)
         assert info.image_shape == (32, 32, 3) and len(info.mean) == 3
         c = make_config(dataset=name, global_batch_size=16, eval_batch_size=12)
-        batches = take(data.train_batches(c, start_step=2, process_index=1, process_count=2), 3)
+        batches = take(resolve(c).train_batches(start_step=2, process_index=1, process_count=2), 3)
         assert batches[0]["image"].shape == (8, 32, 32, 3) and batches[0]["image"].dtype == np.uint8
         assert all(0 <= b["label"].min() and b["label"].max() < num_classes for b in batches)
-        full = take(data.train_batches(c, process_index=1, process_count=2), 5)
+        full = take(resolve(c).train_batches(process_index=1, process_count=2), 5)
         assert_batches_equal(full[2:], batches)
 
 
 @pytest.mark.parametrize("process_count", [1, 3, 4])
 def test_tfds_eval_exactly_once(process_count):
     with tfds.testing.mock_data(num_examples=37):
-        split = data.open_split("cifar10", "test")
+        split = datasets.open_split("cifar10", "test")
         expected = example_counts(*split.read(np.arange(37)))
         assert len(expected) == 37  # mock examples are distinct, so counting them identifies them
         c = make_config(dataset="cifar10", eval_batch_size=12)
-        per_process = [list(data.eval_batches(c, process_index=p, process_count=process_count))
+        per_process = [list(resolve(c).eval_batches(process_index=p, process_count=process_count))
                        for p in range(process_count)]
     assert [len(b) for b in per_process] == [4] * process_count
     seen = sum((example_counts(b["image"][b["mask"]], b["label"][b["mask"]])
@@ -200,9 +211,9 @@ def test_tfds_eval_exactly_once(process_count):
 def test_imagenet_resized_and_center_cropped_under_mock():
     with tfds.testing.mock_data(num_examples=5):  # mock ImageNet images have random sizes 5..49
         c = make_config(dataset="imagenet2012", image_size=24, global_batch_size=4, eval_batch_size=4)
-        assert data.image_shape(c) == (24, 24, 3)
-        batch = next(data.train_batches(c, process_index=0, process_count=1))
-        evals = list(data.eval_batches(c, process_index=0, process_count=1))
+        assert resolve(c).image_shape == (24, 24, 3)
+        batch = next(resolve(c).train_batches(process_index=0, process_count=1))
+        evals = list(resolve(c).eval_batches(process_index=0, process_count=1))
     assert batch["image"].shape == (4, 24, 24, 3) and batch["label"].max() < 1000
     assert [b["mask"].sum() for b in evals] == [4, 1]
 
@@ -219,8 +230,8 @@ def test_unprepared_dataset_names_the_build_command(tmp_path, monkeypatch):
     empty = str(tmp_path / "tfds")
     command = f"tfds build cifar10 --file_format=array_record --data_dir={empty}"
     with pytest.raises(ConfigError) as e:
-        data.dataset_info("cifar10", data_dir=empty)
+        datasets.dataset_info("cifar10", data_dir=empty)
     assert command in str(e.value) and "\n" not in str(e.value)
     monkeypatch.setenv("TFDS_DATA_DIR", empty)
     with pytest.raises(ConfigError, match="tfds build svhn_cropped --file_format=array_record"):
-        data.train_batches(make_config(dataset="svhn_cropped"), process_index=0, process_count=1)
+        resolve(make_config(dataset="svhn_cropped")).train_batches(process_index=0, process_count=1)

@@ -9,9 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from posattn.analysis import posemb, sweep
+from posattn.analysis import posemb
 from posattn.errors import ConfigError
-from posattn.vision import data
+from posattn.vision import sweep
+from posattn.vision.data import permutation as data
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

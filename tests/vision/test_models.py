@@ -9,7 +9,7 @@ import pytest
 from ml_collections import ConfigDict
 
 from posattn.errors import ConfigError
-from posattn.vision.models import create_model, param_count
+from posattn.vision.models import attention_maps, create_model, param_count
 
 
 def _model(image_size=8, channels=3, num_classes=10, dtype=jnp.float32, **fields):
@@ -107,9 +107,7 @@ def test_positional_embedding_structure(pool, tokens, pos_shared):
 
 
 def _attention_maps(model, variables, images):
-    _, state = _apply(model, variables, images, mutable=["intermediates"])
-    inter = state["intermediates"]
-    return [inter[f"block_{i}"]["attn"]["attention"][0] for i in range(2)]
+    return list(attention_maps(model, variables, images).values())
 
 
 def test_positional_attention_is_input_independent_and_follows_definition():
@@ -118,13 +116,15 @@ def test_positional_attention_is_input_independent_and_follows_definition():
     maps_a = _attention_maps(model, variables, _images(1, batch=4))
     maps_b = _attention_maps(model, variables, _images(2, batch=4))
     for S_a, S_b in zip(maps_a, maps_b):
-        assert S_a.shape == (2, 17, 17)  # (heads, N + CLS, N + CLS): one matrix for the whole batch
+        assert S_a.shape == (4, 2, 17, 17)  # (batch, heads, N + CLS, N + CLS)
         np.testing.assert_array_equal(S_a, S_b)
+        np.testing.assert_array_equal(S_a, jnp.broadcast_to(S_a[:1], S_a.shape))  # one for the batch
         np.testing.assert_allclose(S_a.sum(-1), 1.0, rtol=1e-5)
     # S = softmax((P W_Q + b_Q)(P W_K + b_K)^T / sqrt(d_head)), computed here from the parameters.
     params = variables["params"]
     P = params["pos_embedding"]
     for i, S in enumerate(maps_a):
+        S = S[0]
         attn = params[f"block_{i}"]["attn"]
         q = jnp.einsum("nd,dhk->nhk", P, attn["query"]["kernel"]) + attn["query"]["bias"]
         k = jnp.einsum("nd,dhk->nhk", P, attn["key"]["kernel"]) + attn["key"]["bias"]
@@ -275,6 +275,9 @@ def test_patch_size_overrides_the_variant():
         (dict(variant="Ti"), "variant"),
         (dict(variant="Ti/x"), "variant"),
         (dict(attention="linear"), "attention"),
+        (dict(attention="posit"), "did you mean 'positional'"),
+        (dict(atention="vanilla"), "unknown model field 'atention': did you mean 'attention'"),
+        (dict(name="resnet"), "did you mean 'resnet18'"),
         (dict(pool="max"), "pool"),
         (dict(variant="test/3"), "does not divide"),
         (dict(patch_size=5), "does not divide"),

@@ -15,9 +15,8 @@ import jax
 import numpy as np
 import pytest
 
-from posattn.analysis import sweep
 from posattn.errors import ConfigError
-from posattn.vision import config as config_lib, train
+from posattn.vision import checkpoint, resume, sweep, train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STEPS, EVERY = 300, 25
@@ -61,7 +60,7 @@ def test_sigkill_then_restart_resumes_to_bitwise_the_same_parameters(tmp_path):
     assert done.returncode == 0, done.stderr
 
     assert saved_steps(killed)[-1] == saved_steps(straight)[-1] == STEPS
-    a, b = (train.restore(_config(), str(d)) for d in (killed, straight))
+    a, b = (checkpoint.restore_run(d)[1] for d in (killed, straight))
     leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
     assert len(leaves_a) == len(leaves_b) > 10
     for x, y in zip(leaves_a, leaves_b):
@@ -69,7 +68,7 @@ def test_sigkill_then_restart_resumes_to_bitwise_the_same_parameters(tmp_path):
 
 
 def _config():
-    """The config the binary runs with FLAGS (what `train.restore` needs to rebuild the state's shape)."""
+    """The config the binary runs with FLAGS (as its config.json records it)."""
     spec = importlib.util.spec_from_file_location("digits", ROOT / "tpu_configs" / "digits.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -139,26 +138,26 @@ def test_a_longer_total_steps_resumes_and_is_recorded(workdir, capsys):
 
 def test_check_resume_allows_only_the_resumable_fields():
     c = _short()
-    stored = config_lib.record(c)
-    assert config_lib.check_resume(stored, c, 2, "w") == []
-    assert config_lib.check_resume(None, _short(seed=1), None, "w") == []  # a fresh workdir takes any run
+    stored = resume.record(c)
+    assert resume.check_resume(stored, c, 2, "w") == []
+    assert resume.check_resume(None, _short(seed=1), None, "w") == []  # a fresh workdir takes any run
     changed = _short(data_dir="/data", optimizer__lr=float("nan"), optimizer__grad_clip=0.5)
-    assert config_lib.check_resume(stored, changed, 2, "w") == [
+    assert resume.check_resume(stored, changed, 2, "w") == [
         "data_dir None -> '/data'", "optimizer.grad_clip 1.0 -> 0.5", "optimizer.lr 0.001 -> nan"]
-    nan_stored = config_lib.record(changed)  # NaN equals NaN here: the run diverged and is resumed as is
-    assert config_lib.check_resume(nan_stored, changed, 2, "w") == []
+    nan_stored = resume.record(changed)  # NaN equals NaN here: the run diverged and is resumed as is
+    assert resume.check_resume(nan_stored, changed, 2, "w") == []
     for refused in (_short(optimizer__grad_clip=0.0),  # clipping off changes the optimizer state
                     _short(seed=1), _short(augment__flip=True), _short(optimizer__warmup_steps=2)):
         with pytest.raises(ConfigError, match="another config"):
-            config_lib.check_resume(stored, refused, 2, "w")
+            resume.check_resume(stored, refused, 2, "w")
     del stored["model"]["pos_init_std"]  # a record written before a field existed
     with pytest.raises(ConfigError, match=r"model.pos_init_std '\(absent\)' -> 1.0"):
-        config_lib.check_resume(stored, c, 2, "w")
+        resume.check_resume(stored, c, 2, "w")
 
 
 def test_sweep_reads_back_a_cell_only_of_the_same_config(tmp_path, monkeypatch):
     c = _short()
-    (tmp_path / "config.json").write_text(json.dumps(config_lib.record(c)))
+    (tmp_path / "config.json").write_text(json.dumps(resume.record(c)))
     (tmp_path / "summary.json").write_text(json.dumps({"steps": c.total_steps, "test_accuracy": 0.5}))
     monkeypatch.setattr(train, "train_and_evaluate", lambda config, workdir: {"trained": True})
     assert sweep.run_cell(c, str(tmp_path), say=lambda _: None) == {"steps": 2, "test_accuracy": 0.5}

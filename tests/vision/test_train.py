@@ -10,10 +10,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+import tensorflow_datasets as tfds
 
 from posattn.errors import ConfigError
-from posattn.mesh import batch_sharding, data_mesh, replicated
-from posattn.vision import augment, checkpoint, data, optim, train
+from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
+from posattn.vision import checkpoint, optim, train
+from posattn.vision.data import augment, datasets, permutation
+from posattn.vision.setup import resolve
+from posattn.vision.state import init_state
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -42,12 +46,13 @@ def test_one_step_golden_values():
     """Loss and a parameter checksum after one step on a fixed input, pinned (CPU, float32)."""
     c = tiny_digits(total_steps=10, optimizer__warmup_steps=0)
     mesh = data_mesh(jax.devices()[:1])
-    setup = train.check_config(c, 1)
+    setup = resolve(c, 1)
     tx = optim.make_optimizer(c.optimizer, c.total_steps)
-    state = jax.jit(lambda: train.init_state(c, setup, tx), out_shardings=replicated(mesh))()
+    state = jax.jit(lambda: init_state(setup.model, setup.image_shape, c.seed, tx),
+                    out_shardings=replicated(mesh))()
     images = (np.arange(16 * 8 * 8).reshape(16, 8, 8, 1) * 7 % 256).astype(np.uint8)
     batch = {"image": jnp.asarray(images), "label": jnp.asarray(np.arange(16) % 10, jnp.int32)}
-    step = jax.jit(train.make_train_step(c, setup, tx))
+    step = jax.jit(train.make_train_step(setup, tx))
     init_params = jax.tree.map(np.asarray, state["params"])  # the step donates nothing here, but copy anyway
     new_state, metrics = step(state, batch)
     update_norm = float(optax.tree.norm(jax.tree.map(lambda a, b: a - b, new_state["params"], init_params)))
@@ -73,22 +78,22 @@ GOLDEN_UPDATE_NORM = 0.018197745084762573
 def test_training_images_are_augmented_then_permuted():
     plain = tiny_digits(augment__flip=True)  # crop (1 pixel of padding) and flip, both geometric
     permuted = tiny_digits(augment__flip=True, permute_block=2, permute_seed=3)
-    perm = data.block_permutation((8, 8), 2, seed=3)
-    setup = train.check_config(plain, 1)
+    perm = permutation.block_permutation((8, 8), 2, seed=3)
+    setup = resolve(plain, 1)
     images = jnp.asarray(np.random.default_rng(0).integers(0, 256, (16, 8, 8, 1), dtype=np.uint8))
     key = jax.random.key(1)
-    augmented = train.training_inputs(key, images, plain, setup)
-    got = train.training_inputs(key, images, permuted, train.check_config(permuted, 1))
-    np.testing.assert_array_equal(got, data.permute_blocks(augmented, 2, perm))
+    augmented = setup.training_inputs(key, images)
+    got = resolve(permuted, 1).training_inputs(key, images)
+    np.testing.assert_array_equal(got, permutation.permute_blocks(augmented, 2, perm))
     # the other order differs: a crop or flip of a permuted image moves pixels across blocks
-    other = train.training_inputs(key, data.permute_blocks(images, 2, perm), plain, setup)
+    other = setup.training_inputs(key, permutation.permute_blocks(images, 2, perm))
     assert not np.array_equal(np.asarray(got), np.asarray(other))
     # without crop or flip the order does not matter: unaugmented permuted runs are what they were
     still, still_permuted = tiny_digits(augment__crop_padding=0), tiny_digits(
         augment__crop_padding=0, permute_block=2, permute_seed=3)
     np.testing.assert_array_equal(
-        train.training_inputs(key, images, still_permuted, setup),
-        train.training_inputs(key, data.permute_blocks(images, 2, perm), still, setup))
+        resolve(still_permuted, 1).training_inputs(key, images),
+        resolve(still, 1).training_inputs(key, permutation.permute_blocks(images, 2, perm)))
 
 
 def test_one_and_eight_devices_give_the_same_parameters(tmp_path):
@@ -128,19 +133,41 @@ def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path):
         (2, True, False), (2, False, True), (4, True, False), (4, False, True)]
     assert json.loads((tmp_path / "config.json").read_text())["model"]["variant"] == "test/2"
     assert [p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()] == ["4"]
-    restored = train.restore(c, str(tmp_path))
+    restored = checkpoint.restore_run(tmp_path)[1]
     assert int(restored["step"]) == 4
 
-    assert summary["test_examples"] == data.dataset_info("digits").num_test == 360
-    # The same accuracy from one unsharded forward pass over the whole test split.
-    split = data.open_split("digits", "test")
+    assert summary["test_examples"] == datasets.dataset_info("digits").num_test == 360
+    # The same accuracy from one unsharded forward pass over the whole test split, of the run loaded
+    # from its workdir alone
+    split = datasets.open_split("digits", "test")
     images, labels = split.read(np.arange(split.num_examples))
-    setup = train.check_config(c, 1)
-    info = data.dataset_info("digits")
-    logits = setup.model.apply({"params": state["params"]}, augment.preprocess_eval(images, info),
-                               train=False)
+    info = datasets.dataset_info("digits")
+    model, variables, config = checkpoint.load_run(tmp_path)
+    assert config.to_dict() == c.to_dict() and set(variables) == {"params"}
+    logits = model.apply(variables, augment.preprocess_eval(images, info), train=False)
     direct = float(np.mean(np.argmax(np.asarray(logits), -1) == labels))
     assert summary["test_accuracy"] == pytest.approx(direct, abs=1e-9)
+
+
+def test_a_run_loads_from_its_workdir_without_its_data(tmp_path, monkeypatch):
+    c = load_config("cifar10", "local")
+    c.augment.randaugment_layers, c.total_steps, c.checkpoint_every = 0, 2, 0
+    with tfds.testing.mock_data(num_examples=20):
+        state, _ = train.train(c, str(tmp_path), devices=jax.devices()[:1])
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "no_data"))
+    with pytest.raises(ConfigError, match="not prepared"):  # the dataset really is out of reach now
+        resolve(c, 1)
+    assert json.loads((tmp_path / "run.json").read_text()) == {"num_classes": 10, "image_shape": [16, 16, 3]}
+    images = np.random.default_rng(0).standard_normal((3, 16, 16, 3)).astype(np.float32)
+    model, variables, config = checkpoint.load_run(tmp_path)
+    assert config.dataset == "cifar10" and model.num_classes == 10
+    for a, b in zip(jax.tree.leaves(variables["params"]), jax.tree.leaves(state["params"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    logits = model.apply(variables, images, train=False)
+    assert logits.shape == (3, 10) and np.isfinite(logits).all()
+    (tmp_path / "run.json").unlink()  # a workdir written before run.json existed loads the same
+    model_old, variables_old, _ = checkpoint.load_run(tmp_path)
+    np.testing.assert_array_equal(model_old.apply(variables_old, images, train=False), logits)
 
 
 class TinyBatchNormNet(nn.Module):
@@ -155,18 +182,19 @@ class TinyBatchNormNet(nn.Module):
 
 def test_batch_norm_statistics_are_global_over_the_sharded_batch_and_checkpointed(tmp_path):
     c = tiny_digits(total_steps=4)
-    setup = dataclasses.replace(train.check_config(c, 1), model=TinyBatchNormNet())
+    setup = dataclasses.replace(resolve(c, 1), model=TinyBatchNormNet())
     tx = optim.make_optimizer(c.optimizer, c.total_steps)
-    batch = next(data.train_batches(c))
+    batch = next(setup.train_batches())
+    init = lambda: init_state(setup.model, setup.image_shape, c.seed, tx)  # noqa: E731
     states = []
     for devices in (jax.devices()[:1], jax.devices()):
         mesh = data_mesh(devices)
         repl = replicated(mesh)
-        state = jax.jit(lambda: train.init_state(c, setup, tx), out_shardings=repl)()
-        step = jax.jit(train.make_train_step(c, setup, tx), in_shardings=(repl, batch_sharding(mesh)),
+        state = jax.jit(init, out_shardings=repl)()
+        step = jax.jit(train.make_train_step(setup, tx), in_shardings=(repl, batch_sharding(mesh)),
                        out_shardings=(repl, repl), donate_argnums=(0,))
         for _ in range(2):
-            state, _ = step(state, train.mesh_lib.global_batch(batch, mesh))
+            state, _ = step(state, global_batch(batch, mesh))
         states.append(state)
     one, eight = (s["batch_stats"]["BatchNorm_0"] for s in states)
     assert float(jnp.abs(eight["mean"]).sum()) > 0  # the running statistics moved
@@ -175,8 +203,7 @@ def test_batch_norm_statistics_are_global_over_the_sharded_batch_and_checkpointe
     mngr = checkpoint.manager(str(tmp_path), keep=1)
     checkpoint.save(mngr, states[1])
     mngr.wait_until_finished()
-    abstract = checkpoint.abstract_like(jax.eval_shape(lambda: train.init_state(c, setup, tx)),
-                                        replicated(data_mesh()))
+    abstract = checkpoint.abstract_like(jax.eval_shape(init), replicated(data_mesh()))
     restored = checkpoint.restore(mngr, abstract)
     mngr.close()
     assert int(restored["step"]) == 2
@@ -184,11 +211,11 @@ def test_batch_norm_statistics_are_global_over_the_sharded_batch_and_checkpointe
                                   np.asarray(eight["var"]))
 
 
-def test_check_config_rejects_a_batch_that_does_not_divide_by_the_devices():
+def test_resolve_rejects_a_batch_that_does_not_divide_by_the_devices():
     with pytest.raises(ConfigError, match="global_batch_size=12 does not divide by the 8 devices"):
-        train.check_config(tiny_digits(global_batch_size=12), 8)
+        resolve(tiny_digits(global_batch_size=12), 8)
     with pytest.raises(ConfigError, match="compute_dtype"):
-        train.check_config(tiny_digits(compute_dtype="float8"), 8)
+        resolve(tiny_digits(compute_dtype="float8"), 8)
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -196,11 +223,11 @@ def test_check_config_rejects_a_batch_that_does_not_divide_by_the_devices():
     ("randaugment_layers", -1, r"augment.randaugment_layers \(-1\)"),
     ("mixup_alpha", -0.5, r"augment.mixup_alpha \(-0.5\)"),
 ])
-def test_check_config_rejects_augmentation_out_of_range_before_any_tracing(field, value, message):
+def test_resolve_rejects_augmentation_out_of_range_before_any_tracing(field, value, message):
     c = tiny_digits(augment__randaugment_layers=1)
     c.augment[field] = value
     with pytest.raises(ConfigError, match=message):
-        train.check_config(c, 8)
+        resolve(c, 8)
 
 
 def test_schedule_warms_up_linearly_then_decays_to_zero_and_decays_only_kernels():

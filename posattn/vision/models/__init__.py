@@ -1,42 +1,63 @@
-"""Image classifiers of the JSL22 image regime (SPEC 2): ViT (vanilla or positional attention), CIFAR
-ResNet-18 and CIFAR VGG-16-BN, built from the `config.model` fields by `create_model`.
+"""Image classifiers of the JSL22 image regime: ViT (vanilla or positional attention), CIFAR ResNet-18
+and CIFAR VGG-16-BN, built from the `config.model` fields by `create_model`.
 
 Every model is a flax.linen Module called as
     module.apply(variables, images_BxHxWxC, train=bool, rngs={"dropout": key}, mutable=[...])
 on normalised float images and returns float32 logits (B, num_classes). ViTs have only "params"; the CNNs
 also have "batch_stats", so a train call passes mutable=["batch_stats"] and gets (logits, updates) back.
+Fields are checked when a model is constructed, however it is built.
+
+Registries: `MODELS` (config name -> constructor `build(fields, *, num_classes, image_size, channels,
+dtype)`) and `attention.ATTENTIONS` (kind -> attention module). Adding a model is its module and one line
+of `MODELS`; adding an attention kind is its class and one line of `ATTENTIONS`.
+
+What the models compute on the way, by name (flax `sow`; free unless asked for):
+- `features(model, variables, images)` -> {name: (B, h, w, C) feature map}, in forward order:
+  "stem": ViT: the patch embeddings entering the first block (P added where the attention kind adds
+      it; CLS dropped); ResNet: the stem's output; VGG: the first conv layer's output.
+  "block_{i:02d}/attention", "block_{i:02d}/mlp": transformer block i, the residual stream right after
+      its attention branch and after its MLP branch are added (tokens on the h x w patch grid).
+  "block_{i:02d}/conv": conv block i's output (ResNet: BasicBlock i of 8; VGG: conv layer i + 2).
+  A name ending in "/attention" is an attention branch (PK22 shades those in its figures), so
+  "block_00/attention" - "stem" is the first block's attention branch output.
+- `attention_maps(model, variables, images)` -> {"block_{i:02d}": (B, heads, N, N)} softmax weights of
+  each transformer block, N tokens (with CLS pooling, token 0 is the CLS token). Positional attention's
+  weights do not depend on the image: they are broadcast over the batch. Empty for the CNNs.
 """
-from typing import Any
+import collections
+import difflib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import flax.linen as nn
 
-from posattn.errors import ConfigError
-from posattn.vision.models.resnet import ResNet18
+from posattn.errors import ConfigError, check_choice
+from posattn.vision.models import resnet, vgg, vit
+from posattn.vision.models.attention import ATTENTIONS
+from posattn.vision.models.sown import INTERMEDIATES, STEM, attention_block, block_feature, is_feature
 from posattn.vision.models.variants import NAMED_VARIANTS, VIT_SHAPES, ViTShape, parse_variant
-from posattn.vision.models.vgg import VGG16
-from posattn.vision.models.vit import ViT
 
 __all__ = [
-    "MODEL_NAMES", "NAMED_VARIANTS", "VIT_SHAPES", "ViTShape", "create_model", "param_count",
-    "parse_variant",
+    "ATTENTIONS", "MODELS", "MODEL_FIELDS", "NAMED_VARIANTS", "VIT_SHAPES", "ViTShape", "attention_maps",
+    "block_feature", "create_model", "features", "param_count", "parse_variant",
 ]
 
-MODEL_NAMES = ("vit", "resnet18", "vgg16")
-ATTENTIONS = ("vanilla", "positional")
-POOLS = ("gap", "cls")
+# config name -> constructor of the model from the config's model fields.
+MODELS = {
+    "vit": vit.build,
+    "resnet18": resnet.build,
+    "vgg16": vgg.build,
+}
+# The fields of `config.model` with the value a missing field takes (those of the shared config).
+MODEL_FIELDS = {
+    "name": "vit", "variant": "Ti/4", "patch_size": 0, "attention": "positional", "pos_shared": True,
+    "pos_add": False, "pos_init_std": 1.0, "pool": "gap", "dropout": 0.0,
+}
 _DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
 
 
-def _choice(value, allowed, what: str):
-    if value not in allowed:
-        raise ConfigError(f"unknown {what} {value!r}: use one of {', '.join(map(repr, allowed))}")
-    return value
-
-
-def _compute_dtype(dtype) -> Any:
+def _compute_dtype(dtype):
     try:
         dt = jnp.dtype(dtype)
     except TypeError:
@@ -46,60 +67,58 @@ def _compute_dtype(dtype) -> Any:
     return dt
 
 
-def create_model(
-    model_cfg, *, num_classes: int, image_size: int, channels: int, dtype=jnp.float32
-) -> nn.Module:
-    """The classifier that `model_cfg` (the `config.model` ConfigDict) names, validated.
+def create_model(model_cfg, *, num_classes: int, image_size: int, channels: int,
+                 dtype=jnp.float32) -> nn.Module:
+    """The classifier that `model_cfg` (the `config.model` ConfigDict or a dict) names, validated.
 
-    Fields: name (vit | resnet18 | vgg16); for the ViT also variant ("Ti/16", ...), patch_size (0 = the
-    variant's), attention (vanilla | positional), pos_shared, pos_add, pos_init_std (std of the initial
-    P), pool (gap | cls); dropout for all.
-    Missing fields take the defaults of the shared config. Raises ConfigError for anything invalid.
+    Fields (`MODEL_FIELDS`): name (a key of `MODELS`); for the ViT also variant ("Ti/16", ...),
+    patch_size (0 = the variant's), attention (a key of `ATTENTIONS`), pos_shared, pos_add,
+    pos_init_std (std of the initial P), pool (gap | cls); dropout for all. Missing fields take the
+    defaults of the shared config; an unknown field is a ConfigError naming the nearest valid one.
     """
-    get = model_cfg.get
-    name = _choice(get("name", "vit"), MODEL_NAMES, "model name")
-    dtype = _compute_dtype(dtype)
-    for what, value in (("num_classes", num_classes), ("image_size", image_size), ("channels", channels)):
+    given = dict(model_cfg.items())
+    for key in given:
+        if key not in MODEL_FIELDS:
+            near = difflib.get_close_matches(key, list(MODEL_FIELDS), n=1, cutoff=0.0)
+            raise ConfigError(f"unknown model field {key!r}: did you mean {near[0]!r}? "
+                              f"(valid: {', '.join(MODEL_FIELDS)})")
+    fields = {**MODEL_FIELDS, **given}
+    build = MODELS[check_choice(fields["name"], MODELS, "model name")]
+    for what, value in (("image_size", image_size), ("channels", channels)):
         if int(value) < 1:
             raise ConfigError(f"{what} must be a positive integer, got {value!r}")
-    dropout = float(get("dropout", 0.0))
-    if not 0.0 <= dropout < 1.0:
-        raise ConfigError(f"model.dropout must be in [0, 1), got {dropout}")
+    return build(fields, num_classes=num_classes, image_size=image_size, channels=channels,
+                 dtype=_compute_dtype(dtype))
 
-    if name == "resnet18":
-        return ResNet18(num_classes=num_classes, dropout=dropout, dtype=dtype)
-    if name == "vgg16":
-        return VGG16(num_classes=num_classes, dropout=dropout, dtype=dtype)
 
-    pos_init_std = float(get("pos_init_std", 1.0))
-    if not pos_init_std > 0:
-        raise ConfigError(f"model.pos_init_std must be positive, got {pos_init_std}")
-    shape, variant_patch = parse_variant(get("variant", "Ti/4"))
-    patch_size = int(get("patch_size", 0))
-    if patch_size < 0:
-        raise ConfigError(f"model.patch_size must be >= 0 (0 = the variant's), got {patch_size}")
-    patch_size = patch_size or variant_patch
-    if image_size % patch_size:
-        raise ConfigError(
-            f"patch size {patch_size} does not divide the image size {image_size}: pick a patch size "
-            f"among the divisors {[p for p in range(1, image_size + 1) if image_size % p == 0]}"
-        )
-    return ViT(
-        num_classes=num_classes,
-        image_size=image_size,
-        patch_size=patch_size,
-        width=shape.width,
-        depth=shape.depth,
-        num_heads=shape.num_heads,
-        mlp_dim=shape.mlp_dim,
-        attention=_choice(get("attention", "positional"), ATTENTIONS, "attention"),
-        pos_shared=bool(get("pos_shared", True)),
-        pos_add=bool(get("pos_add", False)),
-        pool=_choice(get("pool", "gap"), POOLS, "pool"),
-        dropout=dropout,
-        dtype=dtype,
-        pos_init_std=pos_init_std,
-    )
+def _sown(model: nn.Module, variables, images) -> dict:
+    """{name: value} that `model` sows on an evaluation pass over `images` (its own names only)."""
+    _, state = model.apply(variables, images, train=False, mutable=[INTERMEDIATES])
+    return {name: values[-1] for name, values in state.get(INTERMEDIATES, {}).items()
+            if not isinstance(values, dict)}  # a dict: what a submodule sowed in its own scope
+
+
+def features(model: nn.Module, variables, images_BxHxWxC) -> collections.OrderedDict[str, jax.Array]:
+    """Per-block feature maps (B, h, w, C) by name, in forward order (see the package docstring).
+
+    Jittable (`jax.jit(functools.partial(features, model))`); an evaluation pass (train=False).
+    """
+    sown = {k: v for k, v in _sown(model, variables, images_BxHxWxC).items() if is_feature(k)}
+    # "stem" first, then by block index (two digits) and branch: attention < conv < mlp alphabetically,
+    # and a block has either a conv or an attention and an MLP branch. An OrderedDict, since `jax.jit`
+    # returns a plain dict's keys sorted ("stem" last) but keeps an OrderedDict's order.
+    return collections.OrderedDict(sorted(sown.items(), key=lambda kv: (kv[0] != STEM, kv[0])))
+
+
+def attention_maps(model: nn.Module, variables, images_BxHxWxC) -> dict[str, jax.Array]:
+    """{"block_{i:02d}": (B, heads, N, N)} attention weights of every transformer block (jittable).
+
+    Positional attention computes one (heads, N, N) map for all images; it is broadcast over the batch.
+    """
+    B = images_BxHxWxC.shape[0]
+    sown = _sown(model, variables, images_BxHxWxC)
+    maps = {attention_block(k): v for k, v in sown.items() if attention_block(k)}
+    return {name: jnp.broadcast_to(att, (B, *att.shape[-3:])) for name, att in sorted(maps.items())}
 
 
 def param_count(variables) -> int:

@@ -1,15 +1,17 @@
-"""Multi-head self-attention of the ViT in its two kinds (SPEC 2.1).
+"""Multi-head self-attention of the ViT in its two kinds (JSL22 Section 3), and their registry.
 
 Vanilla: S = softmax((LN(z) W_Q)(LN(z) W_K)^T / sqrt(d_head)), one N x N matrix per example and head.
-Positional (Definition 3.2 of JSL22, SPEC 2.1): S = softmax((P W_Q)(P W_K)^T / sqrt(d_head)) from the
-learned positional embedding P alone. S does not depend on the input, so it is computed once per forward
-pass with shape (H, N, N) and shared by the whole batch: no Q/K projections of the tokens and no
-per-example Q K^T or softmax. Both kinds then mix the values LN(z) W_V with S and project back with W_O.
+Positional (Definition 3.2 of JSL22): S = softmax((P W_Q)(P W_K)^T / sqrt(d_head)) from the learned
+positional embedding P alone. S does not depend on the input, so it is computed once per forward pass
+with shape (H, N, N) and shared by the whole batch: no Q/K projections of the tokens and no per-example
+Q K^T or softmax. Both kinds then mix the values LN(z) W_V with S and project back with W_O.
 
-Both modules `sow` their attention matrix into the "intermediates" collection under "attention"
-(vanilla: (B, H, N, N); positional: (H, N, N)); it costs nothing unless that collection is mutable.
+Every kind is called as `module(x_BxNxD, p_NxD) -> (y_BxNxD, att)` with `att` its softmax weights,
+(B, H, N, N) or, when they do not depend on the input, (H, N, N). `takes_position` says where the ViT
+puts P: into the attention (True) or added to the patch embeddings (False). Adding a kind is its class
+here and one line of `ATTENTIONS`.
 """
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -23,14 +25,22 @@ def _head_dim(width: int, num_heads: int) -> int:
     return width // num_heads
 
 
+def _project_out(out_BxNxHxK: jax.Array, width: int, dtype) -> jax.Array:
+    """W_O: the heads' outputs concatenated and mapped back to the token width."""
+    return nn.DenseGeneral(width, axis=(-2, -1), dtype=dtype, kernel_init=_KERNEL_INIT, name="out")(
+        out_BxNxHxK)
+
+
 class VanillaAttention(nn.Module):
     """Standard multi-head self-attention; queries, keys and values all come from the tokens."""
 
     num_heads: int
     dtype: Any = jnp.float32
+    takes_position: ClassVar[bool] = False
 
     @nn.compact
-    def __call__(self, x_BxNxD: jax.Array) -> jax.Array:
+    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None = None):
+        del p_NxD  # P was added to the patch embeddings
         width = x_BxNxD.shape[-1]
         H, K = self.num_heads, _head_dim(width, self.num_heads)
         # One fused matmul for Q, K and V of all heads.
@@ -42,21 +52,19 @@ class VanillaAttention(nn.Module):
         logits_BxHxNxN = jnp.einsum("bnhk,bmhk->bhnm", q_BxNxHxK * K**-0.5, k_BxNxHxK)
         # Softmax in float32: bf16 logits lose the small differences that decide the weights.
         att_BxHxNxN = jax.nn.softmax(logits_BxHxNxN.astype(jnp.float32), axis=-1)
-        self.sow("intermediates", "attention", att_BxHxNxN)
         out_BxNxHxK = jnp.einsum("bhnm,bmhk->bnhk", att_BxHxNxN.astype(self.dtype), v_BxNxHxK)
-        return nn.DenseGeneral(
-            width, axis=(-2, -1), dtype=self.dtype, kernel_init=_KERNEL_INIT, name="out"
-        )(out_BxNxHxK)
+        return _project_out(out_BxNxHxK, width, self.dtype), att_BxHxNxN
 
 
 class PositionalAttention(nn.Module):
-    """Positional attention (JSL22 Definition 3.2, SPEC 2.1): S from P only, values from the tokens."""
+    """Positional attention (JSL22 Definition 3.2): S from P only, values from the tokens."""
 
     num_heads: int
     dtype: Any = jnp.float32
+    takes_position: ClassVar[bool] = True
 
     @nn.compact
-    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array) -> jax.Array:
+    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array):
         width = x_BxNxD.shape[-1]
         H, K = self.num_heads, _head_dim(width, self.num_heads)
         if p_NxD.shape != x_BxNxD.shape[1:]:
@@ -70,12 +78,16 @@ class PositionalAttention(nn.Module):
         )
         logits_HxNxN = jnp.einsum("nhk,mhk->hnm", q_NxHxK * K**-0.5, k_NxHxK)
         S_HxNxN = jax.nn.softmax(logits_HxNxN, axis=-1)
-        self.sow("intermediates", "attention", S_HxNxN)
         # One fused V projection for all heads, one batched mixing einsum shared by the batch.
         v_BxNxHxK = nn.DenseGeneral(
             (H, K), dtype=self.dtype, kernel_init=_KERNEL_INIT, name="value"
         )(x_BxNxD)
         out_BxNxHxK = jnp.einsum("hnm,bmhk->bnhk", S_HxNxN.astype(self.dtype), v_BxNxHxK)
-        return nn.DenseGeneral(
-            width, axis=(-2, -1), dtype=self.dtype, kernel_init=_KERNEL_INIT, name="out"
-        )(out_BxNxHxK)
+        return _project_out(out_BxNxHxK, width, self.dtype), S_HxNxN
+
+
+# name -> attention module: the names `model.attention` of a config takes.
+ATTENTIONS = {
+    "vanilla": VanillaAttention,
+    "positional": PositionalAttention,
+}

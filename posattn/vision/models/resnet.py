@@ -11,6 +11,9 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
+from posattn.vision.models.checks import check_classifier_fields
+from posattn.vision.models.sown import INTERMEDIATES, STEM, block_feature
+
 # He initialisation (fan-out), the usual choice for ReLU networks with batch norm.
 _CONV_INIT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
 
@@ -51,13 +54,21 @@ class BasicBlock(nn.Module):
 
 
 class ResNet18(nn.Module):
-    """CIFAR ResNet-18; logits are float32 whatever the compute dtype."""
+    """CIFAR ResNet-18; logits are float32 whatever the compute dtype.
+
+    Sows "stem" (after the stem's BN and ReLU) and "block_{i:02d}/conv", the output of the i-th
+    BasicBlock in forward order (i = 0..7), as (B, h, w, C) maps.
+    """
 
     num_classes: int
     dropout: float = 0.0
     dtype: Any = jnp.float32
     stage_features: tuple[int, ...] = (64, 128, 256, 512)
     blocks_per_stage: int = 2
+
+    def __post_init__(self):
+        check_classifier_fields(self.num_classes, self.dropout)
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, images_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
@@ -66,12 +77,22 @@ class ResNet18(nn.Module):
             kernel_init=_CONV_INIT, name="stem_conv",
         )(images_BxHxWxC)
         x = nn.relu(batch_norm(train, self.dtype, "stem_bn")(x))
+        self.sow(INTERMEDIATES, STEM, x)
+        index = 0
         for stage, features in enumerate(self.stage_features):
             for block in range(self.blocks_per_stage):
                 strides = 2 if stage > 0 and block == 0 else 1
                 x = BasicBlock(features, strides, self.dtype, name=f"stage{stage + 1}_block{block + 1}")(
                     x, train
                 )
+                self.sow(INTERMEDIATES, block_feature(index, "conv"), x)
+                index += 1
         feat_BxC = x.astype(jnp.float32).mean(axis=(1, 2))
         feat_BxC = nn.Dropout(self.dropout, deterministic=not train)(feat_BxC)
         return nn.Dense(self.num_classes, dtype=jnp.float32, name="head")(feat_BxC)
+
+
+def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) -> ResNet18:
+    """The `MODELS` constructor: a ResNet-18 from the config's model fields (it runs on any image size)."""
+    del image_size, channels
+    return ResNet18(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype)

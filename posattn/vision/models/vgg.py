@@ -12,7 +12,9 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
+from posattn.vision.models.checks import check_classifier_fields
 from posattn.vision.models.resnet import batch_norm
+from posattn.vision.models.sown import INTERMEDIATES, STEM, block_feature
 
 # Channels per conv layer; "M" is a 2x2 max-pool.
 VGG16_LAYERS = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
@@ -21,12 +23,20 @@ _CONV_INIT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
 
 
 class VGG16(nn.Module):
-    """CIFAR VGG-16-BN; logits are float32 whatever the compute dtype."""
+    """CIFAR VGG-16-BN; logits are float32 whatever the compute dtype.
+
+    Sows "stem", the first conv layer (after BN and ReLU), and "block_{i:02d}/conv" for each later conv
+    layer (i = 0..11, after BN and ReLU, before a following max-pool), as (B, h, w, C) maps.
+    """
 
     num_classes: int
     dropout: float = 0.0
     dtype: Any = jnp.float32
     layers: tuple[int | str, ...] = VGG16_LAYERS
+
+    def __post_init__(self):
+        check_classifier_fields(self.num_classes, self.dropout)
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, images_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
@@ -44,6 +54,13 @@ class VGG16(nn.Module):
                 name=f"conv{conv_index}",
             )(x)
             x = nn.relu(batch_norm(train, self.dtype, f"bn{conv_index}")(x))
+            self.sow(INTERMEDIATES, STEM if conv_index == 1 else block_feature(conv_index - 2, "conv"), x)
         feat_BxC = x.astype(jnp.float32).mean(axis=(1, 2))
         feat_BxC = nn.Dropout(self.dropout, deterministic=not train)(feat_BxC)
         return nn.Dense(self.num_classes, dtype=jnp.float32, name="head")(feat_BxC)
+
+
+def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) -> VGG16:
+    """The `MODELS` constructor: a VGG-16-BN from the config's model fields (it runs on any image size)."""
+    del image_size, channels
+    return VGG16(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype)

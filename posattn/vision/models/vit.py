@@ -1,7 +1,7 @@
-"""Vision Transformer (Dosovitskiy et al. 2021) with vanilla or positional attention (SPEC 2.1).
+"""Vision Transformer (Dosovitskiy et al. 2021) with vanilla or positional attention (JSL22 Section 3).
 
 Pre-LayerNorm encoder: z <- z + Attn(LN(z)), z <- z + MLP(LN(z)), a final LayerNorm, then global average
-pooling over the tokens ("gap", the default of SPEC 2.1) or the CLS token ("cls"), and a linear head.
+pooling over the tokens ("gap", the default) or the CLS token ("cls"), and a linear head.
 
 Positional embedding P (T x D, T = number of tokens):
 - vanilla: P is always added to the patch embeddings (the usual ViT);
@@ -23,9 +23,14 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
-from posattn.vision.models.attention import PositionalAttention, VanillaAttention
+from posattn.errors import ConfigError, check_choice
+from posattn.vision.models.attention import ATTENTIONS
+from posattn.vision.models.checks import check_classifier_fields
+from posattn.vision.models.variants import parse_variant
+from posattn.vision.models.sown import INTERMEDIATES, attention_weights, block_feature
 
 _KERNEL_INIT = nn.initializers.xavier_uniform()
+POOLS = ("gap", "cls")
 
 
 class MLP(nn.Module):
@@ -46,7 +51,11 @@ class MLP(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-    """One pre-LN transformer block; `p_NxD` is given for positional attention, None for vanilla."""
+    """One pre-LN transformer block: z <- z + Attn(LN(z)), then z <- z + MLP(LN(z)).
+
+    Returns (stream after the attention branch, stream after the MLP branch, attention weights);
+    `p_NxD` is the block's P, used by the attention kinds that take position.
+    """
 
     num_heads: int
     mlp_dim: int
@@ -55,19 +64,24 @@ class EncoderBlock(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None, train: bool) -> jax.Array:
+    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None, train: bool):
         y_BxNxD = nn.LayerNorm(dtype=self.dtype, name="norm1")(x_BxNxD)
-        if self.attention == "positional":
-            y_BxNxD = PositionalAttention(self.num_heads, dtype=self.dtype, name="attn")(y_BxNxD, p_NxD)
-        else:
-            y_BxNxD = VanillaAttention(self.num_heads, dtype=self.dtype, name="attn")(y_BxNxD)
+        y_BxNxD, att = ATTENTIONS[self.attention](self.num_heads, dtype=self.dtype, name="attn")(
+            y_BxNxD, p_NxD)
         x_BxNxD = x_BxNxD + nn.Dropout(self.dropout, deterministic=not train)(y_BxNxD)
         y_BxNxD = nn.LayerNorm(dtype=self.dtype, name="norm2")(x_BxNxD)
-        return x_BxNxD + MLP(self.mlp_dim, self.dropout, dtype=self.dtype, name="mlp")(y_BxNxD, train)
+        out_BxNxD = x_BxNxD + MLP(self.mlp_dim, self.dropout, dtype=self.dtype, name="mlp")(y_BxNxD, train)
+        return x_BxNxD, out_BxNxD, att
 
 
 class ViT(nn.Module):
-    """ViT classifier; build it with `posattn.vision.models.create_model`, which validates the fields."""
+    """ViT classifier; `create_model` builds it from a config. Fields are checked at construction.
+
+    Sows (see `posattn.vision.models`): "stem", the patch embeddings as they enter the first block (P
+    added where the kind adds it), then per block i "block_{i:02d}/attention" and
+    "block_{i:02d}/mlp", the residual stream after each branch, as (B, h, w, D) maps of the patch grid
+    (CLS token dropped); and the attention weights of block i as "block_{i:02d}".
+    """
 
     num_classes: int
     image_size: int
@@ -76,13 +90,37 @@ class ViT(nn.Module):
     depth: int
     num_heads: int
     mlp_dim: int
-    attention: str = "positional"  # vanilla | positional
+    attention: str = "positional"  # a name of ATTENTIONS
     pos_shared: bool = True
     pos_add: bool = False
     pool: str = "gap"  # gap | cls
     dropout: float = 0.0
     dtype: Any = jnp.float32
     pos_init_std: float = 1.0
+
+    def __post_init__(self):
+        check_classifier_fields(self.num_classes, self.dropout)
+        check_choice(self.attention, ATTENTIONS, "attention")
+        check_choice(self.pool, POOLS, "pool")
+        if self.patch_size < 1 or self.image_size % self.patch_size:
+            raise ConfigError(
+                f"patch size {self.patch_size} does not divide the image size {self.image_size}: pick a "
+                f"patch size among the divisors "
+                f"{[p for p in range(1, self.image_size + 1) if self.image_size % p == 0]}")
+        if self.num_heads < 1 or self.width % self.num_heads:
+            raise ConfigError(f"width {self.width} does not divide into num_heads={self.num_heads} heads: "
+                              "use a number of heads that divides the width")
+        if self.depth < 1 or self.mlp_dim < 1:
+            raise ConfigError(f"depth ({self.depth}) and mlp_dim ({self.mlp_dim}) must be positive")
+        if not self.pos_init_std > 0:
+            raise ConfigError(f"model.pos_init_std must be positive, got {self.pos_init_std}")
+        super().__post_init__()
+
+    def _sow_grid(self, name: str, x_BxTxD: jax.Array, grid_hw: tuple[int, int]) -> None:
+        """Sow the token stream as a (B, h, w, D) map of the patch grid, without the CLS token."""
+        patches_BxNxD = x_BxTxD[:, 1:] if self.pool == "cls" else x_BxTxD
+        B, _, D = patches_BxNxD.shape
+        self.sow(INTERMEDIATES, name, patches_BxNxD.reshape(B, *grid_hw, D))
 
     @nn.compact
     def __call__(self, images_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
@@ -104,7 +142,8 @@ class ViT(nn.Module):
         T = x_BxTxD.shape[1]
         pos_init = nn.initializers.normal(stddev=self.pos_init_std)
 
-        if self.attention == "vanilla":
+        takes_position = ATTENTIONS[self.attention].takes_position
+        if not takes_position:  # the usual ViT: P added to the patch embeddings
             pos_TxD = self.param("pos_embedding", pos_init, (T, D))
             x_BxTxD = x_BxTxD + pos_TxD.astype(self.dtype)
             p_per_block = [None] * self.depth
@@ -114,12 +153,13 @@ class ViT(nn.Module):
         else:
             P_LxTxD = self.param("pos_embedding", pos_init, (self.depth, T, D))
             p_per_block = [P_LxTxD[i] for i in range(self.depth)]
-        if self.attention == "positional" and self.pos_add:
+        if takes_position and self.pos_add:
             x_BxTxD = x_BxTxD + p_per_block[0].astype(self.dtype)
 
         x_BxTxD = nn.Dropout(self.dropout, deterministic=not train)(x_BxTxD)
+        self._sow_grid("stem", x_BxTxD, (h, w))
         for i in range(self.depth):
-            x_BxTxD = EncoderBlock(
+            mid_BxTxD, x_BxTxD, att = EncoderBlock(
                 self.num_heads,
                 self.mlp_dim,
                 attention=self.attention,
@@ -127,6 +167,9 @@ class ViT(nn.Module):
                 dtype=self.dtype,
                 name=f"block_{i}",
             )(x_BxTxD, p_per_block[i], train)
+            self._sow_grid(block_feature(i, "attention"), mid_BxTxD, (h, w))
+            self._sow_grid(block_feature(i, "mlp"), x_BxTxD, (h, w))
+            self.sow(INTERMEDIATES, attention_weights(i), att)
         x_BxTxD = nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x_BxTxD)
 
         # Pool and classify in float32: the head is tiny and the logits feed a float32 loss.
@@ -136,3 +179,29 @@ class ViT(nn.Module):
         return nn.Dense(
             self.num_classes, dtype=jnp.float32, kernel_init=nn.initializers.zeros, name="head"
         )(feat_BxD)
+
+
+def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) -> ViT:
+    """The `MODELS` constructor: a ViT from the config's model fields; variant "<family>/<patch>"
+    gives the shape, a non-zero patch_size overrides its patch."""
+    del channels
+    shape, variant_patch = parse_variant(fields["variant"])
+    patch_size = int(fields["patch_size"])
+    if patch_size < 0:
+        raise ConfigError(f"model.patch_size must be >= 0 (0 = the variant's), got {patch_size}")
+    return ViT(
+        num_classes=num_classes,
+        image_size=image_size,
+        patch_size=patch_size or variant_patch,
+        width=shape.width,
+        depth=shape.depth,
+        num_heads=shape.num_heads,
+        mlp_dim=shape.mlp_dim,
+        attention=fields["attention"],
+        pos_shared=bool(fields["pos_shared"]),
+        pos_add=bool(fields["pos_add"]),
+        pool=fields["pool"],
+        dropout=float(fields["dropout"]),
+        dtype=dtype,
+        pos_init_std=float(fields["pos_init_std"]),
+    )

@@ -4,12 +4,13 @@ A split is opened as a `Split`: its size and a `read(indices) -> (images_NxHxWxC
 function. CIFAR-10/100, SVHN and digits fit in memory, so their split is decoded once and indexed; ImageNet
 is read by index from its array_record files on every call (decoding and resizing on a thread pool). The
 data are read through `tfds.data_source` (random access, no TensorFlow); a dataset that is not prepared
-in array_record format is a `ConfigError` naming the `tfds build` command that prepares it (SPEC 5).
+in array_record format is a `ConfigError` naming the `tfds build` command that prepares it.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import os
 from typing import Callable
 
@@ -118,8 +119,11 @@ def _tfds_source(name: str, split: str, data_dir: str | None):
             f"prepare it with: {build_command(name, directory)}") from e
 
 
+@functools.cache
 def _digits_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """digits as uint8 images (N, 8, 8, 1) scaled 0..16 -> 0..255, split by a fixed stratified draw."""
+    """digits as uint8 images (N, 8, 8, 1) scaled 0..16 -> 0..255, split by a fixed stratified draw.
+
+    Read once per process (it is pure) and read-only, as every reader only indexes it."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -129,8 +133,10 @@ def _digits_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     train_idx, test_idx = train_test_split(
         np.arange(len(labels)), test_size=_DIGITS_TEST_FRACTION, stratify=labels,
         random_state=_DIGITS_SPLIT_SEED)
-    return {"train": (images[train_idx], labels[train_idx]),
-            "test": (images[test_idx], labels[test_idx])}
+    out = {"train": (images[train_idx], labels[train_idx]), "test": (images[test_idx], labels[test_idx])}
+    for array in (a for pair in out.values() for a in pair):
+        array.setflags(write=False)
+    return out
 
 
 def dataset_info(name: str, data_dir: str | None = None) -> DatasetInfo:
@@ -159,6 +165,17 @@ def native_image_size(name: str) -> int:
     """The side of the images a dataset yields when config.image_size is 0."""
     _check_name(name)
     return 8 if name == "digits" else _TFDS[name].image_shape[0]
+
+
+def image_shape(name: str, image_size: int = 0) -> tuple[int, int, int]:
+    """(H, W, C) of the images `open_split(name, ..., image_size=image_size)` reads (no data needed)."""
+    return (image_size or native_image_size(name),) * 2 + (1 if name == "digits" else 3,)
+
+
+def num_classes(name: str) -> int:
+    """The number of classes of `name`, known without the data."""
+    _check_name(name)
+    return 10 if name == "digits" else _TFDS[name].num_classes
 
 
 def resize_and_center_crop(image_HxWxC: np.ndarray, size: int) -> np.ndarray:

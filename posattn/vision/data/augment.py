@@ -14,6 +14,7 @@ batch, each example mixed with its mirror in the batch.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -167,14 +168,10 @@ _COLOUR_OPS = (identity, brightness, contrast, sharpness, posterize, solarize)
 OPS = _COLOUR_OPS + (translate_x, translate_y, shear_x, shear_y, rotate)
 
 
-def _check_magnitude(magnitude) -> None:
-    if not 0 <= magnitude <= 10:
-        raise ConfigError(f"augment.randaugment_magnitude must lie in [0, 10], got {magnitude}")
-
-
 def rand_augment(key, image_HxWxC, layers: int, magnitude: float):
-    """`layers` ops drawn uniformly from OPS and applied in turn, each at level magnitude / 10."""
-    _check_magnitude(magnitude)
+    """`layers` ops drawn uniformly from OPS and applied in turn, each at level magnitude / 10.
+
+    magnitude lies in [0, 10] (`Settings` checks it)."""
     level = magnitude / 10.0
     h, w, _ = image_HxWxC.shape
     maps = [functools.partial(m, level=level, h=h, w=w) for m in _AFFINE_MAPS]
@@ -196,41 +193,44 @@ def rand_augment(key, image_HxWxC, layers: int, magnitude: float):
 
 # ------------------------------------------------------------------------------ the pipeline
 
-def check_config(aug_cfg) -> None:
-    """Raise ConfigError for augmentation settings out of range.
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The training augmentation of a run, checked once, at construction.
 
-    crop_padding, randaugment_layers and mixup_alpha must be >= 0 and, with RandAugment on,
-    randaugment_magnitude must lie in [0, 10]. `train.check_config` calls it before any heavy work;
-    `augment` calls it too, for callers that come to it directly.
+    crop_padding (0 = no crop), flip, randaugment_layers (0 = off), randaugment_magnitude (in [0, 10]
+    when RandAugment is on), mixup_alpha (0 = off); all non-negative.
     """
-    padding = aug_cfg.get("crop_padding", 0)
-    layers = aug_cfg.get("randaugment_layers", 0)
-    alpha = aug_cfg.get("mixup_alpha", 0.0)
-    if padding < 0 or layers < 0 or alpha < 0:
-        raise ConfigError(f"augment.crop_padding ({padding}), augment.randaugment_layers ({layers}) and "
-                          f"augment.mixup_alpha ({alpha}) must be non-negative")
-    if layers:
-        _check_magnitude(aug_cfg.get("randaugment_magnitude", 0))
+
+    crop_padding: int = 0
+    flip: bool = False
+    randaugment_layers: int = 0
+    randaugment_magnitude: float = 0
+    mixup_alpha: float = 0.0
+
+    def __post_init__(self):
+        if self.crop_padding < 0 or self.randaugment_layers < 0 or self.mixup_alpha < 0:
+            raise ConfigError(f"augment.crop_padding ({self.crop_padding}), augment.randaugment_layers "
+                              f"({self.randaugment_layers}) and augment.mixup_alpha ({self.mixup_alpha}) "
+                              "must be non-negative")
+        if self.randaugment_layers and not 0 <= self.randaugment_magnitude <= 10:
+            raise ConfigError(f"augment.randaugment_magnitude must lie in [0, 10], got "
+                              f"{self.randaugment_magnitude}")
+
+    @classmethod
+    def from_config(cls, aug_cfg) -> "Settings":
+        """The settings of a config's `augment` fields (missing ones off)."""
+        return cls(**{f.name: aug_cfg.get(f.name, f.default) for f in dataclasses.fields(cls)})
 
 
-def augment(key, images_uint8_BxHxWxC, aug_cfg, info):
-    """Training augmentation of a uint8 batch -> float32 normalised images, one key per example.
-
-    aug_cfg: crop_padding (0 = no crop), flip, randaugment_layers (0 = off), randaugment_magnitude.
-    """
-    check_config(aug_cfg)
-    padding = aug_cfg.get("crop_padding", 0)
-    flip = aug_cfg.get("flip", False)
-    layers = aug_cfg.get("randaugment_layers", 0)
-    magnitude = aug_cfg.get("randaugment_magnitude", 0)
-
+def augment(key, images_uint8_BxHxWxC, settings: Settings, info):
+    """Training augmentation of a uint8 batch -> float32 normalised images, one key per example."""
     def one(key_i, image_HxWxC):
         crop_key, flip_key, ra_key = jax.random.split(key_i, 3)
-        x = random_crop(crop_key, image_HxWxC.astype(jnp.float32), padding)
-        if flip:
+        x = random_crop(crop_key, image_HxWxC.astype(jnp.float32), settings.crop_padding)
+        if settings.flip:
             x = random_flip(flip_key, x)
-        if layers:
-            x = rand_augment(ra_key, x, layers, magnitude)
+        if settings.randaugment_layers:
+            x = rand_augment(ra_key, x, settings.randaugment_layers, settings.randaugment_magnitude)
         return x
 
     keys = jax.random.split(key, images_uint8_BxHxWxC.shape[0])

@@ -1,0 +1,78 @@
+"""Figures of the image experiments: JSL22 Figure 5 (permuted pixels), Figures 1a/5c (positional-embedding
+similarity maps) and Figures 6/7 (vanilla vs positional attention over seeds).
+
+Each function returns a `matplotlib.figure.Figure` (no pyplot: the user's backend is never touched);
+the caller saves it, e.g. `fig.savefig(path, dpi=120)`.
+"""
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from posattn.vision.sweep import LABELS
+
+COLOURS = {"vit": "tab:blue", "resnet18": "tab:red", "vgg16": "tab:green"}
+
+
+def permuted_figure(summary: dict) -> Figure:
+    """Figure 5: test accuracy against g, mean +- std over seeds; the unpermuted value dashed."""
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    base = str(summary["unpermuted_g"])
+    for model, per in summary["accuracy"].items():
+        gs = sorted(per, key=int)
+        means = [per[g]["mean"] for g in gs]
+        stds = [per[g]["std"] for g in gs]
+        colour = COLOURS.get(model)
+        ax.errorbar([int(g) for g in gs], means, yerr=stds, marker="o", capsize=3, color=colour,
+                    label=LABELS.get(model, model))
+        if base in per:
+            ax.axhline(per[base]["mean"], ls="--", color=colour, lw=1)
+    ax.set_xscale("log", base=2)
+    ticks = sorted({int(g) for per in summary["accuracy"].values() for g in per})
+    ax.set_xticks(ticks, [str(g) for g in ticks])
+    ax.set_xlabel(f"pixel-block size g (g = {base}: unpermuted, dashed)")
+    ax.set_ylabel("test accuracy (%)")
+    seeds = ", ".join(f"{LABELS.get(m, m).split(' ')[0]} {n}" for m, n in summary["seeds"].items())
+    ax.set_title(f"permuted {summary['dataset']} (JSL22 Fig. 5); seeds: {seeds}", fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def compare_figure(summary: dict) -> Figure:
+    """Figure 7: box plots of the test accuracy over seeds, vanilla beside positional attention."""
+    kinds = list(summary["accuracy"])
+    fig = Figure(figsize=(4.5, 4))
+    ax = fig.subplots()
+    ax.boxplot([summary["accuracy"][k]["values"] for k in kinds], tick_labels=kinds, widths=0.5)
+    for i, k in enumerate(kinds, start=1):
+        v = summary["accuracy"][k]["values"]
+        ax.scatter(np.full(len(v), i) + np.linspace(-0.08, 0.08, len(v)), v, s=10, alpha=0.6)
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(f"{summary['dataset']}, ViT {summary['variant']}, {summary['seeds']} seeds")
+    fig.tight_layout()
+    return fig
+
+
+def similarity_maps_figure(panels: dict, patches, grid_hw, threshold: float) -> Figure:
+    """Figures 1a / 5c: one row per panel (e.g. "as trained", "un-permuted"), one thresholded similarity
+    map per chosen patch (the patch itself outlined in red)."""
+    h, w = grid_hw
+    fig = Figure(figsize=(1.3 * len(patches) + 1, 1.5 * len(panels) + 0.6))
+    axes = fig.subplots(len(panels), len(patches), squeeze=False)
+    image = None
+    for r, (title, maps) in enumerate(panels.items()):
+        for c, i in enumerate(patches):
+            ax = axes[r, c]
+            image = ax.imshow(maps[i], vmin=threshold, vmax=1.0, cmap="viridis")
+            ax.add_patch(Rectangle((i % w - 0.5, i // w - 0.5), 1, 1, fill=False, ec="red", lw=1.5))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_facecolor("#eeeeee")
+            if r == 0:
+                ax.set_title(f"patch {i}", fontsize=8)
+            if c == 0:
+                ax.set_ylabel(title, fontsize=8)
+    fig.suptitle(f"cosine similarity of positional embeddings (>= {threshold}, {h}x{w} grid)", fontsize=9)
+    fig.colorbar(image, ax=axes, fraction=0.02)
+    return fig

@@ -1,0 +1,112 @@
+"""Training and evaluation batches of an opened split: deterministic in (seed, step), split per process.
+
+The global training batch of step t is a pure function of (seed, t): the examples at positions
+t*B .. t*B + B - 1 of the endless sequence that visits the training set once per epoch, epoch e in the
+order of a permutation drawn from a numpy Generator seeded by (seed, e). A run resumed at step t therefore
+sees exactly the batches an uninterrupted run would. Process p of P takes rows [p*B/P, (p+1)*B/P) of each
+global batch, so the processes' batches concatenated in process order are the global batch.
+
+Evaluation walks the split in order in global batches of `eval_batch_size` (the last one padded and
+masked), each process again taking its contiguous slice: every example appears exactly once over all
+processes and batches, and every process yields the same number of batches (collectives stay in step).
+
+Training images are yielded natural: a permuted run (JSL22 Figure 5) permutes their pixel blocks in the
+train step, after augmentation (`posattn.vision.setup.Setup.training_inputs`), so crops and flips act
+on the natural image. Evaluation images are permuted here, by the `permute` the caller passes.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable, Iterator
+
+import jax
+import numpy as np
+
+from posattn.errors import ConfigError
+from posattn.vision.data.datasets import Split
+
+
+@functools.lru_cache(maxsize=4)
+def epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
+    """The order in which epoch `epoch` visits the training set (read-only; cached: it is pure)."""
+    perm = np.random.default_rng([seed, epoch]).permutation(num_examples)
+    perm.setflags(write=False)
+    return perm
+
+
+def global_batch_indices(seed: int, step: int, batch_size: int, num_examples: int) -> np.ndarray:
+    """Training-set indices of the global batch of `step` (a batch may straddle two epochs)."""
+    positions = step * batch_size + np.arange(batch_size, dtype=np.int64)
+    epochs, offsets = np.divmod(positions, num_examples)
+    indices = np.empty(batch_size, np.int64)
+    for epoch in np.unique(epochs):
+        rows = epochs == epoch
+        indices[rows] = epoch_permutation(seed, int(epoch), num_examples)[offsets[rows]]
+    return indices
+
+
+def _processes(process_index, process_count) -> tuple[int, int]:
+    index = jax.process_index() if process_index is None else process_index
+    count = jax.process_count() if process_count is None else process_count
+    if not 0 <= index < count:
+        raise ConfigError(f"process_index {index} must lie in [0, process_count={count})")
+    return index, count
+
+
+def _local_size(size: int, field: str, count: int) -> int:
+    if size <= 0 or size % count:
+        raise ConfigError(f"{field}={size} must be a positive multiple of the process count {count}")
+    return size // count
+
+
+def train_batches(split: Split, *, seed: int, global_batch_size: int, start_step: int = 0,
+                  process_index: int | None = None, process_count: int | None = None) -> Iterator[dict]:
+    """Endless `{"image": uint8 (B_local, H, W, C), "label": int32 (B_local,)}`, from step `start_step`.
+
+    B_local = global_batch_size / process_count; this process's rows of the global batch of each step.
+    """
+    index, count = _processes(process_index, process_count)
+    local = _local_size(global_batch_size, "global_batch_size", count)
+    if seed < 0 or start_step < 0:
+        raise ConfigError(f"seed ({seed}) and start_step ({start_step}) must be non-negative")
+    rows = slice(index * local, (index + 1) * local)
+
+    def batches():
+        step = start_step
+        while True:
+            indices = global_batch_indices(seed, step, global_batch_size, split.num_examples)
+            images, labels = split.read(indices[rows])
+            yield {"image": images, "label": labels}
+            step += 1
+
+    return batches()
+
+
+def num_eval_batches(num_examples: int, eval_batch_size: int) -> int:
+    """Global eval batches of a split of `num_examples`: the last one padded."""
+    return math.ceil(num_examples / eval_batch_size)
+
+
+def eval_batches(split: Split, *, eval_batch_size: int, permute: Callable = lambda images: images,
+                 process_index: int | None = None, process_count: int | None = None) -> Iterator[dict]:
+    """Finite `{"image", "label", "mask"}` batches of B_local = eval_batch_size / process_count rows.
+
+    Over all processes and batches every example of `split` appears exactly once with mask True; padding
+    rows are zero images with label 0 and mask False. Every process yields the same number of batches.
+    Images pass through `permute` (a run's block permutation).
+    """
+    index, count = _processes(process_index, process_count)
+    local = _local_size(eval_batch_size, "eval_batch_size", count)
+    n = split.num_examples
+
+    def batches():
+        for b in range(num_eval_batches(n, eval_batch_size)):
+            positions = b * eval_batch_size + index * local + np.arange(local)
+            mask = positions < n
+            images = np.zeros((local, *split.image_shape), np.uint8)
+            labels = np.zeros((local,), np.int32)
+            images[mask], labels[mask] = split.read(positions[mask])
+            yield {"image": np.ascontiguousarray(permute(images)), "label": labels, "mask": mask}
+
+    return batches()

@@ -1,0 +1,134 @@
+"""Sweeps of image runs (JSL22 Figures 5-7): one config per (model, g, attention, seed) cell, trained in
+its own sub-workdir, the spread of the cells' test accuracies, and the markdown tables that set them
+beside the paper's numbers.
+
+Each cell is an ordinary `posattn.vision.train.train_and_evaluate` run, so a sweep interrupted anywhere
+resumes: a finished cell of the same config is read back from its `summary.json`, one with a checkpoint
+continues from it.
+"""
+import copy
+import json
+import os
+
+import numpy as np
+
+from posattn import cli
+from posattn.errors import ConfigError
+from posattn.vision import resume, train
+
+
+def run_cell(config, workdir: str, say=print) -> dict:
+    """The summary of `config` trained in `workdir`: read back if finished, trained (or resumed) if not.
+
+    A summary is read back only when the workdir's config.json is `config` to the last field and the run
+    reached its total_steps; otherwise training runs, and refuses (ConfigError) a workdir that holds a run
+    of another config.
+    """
+    path, stored = os.path.join(workdir, "summary.json"), resume.read_record(workdir)
+    if os.path.exists(path) and stored is not None:
+        with open(path) as f:
+            summary = json.load(f)
+        if (summary.get("steps") == config.total_steps
+                and not resume.differing_fields(stored, resume.record(config))):
+            return summary
+    say(f"== {workdir}")
+    return train.train_and_evaluate(config, workdir)
+
+
+def permuted_cell_config(dataset: str, config_file: str, model: str, g: int, seed: int, *, local: bool,
+                         data_dir: str | None = None, steps: int = 0, batch: int = 0):
+    """The train_images config of one cell of the Figure 5 sweep (`experiments.permuted`).
+
+    digits: tpu_configs/digits.py with no random crop and the block permutation set here, evaluated
+    and checkpointed only at the end; otherwise the config file's `MODEL,G` argument. steps > 0 and
+    batch > 0 replace the config's (the warm-up shrunk to at most a tenth of the steps).
+    """
+    tail = ",local" if local else ""
+    if dataset == "digits":
+        c = cli.load_config(config_file, model + tail)
+        c.augment.crop_padding = 0
+        c.permute_block, c.permute_seed = g, 0
+        c.eval_every, c.checkpoint_every = 0, 0
+    else:
+        c = cli.load_config(config_file, f"{model},{g}{tail}")
+        if data_dir:
+            c.data_dir = data_dir
+    c.seed = seed
+    if steps:
+        c.total_steps = steps
+        c.optimizer.warmup_steps = min(c.optimizer.warmup_steps, max(steps // 10, 1))
+        c.log_every = min(c.log_every, steps)
+    if batch:
+        c.global_batch_size = batch
+    return c
+
+
+def attention_cell_configs(base, seeds: int, attentions=("vanilla", "positional")) -> dict:
+    """{(attention, seed): config}: a ViT config with model.attention and seed set (Figures 6/7)."""
+    if base.model.name != "vit":
+        raise ConfigError(f"model.name={base.model.name!r}: compare_attention compares ViTs; use a ViT config")
+    out = {}
+    for attention in attentions:
+        for seed in range(seeds):
+            c = copy.deepcopy(base)
+            c.model.attention, c.seed = attention, seed
+            out[(attention, seed)] = c
+    return out
+
+
+def spread(values) -> dict:
+    """Mean, standard deviation (ddof 1 when there are 2+ values), median, quartiles, min, max; in %."""
+    v = 100.0 * np.asarray(values, dtype=np.float64)
+    q1, med, q3 = np.percentile(v, [25, 50, 75])
+    return {
+        "values": v.round(4).tolist(), "n": int(v.size), "mean": float(v.mean()),
+        "std": float(v.std(ddof=1)) if v.size > 1 else 0.0, "median": float(med),
+        "q1": float(q1), "q3": float(q3), "iqr": float(q3 - q1), "min": float(v.min()),
+        "max": float(v.max()),
+    }
+
+
+# Names of the models in the tables.
+LABELS = {"vit": "ViT (positional attention)", "resnet18": "ResNet-18", "vgg16": "VGG-16"}
+
+
+def permuted_table(summary: dict) -> str:
+    """Markdown: mean +- std (%) over seeds per model and g (the value alone for one seed), with the
+    paper's number where it has one."""
+    gs = sorted({g for per in summary["accuracy"].values() for g in per}, key=int)
+    paper = summary.get("paper") or {}
+    lines = ["| model | " + " | ".join(f"g={g}" for g in gs) + " |", "|---" * (len(gs) + 1) + "|"]
+    for model, per in summary["accuracy"].items():
+        cells = []
+        for g in gs:
+            if g not in per:
+                cell = "-"
+            elif per[g]["n"] == 1:  # one seed: no spread to show
+                cell = f"{per[g]['mean']:.2f}"
+            else:
+                cell = f"{per[g]['mean']:.2f} ± {per[g]['std']:.2f}"
+            ref = paper.get(model, {}).get(g)
+            cells.append(cell + (f" (paper {ref})" if ref is not None else ""))
+        lines.append(f"| {LABELS.get(model, model)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def compare_table(summary: dict) -> str:
+    """Markdown: median (IQR) per attention kind, this run's dataset first, then the paper's rows."""
+    acc, own = summary["accuracy"], summary["paper"].get(summary["dataset"], {})
+    cell = lambda k: f"{acc[k]['median']:.2f} (IQR {acc[k]['iqr']:.2f})"  # noqa: E731
+    lines = [
+        "| dataset | vanilla: median (IQR) | positional: median (IQR) | paper vanilla | paper positional |",
+        "|---|---|---|---|---|",
+        f"| {summary['dataset']} (ViT {summary['variant']}, {summary['steps']} steps, "
+        f"{summary['seeds']} seeds) | {cell('vanilla')} | {cell('positional')} | "
+        f"{own.get('vanilla', '-')} | {own.get('positional', '-')} |",
+    ]
+    for name, ref in summary["paper"].items():
+        if name == summary["dataset"]:
+            continue
+        command = (f"`python -m experiments.compare_attention --config={ref['config']} "
+                   f"--seeds={ref['seeds']} --workdir=DIR --config.data_dir=$TFDS_DATA_DIR`")
+        lines.append(f"| {name} | needs data: {command} | needs data | {ref['vanilla']} | "
+                     f"{ref['positional']} |")
+    return "\n".join(lines)
