@@ -33,7 +33,7 @@ import numpy as np
 import flax.linen as nn
 
 from posattn.errors import ConfigError, check_choice
-from posattn.vision.models import resnet, vgg, vit
+from posattn.vision.models import alternet, resnet, vgg, vit
 from posattn.vision.models.attention import ATTENTIONS
 from posattn.vision.models.sown import INTERMEDIATES, STEM, attention_block, block_feature, is_feature
 from posattn.vision.models.variants import NAMED_VARIANTS, VIT_SHAPES, ViTShape, parse_variant
@@ -48,6 +48,7 @@ MODELS = {
     "vit": vit.build,
     "resnet18": resnet.build,
     "vgg16": vgg.build,
+    "alternet": alternet.build,
 }
 # The fields of `config.model` with the value a missing field takes (those of the shared config).
 MODEL_FIELDS = {

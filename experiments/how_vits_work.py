@@ -1,0 +1,48 @@
+r"""PK22's measurements (Hessian spectra, Fourier analysis, feature variance, frequency noise, loss
+landscapes) on ResNet, vanilla ViT, AlterNet and positional-attention ViT (docs/how_vits_work.md).
+
+  python -m experiments.how_vits_work --workdir=/tmp/pk22            # trains the four on the digits
+  python -m experiments.how_vits_work --workdir=/tmp/pk22 --quick    # a smoke run of everything
+  python -m experiments.how_vits_work --workdir=DIR --runs=RUN_DIR,RUN_DIR   # measure trained runs
+
+With no --runs, the models of tpu_configs/how_vits_work.py (--models) are trained (or resumed) under
+WORKDIR/runs/. The workdir receives config.json, metrics.jsonl, results/MODEL.json, the figures
+pk22_*.png and summary.md (PK22's claims and numbers beside ours).
+"""
+from absl import flags, logging
+
+from posattn import cli
+from posattn.errors import ConfigError
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the results, figures and trained runs.")
+_RUNS = flags.DEFINE_list("runs", [], "Workdirs of trained posattn.vision runs; none = train the defaults.")
+_MODELS = flags.DEFINE_list("models", ["resnet", "vit_vanilla", "alternet", "vit_positional"],
+                            "Models to train when no --runs are given (tpu_configs/how_vits_work.py).")
+_QUICK = flags.DEFINE_bool("quick", False, "Short training and small measurements (a smoke run).")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed of the measurements (mini-batches, directions, noise).")
+_HESSIAN_BATCHES = flags.DEFINE_integer("hessian_batches", None, "Mini-batches of the Hessian spectrum.")
+_LANDSCAPE_GRID = flags.DEFINE_integer("landscape_grid", None, "Points per axis of the landscape (odd).")
+_NOISE_EPS = flags.DEFINE_float("noise_eps", None, "Noise amplitude, in normalised input units.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
+    if not _WORKDIR.value:
+        raise ConfigError("--workdir=DIR is required")
+    if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax); --verbosity=0 shows them
+        logging.set_verbosity(logging.ERROR)
+    import dataclasses
+
+    from posattn.analysis import pk22_report, suite  # after flag parsing: bad flags fail before jax starts
+
+    settings = suite.QUICK if _QUICK.value else suite.Settings()
+    overrides = {"hessian_batches": _HESSIAN_BATCHES.value, "landscape_grid": _LANDSCAPE_GRID.value,
+                 "noise_eps": _NOISE_EPS.value}
+    settings = dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+    pk22_report.run(_WORKDIR.value, runs=_RUNS.value, models=_MODELS.value, quick=_QUICK.value,
+                    settings=settings, seed=_SEED.value)
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,112 @@
+"""PK22's measurements over several trained runs, written as one report (`experiments/how_vits_work.py`).
+
+`run(workdir, ...)` trains the runs it is not given (the models of `tpu_configs/how_vits_work.py`, on
+the offline digits), measures each with `suite.measure`, and writes into `workdir`: config.json,
+metrics.jsonl (one record per model), results/MODEL.json (every number and array), the figures
+pk22_{hessian,fourier,variance,noise,landscape}.png and summary.md (PK22's claims and numbers beside
+ours, `claims.markdown`). A model whose results file exists is not measured again, so a stopped run
+resumes where it stopped (training resumes from its checkpoints).
+"""
+import dataclasses
+import importlib.util
+import json
+import os
+import time
+
+import jax
+from etils import epath
+
+from posattn import io
+from posattn.analysis import claims, suite
+from posattn.errors import ConfigError
+from posattn.plots import analysis as plots
+from posattn.vision import checkpoint
+
+CONFIG_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                           "tpu_configs", "how_vits_work.py")
+DEFAULT_MODELS = ("resnet", "vit_vanilla", "alternet", "vit_positional")
+FIGURES = {
+    "hessian": plots.hessian_spectra, "fourier": plots.fourier_profiles, "variance": plots.feature_variance,
+    "noise": plots.noise_robustness, "landscape": plots.loss_landscapes,
+}
+
+
+def training_config(model: str, quick: bool):
+    """The config of `tpu_configs/how_vits_work.py` for `model` (`,quick` when quick)."""
+    spec = importlib.util.spec_from_file_location("how_vits_work_config", CONFIG_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if model not in module.MODELS:
+        raise ConfigError(f"unknown model {model!r} for --models: use some of {', '.join(module.MODELS)}")
+    return module.get_config(f"{model},quick" if quick else model)
+
+
+def _read_json(path) -> dict:
+    return json.loads(epath.Path(path).read_text())
+
+
+def _say(message: str) -> None:
+    if io.is_writer():
+        print(message, flush=True)
+
+
+def train_missing(workdir: epath.Path, models, quick: bool) -> list[str]:
+    """Train (or resume) each model's run under workdir/runs/MODEL; their directories, in order."""
+    from posattn.vision import train  # heavy: only when something is trained
+
+    dirs = []
+    for i, model in enumerate(models):
+        run_dir = workdir / "runs" / model
+        _say(f"[{i + 1}/{len(models)}] training {model} in {run_dir}")
+        train.train_and_evaluate(training_config(model, quick), str(run_dir))
+        dirs.append(str(run_dir))
+    return dirs
+
+
+def run(workdir: str, *, runs=(), models=DEFAULT_MODELS, quick: bool = False,
+        settings: suite.Settings | None = None, seed: int = 0) -> dict:
+    """Measure every run (training the default ones when `runs` is empty); write and return the report."""
+    settings = settings or (suite.QUICK if quick else suite.Settings())
+    workdir = epath.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "results").mkdir(exist_ok=True)
+    io.write_json(workdir / "config.json", {"runs": list(runs), "models": list(models), "quick": quick,
+                                            "seed": seed, "settings": dataclasses.asdict(settings)})
+    t0 = time.perf_counter()
+    run_dirs = list(runs) or train_missing(workdir, models, quick)
+    _say(f"training done in {time.perf_counter() - t0:.0f}s")
+    results = {}
+    for i, run_dir in enumerate(run_dirs):
+        model, variables, config = checkpoint.load_run(run_dir)
+        key = claims.model_key(config)
+        path = workdir / "results" / f"{key}.json"
+        if path.exists() and _read_json(path).get("run_dir") == str(run_dir):
+            results[key] = _read_json(path)
+            _say(f"[{i + 1}/{len(run_dirs)}] {key}: results found in {path}, kept")
+            continue
+        t = time.perf_counter()
+        _say(f"[{i + 1}/{len(run_dirs)}] measuring {key} ({run_dir}); {time.perf_counter() - t0:.0f}s so far")
+        r = suite.measure(model, variables, config, settings, jax.random.key(seed), name=key)
+        r["run_dir"], r["seconds"] = str(run_dir), time.perf_counter() - t
+        io.write_json(path, r)
+        io.append_jsonl(workdir / "metrics.jsonl", {
+            "model": key, "seconds": r["seconds"], "test_accuracy": r["noise"]["clean_accuracy"],
+            **{f"hessian_{k}": r["hessian"][k] for k in ("nep", "ape", "min", "max")},
+            "noise_drop_points": r["noise"]["drop_points"], **{f"landscape_{k}": r["landscape"][k] for k in (
+                "nll_at_optimum", "delta_at_half", "delta_at_one")}})
+        results[key] = r
+    write_report(workdir, results, time.perf_counter() - t0, quick)
+    return results
+
+
+def write_report(workdir: epath.Path, results: dict, seconds: float, quick: bool) -> None:
+    """The figures (models side by side) and summary.md."""
+    labelled = {claims.LABELS.get(k, k): r for k, r in results.items()}
+    for name, figure in FIGURES.items():
+        plots.save(figure(labelled), str(workdir / f"pk22_{name}.png"))
+    order = list(results)
+    table = claims.markdown(claims.rows(results), order)
+    text = (f"# PK22's measurements ({'--quick, ' if quick else ''}{seconds:.0f}s end to end)\n\n{table}\n"
+            "Figures: " + ", ".join(f"pk22_{n}.png" for n in FIGURES) + ". Every number: results/MODEL.json.\n")
+    io.write_text(workdir / "summary.md", text)
+    _say(text)

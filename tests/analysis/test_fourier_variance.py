@@ -1,0 +1,69 @@
+"""Fourier amplitude of known signals (PK22 Figure 4) and feature-map variance (PK22 Figure 6)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posattn.analysis import fourier, variance
+
+
+def _diagonal_wave(n, k, amplitude, offset):
+    """offset + amplitude * cos(2 pi k (i + j) / n): energy only at DC and at frequency +-(k, k)."""
+    i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    return offset + amplitude * np.cos(2 * np.pi * k * (i + j) / n)
+
+
+def test_log_amplitude_of_known_signal():
+    n, k, a, c = 8, 2, 3.0, 5.0
+    z = np.stack([_diagonal_wave(n, k, a, c)] * 2)[..., None].repeat(3, axis=-1)  # B=2, C=3
+    A = np.array(fourier.log_amplitude(jnp.asarray(z)))
+    centre = n // 2
+    np.testing.assert_allclose(A[centre, centre], np.log(c * n * n + 1e-6), rtol=1e-5)  # DC in the middle
+    np.testing.assert_allclose(A[centre + k, centre + k], np.log(a * n * n / 2 + 1e-6), rtol=1e-5)
+    np.testing.assert_allclose(A[centre - k, centre - k], np.log(a * n * n / 2 + 1e-6), rtol=1e-5)
+    A[centre, centre] = A[centre + k, centre + k] = A[centre - k, centre - k] = np.log(1e-6)
+    assert np.all(A < np.log(1e-3))  # nothing anywhere else
+
+
+def test_relative_profile_reads_the_half_diagonal():
+    n, k, a, c = 8, 3, 3.0, 5.0  # k = n/2 - 1: the last point of the profile, labelled 1.0 pi
+    z = jnp.asarray(_diagonal_wave(n, k, a, c))[None, :, :, None]
+    delta = np.asarray(fourier.relative_profile(z))
+    assert delta.shape == (n // 2,) and delta[0] == 0.0
+    np.testing.assert_allclose(fourier.high_frequency(z), np.log(a / 2 / c), rtol=1e-4)
+    np.testing.assert_allclose(fourier.frequencies(4), [0, 1 / 3, 2 / 3, 1])
+
+
+def test_low_pass_filter_lowers_the_high_frequency_value():
+    z = np.random.default_rng(0).normal(size=(4, 8, 8, 5))
+    blurred = (z + np.roll(z, 1, 1) + np.roll(z, 1, 2) + np.roll(z, (1, 1), (1, 2))) / 4  # 2 x 2 box filter
+    hf = jax.jit(fourier.high_frequency)
+    assert hf(jnp.asarray(blurred)) < hf(jnp.asarray(z)) - 1.0
+
+
+def test_maps_under_4x4_have_no_high_frequency():
+    assert np.isnan(fourier.high_frequency(jnp.ones((2, 2, 2, 3))))
+    assert np.isnan(fourier.high_frequency(jnp.ones((2, 1, 1, 3))))
+    assert fourier.layer_profiles({"a": jnp.ones((1, 4, 4, 2))})["a"].shape == (2,)
+
+
+def test_feature_variance_is_the_unbiased_spatial_variance():
+    z = np.random.default_rng(0).normal(size=(3, 4, 5, 6)) * np.arange(1, 7)  # channels of different scales
+    expected = np.mean([np.var(z[b, :, :, c], ddof=1) for b in range(3) for c in range(6)])
+    np.testing.assert_allclose(variance.feature_variance(jnp.asarray(z, jnp.float32)), expected, rtol=1e-5)
+    # a constant map has none; a 1 x 1 map has no spatial variance at all
+    assert variance.feature_variance(jnp.ones((2, 4, 4, 3))) == 0.0
+    assert np.isnan(variance.feature_variance(jnp.ones((2, 1, 1, 3))))
+
+
+def test_fourier_and_variance_compile_once_per_layer_shape():
+    traces = []
+
+    def tools(features):
+        traces.append(1)
+        return fourier.layer_profiles(features), variance.layer_variances(features)
+
+    run = jax.jit(tools)
+    for seed in range(3):
+        z = jax.random.normal(jax.random.key(seed), (2, 8, 8, 4))
+        run({"stem": z, "block_00/attention": z * 2})
+    assert len(traces) == 1

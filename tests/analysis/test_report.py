@@ -1,0 +1,74 @@
+"""The summary rows, the settings' validation and the binary's handling of bad input."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from ml_collections import ConfigDict
+
+from posattn.analysis import claims, suite
+from posattn.errors import ConfigError
+
+
+def test_layer_changes_split_attention_from_other_layers_and_skip_subsampling():
+    names = ["stem", "block_00/conv", "block_01/attention", "block_02/conv", "block_03/attention"]
+    sizes = [8, 8, 8, 4, 4]
+    values = [-3.0, -1.0, -2.5, -4.0, -4.5]
+    out = claims.layer_changes(names, sizes, values)
+    assert out["attention"] == pytest.approx((-1.5 - 0.5) / 2) and out["attention_layers"] == 2
+    assert out["other"] == pytest.approx(2.0) and out["other_layers"] == 1  # 8 -> 4 is subsampling: left out
+    assert out["attention_lowers"] == 1.0 and out["other_lowers"] == 0.0
+    assert np.isnan(claims.layer_changes(["stem", "block_00/conv"], [4, 4], [np.nan, 1.0])["other"])
+
+
+def test_model_keys_and_table_columns():
+    key = lambda **m: claims.model_key(ConfigDict({"model": m}))  # noqa: E731
+    assert key(name="vit", attention="positional", variant="XS/2") == "vit_positional"
+    assert key(name="alternet", attention="vanilla", variant="XS/0000") == "resnet"
+    assert key(name="alternet", attention="positional", variant="XS") == "alternet_positional"
+    assert key(name="resnet18", attention="positional", variant="Ti/4") == "resnet18"
+    rows = [{"claim": "c", "paper": "p", "ours": {"resnet": "1", "vit_positional": "2"}}]
+    table = claims.markdown(rows, ["resnet", "vit_positional"])
+    assert table.splitlines()[0] == "| PK22's claim | PK22's number | ResNet | ViT (positional) * |"
+    assert table.splitlines()[2] == "| c | p | 1 | 2 |"
+
+
+def test_settings_are_validated():
+    with pytest.raises(ConfigError, match="landscape_grid"):
+        suite.Settings(landscape_grid=20)
+    with pytest.raises(ConfigError, match="hessian_batches"):
+        suite.Settings(hessian_batches=0)
+    assert suite.QUICK.landscape_grid % 2 == 1
+
+
+def test_binary_without_workdir_exits_2_with_one_line():
+    proc = subprocess.run([sys.executable, "-m", "experiments.how_vits_work"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["error: --workdir=DIR is required"]
+
+
+def _fake_results(attention: bool):
+    names = ["stem", "block_00/attention" if attention else "block_00/conv", "block_01/conv"]
+    return {"layers": names, "layer_sizes": [8, 8, 4], "fourier": {n: [0.0, -1.0, -2.0, -2.5] for n in names},
+            "high_frequency": [-2.5, -3.0, np.nan], "variance": [1.0, 0.5, 2.0],
+            "noise": {"frequencies_pi": [0.1, 0.9], "drop_points": [-1.0, -5.0], "clean_accuracy": 0.9},
+            "hessian": {"eigenvalues": [[3.0, -1.0], [2.0, 1.0]], "nep": 0.25, "ape": 2.0, "min": -1.0},
+            "landscape": {"axis": [-1.0, 0.0, 1.0], "loss": [[3, 2, 3], [2, 1, 2], [3, 2, 3]],
+                          "loss_at_optimum": 1.0, "nll_at_optimum": 0.9, "delta_at_half": 0.5, "delta_at_one": 1.0}}
+
+
+def test_figures_and_rows_from_results(tmp_path):
+    from posattn.plots import analysis as plots
+
+    results = {"ResNet": _fake_results(False), "ViT": _fake_results(True)}
+    for name in ("hessian_spectra", "fourier_profiles", "feature_variance", "loss_landscapes"):
+        assert len(getattr(plots, name)(results).axes) >= 2  # a panel per model (rendering is slow: not here)
+    plots.save(plots.noise_robustness(results), str(tmp_path / "noise.png"))
+    assert (tmp_path / "noise.png").stat().st_size > 1000
+    rows = claims.rows({"resnet": _fake_results(False), "vit_positional": _fake_results(True)})
+    by_claim = {r["claim"].split(":")[0] + str(i): r["ours"] for i, r in enumerate(rows)}
+    assert all(set(v) == {"resnet", "vit_positional"} for v in by_claim.values())
+    noise_09 = next(r for r in rows if r["claim"].startswith("Noise at 0.9"))
+    assert noise_09["ours"] == {"resnet": "-5.0", "vit_positional": "-5.0"}
+    fourier_att = next(r for r in rows if r["claim"].startswith("Fourier: attention"))
+    assert fourier_att["ours"] == {"resnet": "no attention", "vit_positional": "-0.50 (1 layers)"}
