@@ -12,7 +12,7 @@ How a workdir's recorded config may change when the run resumes is `posattn.visi
 import ml_collections
 
 from posattn.errors import ConfigError
-from posattn.vision.models import MODELS
+from posattn.vision.models import MODELS, alternet
 from posattn.vision.models.attention import ATTENTIONS
 
 
@@ -127,6 +127,8 @@ def apply_common_args(c: ml_collections.ConfigDict, args: dict) -> ml_collection
         c.model.attention = args["attention"]
     if "model" in args:
         c.model.name = args["model"]
+        if args["model"] == "alternet":  # the ViT variant of the base config names no AlterNet
+            c.model.variant = alternet.DEFAULT_VARIANT
     if args.get("local"):
         shrink_to_local(c)
     return c

@@ -43,6 +43,7 @@ from posattn.vision.models.sown import INTERMEDIATES, STEM, attention_weights, b
 _CONV_INIT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
 SIZES = {"XS": (16, 32, 64, 128), "18": (64, 128, 256, 512)}
 DEFAULT_MSAS = "0111"
+DEFAULT_VARIANT = f"XS/{DEFAULT_MSAS}"  # what the `alternet` config token selects
 BLOCKS_PER_STAGE = 2
 CHANNELS_PER_HEAD = 32
 WINDOW = 4  # PK22 on CIFAR
