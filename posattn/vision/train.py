@@ -22,7 +22,7 @@ from etils import epath
 
 from posattn import io
 from posattn.errors import ConfigError
-from posattn.mesh import batch_sharding, data_mesh, global_batch, initialize_distributed, replicated
+from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
 from posattn.vision import checkpoint, models, optim, resume
 from posattn.vision.data import augment
 from posattn.vision.setup import Setup, resolve
@@ -156,8 +156,9 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     raises ConfigError before config.json is rewritten (`resume.check_resume`).
 
     `devices` (default: all devices of all processes) lets a test run the same code on a sub-mesh.
+    Over several processes, `posattn.mesh.initialize_distributed` must have run first, before any
+    computation (the binary calls it; docs/distributed.md).
     """
-    initialize_distributed()
     mesh = data_mesh(devices)
     setup = resolve(config, mesh.devices.size)
     workdir = epath.Path(workdir)
