@@ -6,7 +6,8 @@ r"""Train an image classifier of the JSL22 image regime (SPEC 2) from a config f
 
 `--config=FILE[:ARG]` is an ml_collections config file (see tpu_configs/); any field can be overridden
 with `--config.FIELD=VALUE`. The workdir receives config.json, metrics.jsonl (one JSON object per log
-or eval step), summary.json and checkpoints/; a run started on a workdir that holds a checkpoint resumes
+or eval step) and tensorboard/ (the schema of docs/metrics.md), curves.png, summary.json and
+checkpoints/; a run started on a workdir that holds a checkpoint resumes
 from it. On a multi-host slice run the same command on every host; JAX detects TPU pods, Slurm and
 Open MPI itself, and --coordinator_address/--num_processes/--process_id start any other cluster
 (docs/distributed.md). Bad configs exit with status 2 and a
@@ -36,11 +37,19 @@ def main(argv):
         raise ConfigError("both --config=tpu_configs/NAME.py[:ARG] and --workdir=DIR are required")
     if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax, tfds); --verbosity=0 shows them
         logging.set_verbosity(logging.ERROR)
-    from posattn import mesh  # after flag parsing: a bad flag fails fast, before jax starts
+    from posattn import io, mesh  # after flag parsing: a bad flag fails fast, before jax starts
     from posattn.vision import train
 
     mesh.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    if io.is_writer():  # the curves of the whole record (a resumed run's included)
+        from posattn.plots import theory as theory_figures, vision as figures
+
+        config = _CONFIG.value
+        records = io.read_jsonl(f"{_WORKDIR.value}/metrics.jsonl")
+        kind = f" ({config.model.attention} attention)" if config.model.name == "vit" else ""
+        title = f"{config.dataset}: {config.model.name}{kind}"
+        theory_figures.write_png(figures.training_curves_figure(records, title), f"{_WORKDIR.value}/curves.png")
 
 
 def entry():

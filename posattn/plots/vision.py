@@ -76,3 +76,30 @@ def similarity_maps_figure(panels: dict, patches, grid_hw, threshold: float) -> 
     fig.suptitle(f"cosine similarity of positional embeddings (>= {threshold}, {h}x{w} grid)", fontsize=9)
     fig.colorbar(image, ax=axes, fraction=0.02)
     return fig
+
+
+def training_curves_figure(records: list[dict], title: str = "") -> Figure:
+    """An image run's metrics.jsonl (the schema of `posattn.metric_log`) over the steps: training and
+    test loss, then training and test error, as the theory binary draws its run."""
+    def series(key):
+        points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+        return [p[0] for p in points], [p[1] for p in points]
+
+    fig = Figure(figsize=(7, 6))
+    loss_ax, error_ax = fig.subplots(2, 1, sharex=True)
+    for key, style in (("train_loss", "-"), ("test_loss", "o-")):
+        loss_ax.plot(*series(key), style, ms=3, label=key.replace("_", " "))
+    steps, accuracy = series("train_accuracy")
+    error_ax.plot(steps, [100 * (1 - a) for a in accuracy], "-", label="train error")
+    steps, error = series("test_error")
+    error_ax.plot(steps, [100 * e for e in error], "o-", ms=3, label="test error")
+    loss_ax.set_ylabel("loss")
+    error_ax.set_ylabel("error (%)")
+    error_ax.set_xlabel("step")
+    error_ax.set_yscale("log")  # the last points of a run that learns are orders of magnitude lower
+    for ax in (loss_ax, error_ax):
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    loss_ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
