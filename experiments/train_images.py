@@ -1,4 +1,4 @@
-r"""Train an image classifier of the JSL22 image regime (SPEC 2) from a config file.
+r"""Train an image classifier of the JSL22 image regime (JSL22 Section 3) from a config file.
 
   python -m experiments.train_images --config=tpu_configs/digits.py --workdir=/tmp/digits
   python -m experiments.train_images --config=tpu_configs/cifar10.py:vanilla --workdir=DIR \
