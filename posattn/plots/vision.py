@@ -44,7 +44,9 @@ def compare_figure(summary: dict) -> Figure:
     kinds = list(summary["accuracy"])
     fig = Figure(figsize=(4.5, 4))
     ax = fig.subplots()
-    ax.boxplot([summary["accuracy"][k]["values"] for k in kinds], tick_labels=kinds, widths=0.5)
+    # showfliers=False: every seed is drawn as a point below, outliers included (not twice).
+    ax.boxplot([summary["accuracy"][k]["values"] for k in kinds], tick_labels=kinds, widths=0.5,
+               showfliers=False)
     for i, k in enumerate(kinds, start=1):
         v = summary["accuracy"][k]["values"]
         ax.scatter(np.full(len(v), i) + np.linspace(-0.08, 0.08, len(v)), v, s=10, alpha=0.6)
@@ -55,25 +57,35 @@ def compare_figure(summary: dict) -> Figure:
 
 
 def similarity_maps_figure(panels: dict, patches, grid_hw, threshold: float) -> Figure:
-    """Figures 1a / 5c: one row per panel (e.g. "as trained", "un-permuted"), one thresholded similarity
-    map per chosen patch (the patch itself outlined in red)."""
+    """Figures 1a / 5c: one row per panel (e.g. "as trained", "un-permuted"), one similarity map per
+    chosen patch (the patch itself outlined in red).
+
+    The whole cosine range is drawn on a diverging scale centred at 0, with the paper's threshold as a
+    black contour: in small trained models often only the patch itself passes 0.55, and blanking the
+    rest (the paper's presentation) would hide the neighbourhood structure that is there.
+    """
     h, w = grid_hw
-    fig = Figure(figsize=(1.3 * len(patches) + 1, 1.5 * len(panels) + 0.6))
-    axes = fig.subplots(len(panels), len(patches), squeeze=False)
+    cols = min(len(patches), 8)
+    rows_per_panel = -(-len(patches) // cols)
+    size = 1.9  # inches per map: large enough to read a 4 x 4 or 8 x 8 grid
+    fig = Figure(figsize=(size * cols + 1.2, size * rows_per_panel * len(panels) + 0.8))
+    axes = fig.subplots(rows_per_panel * len(panels), cols, squeeze=False)
     image = None
     for r, (title, maps) in enumerate(panels.items()):
-        for c, i in enumerate(patches):
-            ax = axes[r, c]
-            image = ax.imshow(maps[i], vmin=threshold, vmax=1.0, cmap="viridis")
+        for n, i in enumerate(patches):
+            ax = axes[r * rows_per_panel + n // cols, n % cols]
+            image = ax.imshow(maps[i], vmin=-1.0, vmax=1.0, cmap="RdBu_r")
+            if np.nanmax(maps[i]) > threshold:
+                ax.contour(maps[i], levels=[threshold], colors="k", linewidths=1.0)
             ax.add_patch(Rectangle((i % w - 0.5, i // w - 0.5), 1, 1, fill=False, ec="red", lw=1.5))
-            ax.set_xticks([])
-            ax.set_yticks([])
-            ax.set_facecolor("#eeeeee")
-            if r == 0:
-                ax.set_title(f"patch {i}", fontsize=8)
-            if c == 0:
-                ax.set_ylabel(title, fontsize=8)
-    fig.suptitle(f"cosine similarity of positional embeddings (>= {threshold}, {h}x{w} grid)", fontsize=9)
+            ax.set_title(f"{title}: patch {i}" if n == 0 else f"patch {i}", fontsize=8)
+        for n in range(len(patches), rows_per_panel * cols):
+            axes[r * rows_per_panel + n // cols, n % cols].set_visible(False)
+    for ax in axes.flat:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle(f"cosine similarity of positional embeddings ({h}x{w} grid; black contour: "
+                 f"{threshold}, JSL22 Fig. 1a's threshold)", fontsize=9)
     fig.colorbar(image, ax=axes, fraction=0.02)
     return fig
 
