@@ -7,6 +7,7 @@ the caller saves it, e.g. `fig.savefig(path, dpi=120)`.
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from posattn.vision.sweep import LABELS
 
@@ -108,7 +109,12 @@ def training_curves_figure(records: list[dict], title: str = "") -> Figure:
     loss_ax.set_ylabel("loss")
     error_ax.set_ylabel("error (%)")
     error_ax.set_xlabel("step")
-    error_ax.set_yscale("log")  # the last points of a run that learns are orders of magnitude lower
+    errors = [100 * (1 - a) for a in accuracy] + [100 * e for e in error]
+    positive = [e for e in errors if e > 0]
+    if positive and max(positive) > 10 * min(positive):  # a run that learns: errors span decades
+        error_ax.set_yscale("log")
+        error_ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        error_ax.yaxis.set_minor_formatter(NullFormatter())
     for ax in (loss_ax, error_ax):
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
