@@ -30,5 +30,9 @@ def test_similarity_maps_show_the_whole_range_and_the_threshold():
     maps = np.linspace(-1, 1, 16 * 16).reshape(16, 4, 4)
     fig = vision.similarity_maps_figure({"as trained": maps}, list(range(16)), (4, 4), 0.55)
     images = [im for ax in fig.axes for im in ax.get_images()]
+    # The scale is that of the other patches (|similarity| up to 1 here), the patch itself blank.
     assert len(images) == 16 and images[0].get_clim() == (-1.0, 1.0)
+    assert np.ma.is_masked(images[5].get_array()[1, 1])  # NaN, drawn grey
+    small = vision.similarity_maps_figure({"p": 0.2 * maps}, [0, 1], (4, 4), 0.55)
+    assert small.axes[0].get_images()[0].get_clim() == (-0.2, 0.2)
     assert fig.get_size_inches()[0] > 10  # 8 maps a row, each large enough to read

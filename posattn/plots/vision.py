@@ -4,6 +4,7 @@ similarity maps) and Figures 6/7 (vanilla vs positional attention over seeds).
 Each function returns a `matplotlib.figure.Figure` (no pyplot: the user's backend is never touched);
 the caller saves it, e.g. `fig.savefig(path, dpi=120)`.
 """
+import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -57,13 +58,21 @@ def compare_figure(summary: dict) -> Figure:
     return fig
 
 
+def _without_self(map_hxw, i: int, w: int) -> np.ndarray:
+    out = np.array(map_hxw, dtype=float)
+    out[i // w, i % w] = np.nan
+    return out
+
+
 def similarity_maps_figure(panels: dict, patches, grid_hw, threshold: float) -> Figure:
     """Figures 1a / 5c: one row per panel (e.g. "as trained", "un-permuted"), one similarity map per
     chosen patch (the patch itself outlined in red).
 
-    The whole cosine range is drawn on a diverging scale centred at 0, with the paper's threshold as a
-    black contour: in small trained models often only the patch itself passes 0.55, and blanking the
-    rest (the paper's presentation) would hide the neighbourhood structure that is there.
+    Every similarity is drawn on a diverging scale centred at 0 and as wide as the largest |similarity|
+    between two different patches (the patch itself, always 1, is drawn grey), with the paper's
+    threshold as a black contour where a map reaches it: in small trained models often only the patch
+    itself passes 0.55, and the paper's presentation (blank below 0.55) would hide the structure that is
+    there.
     """
     h, w = grid_hw
     cols = min(len(patches), 8)
@@ -71,13 +80,17 @@ def similarity_maps_figure(panels: dict, patches, grid_hw, threshold: float) -> 
     size = 1.9  # inches per map: large enough to read a 4 x 4 or 8 x 8 grid
     fig = Figure(figsize=(size * cols + 1.2, size * rows_per_panel * len(panels) + 0.8))
     axes = fig.subplots(rows_per_panel * len(panels), cols, squeeze=False)
+    others = {title: [_without_self(maps[i], i, w) for i in patches] for title, maps in panels.items()}
+    scale = max(float(np.nanmax(np.abs(m))) for ms in others.values() for m in ms)
+    scale = min(1.0, np.ceil(max(scale, 1e-3) * 20) / 20)  # to the next 0.05
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#bbbbbb")
     image = None
     for r, (title, maps) in enumerate(panels.items()):
         for n, i in enumerate(patches):
             ax = axes[r * rows_per_panel + n // cols, n % cols]
-            image = ax.imshow(maps[i], vmin=-1.0, vmax=1.0, cmap="RdBu_r")
-            if np.nanmax(maps[i]) > threshold:
-                ax.contour(maps[i], levels=[threshold], colors="k", linewidths=1.0)
+            image = ax.imshow(others[title][n], vmin=-scale, vmax=scale, cmap=cmap)
+            if np.nanmax(others[title][n]) > threshold:
+                ax.contour(others[title][n], levels=[threshold], colors="k", linewidths=1.0)
             ax.add_patch(Rectangle((i % w - 0.5, i // w - 0.5), 1, 1, fill=False, ec="red", lw=1.5))
             ax.set_title(f"{title}: patch {i}" if n == 0 else f"patch {i}", fontsize=8)
         for n in range(len(patches), rows_per_panel * cols):
@@ -85,8 +98,8 @@ def similarity_maps_figure(panels: dict, patches, grid_hw, threshold: float) -> 
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.suptitle(f"cosine similarity of positional embeddings ({h}x{w} grid; black contour: "
-                 f"{threshold}, JSL22 Fig. 1a's threshold)", fontsize=9)
+    fig.suptitle(f"cosine similarity of positional embeddings to the patch outlined in red (grey: itself, "
+                 f"1); {h}x{w} grid; black contour: {threshold}, JSL22 Fig. 1a's threshold", fontsize=9)
     fig.colorbar(image, ax=axes, fraction=0.02)
     return fig
 
