@@ -146,7 +146,7 @@ def figure2_figure(history, A, block_mask, overlap: float, chance: float) -> Fig
     axes[2].imshow(np.asarray(block_mask), cmap="Greys")
     axes[2].set_title("2x2 blocks of the labeller", fontsize=10)
     _patch_ticks(axes[2])
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.96))  # room for the two-line title
     return fig
 
 
