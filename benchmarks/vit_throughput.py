@@ -1,4 +1,4 @@
-r"""Training throughput of vanilla vs positional attention in ViTs of the same shape (issue 6, SPEC 2.1).
+r"""Training throughput of vanilla vs positional attention in ViTs of the same shape (JSL22 Definition 3.2; docs/decisions.md, Models).
 
     python -m benchmarks.vit_throughput                      # writes its section of docs/benchmarks.md
     python -m benchmarks.vit_throughput --batch_cifar=512 --batch_imagenet=256 --steps=20 \

@@ -4,7 +4,8 @@ r"""Positional-embedding similarity maps of a trained ViT, JSL22 Figures 1a and 
 
 TRAINED_RUN is a train_images workdir (config.json + checkpoints/), e.g. a cell of experiments.permuted.
 Writes into --out (default: the run's workdir) posemb_similarity.png, the cosine similarity of chosen
-patches' positional embeddings to every patch of the grid, thresholded at 0.55 as in the paper; for a
+patches' positional embeddings to every patch of the grid, with the paper's 0.55 threshold as a
+contour (docs/decisions.md, Analysis and figures); for a
 run on permuted pixels (config.permute_block > 0) a second row with the same maps after undoing the
 permutation. posemb_similarity.json holds the number: the mean similarity of grid neighbours
 (4-neighbours) against non-neighbours, on the grid as trained and un-permuted, with a shuffle test;
@@ -21,7 +22,7 @@ from posattn.errors import ConfigError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A trained ViT run (train_images workdir).")
 _OUT = flags.DEFINE_string("out", None, "Output directory (default: --workdir).")
-_THRESHOLD = flags.DEFINE_float("threshold", 0.55, "Similarities below it are drawn blank (Fig. 1a).")
+_THRESHOLD = flags.DEFINE_float("threshold", 0.55, "Level drawn as a contour on the maps (Fig. 1a's threshold).")
 _PATCHES = flags.DEFINE_string("patches", "", "Patches to draw (row-major indices); default: all on "
                                "grids up to 4x4, else 8 spread over the grid.")
 _BLOCK = flags.DEFINE_integer("block", 0, "With one P per block (pos_shared=False): whose P, from 0. A run "
@@ -74,7 +75,7 @@ def main(argv):
         panels["un-permuted"] = posemb.unpermute_embedding(P, g, patch, perm)
     maps = {}
     for name, emb in panels.items():
-        maps[name] = posemb.thresholded(posemb.similarity_maps(emb), _THRESHOLD.value)
+        maps[name] = posemb.similarity_maps(emb)  # whole range; the threshold is drawn as a contour
         sim = posemb.cosine_similarity(emb.reshape(grid[0] * grid[1], -1))
         stats[name] = posemb.neighbour_statistic(sim, grid)
         if len(panels) > 1 and g > patch:  # (with g = patch every neighbour pair is across blocks)

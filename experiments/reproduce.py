@@ -54,5 +54,10 @@ def main(argv):
     print(f"{total:.0f}s; report in {workdir}/report.md")
 
 
-if __name__ == "__main__":
+def entry():
+    """The console script (`posattn-reproduce`, see pyproject.toml)."""
     cli.run(main)
+
+
+if __name__ == "__main__":
+    entry()

@@ -8,10 +8,10 @@ r"""JSL22's theory regime end to end: GD on Eq. (T), patch association and the t
 `--config=FILE[:PRESET]` is an ml_collections config file, by default the presets of
 `posattn/theory/presets.py` (`phases`, `small`, `paper`, `fig2`; `phases` when none is given); any
 field can be overridden with `--config.FIELD=VALUE`: seed, seeds (runs seed, seed+1, ... vmapped in one
-compiled call; figures show the first), overlay_N, theory.* (`TheoryConfig`) and gd.* (`GDConfig`). Writes into
---workdir: config.json, metrics.jsonl, attention.png, dynamics.png, test_error.png, summary.json and
-summary.md; with --config.gd.risk=population_exact also overlay.png (GD on (E) at each overlay_N from the
-same start, beside the exact (P) run).
+compiled call; figures show the first), overlay_N, theory.* (`TheoryConfig`) and gd.* (`GDConfig`).
+Writes into --workdir: config.json, metrics.jsonl and tensorboard/ (docs/metrics.md), attention.png,
+dynamics.png, test_error.png, summary.json and summary.md; with --config.gd.risk=population_exact also
+overlay.png (GD on (E) at each overlay_N from the same start, beside the exact (P) run).
 """
 import dataclasses
 import os
@@ -60,7 +60,7 @@ def main(argv):
 
     seeds = list(range(config.seed, config.seed + config.seeds))
     key = keys.seed_key(config.seed)
-    progress = run_report.Progress(path("metrics.jsonl"), gd.steps)
+    progress = run_report.Progress(workdir, gd.steps)
     t0 = time.perf_counter()
     if config.seeds == 1:
         result = gd_lib.fit(key, theory, gd, on_eval=progress)
@@ -71,6 +71,7 @@ def main(argv):
         pick = lambda tree, i: jax.tree.map(lambda a: a[i], tree)
         runs = [({k: (v if k == "step" else v[:, i]) for k, v in result.history.items()},
                  pick(result.params, i), pick(result.task, i)) for i in range(len(seeds))]
+    progress.close()
     per_seed = [run_report.seed_summary(s, *run, theory, gd) for s, run in zip(seeds, runs)]
     summary = run_report.run_summary(config.preset, per_seed, gd, time.perf_counter() - t0)
 
@@ -96,7 +97,12 @@ def main(argv):
     print(f"results in {workdir}")
 
 
-if __name__ == "__main__":
+def entry():
+    """`python -m experiments.theory` and the console script `posattn-theory` (see pyproject.toml)."""
     if not any(arg == "--config" or arg.startswith("--config=") for arg in sys.argv[1:]):
         sys.argv.insert(1, f"--config={PRESETS_FILE}")
     cli.run(main)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,4 +1,4 @@
-r"""Train an image classifier of the JSL22 image regime (SPEC 2) from a config file.
+r"""Train an image classifier of the JSL22 image regime (JSL22 Section 3) from a config file.
 
   python -m experiments.train_images --config=tpu_configs/digits.py --workdir=/tmp/digits
   python -m experiments.train_images --config=tpu_configs/cifar10.py:vanilla --workdir=DIR \
@@ -6,8 +6,11 @@ r"""Train an image classifier of the JSL22 image regime (SPEC 2) from a config f
 
 `--config=FILE[:ARG]` is an ml_collections config file (see tpu_configs/); any field can be overridden
 with `--config.FIELD=VALUE`. The workdir receives config.json, metrics.jsonl (one JSON object per log
-or eval step), summary.json and checkpoints/; a run started on a workdir that holds a checkpoint resumes
-from it. On a multi-host slice run the same command on every host. Bad configs exit with status 2 and a
+or eval step) and tensorboard/ (the schema of docs/metrics.md), curves.png, summary.json and
+checkpoints/; a run started on a workdir that holds a checkpoint resumes
+from it. On a multi-host slice run the same command on every host; JAX detects TPU pods, Slurm and
+Open MPI itself, and --coordinator_address/--num_processes/--process_id start any other cluster
+(docs/distributed.md). Bad configs exit with status 2 and a
 one-line message, before any heavy work.
 """
 from absl import flags, logging
@@ -18,6 +21,13 @@ from posattn.errors import ConfigError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. tpu_configs/digits.py[:ARG].")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the summary.")
+# jax.distributed.initialize's own arguments, for clusters it does not detect (docs/distributed.md).
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None, "Multi-process run without a cluster JAX "
+                                   "detects: host:port of process 0 (or set JAX_COORDINATOR_ADDRESS).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-process run without a detected "
+                                      "cluster: the number of processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-process run without a detected cluster: "
+                                   "this process's index, from 0.")
 
 
 def main(argv):
@@ -27,10 +37,25 @@ def main(argv):
         raise ConfigError("both --config=tpu_configs/NAME.py[:ARG] and --workdir=DIR are required")
     if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax, tfds); --verbosity=0 shows them
         logging.set_verbosity(logging.ERROR)
-    from posattn.vision import train  # after flag parsing: a bad flag fails fast, before jax starts
+    from posattn import io, mesh  # after flag parsing: a bad flag fails fast, before jax starts
+    from posattn.vision import train
 
+    mesh.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    if io.is_writer():  # the curves of the whole record (a resumed run's included)
+        from posattn.plots import theory as theory_figures, vision as figures
+
+        config = _CONFIG.value
+        records = io.read_jsonl(f"{_WORKDIR.value}/metrics.jsonl")
+        kind = f" ({config.model.attention} attention)" if config.model.name == "vit" else ""
+        title = f"{config.dataset}: {config.model.name}{kind}"
+        theory_figures.write_png(figures.training_curves_figure(records, title), f"{_WORKDIR.value}/curves.png")
+
+
+def entry():
+    """The console script (`posattn-train-images`, see pyproject.toml)."""
+    cli.run(main)
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    entry()

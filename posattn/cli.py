@@ -16,15 +16,25 @@ from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 from posattn.errors import ConfigError
 
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository, where tpu_configs/ lies
+# Where a relative config path such as "tpu_configs/digits.py" or "posattn/theory/presets.py" is looked
+# for when the current directory does not hold it: the repository (a checkout or an editable install),
+# and the installed package, where setup.py puts tpu_configs/ as posattn/tpu_configs/.
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIG_ROOTS = (ROOT, ROOT / "posattn")
+
+
+def find_config_file(path: str) -> str:
+    """`path` if it exists from the current directory, else the same relative path under the repository
+    or the installed package (`CONFIG_ROOTS`), so config files are found from any directory; `path`
+    unchanged when none holds it (the caller reports it)."""
+    if os.path.isabs(path) or os.path.exists(path):
+        return path
+    return next((str(root / path) for root in CONFIG_ROOTS if (root / path).is_file()), path)
 
 
 def load_config(path: str, arg: str | None = None):
-    """`get_config(arg)` of a config file such as "tpu_configs/digits.py" (relative to the current
-    directory, else to the repository)."""
-    file = pathlib.Path(path)
-    if not file.is_absolute() and not file.exists():
-        file = ROOT / file
+    """`get_config(arg)` of a config file such as "tpu_configs/digits.py" (`find_config_file`)."""
+    file = pathlib.Path(find_config_file(path))
     if not file.is_file():
         raise ConfigError(f"config file {path} not found: use one of tpu_configs/*.py")
     spec = importlib.util.spec_from_file_location(file.stem, file)
@@ -59,21 +69,46 @@ def _flag_value(argv, name: str) -> str | None:
     return value
 
 
-def _check_config_files(argv) -> None:
-    """Fail unless the file of every ml_collections config-file flag (FILE[:ARG]) exists.
+def _replace_flag_value(argv: list[str], name: str, value: str) -> None:
+    """Set the last value argv gives flag `name` (as `_flag_value` reads it) to `value`, in place; a
+    flag given only by its default is added."""
+    last = None
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "--":
+            break
+        if arg.startswith("-") and arg.lstrip("-").partition("=")[0] == name:
+            last = i
+    if last is None:
+        argv.insert(1, f"--{name}={value}")
+    elif "=" in argv[last]:
+        argv[last] = f"--{name}={value}"
+    else:
+        argv[last + 1] = value
+
+
+def _resolve_config_files(argv) -> list[str]:
+    """argv with every ml_collections config-file flag's FILE (of FILE[:ARG]) found by
+    `find_config_file`; fail unless each exists.
 
     ml_collections keeps a missing file as a placeholder that raises only when the config is first
     used (or, with `--config.FIELD` overrides, while the flags parse), with a traceback either way.
     """
+    argv = list(argv)
     for name in list(flags.FLAGS):
         flag = flags.FLAGS[name]
         if not isinstance(flag.parser, ConfigFileFlagParser):
             continue
         value = _flag_value(argv, name) or getattr(flag, "default_unparsed", None)
-        path = (value or "").split(":", 1)[0]
-        if value is not None and not os.path.isfile(path):
+        path, colon, arg = (value or "").partition(":")
+        if value is None:
+            continue
+        found = find_config_file(path)
+        if not os.path.isfile(found):
             where = "" if os.path.isabs(path) else f" (relative to the current directory {os.getcwd()})"
             fail(f"--{name}={value}: config file {path!r} not found{where}")
+        if found != path:
+            _replace_flag_value(argv, name, f"{found}{colon}{arg}")
+    return argv
 
 
 def _config_error(e: BaseException) -> ConfigError | None:
@@ -90,7 +125,7 @@ def _config_error(e: BaseException) -> ConfigError | None:
 
 
 def _parse_flags(argv):
-    _check_config_files(argv)
+    argv = _resolve_config_files(argv)
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:

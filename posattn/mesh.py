@@ -4,7 +4,8 @@ The same jitted step runs on one CPU, one GPU or a TPU pod slice: the sample (ba
 sharded along "data", parameters are replicated, and XLA inserts the reductions. Axis type `Auto` lets
 the compiler propagate shardings, as `jit` with `in_shardings`/`out_shardings` expects.
 
-Over several processes (hosts), `initialize_distributed` starts `jax.distributed` before any computation,
+Over several processes (hosts), `initialize_distributed` starts `jax.distributed` before any computation
+(docs/distributed.md),
 and each process feeds its own slice of a global batch: `global_batch` stitches the slices into one
 global array (`jax.make_array_from_process_local_data`), so the jitted step sees the whole batch as if it
 ran on a single device.
@@ -54,44 +55,36 @@ def map_runs(fn, keys, *shared):
         keys, *shared)
 
 
-# Variables that, when set, ask for a multi-process run with an explicit coordinator (e.g. two CPU
-# processes on loopback, or GPU hosts without a cluster manager).
-COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
-NUM_PROCESSES_ENV = "JAX_NUM_PROCESSES"
-PROCESS_ID_ENV = "JAX_PROCESS_ID"
+def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
+                           process_id: int | None = None) -> None:
+    """Start `jax.distributed` for a multi-process run; a single-process run is left as it is.
 
-
-def _managed_cluster() -> bool:
-    """True on a multi-host TPU slice, a multi-task Slurm job or a multi-rank Open MPI job."""
-    env = os.environ
-    tpu_hosts = env.get("TPU_WORKER_HOSTNAMES") or env.get("TPU_PROCESS_ADDRESSES") or ""
-    return (
-        "," in tpu_hosts
-        or int(env.get("SLURM_NTASKS", "1")) > 1
-        or int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1
-    )
-
-
-def initialize_distributed() -> None:
-    """Call `jax.distributed.initialize()` when the environment asks for a multi-process run.
-
-    Explicit: JAX_COORDINATOR_ADDRESS=host:port, JAX_NUM_PROCESSES=n and JAX_PROCESS_ID=i (all three).
-    Implicit: a multi-host TPU slice, Slurm or Open MPI job, whose parameters jax detects itself.
-    Does nothing in a single-process run or if already initialised. Must run before any computation.
+    With no arguments, `jax.distributed.initialize()` detects the cluster itself (a Cloud TPU pod
+    slice, a Slurm job, Open MPI, and whatever else the installed JAX knows, reading its own variables
+    such as JAX_COORDINATOR_ADDRESS); where it detects none (one machine, no cluster manager) the run
+    is single-process. The arguments are `jax.distributed.initialize`'s own, for clusters JAX does not
+    detect (e.g. GPU hosts started by hand): give num_processes and process_id, and the coordinator's
+    host:port (or set JAX_COORDINATOR_ADDRESS). docs/distributed.md shows each case. Does nothing if
+    already initialised. Must run before any computation.
     """
     if jax.distributed.is_initialized():
         return
-    names = (COORDINATOR_ENV, NUM_PROCESSES_ENV, PROCESS_ID_ENV)
-    explicit = [os.environ.get(k) for k in names]
-    if any(explicit):
-        if not all(explicit):
-            raise ConfigError(f"a multi-process run needs all of {', '.join(names)} set; "
-                              f"got {dict(zip(names, explicit))}")
-        jax.distributed.initialize(
-            coordinator_address=explicit[0], num_processes=int(explicit[1]), process_id=int(explicit[2])
-        )
-    elif _managed_cluster():
-        jax.distributed.initialize()
+    explicit = {"coordinator_address": coordinator_address, "num_processes": num_processes,
+                "process_id": process_id}
+    given = {k: v for k, v in explicit.items() if v is not None}
+    try:
+        jax.distributed.initialize(**given)
+    except ValueError as e:
+        # JAX raises ValueError when it detected no cluster and lacks an argument; that is a single
+        # process unless the user asked for several (an argument, or JAX's coordinator variable).
+        if given or os.environ.get(COORDINATOR_ENV):
+            raise ConfigError(f"multi-process start-up failed ({e}); with no cluster that JAX detects, "
+                              f"give coordinator_address (or {COORDINATOR_ENV}), num_processes and "
+                              f"process_id: see docs/distributed.md") from e
+
+
+# JAX's own variable for the coordinator's host:port (read by `jax.distributed.initialize`).
+COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
 
 
 def global_batch(local_batch: dict, mesh: jax.sharding.Mesh) -> dict:

@@ -10,7 +10,7 @@ Hardware: one TPU v4-8 slice (the same command runs on every host of a larger sl
 GPU. Expected wall-clock: about 1 hour on either (an estimate from the FLOP count, ~2.2 GFLOP per
 training image, 10M training images; not measured here).
 
-Recipe [D]: depth 12, width 192, 3 heads, MLP 768, patch 4 (64 tokens), global average
+Recipe (docs/decisions.md, Recipes): depth 12, width 192, 3 heads, MLP 768, patch 4 (64 tokens), global average
 pooling, AdamW (lr 1e-3, weight decay 0.05), 5 epochs of linear warm-up then cosine decay, 200 epochs
 at batch 512, random crop (pad 4) + flip + RandAugment(2, 9), label smoothing 0.1.
 

@@ -1,4 +1,4 @@
-r"""The offline benchmark: scikit-learn's 8 x 8 handwritten digits, a small ViT with patch 2 (SPEC 5).
+r"""The offline benchmark: scikit-learn's 8 x 8 handwritten digits, a small ViT with patch 2 (docs/decisions.md, Recipes).
 
 Command (no data to prepare; runs on a laptop CPU):
 
@@ -13,7 +13,7 @@ cores). Expected test accuracy (360 held-out images): >= 95% for both attention 
 (measured numbers in docs/image_regime.md). The paper has no digits experiment; this config exists to
 check the whole stack end to end offline.
 
-Recipe [D]: batch 128, 1500 steps (about 130 epochs of the 1,437 training images), AdamW (lr 1e-3,
+Recipe (docs/decisions.md, Recipes): batch 128, 1500 steps (about 130 epochs of the 1,437 training images), AdamW (lr 1e-3,
 weight decay 0.05), 100 warm-up steps then cosine decay, random crop after 1 pixel of zero padding, no
 flip (digits are not mirror-symmetric), label smoothing 0.1. The `resnet18` (or `vgg16`) argument keeps
 the recipe but trains for 200 steps (about 18 epochs), enough for a CNN on 8 x 8 digits; with

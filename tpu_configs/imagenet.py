@@ -13,7 +13,7 @@ Expected wall-clock: about 4-6 hours (an estimate scaled from big_vision's publi
 host-side JPEG decoding and resizing may dominate; not measured here). Evaluation uses the validation
 split (ImageNet's test labels are not public).
 
-Recipe [D, the DeiT-Ti recipe within the fields of this stack]: ViT-Ti/16 (depth 12, width 192, 3 heads,
+Recipe (docs/decisions.md, Recipes: the DeiT-Ti recipe within the fields of this stack): ViT-Ti/16 (depth 12, width 192, 3 heads,
 MLP 768), 300 epochs at batch 1024, AdamW (lr 1e-3 = 5e-4 x 1024/512, weight decay 0.05), 5 epochs of
 warm-up then cosine decay, random crop + flip, RandAugment(2, 9), mixup 0.8, label smoothing 0.1,
 bfloat16 compute. (DeiT also uses CutMix, random erasing, repeated augmentation and stochastic depth,

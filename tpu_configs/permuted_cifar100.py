@@ -1,5 +1,5 @@
 r"""Permuted CIFAR-100: ViT (patch 2), ResNet-18 or VGG-16 on images whose g x g pixel blocks are shuffled
-by one fixed random permutation (the same for train and test): JSL22 Figure 5 (SPEC 2.2).
+by one fixed random permutation (the same for train and test): JSL22 Figure 5.
 
 The argument is `[MODEL,]G[,local]` with MODEL in vit (default), resnet18, vgg16 and G the block size
 (default 2; 32 = one block = unpermuted). The sweep of Figure 5:
@@ -15,7 +15,7 @@ Hardware: one TPU v4-8 slice or one A100/H100 GPU per run. Expected wall-clock: 
 tokens) about 4 hours, ResNet-18 about 1 hour, VGG-16 about 40 minutes (estimates from FLOP counts; not
 measured here).
 
-Recipe [D]: 200 epochs at batch 512, AdamW (lr 1e-3 for the ViT, 2e-3 for the CNNs, weight decay 0.05),
+Recipe (docs/decisions.md, Recipes): 200 epochs at batch 512, AdamW (lr 1e-3 for the ViT, 2e-3 for the CNNs, weight decay 0.05),
 warm-up then cosine decay, label smoothing 0.1, and the augmentation of the other CIFAR configs
 (random crop after 4 pixels of padding, flip, RandAugment(2, 9)): the paper's unpermuted CNNs (ResNet
 79.9%, VGG 76.2%) are augmented-training numbers. Each training image is

@@ -10,7 +10,7 @@ Command (data prepared once with
 Hardware: one TPU v4-8 slice or one A100/H100 GPU. Expected wall-clock: about 1.5 hours (an estimate from
 the FLOP count, ~2.2 GFLOP per training image, 14.7M training images; not measured here).
 
-Recipe [D, SPEC 2.2]: the CIFAR recipe (depth 12, width 192, 3 heads, MLP 768, patch 4, AdamW, warm-up
+Recipe (docs/decisions.md, Recipes): the CIFAR recipe (depth 12, width 192, 3 heads, MLP 768, patch 4, AdamW, warm-up
 + cosine, 200 epochs at batch 512, label smoothing 0.1) with random crop but no horizontal flip and no
 RandAugment: digits are not mirror-symmetric.
 

@@ -7,6 +7,7 @@ Each function returns a `matplotlib.figure.Figure` built without pyplot (no back
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 PHASE_COLOURS = {"I": "#fde0c5", "II": "#c6dbef", "III": "#c7e9c0"}
 DPI = 120
@@ -23,18 +24,35 @@ def _blank_diagonal(A) -> np.ndarray:
     return A
 
 
+def _show_A(fig, ax, A) -> None:
+    """A with its diagonal blanked, on a colour scale set by the 2nd-98th percentiles of the rest (a
+    few large entries would otherwise flatten the structure; the colour bar's arrows mark the clipping),
+    on integer patch-index ticks."""
+    A = _blank_diagonal(A)
+    lo, hi = np.nanpercentile(A, [2, 98])
+    extend = {(False, False): "neither", (True, False): "min", (False, True): "max", (True, True): "both"}[
+        (bool(np.nanmin(A) < lo), bool(np.nanmax(A) > hi))]
+    im = ax.imshow(A, cmap="viridis", vmin=lo, vmax=hi)
+    fig.colorbar(im, ax=ax, fraction=0.046, extend=extend)
+    _patch_ticks(ax)
+
+
+def _patch_ticks(ax) -> None:
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("patch j")
+    ax.set_ylabel("patch i")
+
+
 def attention_figure(A, block_mask, title: str = "learned A") -> Figure:
     """The learned A (diagonal blanked: it is frozen) beside the true same-set mask (Definition 2.2)."""
-    fig = Figure(figsize=(8, 3.8))
+    fig = Figure(figsize=(8.5, 3.8))
     axes = fig.subplots(1, 2)
-    im = axes[0].imshow(_blank_diagonal(A), cmap="viridis")
-    axes[0].set_title(f"{title} (diagonal blanked)")
-    fig.colorbar(im, ax=axes[0], fraction=0.046)
+    _show_A(fig, axes[0], A)
+    axes[0].set_title(f"{title} (diagonal blanked)", fontsize=10)
     axes[1].imshow(np.asarray(block_mask), cmap="Greys")
-    axes[1].set_title("true sets S_l (same-set mask)")
-    for ax in axes:
-        ax.set_xlabel("j")
-        ax.set_ylabel("i")
+    axes[1].set_title("true sets S_l (same-set mask)", fontsize=10)
+    _patch_ticks(axes[1])
     fig.tight_layout()
     return fig
 
@@ -118,18 +136,20 @@ def overlay_figure(exact_history, runs, phases=None) -> Figure:
 
 def figure2_figure(history, A, block_mask, overlap: float, chance: float) -> Figure:
     """JSL22 Figure 2: test error over GD steps (left), the learned A (middle) beside the 2x2 blocks."""
-    fig = Figure(figsize=(13, 3.8))
+    fig = Figure(figsize=(14, 4.2))
     axes = fig.subplots(1, 3)
     axes[0].plot(history["step"], 100 * np.asarray(history["test_error"]))
     axes[0].set_xlabel("GD step")
     axes[0].set_ylabel("test error (%)")
-    axes[0].set_title("Gaussian patches, cubic-CNN labels")
-    im = axes[1].imshow(_blank_diagonal(A), cmap="viridis")
-    fig.colorbar(im, ax=axes[1], fraction=0.046)
-    axes[1].set_title(f"learned A: off-diagonal top-(C-1) in block {overlap:.2f} (chance {chance:.2f})")
+    axes[0].set_title("Gaussian patches, cubic-CNN labels", fontsize=10)
+    _show_A(fig, axes[1], A)
+    # Two short lines: one long title ran into its neighbours.
+    axes[1].set_title(f"learned A (diagonal blanked)\noff-diagonal top-(C-1) in block: {overlap:.2f} "
+                      f"(chance {chance:.2f})", fontsize=10)
     axes[2].imshow(np.asarray(block_mask), cmap="Greys")
-    axes[2].set_title("2x2 blocks of the labeller")
-    fig.tight_layout()
+    axes[2].set_title("2x2 blocks of the labeller", fontsize=10)
+    _patch_ticks(axes[2])
+    fig.tight_layout(rect=(0, 0, 1, 0.96))  # room for the two-line title
     return fig
 
 

@@ -12,3 +12,4 @@ from posattn.theory.metrics import (parameter_metrics, patch_association, top_c_
                                     within_across_means)
 from posattn.theory.model import attention, empirical_risk, forward, init_params, sigma
 from posattn.theory.step import gd_update, train_chunk
+from posattn.theory.presets import PRESETS, get_preset

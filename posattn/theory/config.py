@@ -45,10 +45,12 @@ class TheoryConfig:
         the shared form; the `fig2` preset uses it (see presets.py).
     """
 
+    # The defaults are the `small` preset of `posattn.theory.presets` (a run that learns patch
+    # association in about 15 s on a CPU); docs/decisions.md says why q = 0.4.
     D: int = 16
     C: int = 4
     d: int = 32
-    q: float = 2 / 3
+    q: float = 0.4
     noise_std: float | None = None
     partition: Literal["grid", "random"] = "grid"
     noise: Literal["orthogonal", "isotropic"] = "orthogonal"
@@ -128,14 +130,16 @@ class GDConfig:
 
     risk: Literal["empirical", "population_mc", "population_exact"] = "empirical"
     population_method: Literal["multiset", "general"] = "multiset"
-    N: int = 2000
+    # The defaults are the `small` preset's (with TheoryConfig's defaults, d = 32): a0 = sqrt(d) and
+    # lr_A >> lr, without which GD never leaves uniform attention (docs/decisions.md).
+    N: int = 20_000
     steps: int = 2000
-    lr: float = 0.1
-    lr_A: float | None = None
+    lr: float = 0.01
+    lr_A: float | None = 30.0
     eval_every: int = 50
     n_test: int = 10_000
     n_final_test: int = 100_000
-    a0: float = 0.0
+    a0: float = math.sqrt(32)
     v_init: Literal["random", "aligned"] = "random"
     v_std: float = 0.02
 

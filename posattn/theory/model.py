@@ -8,12 +8,14 @@ Parameters are a plain dict {"A": (D, D), "v": (d,)}; the diagonal of A is froze
 import jax
 import jax.numpy as jnp
 
-from posattn.theory.config import GDConfig, TheoryConfig
+from posattn.errors import check_choice
+from posattn.theory.config import ACTIVATIONS, GDConfig, TheoryConfig
 
 
 def sigma(z: jax.Array, activation: str) -> jax.Array:
-    """The odd activation of Eq. (T): cubic z^3 (default) or quintic z^5 + 0.03 z."""
-    if activation == "cubic":
+    """The odd activation of Eq. (T): cubic z^3 (default) or quintic z^5 + 0.03 z; any other name is a
+    ConfigError (checked at trace time, so it costs nothing in a compiled step)."""
+    if check_choice(activation, ACTIVATIONS, "activation") == "cubic":
         return z**3
     return z**5 + 0.03 * z
 

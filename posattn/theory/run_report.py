@@ -8,6 +8,7 @@ import time
 import numpy as np
 
 from posattn import io
+from posattn.metric_log import MetricLog, from_theory
 from posattn.theory import evaluation, keys, phases
 from posattn.theory.claims import glm
 from posattn.theory.config import GDConfig, TheoryConfig
@@ -15,18 +16,22 @@ from posattn.theory.metrics import off_diagonal_overlap
 
 
 class Progress:
-    """`on_eval` of `gd.fit`: appends each history entry to metrics.jsonl and prints step, loss, test
-    error, rows with patch association, steps/s and ETA."""
+    """`on_eval` of `gd.fit`: appends each history entry to workdir/metrics.jsonl and TensorBoard (the
+    shared schema of `posattn.metric_log`) and prints step, loss, test error, rows with patch
+    association, steps/s and ETA. `close()` when the run ends."""
 
-    def __init__(self, path, total: int):
-        self.path, self.total, self.t0 = path, total, None
-        io.write_text(path, "")  # a rerun starts its own record
+    def __init__(self, workdir, total: int):
+        self.total, self.t0 = total, None
+        self.log = MetricLog(workdir, fresh=True)  # a rerun starts its own record
+
+    def close(self) -> None:
+        self.log.close()
 
     def __call__(self, entry: dict) -> None:
         now = time.perf_counter()
         self.t0 = self.t0 or now
         step = int(entry["step"])
-        io.append_jsonl(self.path, entry)
+        self.log.write(from_theory(entry))
         rate = step / (now - self.t0) if step and now > self.t0 else float("nan")
         eta = (self.total - step) / rate if rate == rate and rate > 0 else float("nan")
         if io.is_writer():

@@ -22,7 +22,8 @@ from etils import epath
 
 from posattn import io
 from posattn.errors import ConfigError
-from posattn.mesh import batch_sharding, data_mesh, global_batch, initialize_distributed, replicated
+from posattn.metric_log import MetricLog, paired_test_metrics
+from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
 from posattn.vision import checkpoint, models, optim, resume
 from posattn.vision.data import augment
 from posattn.vision.setup import Setup, resolve
@@ -156,8 +157,9 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     raises ConfigError before config.json is rewritten (`resume.check_resume`).
 
     `devices` (default: all devices of all processes) lets a test run the same code on a sub-mesh.
+    Over several processes, `posattn.mesh.initialize_distributed` must have run first, before any
+    computation (the binary calls it; docs/distributed.md).
     """
-    initialize_distributed()
     mesh = data_mesh(devices)
     setup = resolve(config, mesh.devices.size)
     workdir = epath.Path(workdir)
@@ -173,7 +175,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
         raise
     io.write_json(workdir / "config.json", resume.record(config))
     checkpoint.write_run_record(workdir, setup)
-    metrics_path = workdir / "metrics.jsonl"
+    log = MetricLog(workdir)  # metrics.jsonl and TensorBoard, one schema with the theory regime
 
     # Model, optimizer and the sharded initial state: created directly where it lives, replicated.
     repl, batch_shard = replicated(mesh), batch_sharding(mesh)
@@ -230,9 +232,8 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
             images_per_second = log_steps * batch_size / log_seconds if log_steps else None
             eta = _eta((total - step) * log_seconds / log_steps) if log_steps else "?"
             log_seconds, log_steps = 0.0, 0
-            io.append_jsonl(metrics_path, {"step": step,
-                                           **{f"train_{k}": v for k, v in train_metrics.items()},
-                                           "images_per_second": images_per_second})
+            log.write({"step": step, **{f"train_{k}": v for k, v in train_metrics.items()},
+                       "images_per_second": images_per_second})
             _say(f"step {step}/{total}  loss {train_metrics['loss']:.4f}  "
                  f"acc {train_metrics['accuracy']:.3f}  lr {train_metrics['lr']:.2e}  "
                  f"{'?' if images_per_second is None else f'{images_per_second:,.0f}'} img/s  ETA {eta}")
@@ -240,7 +241,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
             checkpoint.save(mngr, state)
         if do_eval:
             evals = evaluate(eval_step, state, setup, mesh)
-            io.append_jsonl(metrics_path, {"step": step, **evals})
+            log.write(paired_test_metrics({"step": step, **evals}))
             _say(f"step {step}/{total}  test accuracy {evals['test_accuracy']:.4f}  "
                  f"test loss {evals['test_loss']:.4f}")
         t_go = time.perf_counter()
@@ -264,6 +265,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     }
     io.write_json(workdir / "summary.json", summary)
     _say("summary: " + json.dumps(summary, sort_keys=True))
+    log.close()
     mngr.close()
     return state, summary
 

@@ -48,3 +48,17 @@ def test_presets_are_valid_and_unknown_is_refused():
     assert (theory.D, theory.C, theory.L, theory.d) == (36, 4, 9, 64)
     with pytest.raises(ConfigError, match="unknown preset"):
         get_preset("huge")
+
+
+def test_defaults_are_the_small_preset_and_presets_are_exported():
+    # The dataclass defaults are a setting that works (a0 = 0, lr_A = lr would never associate patches).
+    from posattn.theory import PRESETS as exported, get_preset as exported_get
+    assert exported is PRESETS and exported_get is get_preset
+    assert (TheoryConfig(), GDConfig()) == PRESETS["small"]
+
+
+def test_sigma_refuses_an_unknown_activation():
+    import jax.numpy as jnp
+    from posattn.theory import sigma
+    with pytest.raises(ConfigError, match="did you mean 'cubic'"):
+        sigma(jnp.ones(3), "cubi")

@@ -231,7 +231,7 @@ def test_unprepared_dataset_names_the_build_command(tmp_path, monkeypatch):
     command = f"tfds build cifar10 --file_format=array_record --data_dir={empty}"
     with pytest.raises(ConfigError) as e:
         datasets.dataset_info("cifar10", data_dir=empty)
-    assert command in str(e.value) and "\n" not in str(e.value)
+    assert command in str(e.value) and "posattn[data]" in str(e.value) and "\n" not in str(e.value)
     monkeypatch.setenv("TFDS_DATA_DIR", empty)
     with pytest.raises(ConfigError, match="tfds build svhn_cropped --file_format=array_record"):
         resolve(make_config(dataset="svhn_cropped")).train_batches(process_index=0, process_count=1)

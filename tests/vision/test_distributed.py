@@ -41,12 +41,13 @@ def run_two_processes(workdir, timeout: float = 300) -> list[str]:
     procs, logs = [], []
     for process_id in range(2):
         env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
-                   JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
-                   JAX_PROCESS_ID=str(process_id), PYTHONFAULTHANDLER="1")
+                   PYTHONFAULTHANDLER="1")
+        # No cluster that jax.distributed detects on loopback: its own arguments, as flags.
+        cluster = [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={process_id}"]
         out, err = (open(workdir.parent / f"process{process_id}.{s}", "w+") for s in ("out", "err"))
         logs.append((out, err))  # files, not pipes: a full pipe buffer would stall a process
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "experiments.train_images", *FLAGS, f"--workdir={workdir}"],
+            [sys.executable, "-m", "experiments.train_images", *FLAGS, *cluster, f"--workdir={workdir}"],
             cwd=ROOT, env=env, stdout=out, stderr=err, text=True))
     verdict = "exited with status"
     try:
@@ -85,3 +86,18 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
     # steps. A wrong data-parallel step (e.g. a gradient of one process's half batch) differs by ~1e-3.
     for a, b in zip(jax.tree.leaves(state2["params"]), jax.tree.leaves(state8["params"])):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=2e-5)
+
+
+def test_start_up_is_jax_s_own_detection_and_refuses_incomplete_arguments(monkeypatch):
+    monkeypatch.delenv("JAX_COORDINATOR_ADDRESS", raising=False)
+    # jax.distributed must start before the backend does: in a fresh process, as a binary would.
+    code = ("from posattn import mesh; import jax; from posattn.errors import ConfigError\n"
+            "mesh.initialize_distributed()\n"  # no cluster detected here: a single process
+            "assert not jax.distributed.is_initialized()\n"
+            "try:\n    mesh.initialize_distributed(num_processes=2, process_id=0)\n"
+            "except ConfigError as e:\n    print(e)\n"
+            "assert not jax.distributed.is_initialized() and jax.process_count() == 1\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "coordinator_address should be defined" in out.stdout and "docs/distributed.md" in out.stdout

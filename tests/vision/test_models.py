@@ -1,4 +1,4 @@
-"""Image models: published parameter counts, positional attention (SPEC 2.1), options, dtypes, errors."""
+"""Image models: published parameter counts, positional attention (JSL22 Definition 3.2), options, dtypes, errors."""
 import functools
 
 import jax

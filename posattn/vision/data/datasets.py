@@ -96,8 +96,9 @@ def resolve_data_dir(data_dir: str | None) -> str:
 
 
 def build_command(name: str, data_dir: str) -> str:
-    """The command that prepares `name` for random access in `data_dir` (on a machine with internet)."""
-    command = f"tfds build {name} --file_format=array_record --data_dir={data_dir}"
+    """The command that prepares `name` for random access in `data_dir` (on a machine with internet;
+    `tfds build` runs TensorFlow's builders: `pip install 'posattn[data]'` first)."""
+    command = f"pip install 'posattn[data]' && tfds build {name} --file_format=array_record --data_dir={data_dir}"
     if name == "imagenet2012":  # ImageNet cannot be downloaded by tfds: it reads the official tars.
         command += " --manual_dir=DIR_WITH_ILSVRC2012_TARS"
     return command

@@ -1,0 +1,84 @@
+"""The metrics record of every run: JSON lines in `metrics.jsonl` and TensorBoard events beside them,
+with one schema for the theory and the image regimes (docs/metrics.md).
+
+Every record is a flat dict of scalars with an integer "step". Keys shared by both regimes:
+
+    step            int, the optimiser step the record describes (0 = before the first update)
+    train_loss      the training objective: the theory run's risk (E) or (P); the image run's mean
+                    loss over the steps since the last log
+    train_accuracy  fraction of training examples classified right (image runs)
+    test_loss       mean loss on the test set (theory: its fixed `n_test` samples)
+    test_error      fraction of test examples classified wrong, in [0, 1]
+    test_accuracy   1 - test_error
+
+Anything else a regime measures keeps its own name (theory: alpha, A_within, patch_association_share,
+...; images: train_grad_norm, train_lr, images_per_second, ...). `from_theory` and `paired_test_metrics` put a
+regime's own names into this schema; `MetricLog` writes a record to both files (process 0 only).
+TensorBoard (`tensorboard --logdir WORKDIR`) reads the events in WORKDIR/tensorboard/; they are written
+by tensorboardX, for local workdirs (an `etils.epath` URL such as gs:// gets the JSON lines only).
+"""
+import math
+import numbers
+
+from posattn import io
+
+TENSORBOARD_DIR = "tensorboard"
+
+
+def paired_test_metrics(record: dict) -> dict:
+    """`record` with test_error and test_accuracy both present when either is (1 - the other)."""
+    out = dict(record)
+    if "test_error" in out and "test_accuracy" not in out:
+        out["test_accuracy"] = 1.0 - float(out["test_error"])
+    elif "test_accuracy" in out and "test_error" not in out:
+        out["test_error"] = 1.0 - float(out["test_accuracy"])
+    return out
+
+
+def from_theory(entry: dict) -> dict:
+    """A history entry of `posattn.theory.gd` in the shared schema: its risk "loss" is "train_loss"."""
+    record = {("train_loss" if k == "loss" else k): v for k, v in io.jsonable(entry).items()}
+    return paired_test_metrics(record)
+
+
+def _is_local(path) -> bool:
+    return "://" not in str(path)
+
+
+class MetricLog:
+    """Appends records to `workdir/metrics.jsonl` and to TensorBoard events in `workdir/tensorboard`.
+
+    `fresh=True` empties metrics.jsonl first (a run that starts over); a resumed run appends. Only the
+    writing process (`io.is_writer`) opens the event file, so the same calls are safe on every host.
+    """
+
+    def __init__(self, workdir, *, fresh: bool = False):
+        self.path = f"{workdir}/metrics.jsonl"
+        if fresh:
+            io.write_text(self.path, "")
+        self._events = None
+        if io.is_writer() and _is_local(workdir):
+            from tensorboardX import SummaryWriter  # imported here: only a writing process needs it
+
+            self._events = SummaryWriter(logdir=f"{workdir}/{TENSORBOARD_DIR}", flush_secs=30)
+
+    def write(self, record: dict) -> None:
+        """Append one record (it must have "step"); its finite numbers become TensorBoard scalars."""
+        record = io.jsonable(record)
+        if "step" not in record:
+            raise ValueError(f"a metrics record needs a 'step'; got keys {sorted(record)}")
+        io.append_jsonl(self.path, record)
+        if self._events is None:
+            return
+        step = int(record["step"])
+        for key, value in record.items():
+            if key != "step" and isinstance(value, numbers.Real) and not isinstance(value, bool):
+                # A non-finite value (a diverged run) is in the JSON lines; TensorBoard would drop it.
+                if math.isfinite(value):
+                    self._events.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        """Flush and close the event file (the JSON lines are written as they come)."""
+        if self._events is not None:
+            self._events.close()
+            self._events = None

@@ -1,0 +1,42 @@
+"""The metrics record: JSON lines and TensorBoard events with one schema for both regimes."""
+import json
+import struct
+
+import numpy as np
+from tensorboardX.proto import event_pb2
+
+from posattn.metric_log import TENSORBOARD_DIR, MetricLog, from_theory, paired_test_metrics
+
+
+def read_events(directory) -> dict:
+    """{tag: [(step, value)]} of the TFRecord event files in `directory` (length, crc, data, crc)."""
+    scalars = {}
+    for path in sorted(directory.iterdir()):
+        data = path.read_bytes()
+        i = 0
+        while i < len(data):
+            (length,) = struct.unpack("<Q", data[i:i + 8])
+            event = event_pb2.Event.FromString(data[i + 12:i + 12 + length])
+            i += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_both_regimes_share_the_schema_and_tensorboard_reads_it(tmp_path):
+    theory = from_theory({"step": np.int32(50), "loss": np.float32(0.25), "test_error": 0.125,
+                          "alpha": np.float32(1.5)})
+    assert theory == {"step": 50, "train_loss": 0.25, "test_error": 0.125, "test_accuracy": 0.875,
+                      "alpha": 1.5}
+    image = paired_test_metrics({"step": 4, "test_accuracy": 0.75, "test_loss": 0.5})
+    assert image["test_error"] == 0.25 and not set(theory) - set(image) - {"train_loss", "alpha"}
+
+    log = MetricLog(tmp_path, fresh=True)
+    log.write(theory)
+    log.write({"step": 60, "train_loss": float("nan"), "images_per_second": None})
+    log.close()
+    lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0] == theory and lines[1]["step"] == 60 and np.isnan(lines[1]["train_loss"])
+    events = read_events(tmp_path / TENSORBOARD_DIR)
+    assert events["train_loss"] == [(50, 0.25)]  # the NaN stays in the JSON lines only
+    assert events["test_accuracy"] == [(50, 0.875)] and "images_per_second" not in events
