@@ -9,8 +9,8 @@ Measured in one process, interleaved round by round so that all see the same mac
   before the one-pass step), time per step;
 - PyTorch: the step a researcher writes by hand (softmax(A / sqrt(d)), factor D, cubic sigma, logistic
   loss, autograd, A's diagonal frozen), eager on the CPU;
-- GEMV: one pass over X, X @ v (the faster of jax's and PyTorch's), the floor of any step that reads
-  X from memory once.
+- GEMV: one pass over X, X @ v (jax: `--chunk` passes in one compiled loop; PyTorch: eager; the
+  faster of the two), the floor of any step that reads X from memory once.
 Each figure is the minimum over `--rounds` rounds (the least disturbed by other jobs; the medians are
 printed beside them). PyTorch is a benchmark-only extra (`pip install -e ".[bench]"`); without it its
 column says so.
@@ -69,6 +69,16 @@ def plain_chunk(cfg: TheoryConfig, gd: GDConfig):
     return jax.jit(chunk)
 
 
+def gemv_loop(X, v):
+    """`--chunk` passes X @ v in one compiled loop (as ours runs its steps); each pass's v depends on
+    the previous result, so that XLA cannot hoist the product out of the loop."""
+
+    def one(_, z):
+        return X @ (v + 1e-30 * z[0])
+
+    return jax.lax.fori_loop(0, FLAGS.chunk, one, jnp.zeros(X.shape[0], X.dtype))
+
+
 def seconds(fn, calls: int) -> float:
     t0 = time.perf_counter()
     for _ in range(calls):
@@ -95,10 +105,10 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     plain = plain_chunk(cfg, gd)
     jax_plain = lambda: plain(params, train.X, train.y)
     X_flat = train.X.reshape(-1, cfg.d)
-    gemv = jax.jit(lambda X, v: X @ v)
+    gemv = jax.jit(gemv_loop)
     candidates = {"ours": lambda: seconds(ours, 1) / FLAGS.chunk,
                   "jax.grad": lambda: seconds(jax_plain, 1) / FLAGS.chunk,
-                  "GEMV (jax)": lambda: seconds(lambda: gemv(X_flat, params["v"]), FLAGS.repeats)}
+                  "GEMV (jax)": lambda: seconds(lambda: gemv(X_flat, params["v"]), 1) / FLAGS.chunk}
     if torch is not None:
         X_t, y_t = torch.from_numpy(np.asarray(train.X)), torch.from_numpy(np.asarray(train.y))
         A_t = torch.tensor(np.asarray(params["A"]), requires_grad=True)
