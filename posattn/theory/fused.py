@@ -65,9 +65,9 @@ def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfi
 
     def one_tile(carry, j):
         loss, dS, dv = carry
-        X_mxDxd = jax.lax.dynamic_index_in_dim(X_mxkxDxd, j, axis=1, keepdims=False)
-        y_m = jax.lax.dynamic_index_in_dim(y_mxk, j, axis=1, keepdims=False)
-        w_m = jax.lax.dynamic_index_in_dim(w_mxk, j, axis=1, keepdims=False)
+        X_mxDxd, y_m, w_m = (jax.lax.index_in_dim(a, j, axis=1, keepdims=False) if k == 1 else
+                             jax.lax.dynamic_index_in_dim(a, j, axis=1, keepdims=False)
+                             for a in (X_mxkxDxd, y_mxk, w_mxk))
         z_mxD = X_mxDxd @ v
         l, (dS_j, dz_mxD) = jax.value_and_grad(tile_loss, argnums=(0, 1))(S, z_mxD, y_m, w_m)
         # The second read of the tile, from cache: a vector-matrix product over the (m D, d) rows.
@@ -75,8 +75,11 @@ def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfi
         return (loss + l, dS + dS_j, dv + dv_j), None
 
     zero = jnp.zeros((), v.dtype)
-    (loss, dS, dv), _ = jax.lax.scan(one_tile, (zero, jnp.zeros_like(S), jnp.zeros_like(v)),
-                                     jnp.arange(k))
+    init = (zero, jnp.zeros_like(S), jnp.zeros_like(v))
+    if k == 1:  # X fits in one tile: no loop, and no copy of the tile out of X
+        (loss, dS, dv), _ = one_tile(init, 0)
+    else:
+        (loss, dS, dv), _ = jax.lax.scan(one_tile, init, jnp.arange(k))
     total = w.sum()
     (dA,) = attention_vjp(dS / total)
     return loss / total, {"A": dA, "v": dv / total}
