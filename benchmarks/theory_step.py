@@ -1,32 +1,94 @@
-r"""GD steps per second of Eq. (T) on the empirical risk (E), compile time apart.
+r"""One GD step of Eq. (T) on the empirical risk (E): ours against a plain PyTorch step and the memory floor.
 
     python -m benchmarks.theory_step            # writes its section of docs/benchmarks.md
 
-Shapes: N=50,000 samples with D=10 patches of d=100 (random partition into sets of C=2), and the
-`paper` preset (D=36, C=4, d=64, N=20,000). Timing: the compiled `lax.scan` chunk of `--chunk` steps,
-run `--repeats` times after one warm-up, wall clock around `block_until_ready`.
+Measured in one process, interleaved round by round so that all see the same machine load:
+- ours: the library's compiled chunk (`posattn.theory.gd.make_chunk_fn`, `--chunk` GD steps in one
+  `lax.scan`, the one-pass step of `posattn.theory.fused`), time per step;
+- jax.grad: the same chunk with the step written as `jax.grad` of the plain model (what the library did
+  before the one-pass step), time per step;
+- PyTorch: the step a researcher writes by hand (softmax(A / sqrt(d)), factor D, cubic sigma, logistic
+  loss, autograd, A's diagonal frozen), eager on the CPU;
+- GEMV: one pass over X, X @ v (jax: `--chunk` passes in one compiled loop; PyTorch: eager; the
+  faster of the two), the floor of any step that reads X from memory once.
+Each figure is the minimum over `--rounds` rounds (the least disturbed by other jobs; the medians are
+printed beside them). PyTorch is a benchmark-only extra (`pip install -e ".[bench]"`); without it its
+column says so.
 """
 import dataclasses
+import statistics
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from absl import app, flags
 
 from benchmarks.report import machine, update_section
 from posattn import mesh as mesh_lib
 from posattn.theory import GDConfig, TheoryConfig, make_task, sample
 from posattn.theory.gd import make_chunk_fn
-from posattn.theory.model import init_params
+from posattn.theory.model import empirical_risk, init_params
 from posattn.theory.presets import get_preset
-from posattn.theory.step import make_batch
+from posattn.theory.step import gd_update, make_batch
 
-flags.DEFINE_integer("chunk", 100, "GD steps per compiled call")
-flags.DEFINE_integer("repeats", 3, "timed calls")
+flags.DEFINE_integer("chunk", 20, "GD steps per compiled call")
+flags.DEFINE_integer("rounds", 7, "interleaved timing rounds")
+flags.DEFINE_integer("repeats", 3, "calls of the GEMV and of the PyTorch step per round")
 FLAGS = flags.FLAGS
+
+try:
+    import torch
+except ImportError:  # the bench extra is not installed
+    torch = None
+
+
+def torch_step(X, y, A, v, *, lr: float, lr_A: float, D: int, d: int):
+    """One GD step of Eq. (T) on (E), written as a PyTorch user would (autograd, in place)."""
+    A.grad = v.grad = None
+    S = torch.softmax(A / d**0.5, dim=-1)
+    u = D * (X @ v) @ S.T
+    loss = torch.nn.functional.softplus(-y * (u**3).sum(-1)).mean()
+    loss.backward()
+    with torch.no_grad():
+        A -= lr_A * A.grad * (1 - torch.eye(D))  # the diagonal stays frozen
+        v -= lr * v.grad
+    return loss
+
+
+def plain_chunk(cfg: TheoryConfig, gd: GDConfig):
+    """`--chunk` steps of `jax.grad` of the plain model in one compiled `lax.scan`."""
+
+    def chunk(params, X, y):
+        def one_step(params, _):
+            grads = jax.grad(empirical_risk)(params, X, y, cfg)
+            return gd_update(params, grads, gd.lr, gd.lr_A), None
+
+        return jax.lax.scan(one_step, params, None, length=FLAGS.chunk)[0]
+
+    return jax.jit(chunk)
+
+
+def gemv_loop(X, v):
+    """`--chunk` passes X @ v in one compiled loop (as ours runs its steps); each pass's v depends on
+    the previous result, so that XLA cannot hoist the product out of the loop."""
+
+    def one(_, z):
+        return X @ (v + 1e-30 * z[0])
+
+    return jax.lax.fori_loop(0, FLAGS.chunk, one, jnp.zeros(X.shape[0], X.dtype))
+
+
+def seconds(fn, calls: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        out = fn()
+    jax.block_until_ready(out)
+    return (time.perf_counter() - t0) / calls
 
 
 def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
+    """Milliseconds per step (min and median over rounds) of ours, jax.grad, PyTorch and one GEMV."""
     mesh = mesh_lib.data_mesh()
     shards = mesh.devices.size
     task = make_task(jax.random.key(0), cfg)
@@ -36,19 +98,37 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     params = init_params(jax.random.key(3), cfg, gd, task.w_star)
     key = jax.random.key(4)
     chunk = make_chunk_fn(cfg, gd, mesh)
-    args = (params, jnp.asarray(0), train, test, key, task, FLAGS.chunk)
-
     t0 = time.perf_counter()
-    compiled = chunk.lower(*args).compile()
+    compiled = chunk.lower(params, jnp.asarray(0), train, test, key, task, FLAGS.chunk).compile()
     compile_s = time.perf_counter() - t0
-    params, _ = compiled(*args[:6])  # warm-up
-    jax.block_until_ready(params)
-    t0 = time.perf_counter()
-    for _ in range(FLAGS.repeats):
-        params, entry = compiled(params, *args[1:6])
-    jax.block_until_ready(entry)
-    seconds = time.perf_counter() - t0
-    return {"compile_s": compile_s, "steps_per_s": FLAGS.chunk * FLAGS.repeats / seconds}
+    ours = lambda: compiled(jax.tree.map(jnp.copy, params), jnp.asarray(0), train, test, key, task)[1]
+    plain = plain_chunk(cfg, gd)
+    jax_plain = lambda: plain(params, train.X, train.y)
+    X_flat = train.X.reshape(-1, cfg.d)
+    gemv = jax.jit(gemv_loop)
+    candidates = {"ours": lambda: seconds(ours, 1) / FLAGS.chunk,
+                  "jax.grad": lambda: seconds(jax_plain, 1) / FLAGS.chunk,
+                  "GEMV (jax)": lambda: seconds(lambda: gemv(X_flat, params["v"]), 1) / FLAGS.chunk}
+    if torch is not None:
+        X_t, y_t = torch.from_numpy(np.asarray(train.X)), torch.from_numpy(np.asarray(train.y))
+        A_t = torch.tensor(np.asarray(params["A"]), requires_grad=True)
+        v_t = torch.tensor(np.asarray(params["v"]), requires_grad=True)
+        step = lambda: torch_step(X_t, y_t, A_t, v_t, lr=gd.lr, lr_A=gd.lr_A, D=cfg.D, d=cfg.d)
+        X_t_flat = X_t.reshape(-1, cfg.d)
+        candidates["PyTorch"] = lambda: seconds(step, FLAGS.repeats)
+        candidates["GEMV (PyTorch)"] = lambda: seconds(lambda: X_t_flat @ v_t.detach(), FLAGS.repeats)
+    for fn in candidates.values():
+        fn()  # warm-up (compiles the jax ones)
+    times = {name: [] for name in candidates}
+    for _ in range(FLAGS.rounds):
+        for name, fn in candidates.items():
+            times[name].append(fn() * 1e3)
+    ms = {name: min(t) for name, t in times.items()}
+    median = {name: statistics.median(t) for name, t in times.items()}
+    gemvs = [n for n in ms if n.startswith("GEMV")]
+    ms["GEMV"] = min(ms[n] for n in gemvs)
+    median["GEMV"] = min(median[n] for n in gemvs)
+    return {"ms": ms, "median": median, "compile_s": compile_s}
 
 
 def main(argv):
@@ -59,16 +139,32 @@ def main(argv):
                                  dataclasses.replace(paper_gd, N=50_000)),
         "paper preset (N=20,000, D=36, d=64)": (paper_cfg, paper_gd),
     }
-    rows = []
+    rows, ratio_lines = [], []
     for name, (cfg, gd) in cases.items():
         r = measure(cfg, gd)
-        print(f"{name}: {r['steps_per_s']:.1f} GD steps/s, compile {r['compile_s']:.2f}s", flush=True)
-        rows.append(f"| {name} | {r['steps_per_s']:.1f} | {r['compile_s']:.2f} |")
+        ms, med = r["ms"], r["median"]
+        fmt = lambda n: f"{ms[n]:.1f} ({med[n]:.1f})" if n in ms else "not installed"
+        torch_ratio = f"{ms['PyTorch'] / ms['ours']:.2f}x" if "PyTorch" in ms else "n/a"
+        floor_ratio = ms["ours"] / ms["GEMV"]
+        print(f"{name}: ours {fmt('ours')} ms/step, jax.grad {fmt('jax.grad')}, PyTorch {fmt('PyTorch')}, "
+              f"one GEMV over X {fmt('GEMV')} (min (median) over {FLAGS.rounds} rounds); PyTorch / ours "
+              f"{torch_ratio}, ours / GEMV {floor_ratio:.2f}x; compile {r['compile_s']:.2f} s", flush=True)
+        rows.append(f"| {name} | {fmt('ours')} | {fmt('jax.grad')} | {fmt('PyTorch')} | {fmt('GEMV')} | "
+                    f"{torch_ratio} | {floor_ratio:.2f}x | {ms['jax.grad'] / ms['ours']:.2f}x | "
+                    f"{r['compile_s']:.2f} |")
+    torch_version = torch.__version__ if torch is not None else "not installed"
     body = "\n".join([
-        f"Full-batch GD on (E), float32, {FLAGS.chunk} steps per compiled `lax.scan` call. "
+        f"Full-batch GD on (E), float32. ms per step, minimum (median) over {FLAGS.rounds} interleaved "
+        f"rounds; ours and jax.grad: {FLAGS.chunk} steps per compiled `lax.scan` call; PyTorch "
+        f"{torch_version} eager with {torch.get_num_threads() if torch else '-'} threads; GEMV: one "
+        f"pass X @ v over the training samples, the faster of jax and PyTorch. "
         f"Machine: {machine()}.", "",
         "Command: `python -m benchmarks.theory_step`", "",
-        "| problem | GD steps/s | compile (s) |", "|---|---|---|", *rows])
+        "| problem | ours (ms) | jax.grad step (ms) | PyTorch step (ms) | one GEMV over X (ms) | "
+        "PyTorch / ours | ours / GEMV | jax.grad / ours | compile (s) |",
+        "|---|---|---|---|---|---|---|---|---|", *rows, "",
+        "Goals (issue 17): PyTorch / ours >= 1.5 and ours / GEMV <= 1.3 at N=50,000, D=10, d=100. "
+        "`jax.grad` is the step the library took before the one-pass step (`posattn.theory.fused`)."])
     update_section("Theory: GD steps per second (benchmarks/theory_step.py)", body)
 
 

@@ -10,6 +10,7 @@ import os
 import pathlib
 import sys
 
+import jax
 from absl import app, flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
@@ -30,6 +31,11 @@ def find_config_file(path: str) -> str:
     if os.path.isabs(path) or os.path.exists(path):
         return path
     return next((str(root / path) for root in CONFIG_ROOTS if (root / path).is_file()), path)
+CACHE_ENV = "POSATTN_COMPILATION_CACHE"  # a directory, or "off"; the flag below wins over it
+CACHE_OFF = ("off", "0", "false", "no", "none")
+flags.DEFINE_string("compilation_cache", None,
+                    f"JAX's persistent compilation cache: a directory, or 'off'. Default: ${CACHE_ENV}, "
+                    f"else $JAX_COMPILATION_CACHE_DIR, else ~/.cache/posattn/jax (per user)")
 
 
 def load_config(path: str, arg: str | None = None):
@@ -137,10 +143,31 @@ def _parse_flags(argv):
         fail(f"no such config field {e.args[0] if e.args else e} (overrides given: {', '.join(overrides)})")
 
 
+def enable_compilation_cache(setting: str | None = None) -> str | None:
+    """Turn on JAX's persistent compilation cache (on by default in every binary, via `run`); returns
+    its directory, or None when `setting` (else $POSATTN_COMPILATION_CACHE) says "off".
+
+    Most of a short run is XLA compiling (`experiments.reproduce --quick`: about 40 of ~60 s), and the
+    programs of a run depend on its shapes and settings, not on its seed, so a second run finds them
+    compiled. Every program is kept, however fast it compiled: a run compiles dozens of small ones.
+    """
+    setting = os.environ.get(CACHE_ENV, "") if setting is None else setting
+    if setting.strip().lower() in CACHE_OFF:
+        return None
+    default = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "posattn",
+                           "jax")
+    path = setting or jax.config.jax_compilation_cache_dir or default
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    return path
+
+
 def run(main) -> None:
-    """`absl.app.run(main)` with bad flags, missing config files and `ConfigError` turned into exit 2."""
+    """`absl.app.run(main)` with bad flags, missing config files and `ConfigError` turned into exit 2,
+    and JAX's persistent compilation cache on (`enable_compilation_cache`, `--compilation_cache`)."""
 
     def guarded(argv):
+        enable_compilation_cache(flags.FLAGS.compilation_cache)
         try:
             return main(argv)
         except ConfigError as e:

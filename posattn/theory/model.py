@@ -26,11 +26,15 @@ def attention(A: jax.Array, cfg: TheoryConfig) -> jax.Array:
     return jax.nn.softmax(logits, axis=-1)
 
 
+def mix(S: jax.Array, z_nxD: jax.Array, cfg: TheoryConfig) -> jax.Array:
+    """u_i = D * sum_j S_ij z_j, shape (n, D), from the patch values z_nj = <v, X_nj>."""
+    u = z_nxD @ S.T
+    return cfg.D * u if cfg.scale_by_D else u
+
+
 def pre_activations(params, X: jax.Array, cfg: TheoryConfig) -> jax.Array:
     """u_i = D * sum_j S_ij <v, X_j>, shape (n, D): the argument of sigma in Eq. (T)."""
-    S = attention(params["A"], cfg)
-    u = (X @ params["v"]) @ S.T
-    return cfg.D * u if cfg.scale_by_D else u
+    return mix(attention(params["A"], cfg), X @ params["v"], cfg)
 
 
 def forward(params, X: jax.Array, cfg: TheoryConfig) -> jax.Array:

@@ -2,10 +2,10 @@
 JSL22).
 
 (A off-diagonal, v) are trained jointly with a constant step size and no regulariser; the diagonal of A
-stays at its initial value. `train_chunk` runs many steps inside one `lax.scan` and is pure, so the run
-driver (`posattn.theory.gd`) can jit it with shardings, vmap it over seeds, or over seeds and sizes.
+stays at its initial value. On (E) a step reads the samples once (`posattn.theory.fused`).
+`train_chunk` runs many steps inside one `lax.scan` and is pure, so the run driver
+(`posattn.theory.gd`) can jit it with shardings, vmap it over seeds, or over seeds and sizes.
 """
-import functools
 from typing import NamedTuple
 
 import jax
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from posattn.errors import ConfigError
 from posattn.metrics import classification_error
-from posattn.theory import metrics
+from posattn.theory import fused, metrics
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import Task, sample
 from posattn.theory.model import empirical_risk, forward
@@ -65,6 +65,17 @@ def training_risk(params, step, train: Batch, key, task: Task, *, cfg: TheoryCon
     return exact_risk(params, cfg, task, gd.population_method)
 
 
+def risk_and_grad(params, step, train: Batch, key, task: Task, *, cfg: TheoryConfig, gd: GDConfig,
+                  sharding=None):
+    """(risk, gradient) of `training_risk`: for (E) in one pass over the samples
+    (`posattn.theory.fused`), otherwise by `jax.value_and_grad`."""
+    if gd.risk == "empirical":
+        shards = 1 if sharding is None else len(sharding.device_set)
+        return fused.empirical_risk_and_grad(params, train.X, train.y, cfg, train.weight, shards)
+    return jax.value_and_grad(training_risk)(params, step, train, key, task, cfg=cfg, gd=gd,
+                                             sharding=sharding)
+
+
 def evaluate(params, step, train: Batch, test: Batch, key, task: Task, *, cfg: TheoryConfig,
              gd: GDConfig):
     """The history entry at `step`: risks, test error and the parameter scalars of the proof sketch."""
@@ -91,10 +102,8 @@ def train_chunk(params, step, train: Batch, test: Batch, key, task: Task, *, num
     Theorem 5.1).
     """
     if train_A:
-        risk = functools.partial(training_risk, cfg=cfg, gd=gd, sharding=sharding)
-
         def one_step(params, t):
-            grads = jax.grad(risk)(params, t, train, key, task)
+            _, grads = risk_and_grad(params, t, train, key, task, cfg=cfg, gd=gd, sharding=sharding)
             return gd_update(params, grads, gd.lr, gd.lr_A), None
 
         params, _ = jax.lax.scan(one_step, params, step + jnp.arange(num_steps))
@@ -102,10 +111,10 @@ def train_chunk(params, step, train: Batch, test: Batch, key, task: Task, *, num
         if gd.risk != "empirical":
             raise ConfigError(f"train_A=False trains v on the empirical risk (E); risk={gd.risk!r}")
 
-        def one_step(v, _):
-            grad = jax.grad(lambda v: empirical_risk({**params, "v": v}, train.X, train.y, cfg,
-                                                     train.weight))
-            return v - gd.lr * grad(v), None
+        def one_step(v, _):  # the gradient in A is computed and dropped (a D x D sum per tile)
+            _, grads = fused.empirical_risk_and_grad({**params, "v": v}, train.X, train.y, cfg,
+                                                     train.weight)
+            return v - gd.lr * grads["v"], None
 
         v, _ = jax.lax.scan(one_step, params["v"], None, length=num_steps)
         params = {**params, "v": v}

@@ -15,7 +15,8 @@ risk is a finite sum over the multisets of L-1 types with weights (L-1)!/prod m_
 
 The enumeration tables are built once in numpy (`multiset_tables`). The jitted part computes a small
 table of per-set terms T[type, s, :] from (alpha, a, gamma, rho) and contracts the multiplicities with it
-in blocks of patterns that share the same s (a batched matmul), so a gradient step costs milliseconds.
+in blocks of patterns that share the same s (a batched matmul), chunk by chunk of blocks with the
+gradient in the same pass (`risk_and_grad_from_terms`).
 The Gaussian part (v_perp != 0) enters through the second-order heat expansion of
 `posattn.theory.population.heat`: Q = M^2 = q1 I + q2 B + q3 J keeps the three-value form, so every
 contraction P, R, A1..A4 is again a sum of per-set terms and squares of such sums.
@@ -31,9 +32,11 @@ import numpy as np
 
 from posattn.theory.config import TheoryConfig
 from posattn.theory.data import same_set_mask
+from posattn.theory.fused import tile_count
 from posattn.theory.population import heat
 
 MAX_BLOCK = 512  # patterns per block of equal s (the padding costs at most one block per value of s)
+CHUNK_BYTES = 1 << 20  # multiplicities and sums of the patterns handled at once: they stay in cache
 
 
 class MultisetTables(NamedTuple):
@@ -156,20 +159,66 @@ def pattern_expected_loss(sums, qs, t):
     return heat.expected_loss(S0, P, R, A1, A2, A3, A4, t)
 
 
+def risk_and_grad_from_terms(T, qs, t, tables: MultisetTables):
+    """(sum over patterns of weight x expected loss, its gradient in (T, qs, t)) in one pass.
+
+    The patterns go through in chunks of blocks of about `CHUNK_BYTES`: per chunk, the summed terms,
+    the expected loss and its gradient in the sums (the elementwise work of heat.py, ~100 operations a
+    pattern), and the chunk's share of dR/dT, while the chunk's arrays are still in cache. Done on all
+    319,770 patterns at once (the paper preset), each of the ~20 elementwise steps of the loss and of
+    its derivative wrote and read a whole (patterns,) array: most of the time of a gradient.
+    """
+    n_blocks, block, K = tables.mult.shape
+    k = tile_count(n_blocks, block * (K + T.shape[-1]) * T.dtype.itemsize, tile_bytes=CHUNK_BYTES)
+    mult = jnp.asarray(tables.mult, T.dtype).reshape(k, n_blocks // k, block, K)
+    weight = jnp.asarray(tables.weight, T.dtype).reshape(k, n_blocks // k, block)
+    s_index = jnp.asarray(tables.s_index).reshape(k, n_blocks // k)
+
+    def chunk(carry, xs):
+        risk, d_qs, d_t = carry
+        m, w, s = xs
+        sums = jnp.einsum("nbk,nkj->nbj", m, T[:, s, :].transpose(1, 0, 2))
+        weighted = lambda sums, qs, t: (w * pattern_expected_loss(sums, qs, t)).sum()
+        r, (d_sums, d_qs_c, d_t_c) = jax.value_and_grad(weighted, argnums=(0, 1, 2))(sums, qs, t)
+        d_T_blocks = jnp.einsum("nbk,nbj->nkj", m, d_sums)  # (blocks, K, 12)
+        return (risk + r, jax.tree.map(jnp.add, d_qs, d_qs_c), d_t + d_t_c), d_T_blocks
+
+    zero = jnp.zeros((), T.dtype)
+    (risk, d_qs, d_t), d_T_blocks = jax.lax.scan(chunk, (zero, (zero,) * 3, zero), (mult, weight, s_index))
+    # Blocks of equal s summed, by a matmul with a one-hot table: a scatter-add with these constant
+    # indices is what XLA would constant-fold, for seconds of compile time.
+    one_hot = jnp.asarray(tables.s_index[:, None] == np.arange(T.shape[1]), T.dtype)  # (blocks, S)
+    d_T = jnp.einsum("ns,nkj->ksj", one_hot, d_T_blocks.reshape(n_blocks, K, -1))
+    return risk, (d_T, d_qs, d_t)
+
+
+def _expected_risk(tables: MultisetTables):
+    """R(T, qs, t) with the gradient that `risk_and_grad_from_terms` computes in the same pass as R
+    (reverse mode only: a custom VJP)."""
+
+    @jax.custom_vjp
+    def risk(T, qs, t):
+        return risk_and_grad_from_terms(T, qs, t, tables)[0]
+
+    def backward(grads, g):
+        return jax.tree.map(lambda x: g * x, grads)
+
+    risk.defvjp(lambda T, qs, t: risk_and_grad_from_terms(T, qs, t, tables), backward)
+    return risk
+
+
 def multiset_risk(alpha, t, a, gamma, rho, cfg: TheoryConfig) -> jax.Array:
     """Population risk (P) of Eq. (T) at v = alpha w* (+ noise of variance t), A = (a, gamma, rho).
 
     Exact for t = 0; second order in t otherwise (`posattn.theory.population.heat`). Differentiable in
-    all five scalars; the dtype follows alpha's.
+    all five scalars by reverse mode (`jax.grad`; the gradient in the per-set terms is computed with
+    the risk, `risk_and_grad_from_terms`); the dtype follows alpha's.
     """
     tables = multiset_tables(cfg.C, cfg.L, float(cfg.q))
     dtype = jnp.result_type(alpha, float)
     coef = attention_coefficients(*(jnp.asarray(x, dtype) for x in (a, gamma, rho)), cfg)
     T, qs = per_set_terms(jnp.asarray(alpha, dtype), coef, cfg, tables)
-    T_blocks = T[:, tables.s_index, :].transpose(1, 0, 2)  # (n_blocks, K, 12)
-    sums = jnp.einsum("nbk,nkj->nbj", jnp.asarray(tables.mult, dtype), T_blocks)
-    losses = pattern_expected_loss(sums, qs, jnp.asarray(t, dtype))
-    return (jnp.asarray(tables.weight, dtype) * losses).sum()
+    return _expected_risk(tables)(T, qs, jnp.asarray(t, dtype))
 
 
 def three_value_form(A: jax.Array, sets: jax.Array):

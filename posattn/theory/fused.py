@@ -1,0 +1,85 @@
+r"""The risk (E) of Eq. (T) and its gradient in one pass over the samples, tile by tile.
+
+The data enter Eq. (T) only through the patch values z_nj = <v, X_nj>, and the gradient in v is the
+weighted sum sum_nj (dR/dz_nj) X_nj of the same patches. `jax.grad` of the plain model
+(`posattn.theory.model.empirical_risk`) computes z over all of X, then the sum over all of X: X (for
+N=50,000, D=10, d=100, 200 MB) crosses the memory bus at least twice a step, and the step is
+memory-bound. Here the samples are cut into tiles of about `TILE_BYTES`; per tile, z, the loss and
+dR/d(S, z) are computed and the tile's share of dR/dv is summed while the tile is still in cache
+(`lax.scan` over the tiles), so X is read from memory once. dR/dS is accumulated over the tiles and
+taken back through the softmax once. Same loss and gradient as `jax.grad` up to the order of the sums
+(float32 round-off; tests/theory/test_fused.py).
+
+Tile j holds the samples j, k + j, 2k + j, ... (k tiles): X of shape (n, D, d) is viewed as
+(n / k, k, D, d), so a split of the sample axis into contiguous blocks over devices stays a split of
+the leading axis, and every device walks through its own samples with no communication but the
+per-tile sums.
+"""
+import math
+
+import jax
+import jax.numpy as jnp
+
+from posattn.theory.config import TheoryConfig
+from posattn.theory.model import attention, logistic_loss, mix, sigma
+
+# X's bytes per tile: a tile is read from memory once and then again from cache, so it must fit in
+# the cache the two reads share (a CPU core's L2 is ~1 MiB, the shared L3 tens of MiB).
+TILE_BYTES = 1 << 20
+
+
+def tile_count(n: int, row_bytes: int, shards: int = 1, tile_bytes: int = TILE_BYTES) -> int:
+    """k, the number of tiles: a divisor of n with n / k a multiple of `shards` (each device holds whole
+    rows of every tile) and tiles of about `tile_bytes` (nearest in log scale). 1 when nothing fits."""
+    target = max(1.0, tile_bytes / row_bytes)  # samples per tile
+    best, best_gap = 1, math.inf
+    divisors = {k for i in range(1, math.isqrt(n) + 1) if n % i == 0 for k in (i, n // i)}
+    for k in sorted(divisors):
+        if (n // k) % shards:
+            continue
+        gap = abs(math.log((n // k) / target))
+        if gap < best_gap:
+            best, best_gap = k, gap
+    return best
+
+
+def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfig, weight=None,
+                            shards: int = 1, num_tiles: int | None = None):
+    """(R, dR/dparams) of the risk (E), `model.empirical_risk`, in one pass over X (module docstring).
+
+    X (n, D, d), y (n,), weight (n,) or None as in `empirical_risk`; `shards` is the number of devices
+    the sample axis is split over; `num_tiles` (a divisor of n) overrides `tile_count`.
+    The gradient is the full one (A's diagonal included), as `jax.grad` gives it.
+    """
+    n, D, d = X.shape
+    k = num_tiles or tile_count(n, D * d * X.dtype.itemsize, shards)
+    w = jnp.ones(n, X.dtype) if weight is None else weight.astype(X.dtype)
+    S, attention_vjp = jax.vjp(lambda A: attention(A, cfg), params["A"])
+    v = params["v"]
+    X_mxkxDxd = X.reshape(n // k, k, D, d)
+    y_mxk, w_mxk = y.reshape(n // k, k), w.reshape(n // k, k)
+
+    def tile_loss(S, z_mxD, y_m, w_m):  # the tile's summed loss, as a function of S and z alone
+        margin = y_m * sigma(mix(S, z_mxD, cfg), cfg.activation).sum(-1)
+        return (w_m * logistic_loss(margin)).sum()
+
+    def one_tile(carry, j):
+        loss, dS, dv = carry
+        X_mxDxd, y_m, w_m = (jax.lax.index_in_dim(a, j, axis=1, keepdims=False) if k == 1 else
+                             jax.lax.dynamic_index_in_dim(a, j, axis=1, keepdims=False)
+                             for a in (X_mxkxDxd, y_mxk, w_mxk))
+        z_mxD = X_mxDxd @ v
+        l, (dS_j, dz_mxD) = jax.value_and_grad(tile_loss, argnums=(0, 1))(S, z_mxD, y_m, w_m)
+        # The second read of the tile, from cache: a vector-matrix product over the (m D, d) rows.
+        dv_j = dz_mxD.reshape(-1) @ X_mxDxd.reshape(-1, d)
+        return (loss + l, dS + dS_j, dv + dv_j), None
+
+    zero = jnp.zeros((), v.dtype)
+    init = (zero, jnp.zeros_like(S), jnp.zeros_like(v))
+    if k == 1:  # X fits in one tile: no loop, and no copy of the tile out of X
+        (loss, dS, dv), _ = one_tile(init, 0)
+    else:
+        (loss, dS, dv), _ = jax.lax.scan(one_tile, init, jnp.arange(k))
+    total = w.sum()
+    (dA,) = attention_vjp(dS / total)
+    return loss / total, {"A": dA, "v": dv / total}

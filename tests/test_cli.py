@@ -1,0 +1,29 @@
+"""The persistent compilation cache switch that every binary goes through (`posattn.cli.run`)."""
+import jax
+import pytest
+
+from posattn import cli
+
+
+@pytest.fixture
+def restore_cache_dir():
+    before = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
+    yield
+    jax.config.update("jax_compilation_cache_dir", before[0])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
+
+
+def test_cache_goes_where_the_flag_or_environment_says(tmp_path, monkeypatch, restore_cache_dir):
+    monkeypatch.setenv(cli.CACHE_ENV, str(tmp_path / "env"))
+    assert cli.enable_compilation_cache(str(tmp_path / "flag")) == str(tmp_path / "flag")
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "flag")
+    assert cli.enable_compilation_cache() == str(tmp_path / "env")
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "env")
+
+
+def test_cache_turned_off_leaves_jax_alone(monkeypatch, restore_cache_dir):
+    before = jax.config.jax_compilation_cache_dir
+    assert cli.enable_compilation_cache("off") is None
+    monkeypatch.setenv(cli.CACHE_ENV, "0")
+    assert cli.enable_compilation_cache() is None
+    assert jax.config.jax_compilation_cache_dir == before
