@@ -37,7 +37,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 from benchmarks import bad_inputs
 from benchmarks.report import machine
@@ -408,6 +408,8 @@ def write_report(r: dict, command: str) -> str:
 
 def main(argv):
     del argv
+    if not FLAGS["verbosity"].present:  # quiet orbax's per-restore logs; --verbosity=0 shows them
+        logging.set_verbosity(logging.ERROR)
     t0 = time.monotonic()
     root = pathlib.Path(FLAGS.drill_dir)
     shutil.rmtree(root, ignore_errors=True)
