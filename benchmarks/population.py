@@ -25,6 +25,7 @@ from posattn.theory import gd as gd_lib
 from posattn.theory.model import empirical_risk, forward, init_params
 from posattn.theory.population import population_grad
 from posattn.theory.presets import get_preset
+from posattn.theory.step import freeze_diagonal
 
 flags.DEFINE_integer("pilot", 20_000, "samples for the per-sample gradient covariance")
 flags.DEFINE_integer("mc_chunk", 100_000, "samples per timed Monte-Carlo gradient")
@@ -51,20 +52,20 @@ def measure(cfg, task, params, method):
     """Seconds of the exact gradient, the MC sample count for REL_SE and the MC seconds at that count."""
     exact_s = timed(lambda p: population_grad(p, cfg, task, method)[1], params, repeats=FLAGS.repeats)
     _, g_exact = population_grad(params, cfg, task, method)
-    g_exact = gd_lib.freeze_diagonal(g_exact)  # the trained coordinates
+    g_exact = freeze_diagonal(g_exact)  # the trained coordinates
 
-    X, y = sample(jax.random.PRNGKey(123), cfg, task, FLAGS.pilot)
-    per_sample = jax.jit(jax.vmap(lambda x, t: flat(gd_lib.freeze_diagonal(jax.grad(
+    X, y = sample(jax.random.key(123), cfg, task, FLAGS.pilot)
+    per_sample = jax.jit(jax.vmap(lambda x, t: flat(freeze_diagonal(jax.grad(
         lambda p: jax.nn.softplus(-t * forward(p, x[None], cfg))[0])(params)))))(X, y)
     trace_cov = float(per_sample.var(0).sum())
     n_needed = trace_cov / (REL_SE * float(jnp.linalg.norm(flat(g_exact))))**2
 
-    @functools.partial(jax.jit, static_argnums=1)
+    @functools.partial(jax.jit, static_argnames="n")
     def mc_grad(key, n):
         X, y = sample(key, cfg, task, n)
         return jax.grad(empirical_risk)(params, X, y, cfg)
 
-    mc_s = timed(mc_grad, jax.random.PRNGKey(7), FLAGS.mc_chunk, repeats=max(1, FLAGS.repeats // 2))
+    mc_s = timed(mc_grad, jax.random.key(7), FLAGS.mc_chunk, repeats=max(1, FLAGS.repeats // 2))
     return {"exact_s": exact_s, "n_needed": n_needed, "mc_s": mc_s * n_needed / FLAGS.mc_chunk,
             "mc_chunk_s": mc_s}
 
@@ -82,9 +83,9 @@ def main(argv):
     rows = []
     for preset in ("small", "paper"):
         cfg, gd = get_preset(preset)
-        task = make_task(jax.random.PRNGKey(0), cfg)
-        init = init_params(jax.random.PRNGKey(1), cfg, gd, task.w_star)
-        cases = [("initialisation: A = a0 I, v random", init, "three_value")]
+        task = make_task(jax.random.key(0), cfg)
+        init = init_params(jax.random.key(1), cfg, gd, task.w_star)
+        cases = [("initialisation: A = a0 I, v random", init, "multiset")]
         # (gamma, rho, alpha) read off the paper preset's exact-(P) run (experiments.theory, seed 0)
         # at the end of phase II and in phase III, with v on span(w*) as it is by then.
         for name, (gamma, rho, alpha) in (("step 1500 of (P): gamma=6.03, rho=-1.03, alpha=0.082",
@@ -92,9 +93,9 @@ def main(argv):
                                           ("step 2250 of (P): gamma=15.4, rho=-2.22, alpha=0.056",
                                            (15.378, -2.219, 0.0557))):
             cases.append((name, three_value_point(cfg, task, gd.a0, gamma, rho, alpha, 0.0,
-                                                  jax.random.PRNGKey(2)), "three_value"))
+                                                  jax.random.key(2)), "multiset"))
         if preset == "small":
-            A = init["A"] + 0.5 * jax.random.normal(jax.random.PRNGKey(3), init["A"].shape)
+            A = init["A"] + 0.5 * jax.random.normal(jax.random.key(3), init["A"].shape)
             cases.append(("general A: a0 I + N(0, 0.25), v random", {"A": A, "v": init["v"]},
                           "general"))
         for name, params, method in cases:
@@ -108,7 +109,7 @@ def main(argv):
     if FLAGS.whole_run:
         cfg, gd = get_preset("paper")
         gd = dataclasses.replace(gd, risk="population_exact")
-        result = gd_lib.fit(jax.random.PRNGKey(0), cfg, gd, devices=jax.devices()[:1])
+        result = gd_lib.fit(jax.random.key(0), cfg, gd, devices=jax.devices()[:1])
         h = result.history
         run_line = (f"Whole exact-(P) run, paper preset ({gd.steps} GD steps, history every "
                     f"{gd.eval_every}, compile included): {result.seconds:.1f} s "

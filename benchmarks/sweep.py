@@ -4,8 +4,8 @@ r"""64 seeds of GD on Eq. (T) as one vmapped compiled call against 64 sequential
     python -m benchmarks.sweep --host_devices=2   # the CPU split into 2 XLA devices, seeds over both
 
 Problem: the `small` preset (D=16, C=4, d=32) with --N samples per seed and --steps GD steps; each run
-draws its own task, initialisation, data and test set (`posattn.theory.sweep.seed_data`). Three ways:
-- vmapped: `sweep.run_grid` over the 64 seed keys, end to end (its compile included), its seeds split
+draws its own task, initialisation, data and test set (`posattn.theory.gd.draw_run`). Three ways:
+- vmapped: `gd.fit_grid` over the 64 seed keys, end to end (its compile included), its seeds split
   over the devices (`posattn.mesh.map_runs`);
 - sequential `gd.fit`: 64 calls of the library's single-run entry point on one device, end to end, as
   a research script's loop over seeds would do (the first call compiles, the others reuse it);
@@ -26,7 +26,8 @@ from absl import app, flags
 from benchmarks.report import machine, update_section
 from posattn import mesh as mesh_lib
 from posattn.theory import gd as gd_lib
-from posattn.theory import sweep
+from posattn.theory import keys as keys_lib
+from posattn.theory.step import train_chunk
 from posattn.theory.presets import get_preset
 
 flags.DEFINE_integer("seeds", 64, "runs")
@@ -58,9 +59,9 @@ def five_x_limits(t_vmap_e2e, t_vmap, t_fit, t_seq, t_draw, seeds) -> str:
     return f"What rules out 5x on this machine: {'; '.join(parts)}." if parts else ""
 
 
-def single_run(key, *, cfg, gd, n_test):
-    params, train, test, k, task = sweep.seed_data(key, cfg, gd, gd.N, n_test)
-    return sweep.train_run(params, train, test, k, task, cfg=cfg, gd=gd)[1]
+def single_run(key, *, cfg, gd):
+    params, train, test, k, task = gd_lib.draw_run(key, cfg, gd, n_train=gd.N)
+    return train_chunk(params, 0, train, test, k, task, num_steps=gd.steps, cfg=cfg, gd=gd)[1]
 
 
 def wall(fn):
@@ -80,15 +81,15 @@ def main(argv):
     del argv
     jax.config.update("jax_num_cpu_devices", FLAGS.host_devices)  # before the first array is made
     cfg, gd = get_preset("small")
-    gd = dataclasses.replace(gd, N=FLAGS.N, steps=FLAGS.steps)
-    keys = sweep.seed_keys(0, FLAGS.seeds)
-    vmapped = lambda: sweep.run_grid(keys, cfg=cfg, gd=gd, sizes=(FLAGS.N,), n_test=FLAGS.n_test)
-    one = jax.jit(functools.partial(single_run, cfg=cfg, gd=gd, n_test=FLAGS.n_test))
+    gd = dataclasses.replace(gd, N=FLAGS.N, steps=FLAGS.steps, n_test=FLAGS.n_test)
+    keys = keys_lib.seed_keys(0, FLAGS.seeds)
+    vmapped = lambda: gd_lib.fit_grid(keys, cfg=cfg, gd=gd, sizes=(FLAGS.N,))
+    one = jax.jit(functools.partial(single_run, cfg=cfg, gd=gd))
     sequential = lambda: [one(k) for k in keys]
-    gd_fit = dataclasses.replace(gd, eval_every=gd.steps, n_test=FLAGS.n_test)
+    gd_fit = dataclasses.replace(gd, eval_every=gd.steps)
     fits = lambda: [gd_lib.fit(k, cfg, gd_fit, devices=jax.devices()[:1]).params for k in keys]
-    draw = jax.jit(lambda ks: mesh_lib.map_runs(  # the draws of `run_grid`, alone
-        lambda k: sweep.seed_data(k, cfg, gd, FLAGS.N, FLAGS.n_test), ks))
+    draw = jax.jit(lambda ks: mesh_lib.map_runs(  # the draws of `fit_grid`, alone
+        lambda k: gd_lib.draw_run(k, cfg, gd, n_train=FLAGS.N), ks))
     t_vmap_e2e = wall(vmapped)
     t_fit = wall(fits)
     t_vmap, out_v = timed(vmapped)
@@ -96,8 +97,8 @@ def main(argv):
     np.testing.assert_allclose(out_v["loss"][0], [o["loss"] for o in out_s], rtol=1e-3, atol=1e-6)
     t_draw = timed(lambda: draw(keys))[0]
     speedup, speedup_fit = t_seq / t_vmap, t_fit / t_vmap_e2e
-    per_seed = {n: timed(lambda n=n: sweep.run_grid(keys[:n], cfg=cfg, gd=gd, sizes=(FLAGS.N,),
-                                                   n_test=FLAGS.n_test))[0] for n in (1, 8, FLAGS.seeds)}
+    per_seed = {n: timed(lambda n=n: gd_lib.fit_grid(keys[:n], cfg=cfg, gd=gd, sizes=(FLAGS.N,)))[0]
+                for n in (1, 8, FLAGS.seeds)}
     command = "python -m benchmarks.sweep" + (
         f" --host_devices={FLAGS.host_devices}" if FLAGS.host_devices > 1 else "")
     print(f"{FLAGS.seeds} seeds x {FLAGS.steps} GD steps, N={FLAGS.N}: end to end vmapped "
@@ -109,7 +110,7 @@ def main(argv):
         f"Machine: {machine()}.", "",
         f"Command: `{command}`", "",
         "| runs | wall time (s) |", "|---|---|",
-        f"| {FLAGS.seeds} seeds vmapped in one compiled call (`sweep.run_grid`), compile included | "
+        f"| {FLAGS.seeds} seeds vmapped in one compiled call (`gd.fit_grid`), compile included | "
         f"{t_vmap_e2e:.2f} |",
         f"| {FLAGS.seeds} sequential `gd.fit` runs, end to end | {t_fit:.2f} |",
         f"| {FLAGS.seeds} seeds vmapped, compile excluded | {t_vmap:.2f} |",

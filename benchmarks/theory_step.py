@@ -16,9 +16,10 @@ from absl import app, flags
 from benchmarks.report import machine, update_section
 from posattn import mesh as mesh_lib
 from posattn.theory import GDConfig, TheoryConfig, make_task, sample
-from posattn.theory.gd import make_batch, make_chunk_fn
+from posattn.theory.gd import make_chunk_fn
 from posattn.theory.model import init_params
 from posattn.theory.presets import get_preset
+from posattn.theory.step import make_batch
 
 flags.DEFINE_integer("chunk", 100, "GD steps per compiled call")
 flags.DEFINE_integer("repeats", 3, "timed calls")
@@ -28,12 +29,12 @@ FLAGS = flags.FLAGS
 def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     mesh = mesh_lib.data_mesh()
     shards = mesh.devices.size
-    task = make_task(jax.random.PRNGKey(0), cfg)
-    train = make_batch(*sample(jax.random.PRNGKey(1), cfg, task, gd.N), shards)
-    test = make_batch(*sample(jax.random.PRNGKey(2), cfg, task, 1000), shards)
+    task = make_task(jax.random.key(0), cfg)
+    train = make_batch(*sample(jax.random.key(1), cfg, task, gd.N), shards)
+    test = make_batch(*sample(jax.random.key(2), cfg, task, 1000), shards)
     train, test = jax.device_put((train, test), mesh_lib.batch_sharding(mesh))
-    params = init_params(jax.random.PRNGKey(3), cfg, gd, task.w_star)
-    key = jax.random.PRNGKey(4)
+    params = init_params(jax.random.key(3), cfg, gd, task.w_star)
+    key = jax.random.key(4)
     chunk = make_chunk_fn(cfg, gd, mesh)
     args = (params, jnp.asarray(0), train, test, key, task, FLAGS.chunk)
 

@@ -13,8 +13,8 @@ from posattn.errors import ConfigError
 PARTITIONS = ("grid", "random")
 NOISES = ("orthogonal", "isotropic")
 ACTIVATIONS = ("cubic", "quintic")
-DATASETS = ("structured", "gaussian_cnn")
 RISKS = ("empirical", "population_mc", "population_exact")
+POPULATION_METHODS = ("multiset", "general")  # how "population_exact" computes (P): `theory.population`
 FINAL_TEST_CHUNK = 10_000  # fresh test samples drawn at a time (`evaluation.test_errors`)
 
 
@@ -30,7 +30,7 @@ class TheoryConfig:
     Attributes:
       D: number of patches; C: size of each set S_l, so L = D / C sets; d: patch dimension.
       q: probability that a patch outside the signal set carries a feature (+-w* with q/2 each).
-      noise_std: s, the standard deviation of the patch noise xi_j (SPEC: s = 1/sqrt(d)); None = 1/sqrt(d).
+      noise_std: s, the standard deviation of the patch noise xi_j; None = 1/sqrt(d) (JSL22 Assumption 1).
       partition: "grid" = k x k blocks of the sqrt(D) x sqrt(D) patch grid (k = sqrt(C)), "random" = a
         random permutation of [D] cut into L sets.
       noise: "orthogonal" = xi ~ N(0, s^2 (I - w* w*^T)) as in the paper, "isotropic" = N(0, s^2 I).
@@ -55,7 +55,7 @@ class TheoryConfig:
     activation: Literal["cubic", "quintic"] = "cubic"
     temperature: bool = True
     scale_by_D: bool = True
-    dataset: Literal["structured", "gaussian_cnn"] = "structured"
+    dataset: str = "structured"  # a name of posattn.theory.datasets.REGISTRY
     cnn_width: int = 1
     cnn_shared_filter: bool = False
 
@@ -74,7 +74,9 @@ class TheoryConfig:
         _check(self.noise in NOISES, f"noise={self.noise!r}: choose one of {NOISES}")
         _check(self.activation in ACTIVATIONS,
                f"activation={self.activation!r}: choose one of {ACTIVATIONS}")
-        _check(self.dataset in DATASETS, f"dataset={self.dataset!r}: choose one of {DATASETS}")
+        from posattn.theory.datasets import REGISTRY  # its modules import this one
+
+        _check(self.dataset in REGISTRY, f"dataset={self.dataset!r}: choose one of {tuple(REGISTRY)}")
         _check(self.cnn_width >= 1, f"cnn_width={self.cnn_width} must be >= 1")
         if self.partition == "grid":
             side, k = math.isqrt(self.D), math.isqrt(self.C)
@@ -83,9 +85,12 @@ class TheoryConfig:
             _check(k * k == self.C and side % k == 0,
                    f"partition='grid' needs k x k blocks that tile the {side}x{side} grid: C={self.C} must "
                    f"be k^2 with k dividing {side}")
-        if self.dataset == "gaussian_cnn":
-            _check(self.partition == "grid",
-                   "dataset='gaussian_cnn' is the Figure-2 dataset: it needs partition='grid'")
+        REGISTRY[self.dataset].check(self)
+
+    @property
+    def logit_scale(self) -> float:
+        """The factor of A in the softmax of Eq. (T): 1/sqrt(d), or 1 without the temperature."""
+        return 1.0 / math.sqrt(self.d) if self.temperature else 1.0
 
     @property
     def L(self) -> int:
@@ -94,7 +99,7 @@ class TheoryConfig:
 
     @property
     def s(self) -> float:
-        """Noise standard deviation (SPEC 1.1: s^2 = 1/d unless set)."""
+        """Noise standard deviation (s^2 = 1/d unless set, JSL22 Assumption 1)."""
         return 1.0 / math.sqrt(self.d) if self.noise_std is None else float(self.noise_std)
 
 
@@ -105,6 +110,10 @@ class GDConfig:
     Attributes:
       risk: "empirical" = (E) on N fixed samples; "population_mc" = (P) estimated with N fresh samples at
         every step; "population_exact" = (P) computed exactly (`posattn.theory.population`).
+      population_method: how "population_exact" enumerates the data, chosen here and never from the
+        values of A: "multiset" (A read through its three means, exact while A is three-valued, which
+        GD on (P) keeps from A^(0) = a0 I; scales to the paper preset) or "general" (any A, up to
+        L 3^(D-C) patterns). See `posattn.theory.population`.
       N: samples of (E), or fresh samples per step of "population_mc".
       steps: GD steps; lr: constant step size eta of v.
       lr_A: constant step size of A; None = lr. The population gradient in A is of order 1/(D sqrt(d))
@@ -112,12 +121,13 @@ class GDConfig:
         thousands rather than millions of steps (equivalently: GD on A = c B with lr_A = c^2 lr).
       eval_every: steps between two history entries (they are one compiled `lax.scan` apart).
       n_test: size of the fixed test set used in the history; the final test error uses `n_final_test`.
-      a0: initial value of A's diagonal, which stays frozen (SPEC 1.2: A^(0) = a0 I).
+      a0: initial value of A's diagonal, which stays frozen (A^(0) = a0 I; `presets` says why a0 > 0).
       v_init: "random" v^(0) ~ N(0, v_std^2 I_d), or "aligned" v^(0) = v_std * sqrt(d) w* (on span(w*)).
       v_std: scale of v^(0).
     """
 
     risk: Literal["empirical", "population_mc", "population_exact"] = "empirical"
+    population_method: Literal["multiset", "general"] = "multiset"
     N: int = 2000
     steps: int = 2000
     lr: float = 0.1
@@ -131,6 +141,8 @@ class GDConfig:
 
     def __post_init__(self):
         _check(self.risk in RISKS, f"risk={self.risk!r}: choose one of {RISKS}")
+        _check(self.population_method in POPULATION_METHODS,
+               f"population_method={self.population_method!r}: choose one of {POPULATION_METHODS}")
         _check(self.N > 0, f"N={self.N}: the number of samples must be positive")
         _check(self.steps > 0, f"steps={self.steps} must be positive")
         _check(self.lr > 0, f"lr={self.lr} must be positive")

@@ -5,8 +5,9 @@ import jax
 import jax.numpy as jnp
 
 from posattn.errors import ConfigError
+from posattn.metrics import classification_error
 from posattn.theory.config import FINAL_TEST_CHUNK, TheoryConfig
-from posattn.theory.data import Task, labelling_function, sample
+from posattn.theory.data import Task, dataset, labelling_function, sample
 from posattn.theory.model import forward
 
 
@@ -18,13 +19,13 @@ TIE_TOLERANCE = 1e-3
 
 def label_disagrees(X, y, cfg: TheoryConfig, task: Task) -> jax.Array:
     """bool (n,): y f*(X) <= 0, the label disagrees with f* (ties f* = 0 included, up to rounding).
-    Figure 2's labels are sign(f*) of a real-valued CNN: no ties to round, so no tolerance."""
-    tolerance = TIE_TOLERANCE if cfg.dataset == "structured" else 0.0
+    A real-valued f* (Figure 2's CNN) has no ties to round, so no tolerance."""
+    tolerance = TIE_TOLERANCE if dataset(cfg).INTEGER_LABELLING else 0.0
     return y * labelling_function(X, cfg, task) <= tolerance
 
 
 def f_star_is_not_yC(X, y, cfg: TheoryConfig, task: Task) -> jax.Array:
-    """bool (n,): f*(X) != y C, the event SPEC 1.1 asks to report (some set besides the signal set is
+    """bool (n,): f*(X) != y C, the event the run summary reports (some set besides the signal set is
     all +1 or all -1, about 2 (L - 1) (q/2)^C). It includes the label noise y f* <= 0 (a set all -y)
     and the harmless case of a set all +y."""
     return jnp.abs(labelling_function(X, cfg, task) - y * cfg.C) > TIE_TOLERANCE
@@ -37,8 +38,8 @@ def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000,
 
     Returns {"test_error": P[y F(X) <= 0], "label_noise_rate": P[y f*(X) <= 0], "f_star_not_yC_rate":
     P[f*(X) != y C]}: the second is the share of samples whose label disagrees with the labelling
-    function (its floor for a model that learns f*); the third is Assumption 1's only (NaN on Figure
-    2's data, whose f* is a CNN).
+    function (its floor for a model that learns f*); the third is for integer-valued f* only (NaN
+    otherwise, e.g. on Figure 2's data, whose f* is a CNN).
     """
     chunk = min(chunk, n)
     if n % chunk:
@@ -46,9 +47,9 @@ def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000,
 
     def one(k):
         X, y = sample(k, cfg, task, chunk)
-        not_yC = (f_star_is_not_yC(X, y, cfg, task).mean() if cfg.dataset == "structured"
+        not_yC = (f_star_is_not_yC(X, y, cfg, task).mean() if dataset(cfg).INTEGER_LABELLING
                   else jnp.float32(jnp.nan))
-        return jnp.stack([(~(y * forward(params, X, cfg) > 0)).mean(),
+        return jnp.stack([classification_error(forward(params, X, cfg), y),
                           label_disagrees(X, y, cfg, task).mean(), not_yC])
 
     errors = jax.lax.map(one, jax.random.split(key, n // chunk)).mean(0)

@@ -1,16 +1,22 @@
-"""Full-batch gradient descent for Eq. (T) on the empirical risk (E) or the population risk (P).
+"""The run driver of the theory regime: GD on Eq. (T) for one run, many seeds, or seeds x sample sizes.
 
-Section 3 of JSL22: (A off-diagonal, v) are trained jointly with a constant step size and no
-regulariser; the diagonal of A stays at its initial value. Many steps run inside one compiled call
-(`lax.scan`), with the history of `posattn.theory.metrics` recorded every `gd.eval_every` steps.
+Every run draws the same things from its key (`draw_run`, with the streams of `posattn.theory.keys`):
+its task, its start, its training and test samples. The three entry points run the same compiled GD
+chunk (`posattn.theory.step.train_chunk`):
 
-The compiled chunk is one `jax.jit` function whose sample axis is sharded over the "data" axis of a
-device mesh (`posattn.mesh`), so the same code runs on one CPU, a GPU or a TPU pod slice; XLA inserts
-the cross-device sums of the risk and its gradient.
+- `fit`: one run, history every `gd.eval_every` steps, sample axis sharded over the devices' "data"
+  mesh axis (`posattn.mesh`), so the same code runs on one CPU, a GPU or a TPU pod slice;
+- `fit_seeds`: many seeds vmapped inside the same chunks, as `fit(keys[s])` would run each;
+- `fit_grid` (`fit_sizes` for wide grids): (sample size N) x (seed) runs as one compiled call, only the
+  final history entry of each. A run at size N trains on the first N of its seed's samples (the rest
+  carry weight 0, `step.Batch`), so sizes are nested subsamples and differ only by N; every run then
+  computes on the grid's largest size, so callers keep that moderate (`fit_sizes` groups the sizes).
+
+Seeds are split over the devices when they divide evenly (`posattn.mesh.map_runs`).
 """
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
@@ -18,101 +24,73 @@ import jax.numpy as jnp
 import numpy as np
 
 from posattn import mesh as mesh_lib
-from posattn.theory import metrics
+from posattn.theory import population
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import Task, make_task, sample
-from posattn.theory.model import empirical_risk, forward, init_params
-from posattn.theory.population import population_risk
+from posattn.theory.keys import run_keys
+from posattn.theory.model import init_params
+from posattn.theory.step import Batch, evaluate, make_batch, train_chunk
 
 
-class Batch(NamedTuple):
-    """Samples with a weight per sample: 1 for real ones, 0 for the padding that makes the sample axis
-    divide by the number of devices."""
-
-    X: jax.Array
-    y: jax.Array
-    weight: jax.Array
-
-
-def make_batch(X, y, num_shards: int = 1) -> Batch:
-    """Pad (X, y) with zero-weight samples to a multiple of `num_shards`."""
-    n = X.shape[0]
-    pad = -n % num_shards
-    weight = jnp.concatenate([jnp.ones(n), jnp.zeros(pad)])
-    X = jnp.concatenate([X, jnp.zeros((pad, *X.shape[1:]), X.dtype)])
-    y = jnp.concatenate([y, jnp.ones(pad, y.dtype)])
-    return Batch(X, y, weight)
+class FitResult(NamedTuple):
+    params: dict
+    init_params: dict
+    task: Task
+    history: dict  # name -> np.ndarray over the evaluation steps
+    seconds: float
 
 
-def freeze_diagonal(grads: dict) -> dict:
-    """Zero the gradient of A's diagonal (Simplification 3.1: the diagonal is not trained)."""
-    A = grads["A"]
-    return {**grads, "A": A * (1.0 - jnp.eye(A.shape[0], dtype=A.dtype))}
+def draw_start(key, cfg: TheoryConfig, gd: GDConfig, task: Task | None = None, params=None):
+    """(task, params) of the run of `key`: the given ones, or drawn from its "task" and "init" streams."""
+    keys = run_keys(key)
+    task = make_task(keys["task"], cfg) if task is None else task
+    params = init_params(keys["init"], cfg, gd, task.w_star) if params is None else params
+    return task, params
 
 
-def gd_update(params: dict, grads: dict, lr: float, lr_A: float | None = None) -> dict:
-    """One step of gradient descent, theta <- theta - eta grad, with A's diagonal frozen."""
-    grads = freeze_diagonal(grads)
-    lr_A = lr if lr_A is None else lr_A
-    return {"A": params["A"] - lr_A * grads["A"], "v": params["v"] - lr * grads["v"]}
+def draw_run(key, cfg: TheoryConfig, gd: GDConfig, *, n_train: int | None = None, shards: int = 1,
+             task: Task | None = None, params=None):
+    """Everything a run draws from its key: (params, train, test, sample key, task).
 
-
-def training_risk(params, step, train: Batch, key, task: Task, *, cfg: TheoryConfig, gd: GDConfig,
-                  sharding=None):
-    """The risk that GD descends at `step`: (E) on `train`, or (P) by fresh samples or exactly."""
-    if gd.risk == "empirical":
-        return empirical_risk(params, train.X, train.y, cfg, train.weight)
-    if gd.risk == "population_mc":
-        X, y = sample(jax.random.fold_in(key, step), cfg, task, gd.N)
-        if sharding is not None:
-            X = jax.lax.with_sharding_constraint(X, sharding)
-        return empirical_risk(params, X, y, cfg)
-    return population_risk(params, cfg, task)  # the exact (P) of SPEC 1.5
-
-
-def evaluate(params, step, train: Batch, test: Batch, key, task: Task, *, cfg, gd, sharding=None):
-    """The history entry at `step`: risks, test error and the parameter scalars of the proof sketch."""
-    scores = forward(params, test.X, cfg)
-    test_loss = empirical_risk(params, test.X, test.y, cfg, test.weight)
-    wrong = (~(test.y * scores > 0)).astype(jnp.float32)  # a NaN score (divergence) is wrong
-    if gd.risk == "population_mc":
-        loss = test_loss  # a fresh-sample estimate of the population risk (P)
-    else:
-        loss = training_risk(params, step, train, key, task, cfg=cfg, gd=gd)
-    return {
-        "step": step,
-        "loss": loss,
-        "test_loss": test_loss,
-        "test_error": (wrong * test.weight).sum() / test.weight.sum(),
-        **metrics.parameter_metrics(params, task),
-    }
-
-
-def train_chunk(params, step, train: Batch, test: Batch, key, task: Task, num_steps: int, *,
-                cfg: TheoryConfig, gd: GDConfig, sharding=None):
-    """`num_steps` GD steps from `step` in one `lax.scan`, then the history entry at their end.
-
-    Pure, so it can be jitted with shardings (`make_chunk_fn`) or vmapped over seeds.
+    `task` and `params` default to draws from `key` (pass them for transfer or a shared start). The
+    training set has `n_train` samples, by default N for the empirical risk and none otherwise (the
+    other risks draw fresh samples or need none); the test set has `gd.n_test`. Both are padded to a
+    multiple of `shards`.
     """
-    risk = functools.partial(training_risk, cfg=cfg, gd=gd, sharding=sharding)
+    keys = run_keys(key)
+    task, params = draw_start(key, cfg, gd, task, params)
+    if n_train is None:
+        n_train = gd.N if gd.risk == "empirical" else 0
+    train = make_batch(*sample(keys["train"], cfg, task, n_train), shards)
+    test = make_batch(*sample(keys["test"], cfg, task, gd.n_test), shards)
+    return params, train, test, keys["train"], task
 
-    def one_step(params, t):
-        grads = jax.grad(risk)(params, t, train, key, task)
-        return gd_update(params, grads, gd.lr, gd.lr_A), None
 
-    params, _ = jax.lax.scan(one_step, params, step + jnp.arange(num_steps))
-    step = step + num_steps
-    return params, evaluate(params, step, train, test, key, task, cfg=cfg, gd=gd)
+@functools.lru_cache(maxsize=32)
+def _draw_fn(cfg: TheoryConfig, gd: GDConfig, shards: int) -> Callable:
+    """`draw_run` as one compiled program: run eagerly, its dozens of small operations each compile
+    on first use, which made the first `fit` of a problem seconds slower."""
+    return jax.jit(lambda key, task, params: draw_run(key, cfg, gd, shards=shards, task=task,
+                                                      params=params))
 
 
 @functools.lru_cache(maxsize=32)  # a loop of `fit` calls on one problem compiles once
 def make_chunk_fn(cfg: TheoryConfig, gd: GDConfig, mesh) -> Callable:
-    """`train_chunk` compiled once per `num_steps`, sample axis of the data sharded over `mesh`."""
+    """`train_chunk` compiled once per `num_steps`, sample axis of the data sharded over `mesh`.
+
+    Called as chunk(params, step, train, test, key, task, num_steps): `jit` takes no keyword arguments
+    beside `in_shardings`, so `num_steps` comes last by position, declared static by its name.
+    """
     sharding = mesh_lib.batch_sharding(mesh)
     rep = mesh_lib.replicated(mesh)
+
+    def chunk(params, step, train, test, key, task, num_steps):
+        return train_chunk(params, step, train, test, key, task, num_steps=num_steps, cfg=cfg, gd=gd,
+                           sharding=sharding)
+
     return jax.jit(
-        functools.partial(train_chunk, cfg=cfg, gd=gd, sharding=sharding),
-        static_argnums=6,
+        chunk,
+        static_argnames="num_steps",
         in_shardings=(rep, rep, sharding, sharding, rep, rep),
         out_shardings=(rep, rep),
         donate_argnums=0,
@@ -124,45 +102,8 @@ def _evaluate_fn(cfg: TheoryConfig, gd: GDConfig) -> Callable:
     return jax.jit(functools.partial(evaluate, cfg=cfg, gd=gd))
 
 
-class FitResult(NamedTuple):
-    params: dict
-    init_params: dict
-    task: Task
-    history: dict  # name -> np.ndarray over the evaluation steps
-    seconds: float
-
-
 def _to_host(tree) -> dict:
     return {k: np.asarray(v) for k, v in tree.items()}
-
-
-def split_keys(key):
-    """The independent streams of one run: task, initialisation, training samples, test samples."""
-    k_task, k_init, k_train, k_test = jax.random.split(key, 4)
-    return {"task": k_task, "init": k_init, "train": k_train, "test": k_test}
-
-
-def draw_run(key, cfg: TheoryConfig, gd: GDConfig, shards: int = 1, task: Task | None = None,
-             params=None):
-    """Everything a run draws from its key: (params, train, test, sample key, task).
-
-    `task` and `params` default to draws from `key` (pass them for transfer or a shared start); the
-    training set is empty unless the risk is empirical (the others draw fresh samples or need none).
-    """
-    keys = split_keys(key)
-    task = make_task(keys["task"], cfg) if task is None else task
-    params = init_params(keys["init"], cfg, gd, task.w_star) if params is None else params
-    n_train = gd.N if gd.risk == "empirical" else 0
-    train = make_batch(*sample(keys["train"], cfg, task, n_train), shards)
-    test = make_batch(*sample(keys["test"], cfg, task, gd.n_test), shards)
-    return params, train, test, keys["train"], task
-
-
-@functools.lru_cache(maxsize=32)
-def _draw_fn(cfg: TheoryConfig, gd: GDConfig, shards: int) -> Callable:
-    """`draw_run` as one compiled program: run eagerly, its dozens of small operations each compile
-    on first use, which made the first `fit` of a problem seconds slower."""
-    return jax.jit(lambda key, task, params: draw_run(key, cfg, gd, shards, task, params))
 
 
 def _run_chunks(chunk, evaluate_fn, params, args, steps, eval_every, on_eval):
@@ -190,6 +131,8 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, param
     """
     mesh = mesh_lib.data_mesh(devices)
     params, train, test, sample_key, task = _draw_fn(cfg, gd, mesh.devices.size)(key, task, params)
+    if gd.risk == "population_exact":  # a start the chosen enumeration would get wrong ends here
+        population.check_start(params, cfg, task, gd.population_method)
     start = jax.tree.map(jnp.copy, params)
     train, test = jax.device_put((train, test), mesh_lib.batch_sharding(mesh))
     params, task_d, sample_key = jax.device_put((params, task, sample_key), mesh_lib.replicated(mesh))
@@ -206,17 +149,75 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *,
 
     keys: (S,) keys, one run each (its own task, start and samples, as `fit(keys[s], ...)` draws them).
     The result carries a leading seed axis on params and task, and history entries of shape (T, S).
-    Seeds are split over the devices when they divide evenly (`posattn.mesh.map_runs`).
     """
     draw = jax.jit(lambda ks: mesh_lib.map_runs(lambda k: draw_run(k, cfg, gd), ks))
     params, train, test, sample_keys, tasks = draw(keys)  # the compiled chunks follow their split
+    if gd.risk == "population_exact":
+        for s in range(len(keys)):
+            population.check_start(jax.tree.map(lambda a: a[s], params), cfg,
+                                   jax.tree.map(lambda a: a[s], tasks), gd.population_method)
     start = jax.tree.map(jnp.copy, params)
     over_seeds = (0, None, 0, 0, 0, 0)
-    chunk = jax.jit(jax.vmap(functools.partial(train_chunk, cfg=cfg, gd=gd), in_axes=(*over_seeds, None)),
-                    static_argnums=6, donate_argnums=0)
+
+    @functools.partial(jax.jit, static_argnames="num_steps", donate_argnums=0)
+    def chunk(params, step, train, test, keys, tasks, num_steps):  # called as `make_chunk_fn`'s
+        one = functools.partial(train_chunk, num_steps=num_steps, cfg=cfg, gd=gd)
+        return jax.vmap(one, in_axes=over_seeds)(params, step, train, test, keys, tasks)
+
     evaluate_fn = jax.jit(jax.vmap(functools.partial(evaluate, cfg=cfg, gd=gd), in_axes=over_seeds))
     t0 = time.perf_counter()
     params, history = _run_chunks(chunk, evaluate_fn, params, (train, test, sample_keys, tasks),
                                   gd.steps, gd.eval_every, on_eval)
     history["step"] = history["step"][:, 0] if history["step"].ndim == 2 else history["step"]
     return FitResult(jax.device_get(params), start, tasks, history, time.perf_counter() - t0)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "gd", "sizes", "train_A"))
+def fit_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, gd: GDConfig,
+             sizes: tuple[int, ...], train_A: bool = True):
+    """Train every (size, seed) pair for `gd.steps` on (E); returns the final history entries, each of
+    shape (sizes, seeds).
+
+    keys: (S,) seed keys. task: shared by every seed (None: each seed draws its own). A_init: the
+    initial A of every run (None: a0 I from `gd`). train_A=False trains v only (`step.train_chunk`).
+    The final entry holds `test_error` (on the seed's `gd.n_test` samples), `patch_association_share`,
+    `loss`, `alpha`, ...
+    """
+    draw = lambda k, t: draw_run(k, cfg, gd, n_train=max(sizes), task=t)
+    params, train, test, train_keys, tasks = mesh_lib.map_runs(draw, keys, task)
+    if A_init is not None:
+        params = {**params, "A": jnp.broadcast_to(A_init, params["A"].shape)}
+    weights = (jnp.arange(max(sizes))[None, :] < jnp.asarray(sizes)[:, None]).astype(train.weight.dtype)
+
+    def one(params, X, y, weight, test, key, task):
+        return train_chunk(params, 0, Batch(X, y, weight), test, key, task, num_steps=gd.steps, cfg=cfg,
+                           gd=gd, train_A=train_A)[1]
+
+    over_seeds = jax.vmap(one, in_axes=(0, 0, 0, None, 0, 0, 0))
+    if len(sizes) == 1:  # a size axis of length 1 still batches the weights, and costs time on a CPU
+        entries = over_seeds(params, train.X, train.y, weights[0], test, train_keys, tasks)
+        return jax.tree.map(lambda a: a[None], entries)
+    over_sizes = jax.vmap(over_seeds, in_axes=(None, None, None, 0, None, None, None))
+    return over_sizes(params, train.X, train.y, weights, test, train_keys, tasks)
+
+
+def size_groups(sizes: Sequence[int], spread: float = 4.0) -> list[tuple[int, ...]]:
+    """Consecutive sorted sizes in groups whose largest is at most `spread` x its smallest."""
+    groups = []
+    for n in sorted(int(s) for s in sizes):
+        if groups and n <= spread * groups[-1][0]:
+            groups[-1] = (*groups[-1], n)
+        else:
+            groups.append((n,))
+    return groups
+
+
+def fit_sizes(keys, task=None, A_init=None, *, cfg: TheoryConfig, gd: GDConfig, sizes: Sequence[int],
+              train_A: bool = True, spread: float = 4.0) -> dict:
+    """`fit_grid` over a wide log grid of sizes, one compiled call per `size_groups` group (so no run
+    computes on more than `spread` x its own samples); entries concatenated in the order of `sizes`."""
+    parts = [fit_grid(keys, task, A_init, cfg=cfg, gd=gd, sizes=group, train_A=train_A)
+             for group in size_groups(sizes, spread)]
+    entries = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
+    order = np.argsort(np.argsort(np.asarray(sizes)))
+    return {k: v[order] for k, v in entries.items()}

@@ -11,8 +11,8 @@ from posattn.theory.data import Task, same_set_mask
 def patch_association(A: jax.Array, task: Task):
     """Definition 2.2 of JSL22: for every l and i in S_l, the C largest entries of row i of A are S_l.
 
-    The diagonal is included (SPEC 1.3). A row passes when every entry inside its set is strictly larger
-    than every entry outside it, so ties count as failure.
+    The diagonal is included (the definition's "C largest entries" of row i). A row passes when every
+    entry inside its set is strictly larger than every entry outside it, so ties count as failure.
 
     Returns (rows bool (D,), verdict bool scalar: all rows pass).
     """
@@ -71,7 +71,3 @@ def parameter_metrics(params, task: Task) -> dict:
         "patch_association_share": rows.mean(),
     }
 
-
-def classification_error(scores: jax.Array, y: jax.Array) -> jax.Array:
-    """Share of samples with sign(score) != y (a score of 0 counts as an error)."""
-    return (~(y * scores > 0)).mean()  # NaN counts as wrong

@@ -12,7 +12,7 @@ from posattn.theory.config import GDConfig, TheoryConfig
 
 
 def sigma(z: jax.Array, activation: str) -> jax.Array:
-    """The odd activation of Eq. (T): cubic z^3 (default) or quintic z^5 + 0.03 z (SPEC 1.2)."""
+    """The odd activation of Eq. (T): cubic z^3 (default) or quintic z^5 + 0.03 z."""
     if activation == "cubic":
         return z**3
     return z**5 + 0.03 * z
@@ -50,7 +50,7 @@ def empirical_risk(params, X, y, cfg: TheoryConfig, weight=None) -> jax.Array:
 
 
 def init_params(key: jax.Array, cfg: TheoryConfig, gd: GDConfig = GDConfig(), w_star=None):
-    """A^(0) = a0 I (uniform attention at a0 = 0) and v^(0) ~ N(0, v_std^2 I_d), or along w* (SPEC 1.2).
+    """A^(0) = a0 I (uniform attention at a0 = 0) and v^(0) ~ N(0, v_std^2 I_d), or along w*.
 
     `gd.v_init="aligned"` puts v^(0) = v_std sqrt(d) w* (same expected norm as the random draw) and needs
     `w_star`.

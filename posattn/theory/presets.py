@@ -1,13 +1,18 @@
-"""Named problem + optimiser settings of the theory regime (SPEC 1.1, with the decisions below).
+"""Named problem + optimiser settings of the theory regime (JSL22 Section 2, with the decisions below).
 
-Decisions beyond SPEC 1.1 [D], each made so that the paper's claims can be observed on a laptop:
+Decisions beyond the paper [D], each made so that the paper's claims can be observed on a laptop:
 - q = 0.4: in `paper` (D=36, C=4) the best generalised linear model then errs 13.4% of the time
-  (Theorem 3.1's >= 1/8 needs q (D - C) >= ~12; the SPEC's q (D-C) = 2C gives 8.1%); in `small` it keeps
+  (Theorem 3.1's >= 1/8 needs q (D - C) >= ~12; q (D-C) = 2C gives 8.1%); in `small` it keeps
   q (D - C) = 4.8 > C (Assumption 2) with 0.5% label noise.
 - a0 = sqrt(d) (A's frozen diagonal): at a0 = 0 every row of A is the same, the data are exchangeable
   within the partition, and the population gradient in A is exactly 0, so patch association can never
   start; a positive diagonal breaks that symmetry (tested in tests/theory/test_gd.py).
 - lr_A >> lr: the population gradient in A is ~1/(D sqrt(d)) of that in v (see GDConfig.lr_A).
+- phases (the default of `experiments.theory`): the `paper` problem (6x6 grid, 2x2 blocks, q = 0.4, so
+  the best GLM errs 13.3%) at d = 16, N = 20,000 and 800 steps, so that the proof sketch's story shows in
+  under a minute on a CPU: a test-error plateau at the GLM's level while v aligns, A separating, then the
+  fall of the risk with patch association kept (`small` reaches its GLM floor of 3.6% at step 50 while A
+  already moves, so its phases overlap; `paper` shows them but takes ~100 s). a0 = sqrt(d) = 4.
 - fig2 (Figure 2, Gaussian patches): the CNN labeller uses one filter for the C positions of a block
   (`cnn_shared_filter`): Eq. (T) has a single value vector v for all patches, so with a different filter
   per position it cannot fit the labels (29% test error measured at d=16); with the shared filter it
@@ -16,9 +21,14 @@ Decisions beyond SPEC 1.1 [D], each made so that the paper's claims can be obser
   of A gets the same gradient on any data and the rows stay equal off the diagonal: A could then never
   match the blocks, and "structure not learnt" would hold by construction.
 """
+import dataclasses
 import math
+import typing
+
+from ml_collections import config_dict
 
 from posattn.errors import ConfigError
+from posattn.theory.claims.overlay import DEFAULT_NS
 from posattn.theory.config import GDConfig, TheoryConfig
 
 PRESETS = {
@@ -32,6 +42,10 @@ PRESETS = {
         # makes GD unstable in phase III.
         GDConfig(N=20_000, steps=2500, lr=0.003, lr_A=100.0, a0=8.0, eval_every=50),
     ),
+    "phases": (
+        TheoryConfig(D=36, C=4, d=16, q=0.4),
+        GDConfig(N=20_000, steps=800, lr=0.003, lr_A=100.0, a0=4.0, eval_every=25),
+    ),
     "fig2": (
         TheoryConfig(D=16, C=4, d=16, dataset="gaussian_cnn", cnn_width=1, cnn_shared_filter=True),
         GDConfig(N=20_000, steps=1000, lr=0.001, lr_A=30.0, a0=math.sqrt(16), eval_every=20),
@@ -39,7 +53,52 @@ PRESETS = {
 }
 
 
+DEFAULT = "phases"  # the preset of `python -m experiments.theory` without --config
+
+
 def get_preset(name: str) -> tuple[TheoryConfig, GDConfig]:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}: choose one of {sorted(PRESETS)}")
     return PRESETS[name]
+
+
+def _section(config) -> config_dict.ConfigDict:
+    """A dataclass's fields as a ConfigDict; a field left None keeps its type (a placeholder), so that
+    `--config.theory.noise_std=0.1` still type-checks."""
+    fields = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if value is None:
+            kind = next(t for t in typing.get_args(field.type) if t is not type(None))
+            value = config_dict.placeholder(kind)
+        fields[field.name] = value
+    return config_dict.ConfigDict(fields)
+
+
+def get_config(arg: str | None = None) -> config_dict.ConfigDict:
+    """This file as an ml_collections config file: `--config=posattn/theory/presets.py[:PRESET]`.
+
+    Without a preset, `DEFAULT`. Fields: preset, seed (the run's), seeds (seed, seed + 1, ... vmapped), overlay_N (with
+    risk="population_exact": the N of the (E) runs beside it), theory.* (`TheoryConfig`) and gd.*
+    (`GDConfig`), each overridable as `--config.FIELD=VALUE`, e.g. `--config.theory.D=36`.
+    """
+    name = arg or DEFAULT
+    theory, gd = get_preset(name)
+    return config_dict.ConfigDict({
+        "preset": name, "seed": 0, "seeds": 1, "overlay_N": DEFAULT_NS,
+        "theory": _section(theory), "gd": _section(gd),
+    })
+
+
+def configs_from(config: config_dict.ConfigDict) -> tuple[TheoryConfig, GDConfig]:
+    """The (TheoryConfig, GDConfig) of a config of `get_config`, validated on construction."""
+    return TheoryConfig(**config.theory.to_dict()), GDConfig(**config.gd.to_dict())
+
+
+def overlay_sizes(config: config_dict.ConfigDict) -> list[int]:
+    """overlay_N of a config of `get_config` as positive integers, or a ConfigError."""
+    sizes = list(config.overlay_N)
+    if any(not isinstance(n, int) or n < 1 for n in sizes):
+        raise ConfigError(f"overlay_N={config.overlay_N}: give positive integers, e.g. "
+                          f"--config.overlay_N='(100, 1000)'")
+    return sizes

@@ -16,8 +16,9 @@ def run(*args):
 
 
 def test_tiny_run_writes_every_output(tmp_path):
-    out = run("--preset=small", "--d=16", "--N=2000", "--steps=150", "--eval_every=50",
-              "--a0=4", "--n_final_test=10000", f"--workdir={tmp_path}")
+    out = run("--config=posattn/theory/presets.py:small", "--config.theory.d=16", "--config.gd.N=2000",
+              "--config.gd.steps=150", "--config.gd.eval_every=50", "--config.gd.a0=4",
+              "--config.gd.n_final_test=10000", f"--workdir={tmp_path}")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "steps/s" in out.stdout and "ETA" in out.stdout
     for name in ("config.json", "metrics.jsonl", "summary.json", "summary.md", "attention.png",
@@ -36,8 +37,9 @@ def test_tiny_run_writes_every_output(tmp_path):
 
 
 def test_seeds_run_vmapped_with_one_summary_each(tmp_path):
-    out = run("--preset=small", "--d=8", "--N=500", "--steps=20", "--eval_every=10", "--seed=3",
-              "--seeds=2", "--n_test=1000", "--n_final_test=10000", f"--workdir={tmp_path}")
+    out = run("--config.theory.d=8", "--config.gd.N=500", "--config.gd.steps=20",
+              "--config.gd.eval_every=10", "--config.seed=3", "--config.seeds=2", "--config.gd.n_test=1000",
+              "--config.gd.n_final_test=10000", f"--workdir={tmp_path}")
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["seed"] == 3 and summary["seeds"]["count"] == 2
@@ -48,18 +50,22 @@ def test_seeds_run_vmapped_with_one_summary_each(tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--D=18"], "not a multiple of C"),
-    (["--D=20", "--C=4"], "square"),
-    (["--D=36", "--C=3"], "tile"),
-    (["--q=1.5"], "[0, 1]"),
-    (["--N=0"], "N=0"),
-    (["--preset=huge"], "unknown preset"),
-    (["--risk=bayes"], "risk"),
-    (["--partition=hex"], "partition"),
-    (["--seeds=0"], "seeds=0"),
-    (["--risk=population_exact", "--D=64", "--C=4"], "multisets"),
-    (["--risk=population_exact", "--overlay_N=1e3"], "overlay_N"),
-    (["--n_final_test=15000"], "n_final_test=15000"),
+    (["--config.theory.D=18"], "not a multiple of C"),
+    (["--config.theory.D=20", "--config.theory.C=4"], "square"),
+    (["--config.theory.D=36", "--config.theory.C=3"], "tile"),
+    (["--config.theory.q=1.5"], "[0, 1]"),
+    (["--config.gd.N=0"], "N=0"),
+    (["--config=posattn/theory/presets.py:huge"], "unknown preset"),
+    (["--config.gd.risk=bayes"], "risk"),
+    (["--config.theory.partition=hex"], "partition"),
+    (["--config.seeds=0"], "seeds=0"),
+    (["--config.gd.risk=population_exact", "--config.theory.D=64", "--config.theory.C=4"], "multisets"),
+    (["--config.gd.risk=population_exact", "--config.overlay_N=1e3"], "overlay_N"),
+    (["--config.gd.population_method=general", "--config.gd.risk=population_exact",
+      "--config.theory.D=36"], "patterns"),
+    (["--config.gd.n_final_test=15000"], "n_final_test=15000"),
+    (["--config.theory.foo=1"], "no such config field"),
+    (["--config.gd.N=abc"], "--config.gd.N=abc"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, args, words):
     out = run(*args, f"--workdir={tmp_path}")

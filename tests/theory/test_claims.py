@@ -1,5 +1,5 @@
 """JSL22's other claims on tiny sizes: GLM baseline, Theorem 3.2 construction, vmapped sweeps, transfer,
-and the reproduction report (SPEC 1.6)."""
+and the reproduction report."""
 import dataclasses
 import math
 import os
@@ -11,10 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from posattn.theory import GDConfig, TheoryConfig, make_task, patch_association, sample
-from posattn.theory import construction, glm, sweep, transfer
+from posattn.theory import evaluation, keys
 from posattn.theory import gd as gd_lib
-from posattn.theory.data import sample_coefficients
-from posattn.theory import evaluation
+from posattn.theory.claims import construction, glm, report, transfer
+from posattn.theory.datasets.structured import sample_coefficients
+from posattn.theory.step import make_batch, train_chunk
 from posattn.theory.metrics import within_across_means
 from posattn.theory.model import forward, sigma
 
@@ -24,8 +25,8 @@ GD = GDConfig(N=64, steps=5, lr=0.01, lr_A=30.0, a0=math.sqrt(CFG.d), n_test=128
 
 
 def test_glm_depends_on_x_only_through_the_weighted_sum():
-    params = glm.init_glm(jax.random.PRNGKey(0), CFG.D, CFG.d)
-    X = jax.random.normal(jax.random.PRNGKey(1), (4, CFG.D, CFG.d))
+    params = glm.init_glm(jax.random.key(0), CFG.D, CFG.d)
+    X = jax.random.normal(jax.random.key(1), (4, CFG.D, CFG.d))
     # Move mass between patches 0 and 1 along directions that keep z = sum_j <w_j, X_j> fixed.
     w0, w1 = params["w"][0], params["w"][1]
     X2 = X.at[:, 0].add(w0 / (w0 @ w0)).at[:, 1].add(-w1 / (w1 @ w1))
@@ -34,98 +35,97 @@ def test_glm_depends_on_x_only_through_the_weighted_sum():
 
 
 def test_glm_training_lowers_its_risk_and_oracle_error_is_a_label_count():
-    task = make_task(jax.random.PRNGKey(0), CFG)
-    X, y = sample(jax.random.PRNGKey(1), CFG, task, 256)
-    _, losses = glm.fit_glm(jax.random.PRNGKey(2), X, y, steps=50)
+    task = make_task(jax.random.key(0), CFG)
+    X, y = sample(jax.random.key(1), CFG, task, 256)
+    _, losses = glm.fit_glm(jax.random.key(2), X, y, steps=50)
     assert losses[-1] < 0.8 * losses[0]
     # Without spurious features (q = 0) z = yC separates the classes; with q > 0 some z values mix them.
     no_spurious = dataclasses.replace(CFG, q=0.0)
-    assert float(glm.oracle_error(jax.random.PRNGKey(3), no_spurious, task, 10_000)) == 0.0
-    assert 0.0 < float(glm.oracle_error(jax.random.PRNGKey(3), dataclasses.replace(CFG, q=0.8), task,
+    assert float(glm.oracle_error(jax.random.key(3), no_spurious, task, 10_000)) == 0.0
+    assert 0.0 < float(glm.oracle_error(jax.random.key(3), dataclasses.replace(CFG, q=0.8), task,
                                         10_000)) < 0.5
 
 
 def test_construction_avoids_own_sets_and_equals_the_set_sum_model():
-    task = make_task(jax.random.PRNGKey(0), CFG)
+    task = make_task(jax.random.key(0), CFG)
     params = construction.construction_params(CFG, task)
     assert not construction.own_set_in_top_c(params["A"], task).any()
     assert not bool(patch_association(params["A"], task)[1])
-    X, _ = sample(jax.random.PRNGKey(1), CFG, task, 512)
+    X, _ = sample(jax.random.key(1), CFG, task, 512)
     s = (X @ task.w_star)[:, task.sets].sum(-1)  # (n, L) per-set sums
     expected = CFG.C * sigma(CFG.D * (CFG.C / CFG.D) * s / CFG.C, CFG.activation).sum(-1)
     np.testing.assert_allclose(forward(params, X, CFG), expected, rtol=1e-3, atol=1e-3)
-    errors = evaluation.test_errors(jax.random.PRNGKey(2), params, CFG, task, 20_000, 10_000)
+    errors = evaluation.test_errors(jax.random.key(2), params, CFG, task, 20_000, 10_000)
     assert float(errors["test_error"]) <= float(errors["label_noise_rate"]) + 0.01
 
 
 def test_own_set_detector_sees_the_diagonal_and_ties():
-    task = make_task(jax.random.PRNGKey(0), CFG)
+    task = make_task(jax.random.key(0), CFG)
     A = construction.construction_params(CFG, task)["A"]
     assert construction.own_set_in_top_c(A + 1e3 * jnp.eye(CFG.D), task).all()
     assert construction.own_set_in_top_c(jnp.zeros((CFG.D, CFG.D)), task).all()  # all tied
 
 
 def test_vmapped_grid_matches_a_single_run_on_the_prefix():
-    keys = sweep.seed_keys(0, 2)
+    seeds = keys.seed_keys(0, 2)
     sizes = (16, 48)
-    entries = sweep.run_grid(keys, cfg=CFG, gd=GD, sizes=sizes, n_test=GD.n_test)
+    entries = gd_lib.fit_grid(seeds, cfg=CFG, gd=GD, sizes=sizes)
     assert entries["test_error"].shape == (2, 2)
-    params, train, test, k, task = sweep.seed_data(keys[1], CFG, GD, max(sizes), GD.n_test)
-    prefix = gd_lib.make_batch(train.X[:16], train.y[:16])  # the first 16 samples, no padding at all
-    _, entry = sweep.train_run(params, prefix, test, k, task, cfg=CFG, gd=GD)
+    params, train, test, k, task = gd_lib.draw_run(seeds[1], CFG, GD, n_train=max(sizes))
+    prefix = make_batch(train.X[:16], train.y[:16])  # the first 16 samples, no padding at all
+    _, entry = train_chunk(params, 0, prefix, test, k, task, num_steps=GD.steps, cfg=CFG, gd=GD)
     for name in ("loss", "alpha", "A_within", "test_loss"):
         np.testing.assert_allclose(entries[name][0, 1], entry[name], rtol=2e-4, atol=1e-6)
     assert not np.allclose(entries["loss"][0], entries["loss"][1])  # the sizes did differ
 
 
 def test_grid_splits_seeds_over_the_devices_without_changing_a_run():
-    keys = sweep.seed_keys(2, jax.device_count())  # 8 host devices (conftest): one seed each
-    entries = sweep.run_grid(keys, cfg=CFG, gd=GD, sizes=(GD.N,), n_test=GD.n_test)
+    seeds = keys.seed_keys(2, jax.device_count())  # 8 host devices (conftest): one seed each
+    entries = gd_lib.fit_grid(seeds, cfg=CFG, gd=GD, sizes=(GD.N,))
     assert len(entries["loss"].sharding.device_set) == jax.device_count()
-    alone = sweep.run_grid(keys[3:4], cfg=CFG, gd=GD, sizes=(GD.N,), n_test=GD.n_test)  # one device
+    alone = gd_lib.fit_grid(seeds[3:4], cfg=CFG, gd=GD, sizes=(GD.N,))  # one device
     assert len(alone["loss"].sharding.device_set) == 1
     for name in ("loss", "alpha", "A_within", "test_error"):
         np.testing.assert_allclose(entries[name][0, 3], alone[name][0, 0], rtol=1e-5, atol=1e-7)
 
 
-def test_frozen_a_stays_and_run_sizes_keeps_the_order_of_sizes():
-    task = make_task(jax.random.PRNGKey(0), CFG)
+def test_frozen_a_stays_and_fit_sizes_keeps_the_order_of_sizes():
+    task = make_task(jax.random.key(0), CFG)
     A = 0.5 * construction.construction_params(CFG, task)["A"]
-    keys = sweep.seed_keys(1, 2)
-    entries = sweep.run_sizes(keys, task, A, cfg=CFG, gd=GD, sizes=(32, 8), n_test=64, train_A=False)
+    seeds = keys.seed_keys(1, 2)
+    gd = dataclasses.replace(GD, n_test=64)
+    entries = gd_lib.fit_sizes(seeds, task, A, cfg=CFG, gd=gd, sizes=(32, 8), train_A=False)
     within, across = (float(x) for x in within_across_means(A, task))
     np.testing.assert_allclose(entries["A_within"], within, rtol=1e-6)
     np.testing.assert_allclose(entries["A_across"], across, rtol=1e-6)
-    single = sweep.run_grid(keys, task, A, cfg=CFG, gd=GD, sizes=(8,), n_test=64, train_A=False)
+    single = gd_lib.fit_grid(seeds, task, A, cfg=CFG, gd=gd, sizes=(8,), train_A=False)
     np.testing.assert_allclose(entries["loss"][1], single["loss"][0], rtol=1e-4, atol=1e-7)
-    assert sweep.size_groups((16, 32, 64, 128, 1000), spread=4) == [(16, 32, 64), (128,), (1000,)]
+    assert gd_lib.size_groups((16, 32, 64, 128, 1000), spread=4) == [(16, 32, 64), (128,), (1000,)]
 
 
 def test_transfer_pieces():
-    w_star = make_task(jax.random.PRNGKey(0), CFG).w_star
-    w = transfer.orthogonal_feature(jax.random.PRNGKey(1), w_star)
+    w_star = make_task(jax.random.key(0), CFG).w_star
+    w = transfer.orthogonal_feature(jax.random.key(1), w_star)
     assert abs(float(w @ w_star)) < 1e-6 and abs(float(jnp.linalg.norm(w)) - 1) < 1e-6
     assert transfer.smallest_size((8, 16, 32), (0.2, 0.04, 0.01), 0.05) == 16
     assert transfer.smallest_size((8, 16), (0.2, 0.1), 0.05) is None
-    out = transfer.transfer(jax.random.PRNGKey(2), CFG, GD, pretrain_N=64, sizes=(8, 16), seeds=2,
+    out = transfer.transfer(jax.random.key(2), CFG, GD, pretrain_N=64, sizes=(8, 16), seeds=2,
                             n_test=64)
     for way in ("frozen_A", "scratch"):
         assert out[way]["sizes"] == [8, 16] and out[way]["seeds"] == 2
         assert len(out[way]["test_error_mean"]) == 2
     # The downstream labels follow w', not w*: a data point's w'-coefficients carry its label.
-    task = make_task(jax.random.PRNGKey(0), CFG)
-    down = transfer.downstream_task(jax.random.PRNGKey(3), task)
+    task = make_task(jax.random.key(0), CFG)
+    down = transfer.downstream_task(jax.random.key(3), task)
     np.testing.assert_array_equal(down.sets, task.sets)  # same partition, a new feature
     assert abs(float(down.w_star @ task.w_star)) < 1e-6
-    X, y = sample(jax.random.PRNGKey(4), CFG, down, 64)
-    coef, y2, _ = sample_coefficients(jax.random.split(jax.random.PRNGKey(4))[0], CFG, down, 64)
+    X, y = sample(jax.random.key(4), CFG, down, 64)
+    coef, y2, _ = sample_coefficients(jax.random.split(jax.random.key(4))[0], CFG, down, 64)
     np.testing.assert_allclose(X @ down.w_star, coef, atol=1e-5)
     np.testing.assert_array_equal(y, y2)
 
 
 def test_report_verdicts_and_bad_flags():
-    from experiments import reproduce
-
     row = lambda **kw: kw
     results = {
         "core": row(patch_association=True, patch_association_share=1.0, test_error=0.01,
@@ -141,7 +141,7 @@ def test_report_verdicts_and_bad_flags():
         "sweep": row(sizes=[10, 100], patch_association_rate=[0.0, 0.5],
                      rows_with_patch_association=[0.5, 0.9], test_error_mean=[0.1, 0.01]),
     }
-    verdicts = {r["claim"].split(":")[0]: r["verdict"] for r in reproduce.verdicts(results)}
+    verdicts = {r["claim"].split(":")[0]: r["verdict"] for r in report.verdicts(results)}
     assert verdicts["Theorems 4.1-4.2"] == "reproduced"
     assert verdicts["GD on the exact population risk (P)"] == "not reproduced"
     assert verdicts["Theorem 3.1"] == "reproduced"
@@ -153,11 +153,11 @@ def test_report_verdicts_and_bad_flags():
     # transfer needs pre-training to have found the structure, and a ratio at the grid's edge is ">=".
     results["glm"]["oracle_error"] = 0.12
     results["transfer"].update(ratio=64.0, ratio_is_lower_bound=True)
-    rows = {r["claim"].split(":")[0]: r for r in reproduce.verdicts(results)}
+    rows = {r["claim"].split(":")[0]: r for r in report.verdicts(results)}
     assert rows["Theorem 3.1"]["verdict"] == "not reproduced"
     assert rows["Theorem 5.1"]["verdict"] == "reproduced" and ">= 64x" in rows["Theorem 5.1"]["measured"]
     results["transfer"]["pretrain"]["patch_association"] = False
-    assert reproduce.verdicts(results)[5]["verdict"] == "not reproduced"
+    assert report.verdicts(results)[5]["verdict"] == "not reproduced"
     out = subprocess.run([sys.executable, "-m", "experiments.reproduce"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120, env={**os.environ, "XLA_FLAGS": ""})
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -10,7 +10,7 @@ from posattn.theory import TheoryConfig, grid_sets, labelling_function, make_tas
 from posattn.errors import ConfigError
 from posattn.theory import evaluation
 from posattn.theory.model import forward
-from posattn.theory.data import sample_coefficients
+from posattn.theory.datasets.structured import sample_coefficients
 
 CFG = TheoryConfig(D=16, C=4, d=32, q=0.4)
 
@@ -28,16 +28,16 @@ def test_grid_sets_match_figure_1b():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_partition_is_a_partition(seed):
     cfg = TheoryConfig(D=36, C=4, d=8, partition="random")
-    task = make_task(jax.random.PRNGKey(seed), cfg)
+    task = make_task(jax.random.key(seed), cfg)
     assert task.sets.shape == (9, 4)
     assert sorted(np.asarray(task.sets).ravel().tolist()) == list(range(36))
     assert not np.array_equal(np.asarray(task.sets), np.asarray(grid_sets(36, 4)))
 
 
 def test_signal_set_delta_frequencies_and_orthogonal_noise():
-    task = make_task(jax.random.PRNGKey(0), CFG)
+    task = make_task(jax.random.key(0), CFG)
     n = 40_000
-    X, y = sample(jax.random.PRNGKey(1), CFG, task, n)
+    X, y = sample(jax.random.key(1), CFG, task, n)
     assert X.shape == (n, 16, 32) and y.shape == (n,)
     assert set(np.unique(np.asarray(y)).tolist()) == {-1.0, 1.0}
     assert abs(float(y.mean())) < 4 / np.sqrt(n)
@@ -51,7 +51,7 @@ def test_signal_set_delta_frequencies_and_orthogonal_noise():
     np.testing.assert_allclose(noise.var(), CFG.s**2 * (CFG.d - 1) / CFG.d, rtol=0.01)
 
     # The same key gives the signal set: all its patches equal y w*.
-    _, y2, ell = sample_coefficients(jax.random.split(jax.random.PRNGKey(1))[0], CFG, task, n)
+    _, y2, ell = sample_coefficients(jax.random.split(jax.random.key(1))[0], CFG, task, n)
     np.testing.assert_array_equal(np.asarray(y2), np.asarray(y))
     in_signal = np.asarray(set_index(task.sets))[None, :] == np.asarray(ell)[:, None]
     np.testing.assert_array_equal(coef[in_signal], np.repeat(np.asarray(y), 4))
@@ -65,15 +65,15 @@ def test_signal_set_delta_frequencies_and_orthogonal_noise():
 
 def test_isotropic_noise_has_a_component_along_w_star():
     cfg = TheoryConfig(D=16, C=4, d=32, q=0.4, noise="isotropic")
-    task = make_task(jax.random.PRNGKey(0), cfg)
-    X, _ = sample(jax.random.PRNGKey(1), cfg, task, 5000)
+    task = make_task(jax.random.key(0), cfg)
+    X, _ = sample(jax.random.key(1), cfg, task, 5000)
     along = np.asarray(X @ task.w_star)
     np.testing.assert_allclose((along - np.round(along)).std(), cfg.s, rtol=0.05)
 
 
 def test_labelling_function_is_yC_without_full_random_sets():
-    task = make_task(jax.random.PRNGKey(0), CFG)
-    X, y = sample(jax.random.PRNGKey(2), CFG, task, 20_000)
+    task = make_task(jax.random.key(0), CFG)
+    X, y = sample(jax.random.key(2), CFG, task, 20_000)
     f = np.asarray(labelling_function(X, CFG, task))
     coef = np.round(np.asarray(X @ task.w_star))
     per_set = coef[:, np.asarray(task.sets)].sum(-1)
@@ -91,8 +91,8 @@ def test_label_noise_counts_every_tie_and_matches_its_exact_rate():
     exact = sum(math.factorial(m) / (math.factorial(a) * math.factorial(b) * math.factorial(m - a - b))
                 * p ** (a + b) * (1 - 2 * p) ** (m - a - b)
                 for a in range(m + 1) for b in range(a + 1, m + 1 - a))
-    task = make_task(jax.random.PRNGKey(0), cfg)
-    X, y = sample(jax.random.PRNGKey(4), cfg, task, 200_000)
+    task = make_task(jax.random.key(0), cfg)
+    X, y = sample(jax.random.key(4), cfg, task, 200_000)
     coef = np.round(np.asarray(X @ task.w_star))  # the integer coefficients, rounding removed
     per_set = coef[:, np.asarray(task.sets)].sum(-1)
     f_exact = np.where(np.abs(per_set) > 0.9 * cfg.C, per_set, 0).sum(-1)
@@ -107,8 +107,8 @@ def test_label_noise_counts_every_tie_and_matches_its_exact_rate():
 
 def test_final_test_error_is_taken_on_exactly_the_samples_asked_for():
     cfg = TheoryConfig(D=16, C=4, d=32, q=0.8)
-    task = make_task(jax.random.PRNGKey(0), cfg)
-    key = jax.random.PRNGKey(5)
+    task = make_task(jax.random.key(0), cfg)
+    key = jax.random.key(5)
     X, y = sample(jax.random.split(key, 1)[0], cfg, task, 300)  # n <= chunk: one chunk of n
     # v off w*: the scores carry Gaussian noise, so none is a tie at 0 that rounding could decide
     params = {"A": jnp.zeros((16, 16)), "v": task.w_star + 0.5 * jax.random.normal(key, (cfg.d,))}
@@ -120,8 +120,8 @@ def test_final_test_error_is_taken_on_exactly_the_samples_asked_for():
 
 
 def test_sample_is_jittable_and_vmappable_over_keys():
-    task = make_task(jax.random.PRNGKey(0), CFG)
-    keys = jax.random.split(jax.random.PRNGKey(3), 5)
+    task = make_task(jax.random.key(0), CFG)
+    keys = jax.random.split(jax.random.key(3), 5)
     X, y = jax.vmap(lambda k: sample(k, CFG, task, 7))(keys)
     assert X.shape == (5, 7, 16, 32) and y.shape == (5, 7)
     Xj, yj = jax.jit(sample, static_argnums=(1, 3))(keys[2], CFG, task, 7)
@@ -131,8 +131,8 @@ def test_sample_is_jittable_and_vmappable_over_keys():
 
 def test_figure2_gaussian_data_is_labelled_by_the_cnn():
     cfg = TheoryConfig(D=16, C=4, d=16, dataset="gaussian_cnn", cnn_width=2)
-    task = make_task(jax.random.PRNGKey(0), cfg)
-    X, y = sample(jax.random.PRNGKey(1), cfg, task, 20_000)
+    task = make_task(jax.random.key(0), cfg)
+    X, y = sample(jax.random.key(1), cfg, task, 20_000)
     np.testing.assert_allclose(np.asarray(X).std(), 1.0, rtol=0.01)
     f = np.asarray(labelling_function(X, cfg, task))
     np.testing.assert_array_equal(np.where(f >= 0, 1.0, -1.0), np.asarray(y))

@@ -4,7 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from posattn.theory import GDConfig, TheoryConfig, fit, make_task, sample, same_set_mask
-from posattn.theory.gd import fit_seeds, gd_update, make_chunk_fn
+from posattn.theory.gd import fit_seeds, make_chunk_fn
+from posattn.theory.step import gd_update
 from posattn.theory.model import empirical_risk
 
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
@@ -12,7 +13,7 @@ GD = GDConfig(N=1000, steps=40, lr=0.01, lr_A=30.0, a0=4.0, eval_every=20, n_tes
 
 
 def test_diagonal_never_moves_and_history_is_complete():
-    result = fit(jax.random.PRNGKey(0), CFG, GD)
+    result = fit(jax.random.key(0), CFG, GD)
     np.testing.assert_array_equal(np.diag(result.params["A"]), np.diag(result.init_params["A"]))
     off = ~np.eye(16, dtype=bool)
     assert np.abs(result.params["A"] - result.init_params["A"])[off].max() > 1e-3  # A did move
@@ -26,7 +27,7 @@ def test_diagonal_never_moves_and_history_is_complete():
 def test_a_loop_of_fits_builds_its_compiled_chunk_once():
     gd = GDConfig(N=64, steps=4, eval_every=2, n_test=64)
     misses = make_chunk_fn.cache_info().misses
-    a, b = (fit(jax.random.PRNGKey(seed), CFG, gd) for seed in (1, 2))
+    a, b = (fit(jax.random.key(seed), CFG, gd) for seed in (1, 2))
     assert make_chunk_fn.cache_info().misses == misses + 1
     assert not np.allclose(a.params["v"], b.params["v"])  # two runs, not one result reused
 
@@ -43,8 +44,8 @@ def test_one_and_eight_devices_agree():
     assert jax.device_count() == 8
     for risk, n in (("empirical", 1003), ("population_mc", 1000)):  # 1003: padding is masked
         gd = GDConfig(**{**GD.__dict__, "risk": risk, "N": n, "steps": 20})
-        one = fit(jax.random.PRNGKey(1), CFG, gd, devices=jax.devices()[:1])
-        eight = fit(jax.random.PRNGKey(1), CFG, gd)
+        one = fit(jax.random.key(1), CFG, gd, devices=jax.devices()[:1])
+        eight = fit(jax.random.key(1), CFG, gd)
         for name in ("A", "v"):
             np.testing.assert_allclose(one.params[name], eight.params[name], rtol=2e-4, atol=1e-5)
         np.testing.assert_allclose(one.history["loss"], eight.history["loss"], rtol=1e-4)
@@ -53,8 +54,8 @@ def test_one_and_eight_devices_agree():
 def test_uniform_attention_gets_no_signal_for_patch_association():
     # At a0 = 0 all rows of A are equal and the data are exchangeable within the partition, so the
     # gradient in A cannot prefer within-set entries; a positive diagonal breaks the tie.
-    task = make_task(jax.random.PRNGKey(0), CFG)
-    X, y = sample(jax.random.PRNGKey(1), CFG, task, 100_000)
+    task = make_task(jax.random.key(0), CFG)
+    X, y = sample(jax.random.key(1), CFG, task, 100_000)
     mask = np.asarray(same_set_mask(task.sets)) & ~np.eye(16, dtype=bool)
     gaps = {}
     for a0 in (0.0, 8.0):
@@ -69,9 +70,9 @@ def test_uniform_attention_moves_every_row_alike_on_any_data():
     # Why the fig2 preset starts at a0 = sqrt(d): from A = 0 every row of the gradient in A is the same,
     # even on Gaussian data, so the rows of A could never differ and never match the blocks.
     cfg = TheoryConfig(D=16, C=4, d=8, dataset="gaussian_cnn", cnn_width=1, cnn_shared_filter=True)
-    task = make_task(jax.random.PRNGKey(0), cfg)
-    X, y = sample(jax.random.PRNGKey(1), cfg, task, 2000)
-    v = jax.random.normal(jax.random.PRNGKey(2), (cfg.d,))
+    task = make_task(jax.random.key(0), cfg)
+    X, y = sample(jax.random.key(1), cfg, task, 2000)
+    v = jax.random.normal(jax.random.key(2), (cfg.d,))
     grad_A = lambda A: np.asarray(jax.grad(lambda A: empirical_risk({"A": A, "v": v}, X, y, cfg))(A))
     uniform, broken = grad_A(jnp.zeros((16, 16))), grad_A(4.0 * jnp.eye(16))
     scale = np.abs(uniform).max()
@@ -82,14 +83,14 @@ def test_uniform_attention_moves_every_row_alike_on_any_data():
 
 def test_small_problem_learns_patch_association_for_every_seed():
     gd = GDConfig(N=4000, steps=400, lr=0.003, lr_A=30.0, a0=4.0, eval_every=200, n_test=2000)
-    h = fit_seeds(jax.random.split(jax.random.PRNGKey(0), 3), CFG, gd).history
+    h = fit_seeds(jax.random.split(jax.random.key(0), 3), CFG, gd).history
     np.testing.assert_array_equal(h["patch_association_share"][-1], 1.0)
     assert (h["test_error"][-1] < 0.03).all() and (h["test_error"][0] > 0.1).all()
     assert (h["cos_v_wstar"][-1] > 0.9).all()
 
 
 def test_a_vmapped_seed_is_the_run_fit_makes_from_its_key():
-    keys = jax.random.split(jax.random.PRNGKey(5), jax.device_count())  # split over the 8 host devices
+    keys = jax.random.split(jax.random.key(5), jax.device_count())  # split over the 8 host devices
     many = fit_seeds(keys, CFG, GD)
     one = fit(keys[2], CFG, GD)
     np.testing.assert_allclose(one.params["v"], many.params["v"][2], rtol=1e-4, atol=1e-6)

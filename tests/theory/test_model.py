@@ -11,11 +11,11 @@ CFG = TheoryConfig(D=16, C=4, d=8, q=0.4)
 
 
 def _point(seed, cfg=CFG):
-    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(seed), 3)
+    k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     task = make_task(k1, cfg)
     params = {"A": jax.random.normal(k2, (cfg.D, cfg.D)),
               "v": 0.2 * jax.random.normal(k3, (cfg.d,))}
-    X, y = sample(jax.random.PRNGKey(seed + 100), cfg, task, 64)
+    X, y = sample(jax.random.key(seed + 100), cfg, task, 64)
     return params, X, y
 
 
@@ -74,10 +74,10 @@ def test_grad_matches_central_finite_differences():
 
 
 def test_init_params():
-    task = make_task(jax.random.PRNGKey(0), CFG)
-    p = init_params(jax.random.PRNGKey(1), CFG, GDConfig(a0=2.0, v_std=0.1))
+    task = make_task(jax.random.key(0), CFG)
+    p = init_params(jax.random.key(1), CFG, GDConfig(a0=2.0, v_std=0.1))
     np.testing.assert_array_equal(np.asarray(p["A"]), 2.0 * np.eye(16))
     assert p["v"].shape == (8,)
-    q = init_params(jax.random.PRNGKey(1), CFG, GDConfig(v_init="aligned", v_std=0.1), task.w_star)
+    q = init_params(jax.random.key(1), CFG, GDConfig(v_init="aligned", v_std=0.1), task.w_star)
     np.testing.assert_allclose(np.asarray(q["v"]), 0.1 * np.sqrt(8) * np.asarray(task.w_star),
                                rtol=1e-6)

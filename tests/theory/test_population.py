@@ -1,4 +1,4 @@
-"""Exact population risk (P) of SPEC 1.5: against Monte Carlo, finite differences, brute-force
+"""Exact population risk (P): against Monte Carlo, finite differences, brute-force
 quadrature, the general-A path, and the invariance that reduces GD to three scalars."""
 import dataclasses
 import itertools
@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 
 from posattn.errors import ConfigError
-from posattn.theory import (GDConfig, TheoryConfig, Task, make_task, patch_association, same_set_mask,
+from posattn.plots import theory as figures
+from posattn.theory import (GDConfig, TheoryConfig, Task, fit, make_task, patch_association, same_set_mask,
                             sample)
-from posattn.theory import heat, plots
-from posattn.theory.gd import gd_update
+from posattn.theory.claims.overlay import deviations, overlay
 from posattn.theory.model import attention, sigma
-from posattn.theory.overlay import deviations, overlay
-from posattn.theory.population import (choose_method, population_grad, population_risk,
-                                       three_value_form)
-from posattn.theory.population_sym import count_types, multiset_tables, n_multisets
+from posattn.theory.population import (check_config, check_start, choose_method, exact_risk, heat,
+                                       population_grad, population_risk)
+from posattn.theory.population.multiset import count_types, multiset_tables, n_multisets, three_value_form
+from posattn.theory.population.reduced import ReducedState, reduced_state, reduced_trajectory
 from posattn.theory.presets import get_preset
-from posattn.theory.reduced import ReducedState, reduced_state, reduced_trajectory
+from posattn.theory.step import gd_update
 
 SMALL = TheoryConfig(D=16, C=4, d=8, q=0.4)  # the `small` preset with a small d (cheap sampling)
 PAPER = get_preset("paper")[0]
@@ -69,7 +69,7 @@ def test_multiset_tables_match_brute_force():
 def test_heat_laplacians_match_autodiff(activation):
     # Lap f and Lap^2 f of heat.py against Hessians of f(g) = phi(sum sigma(u + M g)) at g = 0.
     with jax.enable_x64(True):
-        k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+        k1, k2 = jax.random.split(jax.random.key(0))
         u = 0.6 * jax.random.normal(k1, (3,))
         M = jax.random.normal(k2, (3, 3)) / 2
         f = lambda g: jax.nn.softplus(-heat.activation_derivatives(u + M @ g, activation)[0].sum())
@@ -110,12 +110,12 @@ def test_heat_expansion_error_is_third_order():
 
 def test_three_value_path_matches_general_path_at_D16():
     with jax.enable_x64(True):
-        task = make_task(jax.random.PRNGKey(0), SMALL)
+        task = make_task(jax.random.key(0), SMALL)
         A = three_value_A(SMALL, task, 3.0, 1.0, -0.5)
-        v = 0.12 * task.w_star + 0.02 * math.sqrt(SMALL.d) * unit_perp(jax.random.PRNGKey(1), task.w_star)
+        v = 0.12 * task.w_star + 0.02 * math.sqrt(SMALL.d) * unit_perp(jax.random.key(1), task.w_star)
         params = {"A": A, "v": v}
-        assert choose_method(params, SMALL, task) == "three_value"
-        r3, g3 = population_grad(params, SMALL, task, "three_value")
+        assert choose_method(params, SMALL, task) == "multiset"
+        r3, g3 = population_grad(params, SMALL, task, "multiset")
         rg, gg = population_grad(params, SMALL, task, "general")
         np.testing.assert_allclose(r3, rg, rtol=1e-12)
         np.testing.assert_allclose(g3["v"], gg["v"], rtol=1e-10, atol=1e-14)
@@ -154,7 +154,7 @@ def monte_carlo(cfg, task, points, directions, n=1_000_000, chunk=50_000):
             out.append(jnp.stack([per_sample.sum(1), (per_sample**2).sum(1)]))
         return out
 
-    keys = jax.random.split(jax.random.PRNGKey(2024), n // chunk)
+    keys = jax.random.split(jax.random.key(2024), n // chunk)
     totals = jax.lax.map(stats, keys)
     results = []
     for s in totals:
@@ -164,12 +164,12 @@ def monte_carlo(cfg, task, points, directions, n=1_000_000, chunk=50_000):
     return results
 
 
-def check_against_monte_carlo(cfg, task, points, method=None):
+def check_against_monte_carlo(cfg, task, points, method):
     directions = []
     for i, params in enumerate(points):
-        keys = jax.random.split(jax.random.PRNGKey(100 + i), 2)
+        keys = jax.random.split(jax.random.key(100 + i), 2)
         dA = jax.random.normal(keys[0], params["A"].shape) * (1 - jnp.eye(cfg.D))
-        if method == "three_value":  # a three-value direction: within-set entries up, across down
+        if method == "multiset":  # a three-value direction: within-set entries up, across down
             same = same_set_mask(task.sets) & ~jnp.eye(cfg.D, dtype=bool)
             dA = jnp.where(same, 1.0, -0.4) * (1 - jnp.eye(cfg.D))
         dv = jax.random.normal(keys[1], params["v"].shape)
@@ -190,42 +190,42 @@ def check_against_monte_carlo(cfg, task, points, method=None):
 
 
 def test_general_path_against_monte_carlo_small_preset():
-    task = make_task(jax.random.PRNGKey(3), SMALL)
+    task = make_task(jax.random.key(3), SMALL)
     points = []
     for i, (alpha, noise) in enumerate([(0.1, 0.2), (0.13, 0.1)]):
-        k1, k2 = jax.random.split(jax.random.PRNGKey(10 + i))
+        k1, k2 = jax.random.split(jax.random.key(10 + i))
         A = 3.0 * jnp.eye(SMALL.D) + jax.random.normal(k1, (SMALL.D, SMALL.D))
         # per-patch noise std s ||v_perp|| = noise * alpha (the expansion's accurate range, heat.py)
         v = alpha * task.w_star + noise * alpha * math.sqrt(SMALL.d) * unit_perp(k2, task.w_star)
         points.append({"A": A, "v": v})
-    check_against_monte_carlo(SMALL, task, points)
+    check_against_monte_carlo(SMALL, task, points, "general")
 
 
 def test_three_value_path_against_monte_carlo_paper_preset():
     # The paper preset's D=36, C=4, L=9, q=0.4 with d=8: d enters (P) only through the temperature and
     # s^2 = 1/d, and the sampler's cost (10^6 x 36 x d normals) is linear in d.
     cfg = dataclasses.replace(PAPER, d=8)
-    task = make_task(jax.random.PRNGKey(4), cfg)
+    task = make_task(jax.random.key(4), cfg)
     points = []
     for i, (a, gamma, rho, alpha, noise) in enumerate([(8.0, 2.0, -1.0, 0.05, 0.25),
                                                        (8.0, 12.0, 0.5, 0.035, 0.0)]):
         v = alpha * task.w_star + noise * alpha * math.sqrt(cfg.d) * unit_perp(
-            jax.random.PRNGKey(20 + i), task.w_star)
+            jax.random.key(20 + i), task.w_star)
         points.append({"A": three_value_A(cfg, task, a, gamma, rho).astype(jnp.float32), "v": v})
-    check_against_monte_carlo(cfg, task, points, method="three_value")
+    check_against_monte_carlo(cfg, task, points, method="multiset")
 
 
 # ---------------------------------------------------------------------------------------------------
 # Derivatives.
 
-@pytest.mark.parametrize("cfg, method", [(CHEAP, "general"), (SMALL, "three_value"),
+@pytest.mark.parametrize("cfg, method", [(CHEAP, "general"), (SMALL, "multiset"),
                                          (TheoryConfig(D=16, C=4, d=8, q=0.3, activation="quintic",
-                                                       noise="isotropic"), "three_value")])
+                                                       noise="isotropic"), "multiset")])
 def test_gradient_matches_central_differences(cfg, method):
     with jax.enable_x64(True):
-        task = make_task(jax.random.PRNGKey(5), cfg)
+        task = make_task(jax.random.key(5), cfg)
         task = task._replace(w_star=task.w_star.astype(float))
-        k1, k2, k3 = jax.random.split(jax.random.PRNGKey(6), 3)
+        k1, k2, k3 = jax.random.split(jax.random.key(6), 3)
         if method == "general":
             A = 2.0 * jnp.eye(cfg.D) + jax.random.normal(k1, (cfg.D, cfg.D))
             dA = jax.random.normal(k3, (cfg.D, cfg.D))
@@ -244,14 +244,14 @@ def test_gradient_matches_central_differences(cfg, method):
             np.testing.assert_allclose(exact, fd, rtol=1e-6)
 
 
-@pytest.mark.parametrize("cfg, method", [(CHEAP, "general"), (PAPER, "three_value")])
+@pytest.mark.parametrize("cfg, method", [(CHEAP, "general"), (PAPER, "multiset")])
 def test_gradient_along_v_perp_is_exactly_zero_at_v_perp_zero(cfg, method):
     with jax.enable_x64(True):
-        task = make_task(jax.random.PRNGKey(7), cfg)
+        task = make_task(jax.random.key(7), cfg)
         # w* = e_1, so v = alpha w* has v_perp = 0 exactly in floating point.
         task = Task(task.sets, jnp.zeros(cfg.d).at[0].set(1.0))
-        A = three_value_A(cfg, task, 4.0, 1.0, 0.5) if method == "three_value" else (
-            4.0 * jnp.eye(cfg.D) + jax.random.normal(jax.random.PRNGKey(8), (cfg.D, cfg.D)))
+        A = three_value_A(cfg, task, 4.0, 1.0, 0.5) if method == "multiset" else (
+            4.0 * jnp.eye(cfg.D) + jax.random.normal(jax.random.key(8), (cfg.D, cfg.D)))
         params = {"A": A, "v": 0.1 * task.w_star}
         _, grads = population_grad(params, cfg, task, method)
         assert np.all(np.asarray(grads["v"])[1:] == 0.0)
@@ -264,12 +264,12 @@ def test_gradient_along_v_perp_is_exactly_zero_at_v_perp_zero(cfg, method):
 
 
 # ---------------------------------------------------------------------------------------------------
-# The invariance of SPEC 1.5 and the scalar recursions.
+# The invariance that keeps A three-valued under GD on (P), and the scalar recursions.
 
 def test_population_gd_keeps_three_values_and_follows_the_scalar_recursions():
     cfg, lr, lr_A, steps = CHEAP, 0.002, 2000.0, 200
     with jax.enable_x64(True):
-        task = make_task(jax.random.PRNGKey(9), cfg)
+        task = make_task(jax.random.key(9), cfg)
         task = task._replace(w_star=task.w_star.astype(float))
         params = {"A": three_value_A(cfg, task, 4.0, 0.0, 0.0), "v": 0.05 * task.w_star}
 
@@ -300,13 +300,13 @@ def test_reduced_recursions_with_v_perp_match_full_gd():
     # With v_perp != 0, only ||v_perp||^2 matters: the fourth recursion p <- p (1 - 2 lr dR/dp)^2.
     cfg, lr, lr_A, steps = PAPER, 0.02, 30.0, 5
     with jax.enable_x64(True):
-        task = make_task(jax.random.PRNGKey(11), cfg)
+        task = make_task(jax.random.key(11), cfg)
         task = task._replace(w_star=task.w_star.astype(float))
-        v = 0.05 * task.w_star + 0.1 * unit_perp(jax.random.PRNGKey(12), task.w_star)
+        v = 0.05 * task.w_star + 0.1 * unit_perp(jax.random.key(12), task.w_star)
         params = {"A": three_value_A(cfg, task, 8.0, 0.5, 0.2), "v": v}
         start = reduced_state(params, task)
         for _ in range(steps):
-            _, grads = population_grad(params, cfg, task, "three_value")
+            _, grads = population_grad(params, cfg, task, "multiset")
             params = gd_update(params, grads, lr, lr_A)
         states, _ = reduced_trajectory(start, cfg, 8.0, lr, lr_A, steps)
         end = reduced_state(params, task)
@@ -316,7 +316,7 @@ def test_reduced_recursions_with_v_perp_match_full_gd():
 
 
 def test_patch_association_iff_min_diagonal_gamma_above_rho():
-    task = make_task(jax.random.PRNGKey(0), SMALL)
+    task = make_task(jax.random.key(0), SMALL)
     values = [-1.0, 0.0, 0.5, 1.0]
     for a, gamma, rho in itertools.product(values, repeat=3):
         A = three_value_A(SMALL, task, a, gamma, rho)
@@ -324,39 +324,46 @@ def test_patch_association_iff_min_diagonal_gamma_above_rho():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Dispatch.
+# The method is the caller's, static; starts and problems it would get wrong are refused.
 
-def test_dispatch_and_refusals():
-    task = make_task(jax.random.PRNGKey(0), PAPER)
+def test_method_is_static_and_wrong_starts_are_refused():
+    task = make_task(jax.random.key(0), PAPER)
     three = {"A": three_value_A(PAPER, task, 8.0, 1.0, 0.0), "v": 0.1 * task.w_star}
-    assert choose_method(three, PAPER, task) == "three_value"
+    assert choose_method(three, PAPER, task) == "multiset"
+    check_start(three, PAPER, task, "multiset")
     bent = {**three, "A": three["A"].at[0, 1].add(0.1)}
     with pytest.raises(ConfigError, match="not three-valued.*population_mc"):
-        population_risk(bent, PAPER, task)
-    # Traced (inside jit, as in gd.py): no way to raise, so the risk and its gradient are NaN.
-    assert np.isnan(float(jax.jit(population_risk, static_argnums=1)(bent, PAPER, task)))
-    # Traced at D=16, where both paths exist: lax.cond takes the one the concrete call would.
-    cheap_task = make_task(jax.random.PRNGKey(0), CHEAP)
-    traced = jax.jit(population_risk, static_argnums=1)
-    for A, method in ((three_value_A(CHEAP, cheap_task, 4.0, 1.0, 0.0), "three_value"),
-                      (jax.random.normal(jax.random.PRNGKey(1), (16, 16)), "general")):
-        params = {"A": A, "v": 0.1 * cheap_task.w_star}
-        assert choose_method(params, CHEAP, cheap_task) == method
-        np.testing.assert_allclose(traced(params, CHEAP, cheap_task),
-                                   population_risk(params, CHEAP, cheap_task, method), rtol=1e-5)
-    small_task = make_task(jax.random.PRNGKey(0), SMALL)
-    A = jax.random.normal(jax.random.PRNGKey(1), (16, 16))
-    assert choose_method({"A": A, "v": small_task.w_star}, SMALL, small_task) == "general"
+        choose_method(bent, PAPER, task)  # D=36: the general path is out of reach too
+    with pytest.raises(ConfigError, match="not three-valued"):
+        check_start(bent, PAPER, task, "multiset")
+    with pytest.raises(ConfigError, match="patterns"):
+        check_config(PAPER, "general")
     with pytest.raises(ConfigError, match="structured"):
-        population_risk(three, TheoryConfig(D=16, C=4, d=16, dataset="gaussian_cnn"), task)
+        check_config(TheoryConfig(D=16, C=4, d=16, dataset="gaussian_cnn"), "multiset")
+    # GD refuses a start that the multiset path would read through its three means, before any step.
+    small_task = make_task(jax.random.key(0), SMALL)
+    A = jax.random.normal(jax.random.key(1), (16, 16))
+    params = {"A": A, "v": 0.1 * small_task.w_star}
+    assert choose_method(params, SMALL, small_task) == "general"
+    gd = GDConfig(risk="population_exact", steps=2, eval_every=1, n_test=64)
+    with pytest.raises(ConfigError, match="not three-valued"):
+        fit(jax.random.key(0), SMALL, gd, task=small_task, params=params)
+    # Why: on such an A the multiset path computes another matrix's risk. Compiled with the method
+    # static (as in GD), each path gives its eager value, and the two differ here.
+    traced = jax.jit(exact_risk, static_argnames=("cfg", "method"))
+    risks = {}
+    for method in ("multiset", "general"):
+        risks[method] = float(population_risk(params, SMALL, small_task, method))
+        np.testing.assert_allclose(traced(params, SMALL, small_task, method), risks[method], rtol=1e-5)
+    assert abs(risks["multiset"] - risks["general"]) > 1e-3 * risks["general"]
 
 
 def test_exact_population_gd_and_the_overlay(tmp_path):
-    # GD on the exact (P) through gd.fit (traced dispatch; C=2 keeps D=16 on the multiset path alone:
-    # L * 3^(D-C) = 38M patterns is past the general path's limit), then (E) from the same start.
+    # GD on the exact (P) through gd.fit (the multiset path, GDConfig's default; at C=2 it is the only
+    # one: L * 3^(D-C) = 38M patterns is past the general path's limit), then (E) from the same start.
     cfg = TheoryConfig(D=16, C=2, d=8, q=0.4, partition="random")
     gd = GDConfig(steps=60, lr=0.01, lr_A=30.0, a0=4.0, eval_every=20, n_test=2000)
-    exact, runs = overlay(jax.random.PRNGKey(0), cfg, gd, Ns=(100,), devices=jax.devices()[:1])
+    exact, runs = overlay(jax.random.key(0), cfg, gd, Ns=(100,), devices=jax.devices()[:1])
     h = exact.history
     # The exact risk of the history agrees with its fresh-sample estimate (2000 test samples).
     np.testing.assert_allclose(h["loss"], h["test_loss"], atol=0.03)
@@ -366,7 +373,7 @@ def test_exact_population_gd_and_the_overlay(tmp_path):
     (E,) = runs.values()
     for name in ("alpha", "A_within", "A_across", "test_loss"):  # same start, same test set
         assert E.history[name][0] == h[name][0], name
-    plots.plot_overlay(tmp_path / "overlay.png", h, {100: E.history})
+    figures.write_png(figures.overlay_figure(h, {100: E.history}), tmp_path / "overlay.png")
     gaps = deviations(h, {100: E.history})[100]
     assert 0 < gaps["max_gap_gamma_minus_rho"] < np.inf and gaps["final_risk_P"] == h["loss"][-1]
     assert (tmp_path / "overlay.png").stat().st_size > 0

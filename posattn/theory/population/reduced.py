@@ -1,4 +1,4 @@
-r"""The reduced dynamics of JSL22's proof sketch: GD on (P) as recursions on a few scalars (SPEC 1.4-1.5).
+r"""The reduced dynamics of JSL22's proof sketch (Section 4): GD on (P) as recursions on a few scalars.
 
 If A is three-valued (diagonal a, frozen; within-set gamma; across-set rho) and v = alpha w* + v_perp,
 the population risk depends on (alpha, gamma, rho, p = ||v_perp||^2) only and its gradient keeps that
@@ -11,7 +11,7 @@ form (the population gradient in A is three-valued by symmetry, and the one in v
     p     <- p (1 - 2 lr dR/dp)^2                     (v_perp is only rescaled: p = 0 stays 0)
 
 with R(alpha, gamma, rho, p) = `reduced_risk` (the exact multiset enumeration of
-`posattn.theory.population_sym`; for p > 0 the noise enters through the heat expansion in
+`posattn.theory.population.multiset`; for p > 0 the noise enters through the heat expansion in
 t = s^2 p, or s^2 (alpha^2 + p) with isotropic noise). tests/theory/test_population.py checks these
 recursions against full-matrix GD on the general-A population gradient.
 """
@@ -23,8 +23,7 @@ import jax.numpy as jnp
 
 from posattn.theory.config import TheoryConfig
 from posattn.theory.data import Task
-from posattn.theory.population import three_value_form
-from posattn.theory.population_sym import three_value_risk
+from posattn.theory.population.multiset import multiset_risk, three_value_form
 
 
 class ReducedState(NamedTuple):
@@ -48,7 +47,7 @@ def reduced_state(params, task: Task) -> ReducedState:
 def reduced_risk(alpha, gamma, rho, cfg: TheoryConfig, a, p=0.0) -> jax.Array:
     """The population risk (P) as a function of (alpha, gamma, rho) (and ||v_perp||^2 = p), diagonal a."""
     t = cfg.s**2 * (p if cfg.noise == "orthogonal" else alpha * alpha + p)
-    return three_value_risk(alpha, t, a, gamma, rho, cfg)
+    return multiset_risk(alpha, t, a, gamma, rho, cfg)
 
 
 def reduced_step(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A) -> ReducedState:

@@ -1,6 +1,6 @@
 r"""Exact population risk (P) for a three-value A, by enumeration over multisets of per-set counts.
 
-SPEC 1.5: if A has the three-value form (diagonal a, within-set off-diagonal gamma, across-set rho),
+If A has the three-value form (diagonal a, within-set off-diagonal gamma, across-set rho),
 with e_x = exp(x / sqrt(d)), Z = e_a + (C-1) e_gamma + (D-C) e_rho, b = e_a - e_gamma,
 c = e_gamma - e_rho, e = e_rho, the attention is S = (b I + c B + e J) / Z (B the same-set mask, J all
 ones), and with y = +1 (sigma is odd) and w_j = alpha c_j the pre-activation of patch i in S_l is
@@ -17,8 +17,8 @@ The enumeration tables are built once in numpy (`multiset_tables`). The jitted p
 table of per-set terms T[type, s, :] from (alpha, a, gamma, rho) and contracts the multiplicities with it
 in blocks of patterns that share the same s (a batched matmul), so a gradient step costs milliseconds.
 The Gaussian part (v_perp != 0) enters through the second-order heat expansion of
-`posattn.theory.heat`: Q = M^2 = q1 I + q2 B + q3 J keeps the three-value form, so every contraction
-P, R, A1..A4 is again a sum of per-set terms and squares of such sums.
+`posattn.theory.population.heat`: Q = M^2 = q1 I + q2 B + q3 J keeps the three-value form, so every
+contraction P, R, A1..A4 is again a sum of per-set terms and squares of such sums.
 """
 import functools
 import itertools
@@ -29,8 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posattn.theory import heat
 from posattn.theory.config import TheoryConfig
+from posattn.theory.data import same_set_mask
+from posattn.theory.population import heat
 
 MAX_BLOCK = 512  # patterns per block of equal s (the padding costs at most one block per value of s)
 
@@ -108,7 +109,7 @@ def multiset_tables(C: int, L: int, q: float) -> MultisetTables:
 
 
 def attention_coefficients(a, gamma, rho, cfg: TheoryConfig):
-    """(kappa b, kappa c, kappa e): M = D S = kappa (b I + c B + e J) for a three-value A (SPEC 1.5)."""
+    """(kappa b, kappa c, kappa e): M = D S = kappa (b I + c B + e J) for a three-value A."""
     scale = 1 / math.sqrt(cfg.d) if cfg.temperature else 1.0
     # Subtract the largest logit, as softmax does, so large entries do not overflow.
     top = jnp.maximum(a, jnp.maximum(gamma, rho))
@@ -155,11 +156,11 @@ def pattern_expected_loss(sums, qs, t):
     return heat.expected_loss(S0, P, R, A1, A2, A3, A4, t)
 
 
-def three_value_risk(alpha, t, a, gamma, rho, cfg: TheoryConfig) -> jax.Array:
+def multiset_risk(alpha, t, a, gamma, rho, cfg: TheoryConfig) -> jax.Array:
     """Population risk (P) of Eq. (T) at v = alpha w* (+ noise of variance t), A = (a, gamma, rho).
 
-    Exact for t = 0; second order in t otherwise (`posattn.theory.heat`). Differentiable in all five
-    scalars; the dtype follows alpha's.
+    Exact for t = 0; second order in t otherwise (`posattn.theory.population.heat`). Differentiable in
+    all five scalars; the dtype follows alpha's.
     """
     tables = multiset_tables(cfg.C, cfg.L, float(cfg.q))
     dtype = jnp.result_type(alpha, float)
@@ -169,3 +170,22 @@ def three_value_risk(alpha, t, a, gamma, rho, cfg: TheoryConfig) -> jax.Array:
     sums = jnp.einsum("nbk,nkj->nbj", jnp.asarray(tables.mult, dtype), T_blocks)
     losses = pattern_expected_loss(sums, qs, jnp.asarray(t, dtype))
     return (jnp.asarray(tables.weight, dtype) * losses).sum()
+
+
+def three_value_form(A: jax.Array, sets: jax.Array):
+    """(a, gamma, rho, deviation): the means of A's diagonal, within-set off-diagonal and across-set
+    entries, and the largest distance of an entry of A from the three-value matrix they define.
+
+    The multiset path reads A through (a, gamma, rho), so autodiff spreads dR/dgamma evenly over the
+    D (C-1) within-set entries (and dR/drho over the D (D-C) across-set ones): the population gradient
+    itself whenever A is three-valued, since it is three-valued by symmetry.
+    """
+    D = A.shape[0]
+    eye = jnp.eye(D, dtype=bool)
+    same = same_set_mask(sets)
+    within, across = same & ~eye, ~same
+    mean = lambda m: jnp.where(m, A, 0).sum() / jnp.maximum(m.sum(), 1)
+    a, rho = mean(eye), mean(across)
+    gamma = jnp.where(within.any(), mean(within), rho)  # C = 1 has no within-set entries
+    fit = jnp.where(eye, a, jnp.where(within, gamma, rho))
+    return a, gamma, rho, jnp.abs(A - fit).max()

@@ -1,4 +1,4 @@
-r"""The Gaussian part of the population risk (P) of SPEC 1.5: a heat-kernel expansion in t.
+r"""The Gaussian part of the population risk (P): a heat-kernel expansion in t.
 
 With v = alpha w* + v_perp, the value of patch j is <v, X_j> = alpha c_j + g_j, where c_j is the
 w*-coefficient of Assumption 1 (y on the signal set, delta_j elsewhere) and g_j = <v, xi_j> are i.i.d.
@@ -28,7 +28,7 @@ the risk). GD on (P) passes through large sqrt(t)/alpha only at the start from a
 small and the cubic's expansion is nearly exact (E[F] is exact at any t: Lap^2 F = 0), and v_perp then
 decays. Because the risk depends on
 v_perp only through t = s^2 ||v_perp||^2, its gradient along v_perp is 2 s^2 (dR/dt) v_perp: exactly 0 at
-v_perp = 0, so GD keeps v on span(w*) if it starts there (SPEC 1.5).
+v_perp = 0, so GD keeps v on span(w*) if it starts there.
 """
 import jax
 import jax.numpy as jnp

@@ -1,10 +1,10 @@
 """Theorem 5.1 of JSL22: patch association makes learning a new feature on the same partition cheap.
 
 Pre-train Eq. (T) on w* (GD on (E), `gd.fit`), then learn a downstream problem with the same partition
-S_1..S_L and a new unit feature w' orthogonal to w* (SPEC 1.1) from N' samples, two ways [D]:
+S_1..S_L and a new unit feature w' orthogonal to w* from N' samples, two ways [D]:
 (i) A frozen at its pre-trained value and v re-trained from a fresh initialisation; (ii) (A, v) from
 scratch (A = a0 I). Both use the same GD settings, seeds, data and test sets, over a log grid of N';
-each is a `posattn.theory.sweep` batch (seeds vmapped in one compiled call per group of sizes).
+each is a `posattn.theory.gd.fit_sizes` grid (seeds vmapped in one compiled call per group of sizes).
 
 The number compared is the smallest N' whose mean test error over the seeds reaches `target`, for
 each way, and their ratio scratch / frozen (Theorem 5.1: frozen needs far fewer samples).
@@ -16,10 +16,11 @@ import jax
 import numpy as np
 
 from posattn.theory import gd as gd_lib
+from posattn.theory import keys as keys_lib
 from posattn.theory import metrics
+from posattn.theory.claims.sweep import summarise
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import Task, unit_vector
-from posattn.theory.sweep import run_sizes, seed_keys, summarise
 
 
 def orthogonal_feature(key, w_star: jax.Array) -> jax.Array:
@@ -48,20 +49,22 @@ def transfer(key, cfg: TheoryConfig, gd: GDConfig, *, pretrain_N: int,
              spread: float = 2.0) -> dict:
     """Pre-train on w*, then (i) frozen A vs (ii) scratch on w' at every N' of `sizes`.
 
-    Returns the pre-training outcome, per-way summaries (`sweep.summarise`), the smallest N' of each
+    Returns the pre-training outcome, per-way summaries (`claims.sweep.summarise`), the smallest N' of each
     way that reaches `target` and their ratio (None where a way never reaches it on the grid; a lower
     bound, `ratio_is_lower_bound`, where frozen A reaches it at the grid's smallest N').
     """
-    pre = gd_lib.fit(key, cfg, dataclasses.replace(gd, N=pretrain_N, steps=pretrain_steps or gd.steps))
+    streams = keys_lib.transfer_keys(key)
+    pre = gd_lib.fit(streams["pretrain"], cfg,
+                     dataclasses.replace(gd, N=pretrain_N, steps=pretrain_steps or gd.steps))
     _, associated = metrics.patch_association(pre.params["A"], pre.task)
-    down = downstream_task(jax.random.fold_in(key, 1), pre.task)
-    keys = seed_keys(int(jax.random.randint(jax.random.fold_in(key, 2), (), 0, 2**30)), seeds)
+    down = downstream_task(streams["downstream"], pre.task)
+    keys = keys_lib.seed_keys(int(jax.random.randint(streams["seeds"], (), 0, 2**30)), seeds)
     sizes = tuple(int(n) for n in sizes)
+    gd = dataclasses.replace(gd, n_test=n_test)
     ways = {
-        "frozen_A": run_sizes(keys, down, pre.params["A"], cfg=cfg, gd=gd, sizes=sizes, n_test=n_test,
-                              train_A=False, spread=spread),
-        "scratch": run_sizes(keys, down, None, cfg=cfg, gd=gd, sizes=sizes, n_test=n_test,
-                             spread=spread),
+        "frozen_A": gd_lib.fit_sizes(keys, down, pre.params["A"], cfg=cfg, gd=gd, sizes=sizes,
+                                     train_A=False, spread=spread),
+        "scratch": gd_lib.fit_sizes(keys, down, None, cfg=cfg, gd=gd, sizes=sizes, spread=spread),
     }
     out = {"pretrain": {"N": pretrain_N, "patch_association": bool(associated),
                         "test_error": float(pre.history["test_error"][-1]), "seconds": pre.seconds},

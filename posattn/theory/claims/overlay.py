@@ -3,7 +3,7 @@
 Every run starts from the same task (partition, w*) and the same initialisation, and is evaluated on the
 same fixed test set, so the trajectories differ only by the risk that GD descends: the exact (P) of
 `posattn.theory.population`, or (E) on N samples. Theorems 4.1-4.2 of JSL22 say that GD on (E) follows
-GD on (P) once N is large enough; the overlay figure (`posattn.theory.plots.plot_overlay`) shows it.
+GD on (P) once N is large enough; the overlay figure (`posattn.plots.theory.overlay_figure`) shows it.
 """
 import dataclasses
 import time
@@ -14,8 +14,6 @@ import numpy as np
 
 from posattn.theory import gd as gd_lib
 from posattn.theory.config import GDConfig, TheoryConfig
-from posattn.theory.data import make_task
-from posattn.theory.model import init_params
 
 DEFAULT_NS = (100, 1_000, 10_000, 100_000)
 
@@ -28,9 +26,7 @@ def empirical_runs(key, cfg: TheoryConfig, gd: GDConfig, Ns: Sequence[int] = DEF
     `key` is the key of the (P) run (`gd.fit(key, ...)`), so with `task` and `params` left None the runs
     share its task, initialisation and test set; pass them to start elsewhere. Returns {N: FitResult}.
     """
-    keys = gd_lib.split_keys(key)
-    task = make_task(keys["task"], cfg) if task is None else task
-    params = init_params(keys["init"], cfg, gd, task.w_star) if params is None else params
+    task, params = gd_lib.draw_start(key, cfg, gd, task, params)
     params = jax.tree.map(np.asarray, params)  # host copies: `fit` donates the device buffers it gets
     runs = {}
     for N in Ns:
