@@ -97,6 +97,27 @@ def nan_at_step(make_train_step, nan_step: int):
     return make
 
 
+@jax.custom_vjp
+def _nan_gradient(x, bad):
+    """x itself; its gradient is NaN where `bad` (a float 0/1) is 1."""
+    return x
+
+
+_nan_gradient.defvjp(lambda x, bad: (x, bad),
+                     lambda bad, g: (jnp.where(bad > 0, jnp.nan, g), jnp.zeros_like(bad)))
+
+
+def theory_nan_at_step(training_risk, nan_step: int):
+    """`posattn.theory.step.training_risk` whose gradient at GD step `nan_step` - 1 is NaN, so the
+    parameters of step `nan_step` are NaN (its value, what the history records, is unchanged)."""
+
+    def risk(params, step, *args, **kwargs):
+        bad = (step == nan_step - 1).astype(jnp.float32)
+        return _nan_gradient(training_risk(params, step, *args, **kwargs), bad)
+
+    return risk
+
+
 # ---------------------------------------------------------------------------------- the run under test
 
 
@@ -289,14 +310,49 @@ def image_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
     results.append({"what": "--config.optimizer.lr=nan (the binary)", "status": done.returncode,
                     "one_line": len(lines) == 1, "message": lines[-1] if lines else "",
                     "stopped_at": _named_step(lines[-1] if lines else ""), "checkpoints_left": saved_steps(workdir),
-                    "summary_written": (workdir / "summary.json").exists()})
+                    "summary_written": (workdir / "summary.json").exists(),
+                    "files_left": sorted(p.name for p in workdir.iterdir()) if workdir.is_dir() else []})
     for r in results:
         say(f"  NaN {r['what']}: stopped at step {r['stopped_at']}, checkpoints {r['checkpoints_left']}")
     return results
 
 
+def theory_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
+    """A NaN gradient injected so that step --nan_step's parameters are NaN (the `phases` preset, in
+    this process), and the binary with step sizes that diverge."""
+    from posattn.theory import gd as gd_lib, keys, presets, step as step_lib
+
+    config = presets.get_config("phases")
+    theory, gd = presets.configs_from(config)
+    original, seen = step_lib.training_risk, []
+    step_lib.training_risk = theory_nan_at_step(original, FLAGS.nan_step)
+    try:
+        gd_lib.fit(keys.seed_key(0), theory, gd, on_eval=seen.append)
+        stopped = "not stopped"
+    except gd_lib.NonFiniteLoss as e:
+        stopped = str(e)
+    finally:
+        step_lib.training_risk = original
+    results = [{"what": f"theory (`phases` preset): parameters NaN from GD step {FLAGS.nan_step} (in-process)",
+                "message": stopped, "stopped_at": _named_step(stopped), "checkpoints_left": "n/a",
+                "summary_written": False, "last_logged_step": int(seen[-1]["step"]) if seen else None}]
+    workdir = root / "theory_binary"
+    done = subprocess.run([sys.executable, "-m", "experiments.theory", f"--workdir={workdir}",
+                           "--config.gd.lr=1e8", "--config.gd.lr_A=1e8"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    lines = done.stderr.strip().splitlines()
+    results.append({"what": "experiments.theory --config.gd.lr=1e8 --config.gd.lr_A=1e8 (the binary)",
+                    "status": done.returncode, "one_line": len(lines) == 1, "message": lines[-1] if lines else "",
+                    "stopped_at": _named_step(lines[-1] if lines else ""), "checkpoints_left": "n/a",
+                    "summary_written": (workdir / "summary.json").exists(),
+                    "files_left": sorted(p.name for p in workdir.iterdir()) if workdir.is_dir() else []})
+    for r in results:
+        say(f"  NaN {r['what']}: stopped at step {r['stopped_at']}")
+    return results
+
+
 def _named_step(message: str) -> int | None:
-    m = re.search(r"at step (\d+)", message)
+    m = re.search(r"at (?:GD )?step (\d+)", message)
     return int(m.group(1)) if m else None
 
 
@@ -398,9 +454,15 @@ def write_report(r: dict, command: str) -> str:
         "",
         "## 6. NaN at a chosen step",
         "",
-        "| injection | stopped at step | checkpoints left | summary.json written | message |",
-        "|---|---|---|---|---|",
-        *[f"| {n['what']} | {n['stopped_at']} | {n['checkpoints_left']} | {n['summary_written']} | "
+        f"The in-process injections set the parameters to NaN at step {FLAGS.nan_step} (`nan_at_step`, "
+        "`theory_nan_at_step`); the binaries are run with a learning rate that diverges. 'exit': the binary's "
+        "status (in-process runs raise the exception whose message is shown).",
+        "",
+        "| injection | stopped at step | exit | one line | checkpoints left | files left | summary.json written | "
+        "message |",
+        "|---|---|---|---|---|---|---|---|",
+        *[f"| {n['what']} | {n['stopped_at']} | {n.get('status', 'raised')} | {n.get('one_line', 'n/a')} | "
+          f"{n['checkpoints_left']} | {n.get('files_left', 'n/a')} | {n['summary_written']} | "
           f"`{n['message'][:300]}` |" for n in r["nan"]],
     ]
     return "\n".join(lines) + "\n"
@@ -435,7 +497,7 @@ def main(argv):
     say("bad inputs")
     r["bad_inputs"] = bad_inputs.run_all(root / "bad", reference, env, say)
     say("NaN")
-    r["nan"] = image_nan(root / "nan", env, say)
+    r["nan"] = image_nan(root / "nan", env, say) + theory_nan(root / "nan", env, say)
 
     r.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
              minutes=(time.monotonic() - t0) / 60, machine=machine())
