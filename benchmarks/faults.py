@@ -35,11 +35,12 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import app, flags, logging
 
 from benchmarks import bad_inputs
+from benchmarks.injections import damage_checkpoint, nan_at_step, theory_nan_at_step
+from benchmarks.reliability_report import write_report
 from benchmarks.report import machine
 
 ROOT = bad_inputs.ROOT
@@ -55,67 +56,9 @@ flags.DEFINE_integer("nan_step", 137, "Step at which a NaN is injected.")
 flags.DEFINE_integer("seed", 0, "Seed of the kill moments.")
 flags.DEFINE_string("drill_dir", "/tmp/posattn_fault_drill", "Scratch directory (wiped first).")
 flags.DEFINE_bool("write", True, "Write docs/reliability.md.")
+flags.DEFINE_string("from_json", None, "Only rewrite the report from a drill's drill.json (run with the "
+                    "same flags); no drill.")
 FLAGS = flags.FLAGS
-
-
-# ---------------------------------------------------------------------------------- injections
-
-
-def damage_checkpoint(step_dir, kind: str) -> str:
-    """Damage orbax checkpoint `step_dir` in place: "truncate" cuts its largest array file in half,
-    "bitflip" flips one bit in the middle of it (orbax alone restores that without complaint). Returns
-    the file damaged."""
-    files = sorted((p for p in pathlib.Path(step_dir).rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-    target = files[-1]
-    data = bytearray(target.read_bytes())
-    if kind == "truncate":
-        data = data[: len(data) // 2]
-    elif kind == "bitflip":
-        data[len(data) // 2] ^= 0x10
-    else:
-        raise ValueError(f"unknown damage {kind!r}: 'truncate' or 'bitflip'")
-    target.write_bytes(bytes(data))
-    return str(target)
-
-
-def nan_at_step(make_train_step, nan_step: int):
-    """`make_train_step` whose step `nan_step` turns every parameter and the loss into NaN (an update
-    that diverged), for `posattn.vision.train.make_train_step`."""
-
-    def make(setup, tx):
-        step_fn = make_train_step(setup, tx)
-
-        def step(state, batch):
-            new, metrics = step_fn(state, batch)
-            hit = new["step"] == nan_step
-            new["params"] = jax.tree.map(lambda p: jnp.where(hit, jnp.nan, p), new["params"])
-            metrics["loss"] = jnp.where(hit, jnp.nan, metrics["loss"])
-            return new, metrics
-
-        return step
-
-    return make
-
-
-@jax.custom_vjp
-def _nan_gradient(x, bad):
-    """x itself; its gradient is NaN where `bad` (a float 0/1) is 1."""
-    return x
-
-
-_nan_gradient.defvjp(lambda x, bad: (x, bad),
-                     lambda bad, g: (jnp.where(bad > 0, jnp.nan, g), jnp.zeros_like(bad)))
-
-
-def theory_nan_at_step(training_risk, nan_step: int):
-    """`posattn.theory.step.training_risk` whose gradient at GD step `nan_step` - 1 is NaN, so the
-    parameters of step `nan_step` are NaN (its value, what the history records, is unchanged)."""
-
-    def risk(params, step, *args, **kwargs):
-        bad = (step == nan_step - 1).astype(jnp.float32)
-        return _nan_gradient(training_risk(params, step, *args, **kwargs), bad)
-
-    return risk
 
 
 # ---------------------------------------------------------------------------------- the run under test
@@ -356,122 +299,24 @@ def _named_step(message: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-# ---------------------------------------------------------------------------------- report
-
-
-def _chain_table(events: list[dict], sig_name: str) -> str:
-    rows = [f"| launch | on disk | resumed from | ended by | moment | saving at the signal | exit | last step "
-            "printed | checkpoints after | stderr |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for e in events:
-        ended = sig_name if "mode" in e else "(ran to the end)"
-        rows.append(f"| {e['launch']} | {e['checkpoint_on_disk']} | {e['resumed_from']} | {ended} | "
-                    f"{e.get('mode', '')} | {e.get('saving_at_signal', '')} | {e['status']} | "
-                    f"{e['last_step_printed']} | {e['checkpoints_after']} | `{e['stderr_last'][:110]}` |")
-    return "\n".join(rows)
-
-
-def _chain_figures(result: dict, count: int) -> str:
-    events = result["events"]
-    restarts = events[1:]
-    ok = sum(e["resumed_ok"] for e in restarts)
-    return (f"{count} signals; {ok}/{len(restarts)} restarts resumed from the newest checkpoint on disk; "
-            f"final state bitwise equal to the uninterrupted run: {result['bitwise'][0]} "
-            f"({result['bitwise'][1]} arrays: parameters, Adam moments, step)")
-
-
-def write_report(r: dict, command: str) -> str:
-    kills, terms = r["kill"], r["term"]
-    term_events = [e for e in terms["events"] if "mode" in e]
-    term_ok = sum(e["status"] == 143 and e["stderr_lines"] == 1 and e["stderr_last"].startswith("stopped:")
-                  for e in term_events)
-    bad = r["bad_inputs"]
-    bad_ok = sum(b["status"] == 2 and b["one_line"] and not b["left"] for b in bad)
-    lines = [
-        "# Reliability: the fault drill (issue 18)",
-        "",
-        f"Written by `{command}` on {r['date']} ({r['minutes']:.1f} min), {r['machine']}.",
-        "",
-        f"The run under test: `tpu_configs/digits.py` (ViT XS/2, batch 128) for {FLAGS.steps} steps, a checkpoint "
-        f"every {FLAGS.checkpoint_every} steps (the last 3 kept), an evaluation every {FLAGS.eval_every}; "
-        "each launch is `python -m experiments.train_images` in a subprocess; all launches share one "
-        "compilation cache. How the trainer survives each fault: `posattn/vision/preemption.py` (SIGTERM), "
-        "`posattn/vision/checkpoint.py` (digests, fallback), `posattn/workdir.py` (the workdir check); "
-        "`tests/vision/test_faults.py` checks each in seconds.",
-        "",
-        "## Summary",
-        "",
-        f"- SIGKILL: {_chain_figures(kills, FLAGS.kills)}.",
-        f"- SIGTERM (preemption notice): {term_ok}/{len(term_events)} saved at the current step and exited 143 "
-        f"with one line; {_chain_figures(terms, FLAGS.terms)}.",
-        "- Damaged latest checkpoint: " + "; ".join(
-            f"{d['damage']}: exit {d['status']}, resumed from {d['resumed_from']}, moved aside {d['moved_aside']}"
-            + (f", bitwise equal {d['bitwise_equal']}" if "bitwise_equal" in d else "") for d in r["damaged"]) + ".",
-        "- Unwritable workdir: " + "; ".join(f"{w['what']}: exit {w['status']} after {w['seconds']:.0f} s, "
-                                             f"{'one line' if w['one_line'] else 'NOT one line'}, left {w['left'] or 'nothing'}"
-                                             for w in r["workdir"]) + ".",
-        f"- Bad inputs: {bad_ok}/{len(bad)} exit 2 with one line and leave nothing written "
-        f"(binaries: {', '.join(sorted({b['binary'] for b in bad}))}).",
-        "- NaN: " + "; ".join(f"{n['what']}: stopped at step {n['stopped_at']}, checkpoints left "
-                              f"{n['checkpoints_left']}, summary written: {n['summary_written']}" for n in r["nan"]) + ".",
-        "",
-        "## 1. SIGKILL at random moments, each followed by a restart",
-        "",
-        "'on disk': the newest complete checkpoint when the launch started; 'saving at the signal': an orbax "
-        "temporary directory existed when the signal was sent (a save in progress).",
-        "",
-        _chain_table(kills["events"], "SIGKILL"),
-        "",
-        "## 2. SIGTERM (preemption notice), each followed by a restart",
-        "",
-        _chain_table(terms["events"], "SIGTERM"),
-        "",
-        "## 3. Damaged checkpoints",
-        "",
-        "A copy of the finished uninterrupted run, its latest checkpoint damaged (`damage_checkpoint`: the "
-        "largest array file cut in half, or one bit flipped in its middle), then the same command again. "
-        "Orbax alone restores the bit-flipped checkpoint without complaint (with wrong values); the SHA-256 "
-        "each checkpoint carries catches it.",
-        "",
-        "| damage | exit | resumed from | what the run said | moved aside to checkpoints_unreadable/ | "
-        "checkpoints after | final state bitwise equal |",
-        "|---|---|---|---|---|---|---|",
-        *[f"| {d['damage']} | {d['status']} | {d['resumed_from']} | `{' / '.join(d['said'] + d['stderr'])[:300]}` | "
-          f"{d['moved_aside']} | {d['checkpoints_after']} | {d.get('bitwise_equal', 'n/a')} |" for d in r["damaged"]],
-        "",
-        "## 4. Workdirs that cannot take a checkpoint",
-        "",
-        "| workdir | exit | one line | seconds to exit | files left | message |",
-        "|---|---|---|---|---|---|",
-        *[f"| {w['what']} | {w['status']} | {w['one_line']} | {w['seconds']:.1f} | {w['left'] or 'none'} | "
-          f"`{w['message']}` |" for w in r["workdir"]],
-        "",
-        "## 5. Bad flags and configs, every binary",
-        "",
-        "Files left: created or changed in the case's workdir (a fresh path, or a copy of a finished run for "
-        "the resume cases).",
-        "",
-        bad_inputs.table(bad),
-        "",
-        "## 6. NaN at a chosen step",
-        "",
-        f"The in-process injections set the parameters to NaN at step {FLAGS.nan_step} (`nan_at_step`, "
-        "`theory_nan_at_step`); the binaries are run with a learning rate that diverges. 'exit': the binary's "
-        "status (in-process runs raise the exception whose message is shown).",
-        "",
-        "| injection | stopped at step | exit | one line | checkpoints left | files left | summary.json written | "
-        "message |",
-        "|---|---|---|---|---|---|---|---|",
-        *[f"| {n['what']} | {n['stopped_at']} | {n.get('status', 'raised')} | {n.get('one_line', 'n/a')} | "
-          f"{n['checkpoints_left']} | {n.get('files_left', 'n/a')} | {n['summary_written']} | "
-          f"`{n['message'][:300]}` |" for n in r["nan"]],
-    ]
-    return "\n".join(lines) + "\n"
+def settings() -> dict:
+    """The flags the report describes."""
+    return {k: FLAGS[k].value for k in ("kills", "terms", "steps", "checkpoint_every", "eval_every", "max_delay",
+                                        "nan_step", "seed")}
 
 
 def main(argv):
     del argv
     if not FLAGS["verbosity"].present:  # quiet orbax's per-restore logs; --verbosity=0 shows them
         logging.set_verbosity(logging.ERROR)
+    if FLAGS.from_json:
+        r = json.loads(pathlib.Path(FLAGS.from_json).read_text())
+        r.setdefault("settings", settings())
+        report = write_report(r, r.get("command", "python -m benchmarks.faults"), r["settings"])
+        print(report)
+        if FLAGS.write:
+            DOC.write_text(report)
+        return
     t0 = time.monotonic()
     root = pathlib.Path(FLAGS.drill_dir)
     shutil.rmtree(root, ignore_errors=True)
@@ -501,8 +346,9 @@ def main(argv):
 
     r.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
              minutes=(time.monotonic() - t0) / 60, machine=machine())
-    command = "python -m benchmarks.faults " + " ".join(sys.argv[1:])
-    report = write_report(r, command.strip())
+    r["command"] = ("python -m benchmarks.faults " + " ".join(sys.argv[1:])).strip()
+    r["settings"] = settings()
+    report = write_report(r, r["command"], r["settings"])
     (root / "drill.json").write_text(json.dumps(r, indent=2, default=str))
     print(report)
     if FLAGS.write:
