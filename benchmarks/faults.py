@@ -10,10 +10,10 @@ share one compilation cache (a restart then runs the same compiled program, as b
 
 1. SIGKILL x K: launch, kill at a random moment, restart, ... then let the last restart finish; each
    restart must resume from the newest checkpoint on disk, and the final state (parameters, optimizer
-   moments, step) must be bitwise that of an uninterrupted run. Moments: a random delay after the run
-   prints its first line (so compile, training, evaluation and saves are all hit), and on purpose every
-   fifth kill while a checkpoint is being written and every fifth right after an evaluation step's log
-   line (its save and evaluation follow).
+   moments, step) must be bitwise that of an uninterrupted run. Moments, in turn: a random delay after
+   the run prints its first line (restore, data, compile), two random delays after its first training
+   step, one while a checkpoint is being written (orbax's temporary directory exists), one right after
+   an evaluation step's log line (its save and evaluation follow).
 2. SIGTERM x K: the same with a preemption notice, which must save at the current step, exit 143 with
    one line, and resume from that step.
 3. A truncated and a bit-flipped latest checkpoint: the restart falls back to the previous one, moves the
@@ -51,7 +51,8 @@ flags.DEFINE_integer("terms", 10, "SIGTERMs of the preemption chain.")
 flags.DEFINE_integer("steps", 400, "Training steps of the digits run under test.")
 flags.DEFINE_integer("checkpoint_every", 25, "Steps between checkpoints.")
 flags.DEFINE_integer("eval_every", 100, "Steps between evaluations.")
-flags.DEFINE_float("max_delay", 15.0, "Random kills land up to this many seconds after the first line.")
+flags.DEFINE_float("max_delay", 15.0, "Random kills land up to this many seconds after the first line "
+                   "(every fifth) or the first training step (two in five).")
 flags.DEFINE_integer("nan_step", 137, "Step at which a NaN is injected.")
 flags.DEFINE_integer("seed", 0, "Seed of the kill moments.")
 flags.DEFINE_string("drill_dir", "/tmp/posattn_fault_drill", "Scratch directory (wiped first).")
@@ -109,16 +110,21 @@ def chain(workdir: pathlib.Path, sig: int, count: int, env: dict, rng: random.Ra
         event = {"launch": i, "checkpoint_on_disk": before[-1] if before else 0,
                  "resumed_from": _resumed_from(read())}
         if i < count:
-            mode = {3: "during a save", 4: "after an eval step's log line"}.get(i % 5, "random")
-            if mode == "during a save":
+            mode = {0: "random, from the first line", 3: "during a save",
+                    4: "after an eval step's log line"}.get(i % 5, "random, from the first step")
+            if mode.startswith("random"):
+                if mode.endswith("step"):  # training has started (compiled, or from the cache)
+                    _wait_for(lambda: "compiled and ran the first step" in read(), 300, proc)
+                delay = rng.uniform(0, FLAGS.max_delay)
+                mode += f" +{delay:.1f}s"
+                time.sleep(delay)
+            elif mode == "during a save":
                 _wait_for(lambda: saving_now(workdir), 120, proc)
             elif mode == "after an eval step's log line":
                 start = event["resumed_from"]
                 pattern = re.compile(r"^step (\d+)/\d+  loss", re.M)
                 _wait_for(lambda: any(int(s) > start and int(s) % FLAGS.eval_every == 0
                                       for s in pattern.findall(read())), 120, proc)
-            else:
-                time.sleep(rng.uniform(0, FLAGS.max_delay))
             event.update(mode=mode, finished_first=proc.poll() is not None, saving_at_signal=saving_now(workdir))
             proc.send_signal(sig)
         status = proc.wait(timeout=600)
