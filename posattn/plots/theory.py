@@ -174,3 +174,28 @@ def sweep_figure(summary: dict) -> Figure:
     fig.suptitle(f"GD on (E) over {summary['seeds']} seeds per N", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def phase_three_figure(runs: dict) -> Figure:
+    """Phase III's alpha on the exact population dynamics for several q (left), and where its drift
+    comes from (right): the misclassified patterns against the others (`alpha_drift_split`)."""
+    fig = Figure(figsize=(11, 4))
+    left, right = fig.subplots(1, 2)
+    for q, run in runs.items():
+        left.plot(run["step"], run["alpha"], label=f"q = {q}")
+    left.set_xlabel("GD step on (P)")
+    left.set_ylabel("alpha = <v, w*>")
+    left.legend()
+    labels = [f"q={q}\nstep {s}" for q, run in runs.items() for s in run["split_steps"]]
+    splits = [sp for run in runs.values() for sp in run["splits"]]
+    x = np.arange(len(splits))
+    right.bar(x - 0.2, [sp["classified"] for sp in splits], 0.4, label="correctly classified (y F > 0)")
+    right.bar(x + 0.2, [sp["misclassified"] for sp in splits], 0.4, label="misclassified (y F <= 0)")
+    right.plot(x, [sp["total"] for sp in splits], "k_", ms=18, mew=2, ls="", label="total -dR/dalpha")
+    right.axhline(0, color="k", lw=0.5)
+    right.set_xticks(x)
+    right.set_xticklabels(labels, fontsize=7)
+    right.set_ylabel("drift of alpha (-dR/dalpha)")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

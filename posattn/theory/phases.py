@@ -12,11 +12,13 @@ Each statement below is a measurement with a threshold fixed here, not fitted to
 is read off the attention contrast kappa = exp((gamma - rho) / sqrt(d)) - 1, the extra softmax weight a
 within-set key gets over an across-set key (0 at a0 I), so it does not depend on the scale of A.
 Boundaries:
-- v aligned: the first step where alpha reaches ALIGN of its largest value over the run;
+- v aligned: the first step where cos(v, w*) reaches ALIGN of its final value (the direction, so that
+  neither A's movement nor alpha's later changes of scale enter); v never aligns if that final value
+  is below MIN_COS;
 - phase II starts where kappa first reaches II_START of its final value, phase III where it first
   reaches III_START of it; a run whose final kappa is below SEPARATED has no phase II or III.
 Statements:
-- I.a  A barely moves while v aligns: kappa at alignment <= STILL_A x its final value;
+- I.a  A barely moves while v aligns: v aligns, and kappa at alignment <= STILL_A x its final value;
 - I.b  the model of phase I is at the GLM's level: the median test error between alignment and the
        start of II within GLM_BAND (relative) of the best GLM's error (needs that error: Assumption 1
        with orthogonal noise);
@@ -30,6 +32,7 @@ A run is "in order" when every statement holds.
 import numpy as np
 
 ALIGN = 0.9
+MIN_COS = 0.5
 II_START = 0.1
 III_START = 0.5
 SEPARATED = 0.5  # a within-set key weighs at least 1.5x an across-set key at the end
@@ -69,7 +72,7 @@ def _statement(phase, name, paper, measured, holds) -> dict:
 def detect_phases(history: dict, *, logit_scale: float, glm_error: float | None = None) -> dict:
     """Phase boundaries and JSL22's phase statements measured on `history` (module docstring).
 
-    history: the `gd.fit` history (step, loss, test_error, alpha, A_within, A_across,
+    history: the `gd.fit` history (step, loss, test_error, alpha, cos_v_wstar, A_within, A_across,
       patch_association_share). logit_scale: the factor of A in the softmax (1/sqrt(d), or 1 without
       the temperature). glm_error: the best GLM's error on the same data (None: I.b is not measured).
     Returns {"phases": {"I", "II", "III": [start, end] or None}, "v_aligned_step", "separation_step",
@@ -77,11 +80,12 @@ def detect_phases(history: dict, *, logit_scale: float, glm_error: float | None 
     """
     step = np.asarray(history["step"])
     alpha = np.asarray(history["alpha"], np.float64)
+    cos = np.asarray(history["cos_v_wstar"], np.float64)
     error = np.asarray(history["test_error"], np.float64)
     kappa = attention_contrast(history, logit_scale)
     last = len(step) - 1
-    finite = np.isfinite(alpha).all() and np.isfinite(kappa).all()
-    i_align = _first(alpha >= ALIGN * np.nanmax(alpha)) if finite else None
+    finite = np.isfinite(alpha).all() and np.isfinite(cos).all() and np.isfinite(kappa).all()
+    i_align = _first(cos >= ALIGN * cos[-1]) if finite and cos[-1] >= MIN_COS else None
     final = kappa[-1] if finite else np.nan
     separated = bool(final >= SEPARATED)
     i_II = _first(kappa >= II_START * final) if separated else None
@@ -90,15 +94,15 @@ def detect_phases(history: dict, *, logit_scale: float, glm_error: float | None 
     at = lambda i: None if i is None else int(step[i])
 
     rows = []
-    if i_align is None:
-        still = None
-    else:  # a run whose A never moved (final kappa 0, e.g. lr_A ~ 0) has moved none of it
-        still = float(kappa[i_align] / final) if final > 0 else 0.0
+    # A run whose A never moved (final kappa 0, e.g. lr_A ~ 0) has moved none of it at alignment; a run
+    # whose v never aligned fails I.a; a diverged run measures nothing.
+    share = None if i_align is None else (float(kappa[i_align] / final) if final > 0 else 0.0)
     rows.append(_statement(
         "I", "A barely moves while v aligns", "A approximately constant in phase I",
         {"v_aligned_step": at(i_align), "contrast_at_alignment": None if i_align is None else
-         float(kappa[i_align]), "final_contrast": float(final), "share_of_final": still,
-         "threshold": STILL_A}, None if still is None else still <= STILL_A))
+         float(kappa[i_align]), "final_contrast": float(final), "share_of_final": share,
+         "threshold": STILL_A},
+        None if not finite else (share is not None and share <= STILL_A)))
     end_I = i_II if i_II is not None else last
     plateau = (float(np.median(error[i_align:max(end_I, i_align) + 1])) if i_align is not None
                else None)

@@ -125,11 +125,26 @@ def test_transfer_pieces():
     np.testing.assert_array_equal(y, y2)
 
 
+def _statements(**holds):
+    """Phase statements as `phases.detect_phases` lists them, each holding unless given False."""
+    names = [("still_A", "I", "A barely moves while v aligns"),
+             ("glm", "I", "the phase-I model errs at the GLM's level"),
+             ("gamma", "II", "gamma - rho grows while alpha is nearly constant"),
+             ("risk", "III", "the risk falls once patches are associated"),
+             ("alpha", "III", "alpha grows again")]
+    return [{"phase": p, "statement": n, "paper": "", "measured": {"x": 0.5}, "holds": holds.get(k, True)}
+            for k, p, n in names]
+
+
 def test_report_verdicts_and_bad_flags():
     row = lambda **kw: kw
+    core_statements = _statements(alpha=False)  # alpha falls in phase III, as on the q = 0.4 presets
     results = {
         "core": row(patch_association=True, patch_association_share=1.0, test_error=0.01,
-                    label_noise_rate=0.01, phases_in_order=True, figure="core_dynamics.png"),
+                    label_noise_rate=0.01, phases_in_order=False, phase_statements=core_statements,
+                    figure="core_dynamics.png"),
+        "frozen_A": row(phase_statements=_statements(gamma=False, risk=False, alpha=False),
+                        phases_in_order=False),
         "exact": row(patch_association=False, final_loss=0.1, test_error=0.02, figure="x.png"),
         "glm": row(test_error=0.13, train_error=0.1, oracle_error=0.133),
         "construction": row(test_error=0.012, label_noise_rate=0.01, rows_whose_top_C_meets_own_set=0),
@@ -142,7 +157,10 @@ def test_report_verdicts_and_bad_flags():
                      rows_with_patch_association=[0.5, 0.9], test_error_mean=[0.1, 0.01]),
     }
     verdicts = {r["claim"].split(":")[0]: r["verdict"] for r in report.verdicts(results)}
-    assert verdicts["Theorems 4.1-4.2"] == "reproduced"
+    assert verdicts["Theorems 4.1-4.2"] == "reproduced"  # patch association and the risk's fall
+    phase_rows = {r["claim"]: r["verdict"] for r in report.verdicts(results) if "(core run)" in r["claim"]}
+    assert len(phase_rows) == 5 and phase_rows["Phase III (core run): alpha grows again"] == "not reproduced"
+    assert verdicts["Control"] == "reproduced"  # II and III fail with A frozen, as they must
     assert verdicts["GD on the exact population risk (P)"] == "not reproduced"
     assert verdicts["Theorem 3.1"] == "reproduced"
     assert verdicts["Theorem 3.2"] == "reproduced"
@@ -157,7 +175,15 @@ def test_report_verdicts_and_bad_flags():
     assert rows["Theorem 3.1"]["verdict"] == "not reproduced"
     assert rows["Theorem 5.1"]["verdict"] == "reproduced" and ">= 64x" in rows["Theorem 5.1"]["measured"]
     results["transfer"]["pretrain"]["patch_association"] = False
-    assert report.verdicts(results)[5]["verdict"] == "not reproduced"
+    assert {r["claim"].split(":")[0]: r["verdict"] for r in report.verdicts(results)}["Theorem 5.1"] == \
+        "not reproduced"
+    # A control on which phase II held would show the measurement cannot fail: not reproduced.
+    results["frozen_A"]["phase_statements"] = _statements(risk=False)
+    assert {r["claim"].split(":")[0]: r["verdict"] for r in report.verdicts(results)}["Control"] == \
+        "not reproduced"
+    core_statements[3]["holds"] = False  # the risk does not fall: the core claim fails
+    assert {r["claim"].split(":")[0]: r["verdict"] for r in report.verdicts(results)}["Theorems 4.1-4.2"] == \
+        "not reproduced"
     out = subprocess.run([sys.executable, "-m", "experiments.reproduce"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120, env={**os.environ, "XLA_FLAGS": ""})
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -1,7 +1,8 @@
 r"""Every claim of JSL22's theory as one measured run each (the reproduction report of
 `experiments/reproduce.py`): GD on (E) (`paper` preset), GD on the exact population risk (P) (`small`
 preset), the GLM baseline (Theorem 3.1), the construction without patch association (Theorem 3.2),
-Figure 2 (`fig2` preset), transfer (Theorem 5.1) and the sample-size sweep (Theorem 4.2).
+Figure 2 (`fig2` preset), transfer (Theorem 5.1), the sample-size sweep (Theorem 4.2) and the phase
+statements of Section 4, with a control run (A frozen) on which they must fail.
 
 Each claim is a function (key, plan) -> (record, figures): `record` holds its numbers (report.json),
 `figures` maps a PNG file name to a `matplotlib.figure.Figure`. `posattn.theory.claims.report` turns the
@@ -46,13 +47,15 @@ class Plan:
     sweep_sizes: tuple = (100, 300, 1000, 3000, 10000)
     sweep_seeds: int = 8
     sweep_steps: int = 400
+    control_steps: int | None = None  # the frozen-A control on the core problem; None: the preset's
     n_final_test: int = 100_000
 
 
 QUICK = Plan(core_preset="small", core_steps=300, core_N=5000, exact_steps=200, glm_N=2000, glm_steps=150,
              fig2_steps=200, fig2_N=4000, fig2_seeds=3, transfer_pretrain_steps=600,
              transfer_pretrain_N=5000, transfer_sizes=(16, 1024), transfer_seeds=10, transfer_steps=600,
-             sweep_sizes=(100, 10000), sweep_seeds=4, sweep_steps=300, n_final_test=20_000)
+             sweep_sizes=(100, 10000), sweep_seeds=4, sweep_steps=300, control_steps=300,
+             n_final_test=20_000)
 
 
 def small_problem(q: float | None = None):
@@ -66,17 +69,27 @@ def _with(gd, **changes):
     return dataclasses.replace(gd, **{k: v for k, v in changes.items() if v is not None})
 
 
-def theory_core(key, plan: Plan, name: str, risk: str):
-    """GD on (E) (`core`) or on the exact population risk (`exact`): patch association and the phases."""
+def _core_problem(plan: Plan, risk: str, steps: int | None):
     preset = plan.core_preset if risk == "empirical" else "small"
     cfg, gd = get_preset(preset)
-    steps = plan.core_steps if risk == "empirical" else plan.exact_steps
-    gd = _with(gd, risk=risk, steps=steps, eval_every=min(gd.eval_every, steps or gd.steps),
-               N=plan.core_N if risk == "empirical" else None)
+    steps = steps or gd.steps
+    return preset, cfg, _with(gd, risk=risk, steps=steps, eval_every=min(gd.eval_every, steps),
+                              N=plan.core_N if risk == "empirical" else None)
+
+
+def _phase_record(key, result, cfg):
+    """The run's phase statements (`phases.detect_phases`) against its GLM reference."""
+    glm_error = glm.phase_one_reference(keys_lib.run_keys(key)["glm_reference"], cfg, result.task)
+    return phases.detect_phases(result.history, logit_scale=cfg.logit_scale, glm_error=glm_error)
+
+
+def theory_core(key, plan: Plan, name: str, risk: str):
+    """GD on (E) (`core`) or on the exact population risk (`exact`): patch association and the phases."""
+    preset, cfg, gd = _core_problem(plan, risk, plan.core_steps if risk == "empirical" else plan.exact_steps)
     result = gd_lib.fit(key, cfg, gd)
     final = evaluation.test_errors(keys_lib.run_keys(key)["final_test"], result.params, cfg, result.task,
                                    plan.n_final_test)
-    info = phases.detect_phases(result.history)
+    info = _phase_record(key, result, cfg)
     record = {
         "preset": preset, "risk": risk, "N": gd.N, "steps": gd.steps, "seconds": result.seconds,
         "patch_association": info["patch_association_step"] is not None,
@@ -84,13 +97,26 @@ def theory_core(key, plan: Plan, name: str, risk: str):
         "patch_association_share": float(result.history["patch_association_share"][-1]),
         "test_error": float(final["test_error"]), "label_noise_rate": float(final["label_noise_rate"]),
         "final_loss": float(result.history["loss"][-1]), "phases": info["phases"],
-        "phases_in_order": info["in_order"], "figure": f"{name}_dynamics.png",
+        "phase_statements": info["statements"], "phases_in_order": info["in_order"],
+        "figure": f"{name}_dynamics.png",
     }
     return record, {
         f"{name}_attention.png": figures.attention_figure(result.params["A"],
                                                           data.same_set_mask(result.task.sets)),
         f"{name}_dynamics.png": figures.dynamics_figure(result.history, info["phases"]),
     }
+
+
+def frozen_A_control(key, plan: Plan):
+    """The phase statements on the core problem with A frozen (lr_A = 1e-9): A cannot separate, so the
+    statements of phases II and III must fail here; a measurement that passed would be no test."""
+    _, cfg, gd = _core_problem(plan, "empirical", plan.control_steps)
+    gd = dataclasses.replace(gd, lr_A=1e-9)
+    result = gd_lib.fit(key, cfg, gd)
+    info = _phase_record(key, result, cfg)
+    return {"N": gd.N, "steps": gd.steps, "lr_A": gd.lr_A, "seconds": result.seconds,
+            "phase_statements": info["statements"], "phases_in_order": info["in_order"],
+            "final_history_test_error": float(result.history["test_error"][-1])}, {}
 
 
 def glm_claim(key, plan: Plan):
@@ -185,7 +211,8 @@ def sweep_claim(key, plan: Plan):
 CLAIMS = {"core": lambda k, p: theory_core(k, p, "core", "empirical"),
           "exact": lambda k, p: theory_core(k, p, "exact", "population_exact"),
           "glm": glm_claim, "construction": construction_claim, "figure2": figure2_claim,
-          "transfer": transfer_claim, "sweep": sweep_claim}
+          "transfer": transfer_claim, "sweep": sweep_claim,
+          "frozen_A": frozen_A_control}  # appended last: the claims before keep their key streams
 
 
 def run_claims(key, plan: Plan, on_figures=None):

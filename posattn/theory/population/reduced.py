@@ -20,9 +20,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from posattn.theory.config import TheoryConfig
 from posattn.theory.data import Task
+from posattn.theory.population import multiset
 from posattn.theory.population.multiset import multiset_risk, three_value_form
 
 
@@ -72,3 +74,34 @@ def reduced_trajectory(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A, step
     _, (states, risks) = jax.lax.scan(body, ReducedState(*(jnp.asarray(x) for x in state)), None,
                                       length=steps)
     return states, risks
+
+
+def alpha_drift_split(alpha, gamma, rho, cfg: TheoryConfig, a) -> dict:
+    """Where the drift of alpha under GD on (P), -dR/dalpha (v on span(w*)), comes from: the patterns the
+    model misclassifies (y F <= 0) against the others (docs/theory_results.md, "Phase III").
+
+    Each pattern's loss l(yF) moves alpha by -l'(yF) d(yF)/dalpha; for the odd, homogeneous cubic
+    sigma, d(yF)/dalpha = 3 yF / alpha, so a misclassified pattern always pulls alpha down (a confident
+    mistake costs linear loss) and a correct one pushes it up, less and less as its margin grows. Returns
+    {"misclassified": drift from y F <= 0, "classified": from the rest, "total",
+    "misclassified_mass": P[y F <= 0], "full_set_mass": P[a set besides the signal set is all +1 or all
+    -1], the events (f* != yC) that such a set ties or outvotes the signal set}.
+    """
+    tables = multiset.multiset_tables(cfg.C, cfg.L, float(cfg.q))
+    full = np.flatnonzero((tables.counts[:, 0] == cfg.C) | (tables.counts[:, 1] == cfg.C))
+    others = tables.mult.copy()
+    others[..., 0] -= 1  # the signal set, of type (C, 0, 0), is in every pattern
+    full_set = others[..., full].sum(-1) > 0  # (n_blocks, block)
+
+    def pattern_sums(alpha):
+        coef = multiset.attention_coefficients(*(jnp.asarray(x, jnp.float32) for x in (a, gamma, rho)), cfg)
+        T, qs = multiset.per_set_terms(alpha, coef, cfg, tables)
+        sums = jnp.einsum("nbk,nkj->nbj", jnp.asarray(tables.mult), T[:, tables.s_index, :].transpose(1, 0, 2))
+        return multiset.pattern_expected_loss(sums, qs, jnp.float32(0.0)), sums[..., 0]  # loss, F (y = +1)
+
+    (_, margin), (d_loss, _) = jax.jvp(pattern_sums, (jnp.float32(alpha),), (jnp.float32(1.0),))
+    drift = -np.asarray(tables.weight * d_loss)  # -dR/dalpha, pattern by pattern (padding has weight 0)
+    wrong = np.asarray(margin) <= 0
+    return {"misclassified": float(drift[wrong].sum()), "classified": float(drift[~wrong].sum()),
+            "total": float(drift.sum()), "misclassified_mass": float(tables.weight[wrong].sum()),
+            "full_set_mass": float(tables.weight[full_set].sum())}

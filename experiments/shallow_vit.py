@@ -1,0 +1,196 @@
+r"""LWLC23's shallow-ViT theory end to end: attention concentration, phase-transition maps, N* against
+token noise and initial-model error, token sparsification, and the exact noiseless population.
+
+    python -m experiments.shallow_vit --workdir=/tmp/shallow            # default: < 5 min on 2 CPU cores
+    python -m experiments.shallow_vit --workdir=/tmp/shallow --quick    # smaller grids, < 1 min
+    python -m experiments.shallow_vit --workdir=DIR --tau=0.3 --seeds=20 --Ns=10,20,40,80
+
+Every field of TokenConfig, ModelConfig and SGDConfig has a flag (ModelConfig.attention excepted: both
+networks run). Writes into --workdir: config.json, metrics.jsonl (one record per stage, and the
+attention history), summary.json, summary.md (each claim of the paper, its number, ours, a verdict),
+phase_maps.png, boundary_sweeps.png, attention.png, sparsification.png.
+"""
+import dataclasses
+import os
+import time
+import typing
+
+import jax
+import numpy as np
+from absl import flags
+
+from posattn import cli, io
+from posattn.errors import ConfigError
+from posattn.plots import shallow as plots
+from posattn.shallow import dynamics, grid, phase_map, population, report, sparsify
+from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workdir", None, "where results are written", required=True)
+flags.DEFINE_boolean("quick", False, "smaller grids, fewer seeds and steps (flags given explicitly win)")
+flags.DEFINE_integer("seed", 0, "seed of every run's key")
+flags.DEFINE_integer("seeds", 20, "runs (trials) per grid cell, and seeds of the attention band")
+flags.DEFINE_list("n_stars", ["6", "7", "8", "9", "10", "12"], "phase maps: label-relevant tokens n_* "
+                  "(alpha_* = n_*/L)")
+flags.DEFINE_list("Ns", ["5", "7", "10", "14", "20", "28", "40", "57", "80", "113", "160", "320", "640"],
+                  "phase maps and sweeps: training samples N")
+flags.DEFINE_list("taus", ["0", "0.5", "1.0", "1.5"], "N* sweep over the token noise tau")
+flags.DEFINE_list("init_errors", ["0", "0.5", "1.0", "2.0"], "N* sweep over sigma = delta")
+flags.DEFINE_integer("remove", 20, "sparsification: remove 0..remove tokens per test sample")
+flags.DEFINE_integer("remove_step", 2, "sparsification: evaluate every remove_step tokens removed")
+flags.DEFINE_integer("sparsify_noisy_tokens", 20, "sparsification: noisy tokens per sample (noise bound "
+                     "--noisy_tau); the other experiments use --noisy_tokens")
+
+QUICK = {"seeds": 4, "n_stars": ["6", "8", "12"], "Ns": ["10", "40", "160"], "taus": ["0", "1.0"],
+         "init_errors": ["0", "0.75"], "steps": 100, "n_test": 200, "remove": 20}
+CONFIGS = {"tokens": TokenConfig, "model": ModelConfig, "sgd": SGDConfig}
+SKIP = {"attention"}  # both networks run
+
+
+def _define_config_flags():
+    for cls in CONFIGS.values():
+        for f in dataclasses.fields(cls):
+            if f.name in SKIP:
+                continue
+            kind = f.type if f.type in (int, float, bool) else (
+                float if float in typing.get_args(f.type) else str)
+            define = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_boolean,
+                      str: flags.DEFINE_string}[kind]
+            define(f.name, None, f"{cls.__name__}.{f.name} (default {f.default})")
+
+
+_define_config_flags()
+
+
+def flag(name):
+    """The flag's value; with --quick, the quick value unless the flag was given explicitly."""
+    if FLAGS.quick and name in QUICK and not FLAGS[name].present:
+        return QUICK[name]
+    return FLAGS[name].value
+
+
+def configs_from_flags() -> dict:
+    out = {}
+    for key, cls in CONFIGS.items():
+        given = {f.name: flag(f.name) for f in dataclasses.fields(cls) if f.name not in SKIP}
+        out[key] = cls(**{k: v for k, v in given.items() if v is not None})
+    out["model"].check_widths(out["tokens"])
+    return out
+
+
+def _numbers(name, cast, low):
+    try:
+        values = [cast(v) for v in flag(name)]
+    except ValueError:
+        values = []
+    if not values or min(values) < low:
+        raise ConfigError(f"--{name}={','.join(flag(name))}: give a comma-separated list of numbers >= {low}")
+    return values
+
+
+def grids_from_flags(tokens: TokenConfig) -> dict:
+    g = {"n_stars": sorted(_numbers("n_stars", int, 1)), "Ns": sorted(_numbers("Ns", int, 1)),
+         "taus": _numbers("taus", float, 0), "init_errors": _numbers("init_errors", float, 0),
+         "seeds": flag("seeds"), "remove": flag("remove")}
+    for n in g["n_stars"]:  # each row must be a valid data model (majority, Theorem 1's margin)
+        TokenConfig(**{**dataclasses.asdict(tokens), "alpha_star": n / tokens.L})
+    if g["seeds"] < 1:
+        raise ConfigError(f"--seeds={g['seeds']}: need at least one run per cell")
+    if not 1 <= g["remove"] < tokens.L:
+        raise ConfigError(f"--remove={g['remove']}: remove between 1 and L-1={tokens.L - 1} tokens")
+    if FLAGS.remove_step < 1:
+        raise ConfigError(f"--remove_step={FLAGS.remove_step} must be >= 1")
+    if not 0 <= FLAGS.sparsify_noisy_tokens <= tokens.L:
+        raise ConfigError(f"--sparsify_noisy_tokens={FLAGS.sparsify_noisy_tokens} must lie in [0, L={tokens.L}]")
+    return g
+
+
+class Stages:
+    """Prints each stage's time, and the elapsed time and ETA of the whole run, weighting stages by their
+    SGD work (runs x steps); appends each stage's record to metrics.jsonl."""
+
+    def __init__(self, path, work: dict):
+        self.path, self.work, self.done, self.t0 = path, work, 0.0, time.perf_counter()
+        io.write_text(path, "")
+
+    def __call__(self, name: str, record: dict):
+        self.done += self.work[name]
+        elapsed = time.perf_counter() - self.t0
+        io.append_jsonl(self.path, {"stage": name, "elapsed_s": elapsed, **record})
+        index = list(self.work).index(name)
+        # The first stage is mostly compilation, so its rate says nothing about the rest.
+        eta = (f"{elapsed * (sum(self.work.values()) - self.done) / self.done:.0f}s" if index else
+               "after the next stage")
+        print(f"[{index + 1}/{len(self.work)}] {name}: done at {elapsed:.1f}s, "
+              f"{self.done / elapsed:.0f} run-steps/s, ETA {eta}", flush=True)
+
+
+def main(argv):
+    del argv
+    cfg = configs_from_flags()
+    tokens, model, sgd = cfg["tokens"], cfg["model"], cfg["sgd"]
+    g = grids_from_flags(tokens)
+    free = dataclasses.replace(model, attention="none")
+    noisy = dataclasses.replace(tokens, noisy_tokens=FLAGS.sparsify_noisy_tokens)
+    clean = dataclasses.replace(tokens, tau=0.0, noisy_tokens=0)
+    population.check_config(clean)
+    workdir = FLAGS.workdir
+    os.makedirs(workdir, exist_ok=True)
+    io.write_json(os.path.join(workdir, "config.json"), {
+        "tokens": dataclasses.asdict(tokens), "model": dataclasses.asdict(model), "sgd": dataclasses.asdict(sgd),
+        "grids": g, "seed": FLAGS.seed, "quick": FLAGS.quick, "sparsify_noisy_tokens": FLAGS.sparsify_noisy_tokens,
+        "jax_devices": [str(d) for d in jax.devices()]})
+    print(f"{tokens}\n{model}\n{sgd}\ngrids {g}", flush=True)
+    keys = grid.seed_keys(FLAGS.seed, g["seeds"])
+    R = g["seeds"]
+    n_map = len(g["n_stars"]) * len(g["Ns"])
+    n_sweeps = (len(g["taus"]) + len(g["init_errors"])) * len(g["Ns"])
+    work = {"attention": R, "grid vit": R * (n_map + n_sweeps), "grid free": R * n_map, "sparsification": R,
+            "exact population": 1}
+    stage = Stages(os.path.join(workdir, "metrics.jsonl"), {k: v * sgd.steps for k, v in work.items()})
+    t0 = time.perf_counter()
+
+    _, history = dynamics.seed_histories(keys, tokens=tokens, model=model, sgd=sgd)
+    band = dynamics.band(history)
+    stage("attention", {"band": band})
+
+    maps, fits, sweeps = {}, {}, {"tau": {}, "sigma = delta": {}}
+    for name, net in (("vit", model), ("free", free)):  # the abstract's N* claims are the ViT's
+        knobs = {"tau": g["taus"], "init_error": g["init_errors"]} if name == "vit" else {}
+        maps[name], swept = phase_map.maps_and_sweeps(keys, tokens, net, sgd, g["n_stars"], g["Ns"], knobs)
+        fits[name] = phase_map.fit_boundary(maps[name])
+        if swept:
+            sweeps["tau"][name], sweeps["sigma = delta"][name] = swept["tau"], swept["init_error"]
+        stage(f"grid {name}", {**maps[name], **fits[name], "sweeps": swept})
+
+    ks = list(range(0, g["remove"] + 1, FLAGS.remove_step))
+    ks = ks if ks[-1] == g["remove"] else [*ks, g["remove"]]
+    curves = sparsify.sparsification_runs(keys, np.asarray(ks), tokens=noisy, model=model, sgd=sgd)
+    curves = {p: {k: np.asarray(v) for k, v in c.items()} for p, c in curves.items()}
+    stage("sparsification", {"ks": ks, **{p: {k: v.mean(0) for k, v in c.items()} for p, c in curves.items()}})
+
+    exact = population.population_check(keys[0], clean, model, sgd)
+    stage("exact population", exact)
+    seconds = time.perf_counter() - t0
+
+    rows = [report.attention_row(band, R), *report.sparsify_rows(ks, curves),
+            *report.boundary_rows(fits["vit"], fits["free"], maps["vit"]["alpha_star"]),
+            report.sweep_row(sweeps["tau"]["vit"], "the token noise tau"),
+            report.sweep_row(sweeps["sigma = delta"]["vit"], "the initial-model error sigma = delta")]
+    figures = {"phase_maps.png": plots.phase_maps(maps["vit"], fits["vit"], maps["free"], fits["free"]),
+               "boundary_sweeps.png": plots.boundary_sweeps(sweeps),
+               "attention.png": plots.attention_concentration(band, R),
+               "sparsification.png": plots.sparsification(ks, curves)}
+    for name, fig in figures.items():
+        fig.savefig(os.path.join(workdir, name), dpi=110)
+    summary = {"rows": rows, "exact_population": exact, "seconds": seconds, "maps": maps, "fits": fits,
+               "sweeps": sweeps, "attention_band": band}
+    io.write_json(os.path.join(workdir, "summary.json"), summary)
+    io.write_text(os.path.join(workdir, "summary.md"),
+                  report.summary_markdown(rows, exact, tokens, model, sgd, g, seconds))
+    print(report.markdown_table(rows), flush=True)
+    print(f"{seconds:.1f}s; results in {workdir}")
+
+
+if __name__ == "__main__":
+    cli.run(main)

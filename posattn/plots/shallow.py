@@ -1,0 +1,112 @@
+"""Figures of LWLC23's shallow-ViT regime (`posattn.shallow`), as `matplotlib.figure.Figure` objects.
+
+Each function takes the dictionaries the library returns and builds one figure; the caller saves it
+(`fig.savefig(path)`). Published values, where the paper gives them, are drawn beside ours.
+"""
+import math
+
+import numpy as np
+from matplotlib.figure import Figure
+
+# LWLC23's figures, read off the plots (+-0.01).
+PAPER_ATTENTION = {"step": [0, 10, 20, 30, 40, 50], "mass": [0.54, 0.67, 0.79, 0.86, 0.90, 0.91]}
+PAPER_SPARSIFY = {"irrelevant": ([0, 10, 20], [0.077, 0.040, 0.007]),
+                  "noisy": ([0, 10, 20], [0.077, 0.064, 0.045]),
+                  "random": ([0, 20], [0.077, 0.074])}
+POLICY_COLOURS = {"irrelevant": "tab:green", "noisy": "tab:orange", "random": "tab:grey", "attention": "tab:blue"}
+
+
+def _map_panel(ax, result: dict, fit: dict, power: int, title: str):
+    """Success rate over (alpha_*^-power, N) as grey squares (white = every trial succeeds), the
+    boundary N* of each alpha_* and its fitted line."""
+    x = np.asarray(result["alpha_star"], float) ** -power
+    N = np.asarray(result["N"], float)
+    rate = np.asarray(result["success_rate"], float)  # (alphas, Ns)
+    X, Y = np.meshgrid(x, N, indexing="ij")
+    sc = ax.scatter(X.ravel(), Y.ravel(), c=rate.ravel(), cmap="gray", vmin=0, vmax=1, marker="s", s=160,
+                    edgecolors="k", linewidths=0.3)
+    n_star = np.asarray(fit["N_star"], float)
+    inside = np.asarray(fit["inside_grid"], bool)
+    ax.plot(x[inside], n_star[inside], "o", color="tab:red", label="N* (success rate 1/2)")
+    line = fit[f"fit_alpha_m{power}"]
+    if not math.isnan(line["slope"]):
+        xs = np.linspace(x.min(), x.max(), 50)
+        ax.plot(xs, line["intercept"] + line["slope"] * xs, "-", color="tab:red",
+                label=f"line in alpha^-{power}, R^2 = {line['r2']:.3f}")
+    ax.set_yscale("log")
+    ax.set_ylim(N.min() / 1.3, N.max() * 1.3)  # the fitted line may run below the grid
+    ax.set_xlabel(f"alpha_*^-{power}")
+    ax.set_ylabel("training samples N")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="lower right", framealpha=0.9)
+    return sc
+
+
+def phase_maps(vit: dict, vit_fit: dict, free: dict, free_fit: dict) -> Figure:
+    """The two phase-transition maps: the ViT over alpha_*^-2, the attention-free network over alpha_*^-4."""
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2)
+    _map_panel(axes[0], vit, vit_fit, 2, "ViT (Theorem 1: N ~ alpha_*^-2)")
+    sc = _map_panel(axes[1], free, free_fit, 4, "attention-free (Prop. 1: N ~ alpha_*^-4)")
+    fig.colorbar(sc, ax=axes, fraction=0.03, label="success rate")
+    return fig
+
+
+def boundary_sweeps(sweeps: dict) -> Figure:
+    """N* against each swept knob (token noise tau, initial-model error sigma = delta), ViT and
+    attention-free; a boundary beyond the grid is drawn at the grid's edge with an open marker."""
+    fig = Figure(figsize=(10, 3.6))
+    axes = fig.subplots(1, len(sweeps))
+    for ax, (knob, by_net) in zip(np.atleast_1d(axes), sweeps.items()):
+        for net, s in by_net.items():
+            values, n_star = np.asarray(s["values"], float), np.asarray(s["N_star"], float)
+            beyond = np.isnan(n_star)
+            colour = "tab:blue" if net == "vit" else "tab:orange"
+            ax.plot(values[~beyond], n_star[~beyond], "o-", color=colour, label=net)
+            ax.plot(values[beyond], np.full(beyond.sum(), max(s["N"])), "o", mfc="none", color=colour)
+        ax.set_yscale("log")
+        ax.set_xlabel(knob)
+        ax.set_ylabel("N* (success rate 1/2)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def attention_concentration(band: dict, seeds: int) -> Figure:
+    """Attention mass on label-relevant tokens (relevant queries) over SGD iterations: mean, 10-90%
+    band and min/max over seeds, beside the paper's curve."""
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    step = np.asarray(band["step"])
+    ax.fill_between(step, band["q10"], band["q90"], alpha=0.3, label="10-90% of seeds")
+    ax.plot(step, band["min"], ":", color="tab:blue", lw=0.8, label="min / max")
+    ax.plot(step, band["max"], ":", color="tab:blue", lw=0.8)
+    ax.plot(step, band["mean"], "-", color="tab:blue", label=f"mean over {seeds} seeds")
+    ax.plot(PAPER_ATTENTION["step"], PAPER_ATTENTION["mass"], "ks--", ms=4, label="LWLC23 (read off)")
+    ax.set_xlabel("SGD iteration")
+    ax.set_ylabel("attention mass on label-relevant tokens")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def sparsification(ks, curves: dict, name: str = "test_hinge") -> Figure:
+    """Test hinge loss against the number of removed tokens per policy (mean and 10-90% band over
+    seeds), with the paper's values as dashed lines."""
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    ks = np.asarray(ks)
+    for policy, c in curves.items():
+        v = np.asarray(c[name])
+        colour = POLICY_COLOURS.get(policy)
+        ax.plot(ks, v.mean(0), "o-", ms=3, color=colour, label=policy)
+        ax.fill_between(ks, np.quantile(v, 0.1, 0), np.quantile(v, 0.9, 0), color=colour, alpha=0.15)
+        if policy in PAPER_SPARSIFY:
+            ax.plot(*PAPER_SPARSIFY[policy], "s--", color=colour, ms=4, lw=0.8, alpha=0.7)
+    ax.set_xlabel("tokens removed per test sample")
+    ax.set_ylabel("test hinge loss" if name == "test_hinge" else name)
+    ax.set_title("token sparsification (dashed: LWLC23, read off)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,162 @@
+"""Configuration of LWLC23's shallow-ViT regime: the token data, the model of Eq. (1), and SGD.
+
+Three frozen dataclasses (hashable, so they can be static arguments of `jax.jit`), each validated once
+at construction with a message naming the bad field and what would be right:
+- `TokenConfig`: the data model (label-relevant, confusion and label-irrelevant tokens, token noise);
+- `ModelConfig`: Eq. (1) of LWLC23 (or its attention-free comparison) and the proper initial model;
+- `SGDConfig`: mini-batch SGD with a constant step on the hinge loss, and how it is evaluated.
+Every choice LWLC23 leaves open is listed under "Decisions" in docs/shallow_vit_results.md.
+"""
+import dataclasses
+import math
+from typing import Literal
+
+from posattn.errors import ConfigError
+
+ATTENTIONS = ("softmax", "none")
+SUCCESS = ("error", "hinge")
+TWO_E = 2 * math.e  # Theorem 1 of LWLC23 needs alpha_* >= alpha_# / c with c < 1 / (2e)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenConfig:
+    """The data model of LWLC23 (Section 2): L tokens of dimension d, built on M orthonormal patterns.
+
+    mu_1 is the discriminative pattern of y = +1, mu_2 that of y = -1, mu_3..mu_M are label-irrelevant;
+    they are the first M standard basis vectors of R^d. A sample has n_* = round(alpha_star L) tokens
+    of its label's pattern, n_# = round(alpha_conf L) of the other one (confusion), the rest irrelevant
+    patterns drawn uniformly; its label is the majority vote of the discriminative tokens.
+
+    Attributes:
+      d: token dimension (d >= M). M: number of patterns (>= 3: two discriminative, one irrelevant).
+      L: tokens per sample.
+      alpha_star: label-relevant fraction alpha_*; alpha_conf: confusion fraction alpha_#.
+      tau: bound on the token noise, ||z|| <= tau (Gaussian N(0, tau^2/d I) clipped to norm tau).
+      noisy_tokens: tokens per sample (at random positions, of any type) whose noise bound is
+        `noisy_tau` instead of tau: the "noisy tokens" of the token-sparsification experiment.
+      noisy_tau: their noise bound.
+      theorem_margin: require alpha_* >= 2e alpha_#, the condition of Theorem 1.
+    """
+
+    d: int = 16
+    M: int = 6
+    L: int = 30
+    alpha_star: float = 0.3
+    alpha_conf: float = 1 / 30
+    tau: float = 0.5
+    noisy_tokens: int = 0
+    noisy_tau: float = 2.0
+    theorem_margin: bool = True
+
+    def __post_init__(self):
+        _check(self.M >= 3, f"M={self.M}: need at least 3 patterns (two discriminative, one irrelevant)")
+        _check(self.d >= self.M, f"d={self.d} must be >= M={self.M}: the M patterns are orthonormal in R^d")
+        _check(self.L >= 2, f"L={self.L}: need at least 2 tokens per sample")
+        _check(0 < self.alpha_star <= 1, f"alpha_star={self.alpha_star} is a fraction: it must lie in (0, 1]")
+        _check(0 <= self.alpha_conf < 1, f"alpha_conf={self.alpha_conf} is a fraction: it must lie in [0, 1)")
+        _check(self.n_star > self.n_conf,
+               f"alpha_star={self.alpha_star}, alpha_conf={self.alpha_conf}: the label is the majority vote, "
+               f"so round(alpha_star L)={self.n_star} must exceed round(alpha_conf L)={self.n_conf}")
+        _check(self.n_star + self.n_conf <= self.L,
+               f"alpha_star + alpha_conf = {self.alpha_star + self.alpha_conf:.3g}: at most L={self.L} tokens "
+               f"can be discriminative, so the fractions must sum to at most 1")
+        _check(not self.theorem_margin or self.alpha_star >= TWO_E * self.alpha_conf,
+               f"alpha_star={self.alpha_star} < 2e alpha_conf = {TWO_E * self.alpha_conf:.4g}: Theorem 1 of "
+               f"LWLC23 needs alpha_star >= 2e alpha_conf; lower alpha_conf or set theorem_margin=False")
+        _check(self.tau >= 0, f"tau={self.tau}: the noise bound must be >= 0")
+        _check(0 <= self.noisy_tokens <= self.L, f"noisy_tokens={self.noisy_tokens} must lie in [0, L={self.L}]")
+        _check(self.noisy_tau >= 0, f"noisy_tau={self.noisy_tau}: the noise bound must be >= 0")
+
+    @property
+    def n_star(self) -> int:
+        """n_*: label-relevant tokens per sample."""
+        return round(self.alpha_star * self.L)
+
+    @property
+    def n_conf(self) -> int:
+        """n_#: confusion tokens per sample."""
+        return round(self.alpha_conf * self.L)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Eq. (1) of LWLC23 and its proper initial model (Section 3).
+
+    Attributes:
+      attention: "softmax" = the ViT of Eq. (1); "none" = the attention-free network of Proposition 1,
+        F(X) = 1/|S| sum_l a^T ReLU(W_O W_V x_l).
+      m_a: rows of W_V (value width); m_b: rows of W_Q and W_K; m: rows of W_O (hidden neurons).
+        m_a >= d and m_b >= d, so that the initial embeddings can be orthonormal on all of R^d.
+      scale_logits: divide the attention logits by sqrt(m_b) (Eq. (1) does not).
+      sigma: ||W_V mu_j - p_j|| of the initial model; delta: ||W_K mu_j - q_j||, ||W_Q mu_j - r_j||.
+      w_o_std: standard deviation of the Gaussian entries of W_O at initialisation.
+    """
+
+    attention: Literal["softmax", "none"] = "softmax"
+    m_a: int = 16
+    m_b: int = 16
+    m: int = 16
+    scale_logits: bool = False
+    sigma: float = 0.1
+    delta: float = 0.1
+    w_o_std: float = 0.1
+
+    def __post_init__(self):
+        _check(self.attention in ATTENTIONS, f"attention={self.attention!r}: choose one of {ATTENTIONS}")
+        _check(self.m >= 2 and self.m % 2 == 0,
+               f"m={self.m}: need an even number of neurons, half with a_i = +1/sqrt(m), half -1/sqrt(m)")
+        _check(self.m_a >= 1 and self.m_b >= 3, f"m_a={self.m_a}, m_b={self.m_b}: need m_a >= 1, m_b >= 3")
+        _check(self.sigma >= 0 and self.delta >= 0,
+               f"sigma={self.sigma}, delta={self.delta}: initial-model errors must be >= 0")
+        _check(self.w_o_std > 0, f"w_o_std={self.w_o_std} must be positive")
+
+    def check_widths(self, tokens: TokenConfig) -> None:
+        """The initial embeddings are orthonormal on R^d: they need m_a >= d and m_b >= d."""
+        _check(self.m_a >= tokens.d and self.m_b >= tokens.d,
+               f"m_a={self.m_a}, m_b={self.m_b}: both must be >= d={tokens.d} for the orthonormal initial "
+               f"embeddings of the proper initial model")
+
+
+@dataclasses.dataclass(frozen=True)
+class SGDConfig:
+    """Mini-batch SGD with a constant step eta on the hinge loss max(0, 1 - y F(X)) (Theorem 1).
+
+    Attributes:
+      N: training samples; batch: samples per step, drawn uniformly with replacement from the N.
+      steps: SGD iterations; eta: constant step size.
+      eta_attention: constant step size of W_Q and W_K (None = eta). SGD on W = c W' with step eta is
+        SGD on W' with step c^2 eta, so this is eta on a rescaled parametrisation of the attention
+        (docs/shallow_vit_results.md, Decisions).
+      eval_every: steps between two history entries (history runs only).
+      n_test: fresh test samples of each run.
+      success: a run succeeds when its test error is 0 ("error") or its test hinge loss <= eps ("hinge").
+      eps: the hinge threshold of success="hinge".
+    """
+
+    N: int = 200
+    batch: int = 8
+    steps: int = 150
+    eta: float = 0.2
+    eta_attention: float | None = 1.0
+    eval_every: int = 10
+    n_test: int = 500
+    success: Literal["error", "hinge"] = "hinge"
+    eps: float = 0.01
+
+    def __post_init__(self):
+        _check(self.N >= 1, f"N={self.N}: the number of training samples must be positive")
+        _check(self.batch >= 1, f"batch={self.batch} must be positive")
+        _check(self.steps >= 1, f"steps={self.steps} must be positive")
+        _check(self.eta > 0, f"eta={self.eta}: the step size must be positive")
+        _check(self.eta_attention is None or self.eta_attention > 0,
+               f"eta_attention={self.eta_attention}: the step size must be positive (or None = eta)")
+        _check(self.eval_every >= 1 and self.steps % self.eval_every == 0,
+               f"eval_every={self.eval_every} must be positive and divide steps={self.steps}")
+        _check(self.n_test >= 1, f"n_test={self.n_test} must be positive")
+        _check(self.success in SUCCESS, f"success={self.success!r}: choose one of {SUCCESS}")
+        _check(self.eps > 0, f"eps={self.eps} must be positive")

@@ -1,0 +1,47 @@
+"""`python -m experiments.shallow_vit` end to end on a tiny problem, and its refusals of bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TINY = ["--seeds=2", "--n_stars=6,8,10", "--Ns=5,20", "--taus=0,1", "--init_errors=0,1", "--steps=20",
+        "--eval_every=10", "--n_test=50", "--N=40", "--remove=3", "--sparsify_noisy_tokens=3"]
+
+
+def run(*args):
+    env = {**os.environ, "XLA_FLAGS": ""}
+    return subprocess.run([sys.executable, "-m", "experiments.shallow_vit", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_tiny_run_writes_every_output(tmp_path):
+    out = run(*TINY, f"--workdir={tmp_path}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ETA" in out.stdout and "run-steps/s" in out.stdout
+    for name in ("config.json", "metrics.jsonl", "summary.json", "summary.md", "phase_maps.png",
+                 "boundary_sweeps.png", "attention.png", "sparsification.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert len(summary["rows"]) == 8 and all(r["verdict"] for r in summary["rows"])
+    assert len(summary["maps"]["vit"]["success_rate"]) == 3 and len(summary["maps"]["free"]["N"]) == 2
+    stages = [json.loads(line)["stage"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert stages == ["attention", "grid vit", "grid free", "sparsification", "exact population"]
+    assert json.loads((tmp_path / "config.json").read_text())["sgd"]["steps"] == 20
+    assert "| claim | paper | ours | verdict |" in (tmp_path / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--n_stars=1"], "majority vote"),
+    (["--Ns=0,10"], "--Ns=0,10"),
+    (["--remove=30"], "--remove=30"),
+    (["--m_a=4"], "m_a=4"),
+    (["--success=always"], "success='always'"),
+])
+def test_bad_input_exits_2_with_one_line(tmp_path, args, words):
+    out = run(*args, f"--workdir={tmp_path}")
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and words in last, last

@@ -1,0 +1,42 @@
+"""The verdicts of summary.md follow the measured numbers, both ways."""
+import math
+
+import numpy as np
+
+from posattn.shallow import report
+
+
+def _curves(final):
+    return {p: {"test_hinge": np.array([[0.05, v]])} for p, v in final.items()}
+
+
+def test_sparsification_verdict_reads_the_ordering_and_the_sign():
+    ok = report.sparsify_rows([0, 20], _curves({"irrelevant": 0.01, "noisy": 0.03, "random": 0.06}))[0]
+    assert ok["verdict"] == "reproduced"
+    up = report.sparsify_rows([0, 20], _curves({"irrelevant": 0.01, "noisy": 0.08, "random": 0.2}))[0]
+    assert up["verdict"].startswith("ordering reproduced, but")
+    bad = report.sparsify_rows([0, 20], _curves({"irrelevant": 0.09, "noisy": 0.03, "random": 0.06}))[0]
+    assert bad["verdict"] == "not reproduced"
+
+
+def _fit(n_star, power, r2, r4):
+    return {"N_star": n_star, "inside_grid": [True] * len(n_star), "power": power,
+            "fit_alpha_m2": {"r2": r2}, "fit_alpha_m4": {"r2": r4}}
+
+
+def test_boundary_verdicts():
+    rows = report.boundary_rows(_fit([30, 10], 2.1, 0.95, 0.90), _fit([math.nan, 40], 4.2, 0.7, 0.9), [0.2, 0.3])
+    assert [r["verdict"] for r in rows] == ["reproduced", "reproduced", "reproduced"]
+    rows = report.boundary_rows(_fit([30, 10], 2.1, 0.90, 0.95), _fit([20, 5], 2.0, 0.9, 0.7), [0.2, 0.3])
+    assert rows[0]["verdict"] == "exponent nearer 2 than 4; line fit worse in alpha^-2"
+    assert rows[1]["verdict"].startswith("exponent not nearer 4")
+    assert rows[2]["verdict"] == "at 0 of 2 alpha_*"
+
+
+def test_attention_and_sweep_verdicts():
+    band = {"step": [0, 50, 100], "mean": [0.54, 0.8, 0.9], "q10": [0, 0, 0.88], "q90": [0, 0, 0.92]}
+    assert report.attention_row(band, 10)["verdict"] == "reproduced"
+    assert report.attention_row({**band, "mean": [0.54, 0.8, 0.84]}, 10)["verdict"].startswith("not")
+    sweep = {"values": [0, 1, 2], "N_star": [5.0, 11.0, math.nan], "alpha_star": 0.3}
+    assert report.sweep_row(sweep, "tau")["verdict"] == "reproduced"
+    assert report.sweep_row({**sweep, "N_star": [12.0, 10.0, 28.0]}, "tau")["verdict"] == "not reproduced"
