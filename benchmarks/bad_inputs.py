@@ -61,6 +61,9 @@ def cases() -> list[Case]:
         Case("compare_attention", ("--seeds=0", "--workdir={w}"), "zero seeds"),
         Case("compare_attention", ("--config=missing.py", "--workdir={w}"), "config file missing"),
         Case("shallow_vit", ("--workdir={w}", "--no_such_flag=1"), "unknown flag"),
+        Case("shallow_vit", ("--workdir={w}", "--seeds=0"), "zero seeds"),
+        Case("shallow_vit", ("--workdir={w}", "--Ns=5,x"), "sample sizes not numbers"),
+        Case("phase_three", ("--workdir={w}", "--q=0.4,abc"), "q not a probability"),
         Case("how_vits_work", ("--workdir={w}", "--no_such_flag=1"), "unknown flag"),
     ]
     present = {p.stem for p in (ROOT / "experiments").glob("*.py")}

@@ -60,7 +60,8 @@ into the image trainer (and so the image sweeps); the theory binaries write smal
 def write_report(r: dict, command: str, s: dict) -> str:
     """docs/reliability.md from the drill's results `r`, its command and its settings `s` (its flags)."""
     kills, terms = r["kill"], r["term"]
-    term_events = [e for e in terms["events"] if "mode" in e]
+    term_events = [e for e in terms["events"] if "mode" in e and not e.get("finished_first")]
+    late = sum(1 for e in terms["events"] if e.get("finished_first"))
     term_ok = sum(e["status"] == 143 and e["stderr_lines"] == 1 and e["stderr_last"].startswith("stopped:")
                   for e in term_events)
     bad = r["bad_inputs"]
@@ -80,8 +81,10 @@ def write_report(r: dict, command: str, s: dict) -> str:
         "## Summary",
         "",
         f"- SIGKILL: {_chain_figures(kills, s['kills'])}.",
-        f"- SIGTERM (preemption notice): {term_ok}/{len(term_events)} saved at the current step and exited 143 "
-        f"with one line; {_chain_figures(terms, s['terms'])}.",
+        f"- SIGTERM (preemption notice): {term_ok}/{len(term_events)} signals that reached a running run saved at "
+        f"the current step and exited 143 with one line"
+        + (f" ({late} arrived after the run had finished: each preemption keeps its progress, so the chain "
+           f"reached step {s['steps']} early)" if late else "") + f"; {_chain_figures(terms, s['terms'])}.",
         "- Damaged latest checkpoint: " + "; ".join(
             f"{d['damage']}: exit {d['status']}, resumed from {d['resumed_from']}, moved aside {d['moved_aside']}"
             + (f", bitwise equal {d['bitwise_equal']}" if "bitwise_equal" in d else "") for d in r["damaged"]) + ".",
@@ -147,4 +150,6 @@ def write_report(r: dict, command: str, s: dict) -> str:
           f"{n['checkpoints_left']} | {n.get('files_left', 'n/a')} | {n['summary_written']} | "
           f"`{n['message'][:300]}` |" for n in r["nan"]],
     ]
+    if r.get("notes"):  # hand-written context kept in drill.json (e.g. an earlier run's figures)
+        lines += ["", "## Notes", "", "\n\n".join(r["notes"])]
     return "\n".join(lines) + "\n"
