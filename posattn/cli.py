@@ -2,7 +2,8 @@
 
 Bad input (a flag that does not parse, a config file that does not exist, a `ConfigError` raised while
 loading or validating a config) ends the program with one line on stderr and exit status 2, never a
-traceback; anything else is a bug and keeps its traceback. `load_config` and `int_list` read what
+traceback; a `RunStopped` (a run that saved its work and stopped early, e.g. on SIGTERM) ends with one
+line and its own exit status; anything else is a bug and keeps its traceback. `load_config` and `int_list` read what
 binaries take besides `--config` flags: config files named in their own flags, and lists of integers.
 """
 import importlib.util
@@ -14,7 +15,7 @@ import jax
 from absl import app, flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, RunStopped
 
 
 # Where a relative config path such as "tpu_configs/digits.py" or "posattn/theory/presets.py" is looked
@@ -57,10 +58,10 @@ def int_list(text: str, what: str) -> list[int]:
     return [int(t) for t in items]
 
 
-def fail(message: str) -> None:
-    """Print `error: message` on one line and exit with status 2."""
-    sys.stderr.write(f"error: {' '.join(str(message).split())}\n")
-    sys.exit(2)
+def fail(message: str, status: int = 2, prefix: str = "error") -> None:
+    """Print `PREFIX: message` on one line and exit with `status` (2: bad input)."""
+    sys.stderr.write(f"{prefix}: {' '.join(str(message).split())}\n")
+    sys.exit(status)
 
 
 def _flag_value(argv, name: str) -> str | None:
@@ -172,5 +173,7 @@ def run(main) -> None:
             return main(argv)
         except ConfigError as e:
             fail(e)
+        except RunStopped as e:
+            fail(e, e.exit_status, prefix="stopped")
 
     app.run(guarded, flags_parser=_parse_flags)

@@ -1,9 +1,17 @@
-"""The one error type that means "the user asked for something invalid", and the check of a name."""
+"""The error type that means "the user asked for something invalid", the check of a name, and the
+exception of a run that stopped on purpose before its end."""
 import difflib
 
 
 class ConfigError(ValueError):
     """Invalid configuration or input: binaries report it in one line and exit with status 2."""
+
+
+class RunStopped(Exception):
+    """A run stopped on purpose before its end, its work saved (e.g. on a preemption notice): binaries
+    report it in one line and exit with `exit_status`, which tells a scheduler the run is unfinished."""
+
+    exit_status = 1
 
 
 def check_choice(value, allowed, what: str):

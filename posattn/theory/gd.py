@@ -13,6 +13,10 @@ chunk (`posattn.theory.step.train_chunk`):
   computes on the grid's largest size, so callers keep that moderate (`fit_sizes` groups the sizes).
 
 Seeds are split over the devices when they divide evenly (`posattn.mesh.map_runs`).
+
+`fit` and `fit_seeds` stop at the first GD step whose loss is not finite (`NonFiniteLoss`, naming the
+step and the likely cause): the chunk that produced it is replayed one step at a time from its start to
+find the step. `fit_grid` is one compiled call with no host in the loop; its callers read its entries.
 """
 import functools
 import time
@@ -24,12 +28,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from posattn import mesh as mesh_lib
+from posattn.errors import ConfigError
 from posattn.theory import population
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import Task, make_task, sample
 from posattn.theory.keys import run_keys
 from posattn.theory.model import init_params
 from posattn.theory.step import Batch, evaluate, make_batch, train_chunk
+
+
+class NonFiniteLoss(ConfigError):
+    """GD produced a non-finite loss: the run stops at that step; its step sizes (or its start) need
+    changing."""
 
 
 class FitResult(NamedTuple):
@@ -106,20 +116,56 @@ def _to_host(tree) -> dict:
     return {k: np.asarray(v) for k, v in tree.items()}
 
 
-def _run_chunks(chunk, evaluate_fn, params, args, steps, eval_every, on_eval):
-    """The host loop: an evaluation at step 0, then compiled chunks of `eval_every` steps."""
+def _nonfinite_runs(entry: dict) -> np.ndarray:
+    """Indices of the runs (seeds; [0] for a single run) whose loss or test loss is not finite."""
+    bad = ~(np.isfinite(entry["loss"]) & np.isfinite(entry["test_loss"]))
+    return np.flatnonzero(np.atleast_1d(bad))
+
+
+def _first_nonfinite_step(chunk, params, step: int, n: int, args) -> tuple[int, dict]:
+    """Replay steps step+1..step+n one at a time from `params` (the chunk's start); the first step whose
+    entry is not finite, and that entry."""
+    for t in range(step, step + n):
+        params, entry = chunk(params, jnp.asarray(t), *args, 1)
+        entry = _to_host(entry)
+        if _nonfinite_runs(entry).size:
+            return t + 1, entry
+    return step + n, entry  # the replay stayed finite (rounding differs from the scan): the chunk's end
+
+
+def _stop(step: int, entry: dict, hint: str) -> NonFiniteLoss:
+    runs = _nonfinite_runs(entry)
+    which = f" (runs {runs.tolist()} of the seeds)" if np.ndim(entry["loss"]) else ""
+    loss = np.ravel(entry["loss"])[runs[0]]
+    return NonFiniteLoss(f"non-finite loss ({loss}) at GD step {step}{which}: {hint}; the run stopped there "
+                         "(its history ends at the last finite evaluation)")
+
+
+def _run_chunks(chunk, evaluate_fn, params, args, steps, eval_every, on_eval, hint):
+    """The host loop: an evaluation at step 0, then compiled chunks of `eval_every` steps; a non-finite
+    loss raises NonFiniteLoss naming the first step that has one (`hint`: its likely cause)."""
     history = [_to_host(evaluate_fn(params, 0, *args))]
+    if _nonfinite_runs(history[0]).size:
+        raise _stop(0, history[0], "the start or the data is not finite")
     if on_eval:
         on_eval(history[-1])
     step = 0
     while step < steps:
         n = min(eval_every, steps - step)
+        start = jax.tree.map(jnp.copy, params)  # the chunk donates its parameters; kept for a replay
         params, entry = chunk(params, jnp.asarray(step), *args, n)
+        entry = _to_host(entry)
+        if _nonfinite_runs(entry).size:
+            raise _stop(*_first_nonfinite_step(chunk, start, step, n, args), hint)
         step += n
-        history.append(_to_host(entry))
+        history.append(entry)
         if on_eval:
             on_eval(history[-1])
     return params, {k: np.stack([h[k] for h in history]) for k in history[0]}
+
+
+def _divergence_hint(gd: GDConfig) -> str:
+    return f"GD diverged, lower the step sizes (gd.lr={gd.lr}, gd.lr_A={gd.lr_A})"
 
 
 def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, params=None,
@@ -139,7 +185,8 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, param
 
     t0 = time.perf_counter()
     params, history = _run_chunks(make_chunk_fn(cfg, gd, mesh), _evaluate_fn(cfg, gd), params,
-                                  (train, test, sample_key, task_d), gd.steps, gd.eval_every, on_eval)
+                                  (train, test, sample_key, task_d), gd.steps, gd.eval_every, on_eval,
+                                  _divergence_hint(gd))
     return FitResult(jax.device_get(params), start, task, history, time.perf_counter() - t0)
 
 
@@ -167,7 +214,7 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *,
     evaluate_fn = jax.jit(jax.vmap(functools.partial(evaluate, cfg=cfg, gd=gd), in_axes=over_seeds))
     t0 = time.perf_counter()
     params, history = _run_chunks(chunk, evaluate_fn, params, (train, test, sample_keys, tasks),
-                                  gd.steps, gd.eval_every, on_eval)
+                                  gd.steps, gd.eval_every, on_eval, _divergence_hint(gd))
     history["step"] = history["step"][:, 0] if history["step"].ndim == 2 else history["step"]
     return FitResult(jax.device_get(params), start, tasks, history, time.perf_counter() - t0)
 

@@ -3,6 +3,11 @@
 The state is the plain dict {"step", "params", "batch_stats", "opt_state"}; it is saved as one
 `StandardSave` item under `WORKDIR/checkpoints/STEP/`. Orbax writes into a temporary directory and
 renames it when complete, so a run killed mid-save leaves only the previous, complete checkpoints.
+Every checkpoint carries the SHA-256 of its arrays in orbax's per-step custom metadata, and a restore
+recomputes it: orbax alone restores a checkpoint with a flipped bit without complaint, so the digest is
+what tells a corrupted checkpoint from a good one. `restore_latest_good` (what a restarted run uses)
+falls back from a checkpoint that does not restore to the newest one that does, and moves the bad one
+aside to `WORKDIR/checkpoints_unreadable/STEP` (kept for inspection, never deleted, out of orbax's way).
 Restoring takes an abstract state (`jax.ShapeDtypeStruct`s carrying the target shardings), so arrays
 land directly with the shardings of the current mesh, whatever the mesh of the run that saved them.
 
@@ -10,11 +15,14 @@ land directly with the shardings of the current mesh, whatever the mesh of the r
 config.json and run.json (the facts of the dataset the model was built for, written at train time), so
 analysis needs no prepared dataset.
 """
+import dataclasses
+import hashlib
 import json
 import os
 
 import jax
 import ml_collections
+import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
@@ -27,6 +35,11 @@ from posattn.vision.setup import Setup, build_model
 from posattn.vision.state import init_state, model_variables
 
 RUN_FILE = "run.json"
+UNREADABLE_DIR = "checkpoints_unreadable"
+
+
+class CheckpointError(ConfigError):
+    """No checkpoint of a workdir restores: the user must decide (move them away, or use a new workdir)."""
 
 
 def manager(workdir: str, *, keep: int) -> ocp.CheckpointManager:
@@ -41,8 +54,19 @@ def manager(workdir: str, *, keep: int) -> ocp.CheckpointManager:
     return ocp.CheckpointManager(epath.Path(root) / "checkpoints", options=options)
 
 
+def digest(host_state) -> str:
+    """SHA-256 over every leaf of a host pytree: its path, dtype, shape and bytes, in tree order."""
+    h = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(host_state)[0]:
+        leaf = np.ascontiguousarray(leaf)
+        h.update(f"{jax.tree_util.keystr(path)}:{leaf.dtype.str}:{leaf.shape}".encode())
+        h.update(leaf.tobytes())
+    return h.hexdigest()
+
+
 def save(mngr: ocp.CheckpointManager, state: dict) -> None:
-    """Start saving the replicated `state` under its step; the writing finishes in the background.
+    """Start saving the replicated `state` under its step, with its digest; the writing finishes in the
+    background.
 
     The state is replicated (data parallelism), so one host copy holds all of it: it is pulled to host
     here (which also frees the device buffers for donation to the next step) and orbax writes host
@@ -50,18 +74,92 @@ def save(mngr: ocp.CheckpointManager, state: dict) -> None:
     replicated array across the devices, compiling a slicing program per array and device.
     """
     host_state = jax.device_get(state)
-    mngr.save(int(host_state["step"]), args=ocp.args.StandardSave(host_state), force=True)
+    mngr.save(int(host_state["step"]), args=ocp.args.StandardSave(host_state), force=True,
+              custom_metadata={"sha256": digest(host_state)})
+
+
+def _short(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first[:160]}" if first else type(e).__name__
+
+
+def _restore_checked(mngr, abstract_state: dict, step: int) -> tuple[dict | None, str | None]:
+    """(state, None) if checkpoint `step` restores and matches its digest, else (None, why not)."""
+    try:
+        state = mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))
+        saved = (mngr.metadata(step).custom_metadata or {}).get("sha256")
+    except Exception as e:  # orbax and tensorstore raise many types for a damaged file
+        return None, f"does not restore ({_short(e)})"
+    if saved is not None and digest(jax.device_get(state)) != saved:
+        return None, "restores other arrays than were saved (SHA-256 mismatch: files altered after the save)"
+    return state, None
 
 
 def restore(mngr: ocp.CheckpointManager, abstract_state: dict, step: int | None = None) -> dict | None:
-    """Checkpoint `step` (default: the most recent complete one), placed as `abstract_state` says.
+    """Checkpoint `step` (default: the most recent complete one), placed as `abstract_state` says and
+    checked against its digest.
 
-    None if the manager holds no checkpoint.
+    None if the manager holds no checkpoint; CheckpointError (one line: the step and why) if it does
+    not restore or its arrays differ from what was saved. Checkpoints written before digests existed
+    restore unchecked.
     """
     step = mngr.latest_step() if step is None else step
     if step is None:
         return None
-    return mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))
+    state, why = _restore_checked(mngr, abstract_state, step)
+    if why is not None:
+        raise CheckpointError(f"checkpoint {step} in {mngr.directory} {why}")
+    return state
+
+
+@dataclasses.dataclass(frozen=True)
+class Unreadable:
+    """A checkpoint a restart skipped: its step, why, and where it now lies."""
+
+    step: int
+    reason: str
+    moved_to: str
+
+
+def _move_aside(mngr: ocp.CheckpointManager, step: int) -> str:
+    """Move checkpoint `step` to WORKDIR/checkpoints_unreadable/STEP[.N] (process 0; all wait)."""
+    src = epath.Path(mngr.directory) / str(step)
+    dest_dir = epath.Path(mngr.directory).parent / UNREADABLE_DIR
+    dest, n = dest_dir / str(step), 1
+    while dest.exists():  # the same step may go bad again after a resume
+        dest, n = dest_dir / f"{step}.{n}", n + 1
+    if io.is_writer():
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        src.rename(dest)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(f"posattn: moved checkpoint {step} aside")
+    return str(dest)
+
+
+def restore_latest_good(mngr: ocp.CheckpointManager, abstract_state: dict) -> tuple[dict | None, list]:
+    """(state of the newest checkpoint that restores and matches its digest, [Unreadable newer ones]).
+
+    (None, []) when there is no checkpoint. Newer checkpoints that fail are moved aside (`_move_aside`)
+    so the run continues from the good one and its later saves do not collide with them. If none
+    restores, nothing is moved (the cause may be the code, e.g. a changed model, not the files) and
+    CheckpointError lists each step and why.
+    """
+    failures = []
+    for step in sorted(mngr.all_steps(), reverse=True):
+        state, why = _restore_checked(mngr, abstract_state, step)
+        if why is not None:
+            failures.append((step, why))
+            continue
+        skipped = [Unreadable(s, why, _move_aside(mngr, s)) for s, why in failures]
+        if skipped:
+            mngr.reload()
+        return state, skipped
+    if failures:
+        raise CheckpointError(f"no checkpoint in {mngr.directory} restores ("
+                              + "; ".join(f"step {s} {why}" for s, why in failures)
+                              + "): move them out of the way to start from step 0, or use a new --workdir")
+    return None, []
 
 
 def abstract_like(state_shapes, sharding) -> dict:

@@ -9,6 +9,12 @@ batches are split along "data". Augmentation runs inside the jitted step, on dev
 from the step, so the update of step t is a pure function of (config, state at t): with the data
 pipeline's (seed, step) determinism a resumed run ends with bitwise the same parameters as an
 uninterrupted one.
+
+Faults (docs/reliability.md): the workdir is checked (writable, room for one checkpoint) before any
+work; a restart falls back from a checkpoint that does not restore to the newest one that does
+(`checkpoint.restore_latest_good`); a preemption notice (SIGTERM) saves at the current step and stops
+with `preemption.Preempted` (exit status 143 in the binary); a non-finite loss stops with
+`NonFiniteLoss` before any checkpoint holds it.
 """
 import json
 import math
@@ -20,11 +26,11 @@ import numpy as np
 import optax
 from etils import epath
 
-from posattn import io
+from posattn import io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
-from posattn.vision import checkpoint, models, optim, resume
+from posattn.vision import checkpoint, models, optim, preemption, resume
 from posattn.vision.data import augment
 from posattn.vision.setup import Setup, resolve
 from posattn.vision.state import init_state, model_variables
@@ -142,6 +148,17 @@ def _check_finite(pending: list, mngr, workdir) -> list:
     return [m for _, m in pulled]
 
 
+def _stop_preempted(mngr, workdir, step: int, log: MetricLog) -> None:
+    """Finish the save of `step` and raise Preempted with how to resume (no summary.json is written:
+    the run is unfinished)."""
+    mngr.wait_until_finished()
+    mngr.close()
+    log.write({"step": step, "preempted": True})
+    log.close()
+    raise preemption.Preempted(f"preemption notice (SIGTERM) at step {step}: saved checkpoint {step} in "
+                               f"{workdir}/checkpoints; rerun the same command to resume from step {step}")
+
+
 def _mean(window: list) -> dict:
     return {k: float(np.mean([m[k] for m in window])) for k in window[0]}
 
@@ -162,112 +179,122 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     """
     mesh = data_mesh(devices)
     setup = resolve(config, mesh.devices.size)
-    workdir = epath.Path(workdir)
-    if io.is_writer():
-        workdir.mkdir(parents=True, exist_ok=True)
-    # A workdir that holds a run is resumed only by the same run: checked (on every process, so all
-    # stop together) before config.json is rewritten, so a refused command leaves the record intact.
-    mngr = checkpoint.manager(str(workdir), keep=config.keep_checkpoints)
-    try:
-        changes = resume.check_resume(resume.read_record(workdir), config, mngr.latest_step(), workdir)
-    except ConfigError:
-        mngr.close()
-        raise
-    io.write_json(workdir / "config.json", resume.record(config))
-    checkpoint.write_run_record(workdir, setup)
-    log = MetricLog(workdir)  # metrics.jsonl and TensorBoard, one schema with the theory regime
-
-    # Model, optimizer and the sharded initial state: created directly where it lives, replicated.
+    # Model, optimizer and the abstract state (shapes only: nothing is computed yet).
     repl, batch_shard = replicated(mesh), batch_sharding(mesh)
     tx = optim.make_optimizer(config.optimizer, config.total_steps)
     init_fn = jax.jit(lambda: init_state(setup.model, setup.image_shape, config.seed, tx), out_shardings=repl)
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn), repl)
     num_params = models.param_count(abstract_state["params"])
+    # Before any work: a workdir that cannot take a checkpoint stops the run now, not at its first save.
+    workdir = workdir_lib.check(workdir, workdir_lib.checkpoint_bytes(abstract_state))
+    # A workdir that holds a run is resumed only by the same run: checked (on every process, so all
+    # stop together) before config.json is rewritten, so a refused command leaves the record intact.
+    mngr = checkpoint.manager(str(workdir), keep=config.keep_checkpoints)
+    # From here a preemption notice is recorded (it was harmless before: nothing new to save) and
+    # honoured at the next step; the caller's SIGTERM handler is restored on the way out.
+    with preemption.Watcher(mngr) as watcher:
+        try:
+            changes = resume.check_resume(resume.read_record(workdir), config, mngr.latest_step(), workdir)
+            # A checkpoint found in the workdir always wins: the newest that restores intact.
+            state, skipped = checkpoint.restore_latest_good(mngr, abstract_state)
+        except ConfigError:
+            mngr.close()
+            raise
+        io.write_json(workdir / "config.json", resume.record(config))
+        checkpoint.write_run_record(workdir, setup)
+        log = MetricLog(workdir)  # metrics.jsonl and TensorBoard, one schema with the theory regime
+        for bad in skipped:
+            _say(f"checkpoint {bad.step} {bad.reason}: moved to {bad.moved_to}, resuming from the newest "
+                 "checkpoint that restores")
 
-    # A checkpoint found in the workdir always wins.
-    state = checkpoint.restore(mngr, abstract_state)
-    resumed_from = None if state is None else int(jax.device_get(state["step"]))
-    state = init_fn() if state is None else state
-    start = int(jax.device_get(state["step"]))
-    model_name = config.model.name
-    if model_name == "vit":
-        model_name = f"ViT {config.model.variant} ({config.model.attention} attention)"
-    resumed = "" if resumed_from is None else f"; resumed from step {start}"
-    resumed += f"; changed from its config.json: {', '.join(changes)}" if changes else ""
-    _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
-         f"{jax.process_count()} processes{resumed}")
+        resumed_from = None if state is None else int(jax.device_get(state["step"]))
+        state = init_fn() if state is None else state
+        start = int(jax.device_get(state["step"]))
+        model_name = config.model.name
+        if model_name == "vit":
+            model_name = f"ViT {config.model.variant} ({config.model.attention} attention)"
+        resumed = "" if resumed_from is None else f"; resumed from step {start}"
+        resumed += f"; changed from its config.json: {', '.join(changes)}" if changes else ""
+        _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
+             f"{jax.process_count()} processes{resumed}")
 
-    train_step = jax.jit(make_train_step(setup, tx), in_shardings=(repl, batch_shard),
-                         out_shardings=(repl, repl), donate_argnums=(0,))
-    eval_step = jax.jit(make_eval_step(setup), in_shardings=(repl, batch_shard, repl), out_shardings=repl,
-                        donate_argnums=(2,))
+        train_step = jax.jit(make_train_step(setup, tx), in_shardings=(repl, batch_shard),
+                             out_shardings=(repl, repl), donate_argnums=(0,))
+        eval_step = jax.jit(make_eval_step(setup), in_shardings=(repl, batch_shard, repl), out_shardings=repl,
+                            donate_argnums=(2,))
 
-    total, batch_size = config.total_steps, config.global_batch_size
-    batches = setup.train_batches(start_step=start)
-    pending, window, train_metrics, evals = [], [], {}, {}
-    # Throughput counts the steps after the first (which compiles) and excludes evals and checkpoints.
-    t_run = time.perf_counter()
-    t_go, timed_seconds, log_seconds, log_steps = None, 0.0, 0.0, 0
-    for step in range(start + 1, total + 1):
-        state, metrics = train_step(state, global_batch(next(batches), mesh))
-        pending.append((step, metrics))
-        if t_go is None:
-            jax.block_until_ready(metrics)
+        total, batch_size = config.total_steps, config.global_batch_size
+        batches = setup.train_batches(start_step=start)
+        pending, window, train_metrics, evals = [], [], {}, {}
+        # Throughput counts the steps after the first (which compiles) and excludes evals and checkpoints.
+        t_run = time.perf_counter()
+        t_go, timed_seconds, log_seconds, log_steps = None, 0.0, 0.0, 0
+        for step in range(start + 1, total + 1):
+            state, metrics = train_step(state, global_batch(next(batches), mesh))
+            pending.append((step, metrics))
+            if t_go is None:
+                jax.block_until_ready(metrics)
+                t_go = time.perf_counter()
+                _say(f"step {step}/{total}  compiled and ran the first step in {t_go - t_run:.1f}s")
+            else:
+                log_steps += 1
+            is_last = step == total
+            # Polled at every step (on a pod, every host must reach the agreed step); a notice during
+            # an evaluation or a save is honoured at the next step. The stop saves and skips the eval.
+            stop = not is_last and watcher.reached(step)
+            do_log = step % config.log_every == 0 or is_last
+            do_eval = not stop and (is_last or (config.eval_every and step % config.eval_every == 0))
+            do_ckpt = stop or is_last or (config.checkpoint_every and step % config.checkpoint_every == 0)
+            if not (do_log or do_eval or do_ckpt):
+                continue
+            window += _check_finite(pending, mngr, workdir)  # waits for the pending steps to finish
+            pending = []
+            dt = time.perf_counter() - t_go
+            timed_seconds, log_seconds = timed_seconds + dt, log_seconds + dt
+            if do_log:
+                train_metrics, window = _mean(window), []
+                images_per_second = log_steps * batch_size / log_seconds if log_steps else None
+                eta = _eta((total - step) * log_seconds / log_steps) if log_steps else "?"
+                log_seconds, log_steps = 0.0, 0
+                log.write({"step": step, **{f"train_{k}": v for k, v in train_metrics.items()},
+                           "images_per_second": images_per_second})
+                _say(f"step {step}/{total}  loss {train_metrics['loss']:.4f}  "
+                     f"acc {train_metrics['accuracy']:.3f}  lr {train_metrics['lr']:.2e}  "
+                     f"{'?' if images_per_second is None else f'{images_per_second:,.0f}'} img/s  ETA {eta}")
+            if do_ckpt:
+                checkpoint.save(mngr, state)
+            if do_eval:
+                evals = evaluate(eval_step, state, setup, mesh)
+                log.write(paired_test_metrics({"step": step, **evals}))
+                _say(f"step {step}/{total}  test accuracy {evals['test_accuracy']:.4f}  "
+                     f"test loss {evals['test_loss']:.4f}")
+            if stop:
+                _stop_preempted(mngr, workdir, step, log)
             t_go = time.perf_counter()
-            _say(f"step {step}/{total}  compiled and ran the first step in {t_go - t_run:.1f}s")
-        else:
-            log_steps += 1
-        is_last = step == total
-        do_log = step % config.log_every == 0 or is_last
-        do_eval = is_last or (config.eval_every and step % config.eval_every == 0)
-        do_ckpt = is_last or (config.checkpoint_every and step % config.checkpoint_every == 0)
-        if not (do_log or do_eval or do_ckpt):
-            continue
-        window += _check_finite(pending, mngr, workdir)  # waits for the pending steps to finish
-        pending = []
-        dt = time.perf_counter() - t_go
-        timed_seconds, log_seconds = timed_seconds + dt, log_seconds + dt
-        if do_log:
-            train_metrics, window = _mean(window), []
-            images_per_second = log_steps * batch_size / log_seconds if log_steps else None
-            eta = _eta((total - step) * log_seconds / log_steps) if log_steps else "?"
-            log_seconds, log_steps = 0.0, 0
-            log.write({"step": step, **{f"train_{k}": v for k, v in train_metrics.items()},
-                       "images_per_second": images_per_second})
-            _say(f"step {step}/{total}  loss {train_metrics['loss']:.4f}  "
-                 f"acc {train_metrics['accuracy']:.3f}  lr {train_metrics['lr']:.2e}  "
-                 f"{'?' if images_per_second is None else f'{images_per_second:,.0f}'} img/s  ETA {eta}")
-        if do_ckpt:
-            checkpoint.save(mngr, state)
-        if do_eval:
+        mngr.wait_until_finished()
+        if not evals:  # nothing left to train (the checkpoint was already final): evaluate it
             evals = evaluate(eval_step, state, setup, mesh)
-            log.write(paired_test_metrics({"step": step, **evals}))
-            _say(f"step {step}/{total}  test accuracy {evals['test_accuracy']:.4f}  "
-                 f"test loss {evals['test_loss']:.4f}")
-        t_go = time.perf_counter()
-    mngr.wait_until_finished()
-    if not evals:  # nothing left to train (the checkpoint was already final): evaluate it
-        evals = evaluate(eval_step, state, setup, mesh)
-    seconds = time.perf_counter() - t_run
-    timed_steps = max(total - start - 1, 0)
-    summary = {
-        **evals,
-        "train_loss": train_metrics.get("loss"),
-        "train_accuracy": train_metrics.get("accuracy"),
-        "steps": int(jax.device_get(state["step"])),
-        "steps_this_run": total - start,
-        "resumed_from_step": resumed_from,
-        "seconds": seconds,
-        "images_per_second": timed_steps * batch_size / timed_seconds if timed_steps else None,
-        "param_count": num_params,
-        "devices": mesh.devices.size,
-        "processes": jax.process_count(),
-    }
-    io.write_json(workdir / "summary.json", summary)
-    _say("summary: " + json.dumps(summary, sort_keys=True))
-    log.close()
-    mngr.close()
-    return state, summary
+        seconds = time.perf_counter() - t_run
+        timed_steps = max(total - start - 1, 0)
+        summary = {
+            **evals,
+            "train_loss": train_metrics.get("loss"),
+            "train_accuracy": train_metrics.get("accuracy"),
+            "steps": int(jax.device_get(state["step"])),
+            "steps_this_run": total - start,
+            "resumed_from_step": resumed_from,
+            "checkpoints_moved_aside": [vars(bad) for bad in skipped],
+            "seconds": seconds,
+            "images_per_second": timed_steps * batch_size / timed_seconds if timed_steps else None,
+            "param_count": num_params,
+            "devices": mesh.devices.size,
+            "processes": jax.process_count(),
+        }
+        io.write_json(workdir / "summary.json", summary)
+        _say("summary: " + json.dumps(summary, sort_keys=True))
+        mngr.close()
+        log.close()
+        return state, summary
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
