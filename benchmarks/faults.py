@@ -273,15 +273,15 @@ def theory_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
 
     config = presets.get_config("phases")
     theory, gd = presets.configs_from(config)
-    original, seen = step_lib.training_risk, []
-    step_lib.training_risk = theory_nan_at_step(original, FLAGS.nan_step)
+    original, seen = step_lib.risk_and_grad, []
+    step_lib.risk_and_grad = theory_nan_at_step(original, FLAGS.nan_step)
     try:
         gd_lib.fit(keys.seed_key(0), theory, gd, on_eval=seen.append)
         stopped = "not stopped"
     except gd_lib.NonFiniteLoss as e:
         stopped = str(e)
     finally:
-        step_lib.training_risk = original
+        step_lib.risk_and_grad = original
     results = [{"what": f"theory (`phases` preset): parameters NaN from GD step {FLAGS.nan_step} (in-process)",
                 "message": stopped, "stopped_at": _named_step(stopped), "checkpoints_left": "n/a",
                 "summary_written": False, "last_logged_step": int(seen[-1]["step"]) if seen else None}]

@@ -42,22 +42,14 @@ def nan_at_step(make_train_step, nan_step: int):
     return make
 
 
-@jax.custom_vjp
-def _nan_gradient(x, bad):
-    """x itself; its gradient is NaN where `bad` (a float 0/1) is 1."""
-    return x
+def theory_nan_at_step(risk_and_grad, nan_step: int):
+    """`posattn.theory.step.risk_and_grad` (what every GD step calls) whose gradient at GD step
+    `nan_step` - 1 is NaN, so the parameters of step `nan_step` are NaN (the risk, what the history
+    records, is unchanged)."""
 
+    def wrapped(params, step, *args, **kwargs):
+        risk, grads = risk_and_grad(params, step, *args, **kwargs)
+        bad = step == nan_step - 1
+        return risk, jax.tree.map(lambda g: jnp.where(bad, jnp.nan, g), grads)
 
-_nan_gradient.defvjp(lambda x, bad: (x, bad),
-                     lambda bad, g: (jnp.where(bad > 0, jnp.nan, g), jnp.zeros_like(bad)))
-
-
-def theory_nan_at_step(training_risk, nan_step: int):
-    """`posattn.theory.step.training_risk` whose gradient at GD step `nan_step` - 1 is NaN, so the
-    parameters of step `nan_step` are NaN (its value, what the history records, is unchanged)."""
-
-    def risk(params, step, *args, **kwargs):
-        bad = (step == nan_step - 1).astype(jnp.float32)
-        return _nan_gradient(training_risk(params, step, *args, **kwargs), bad)
-
-    return risk
+    return wrapped

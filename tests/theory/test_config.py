@@ -43,7 +43,7 @@ def test_gd_config_rejects(kwargs, words):
 
 
 def test_presets_are_valid_and_unknown_is_refused():
-    assert set(PRESETS) == {"small", "paper", "fig2"}
+    assert set(PRESETS) == {"phases", "small", "paper", "fig2"}
     theory, _ = get_preset("paper")
     assert (theory.D, theory.C, theory.L, theory.d) == (36, 4, 9, 64)
     with pytest.raises(ConfigError, match="unknown preset"):

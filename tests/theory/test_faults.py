@@ -18,7 +18,7 @@ GD = GDConfig(N=256, steps=23, lr=0.01, lr_A=30.0, a0=4.0, eval_every=10, n_test
 
 @pytest.mark.parametrize("seeds", [1, 2])
 def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(monkeypatch, seeds):
-    monkeypatch.setattr(step_lib, "training_risk", injections.theory_nan_at_step(step_lib.training_risk, 13))
+    monkeypatch.setattr(step_lib, "risk_and_grad", injections.theory_nan_at_step(step_lib.risk_and_grad, 13))
     seen = []
     with pytest.raises(gd_lib.NonFiniteLoss, match=r"non-finite loss \(nan\) at GD step 13"
                                                    + (r" \(runs \[0, 1\] of the seeds\)" if seeds > 1 else "")
