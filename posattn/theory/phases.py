@@ -18,7 +18,8 @@ Boundaries:
 - phase II starts where kappa first reaches II_START of its final value, phase III where it first
   reaches III_START of it; a run whose final kappa is below SEPARATED has no phase II or III.
 Statements:
-- I.a  A barely moves while v aligns: v aligns, and kappa at alignment <= STILL_A x its final value;
+- I.a  A barely moves while v aligns: v aligns, and kappa at alignment <= STILL_A x its final value
+       (x SEPARATED when the final value is below it);
 - I.b  the model of phase I is at the GLM's level: the median test error between alignment and the
        start of II within GLM_BAND (relative) of the best GLM's error (needs that error: Assumption 1
        with orthogonal noise);
@@ -94,9 +95,9 @@ def detect_phases(history: dict, *, logit_scale: float, glm_error: float | None 
     at = lambda i: None if i is None else int(step[i])
 
     rows = []
-    # A run whose A never moved (final kappa 0, e.g. lr_A ~ 0) has moved none of it at alignment; a run
-    # whose v never aligned fails I.a; a diverged run measures nothing.
-    share = None if i_align is None else (float(kappa[i_align] / final) if final > 0 else 0.0)
+    # A run whose v never aligned fails I.a; a diverged run measures nothing.
+    # Measured against SEPARATED when A ends below it: a share of a final contrast near 0 says nothing.
+    share = None if i_align is None else float(kappa[i_align] / max(final, SEPARATED))
     rows.append(_statement(
         "I", "A barely moves while v aligns", "A approximately constant in phase I",
         {"v_aligned_step": at(i_align), "contrast_at_alignment": None if i_align is None else

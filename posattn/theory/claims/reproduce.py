@@ -51,7 +51,7 @@ class Plan:
     n_final_test: int = 100_000
 
 
-QUICK = Plan(core_preset="small", core_steps=300, core_N=5000, exact_steps=200, glm_N=2000, glm_steps=150,
+QUICK = Plan(core_preset="phases", exact_steps=200, glm_N=2000, glm_steps=150,
              fig2_steps=200, fig2_N=4000, fig2_seeds=3, transfer_pretrain_steps=600,
              transfer_pretrain_N=5000, transfer_sizes=(16, 1024), transfer_seeds=10, transfer_steps=600,
              sweep_sizes=(100, 10000), sweep_seeds=4, sweep_steps=300, control_steps=300,
