@@ -27,6 +27,7 @@ conv blocks and "block_{i:02d}/attention" for MSA blocks (the residual stream af
 "block_{i:02d}/weights": the block's attention as one (B | 1, heads, N, N) map over all N = h * w
 positions of the feature map in raster order, block-diagonal over the windows.
 """
+import functools
 from typing import Any
 
 import jax
@@ -37,7 +38,7 @@ import flax.linen as nn
 from posattn.errors import ConfigError, check_choice
 from posattn.vision.models.attention import ATTENTIONS
 from posattn.vision.models.checks import check_classifier_fields
-from posattn.vision.models.resnet import batch_norm
+from posattn.vision.models.resnet import batch_norm, block_conv
 from posattn.vision.models.sown import INTERMEDIATES, STEM, attention_weights, block_feature
 
 _CONV_INIT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
@@ -108,10 +109,7 @@ class PreActBlock(nn.Module):
 
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool) -> jax.Array:
-        conv = lambda k, s, name: nn.Conv(  # noqa: E731
-            self.features, (k, k), strides=(s, s), padding=k // 2, use_bias=False,
-            dtype=self.dtype, kernel_init=_CONV_INIT, name=name,
-        )
+        conv = functools.partial(block_conv, self.features, dtype=self.dtype)
         a = nn.relu(batch_norm(train, self.dtype, "bn1")(x_BxHxWxC))
         shortcut = x_BxHxWxC
         if self.strides != 1 or x_BxHxWxC.shape[-1] != self.features:

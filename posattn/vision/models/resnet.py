@@ -5,6 +5,7 @@ the start of stages 2-4), batch norm, global average pooling and one linear laye
 for 10 classes. Convolutions have explicit padding 1, so an odd or 1-pixel feature map still halves to
 ceil(size / 2) and never below 1: the network runs on any image size (the 8x8 digits end at 1x1).
 """
+import functools
 from typing import Any
 
 import jax
@@ -16,6 +17,12 @@ from posattn.vision.models.sown import INTERMEDIATES, STEM, block_feature
 
 # He initialisation (fan-out), the usual choice for ReLU networks with batch norm.
 _CONV_INIT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
+
+
+def block_conv(features: int, k: int, strides: int, name: str, *, dtype: Any) -> nn.Conv:
+    """The k x k convolution of a residual block: no bias, "same" padding, He (fan-out) initialisation."""
+    return nn.Conv(features, (k, k), strides=(strides, strides), padding=k // 2, use_bias=False,
+                   dtype=dtype, kernel_init=_CONV_INIT, name=name)
 
 
 def batch_norm(train: bool, dtype: Any, name: str) -> nn.BatchNorm:
@@ -38,10 +45,7 @@ class BasicBlock(nn.Module):
 
     @nn.compact
     def __call__(self, x_BxHxWxC: jax.Array, train: bool) -> jax.Array:
-        conv = lambda k, s, name: nn.Conv(  # noqa: E731
-            self.features, (k, k), strides=(s, s), padding=k // 2, use_bias=False,
-            dtype=self.dtype, kernel_init=_CONV_INIT, name=name,
-        )
+        conv = functools.partial(block_conv, self.features, dtype=self.dtype)
         y = conv(3, self.strides, "conv1")(x_BxHxWxC)
         y = nn.relu(batch_norm(train, self.dtype, "bn1")(y))
         y = conv(3, 1, "conv2")(y)
