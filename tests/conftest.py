@@ -1,7 +1,37 @@
-"""Every test sees 8 simulated CPU devices, so sharded code paths run as they would on a pod slice."""
+"""Every test sees 8 simulated CPU devices, so sharded code paths run as they would on a pod slice.
+
+One persistent compilation cache per test run, shared by the xdist workers and by the binaries the
+tests start as subprocesses: many tests compile the same programs (the same models, shapes and GD
+chunks), and each is then compiled once per run. The cache starts empty on every run, so a run's time
+is what a fresh machine sees, and the user's own cache (~/.cache/posattn) is neither read nor written.
+"""
 import os
+import shutil
+import tempfile
+import uuid
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+_RUN = "POSATTN_TEST_RUN"  # set by the controller; the xdist workers it starts inherit it
+
+
+def _cache_dir() -> str:
+    return os.path.join(tempfile.gettempdir(), f"posattn-tests-jax-cache-{os.environ[_RUN]}")
+
+
+def pytest_configure(config):
+    import jax
+
+    if not hasattr(config, "workerinput"):
+        os.environ[_RUN] = uuid.uuid4().hex
+    os.environ["POSATTN_COMPILATION_CACHE"] = _cache_dir()  # the binaries started by the tests
+    jax.config.update("jax_compilation_cache_dir", _cache_dir())
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        shutil.rmtree(_cache_dir(), ignore_errors=True)

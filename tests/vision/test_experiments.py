@@ -82,9 +82,9 @@ def _run(*args, cwd=ROOT):
                           env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)})
 
 
-def test_binaries_end_to_end_on_digits(tmp_path):
-    """permuted (ViT, g = 2, 4 and the unpermuted 8) -> posemb_similarity on its g = 2 and 4 runs; compare_attention
-    with one seed. A few steps each: this checks the plumbing and the files, not the accuracies."""
+def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
+    """permuted (ViT, g = 2, 4 and the unpermuted 8) -> posemb_similarity on its g = 2 and 4 runs. A few
+    steps each: this checks the plumbing and the files, not the accuracies."""
     work = tmp_path / "permuted"
     r = _run("experiments.permuted", "--dataset=digits", "--block_sizes=2,4,8", "--models=vit", "--seeds=1",
              "--local", "--vit_steps=2", f"--workdir={work}")
@@ -109,6 +109,10 @@ def test_binaries_end_to_end_on_digits(tmp_path):
     stats = json.loads((work / "vit-g4-seed0" / "posemb_similarity.json").read_text())["statistic"]
     assert stats["un-permuted, across blocks"]["pairs"]["neighbour"] == 16  # 1 border x 4 lines x 2 ways x 2 axes
 
+
+
+def test_compare_attention_end_to_end_on_digits(tmp_path):
+    """compare_attention with one seed, two steps: the plumbing and the files, not the accuracies."""
     cmp_dir = tmp_path / "compare"
     r = _run("experiments.compare_attention", "--config=tpu_configs/digits.py:local", "--seeds=1",
              f"--workdir={cmp_dir}", "--config.total_steps=2", "--config.optimizer.warmup_steps=1",
