@@ -8,8 +8,7 @@ by one fixed random permutation (the same for train and test, and for every seed
       --models=vit,resnet,vgg --seeds=3 --workdir=$WORKDIR --data_dir=$TFDS_DATA_DIR
 
 digits: tpu_configs/digits.py (ViT XS/2, 16 patches of 2 x 2; g = 8 is the unpermuted image), with no
-random crop [D: the committed digits runs were made without it, when blocks were still permuted before
-augmentation; training images are now augmented first, then permuted]. cifar100: the paper's protocol,
+random crop (docs/decisions.md, Recipes: the committed digits runs were made without it). cifar100: the paper's protocol,
 tpu_configs/permuted_cifar100.py (ViT-Ti/4 body with patch 2, ResNet-18, VGG-16; g = 32 unpermuted).
 Every (model, g, seed) is one train_images run in WORKDIR/MODEL-gG-seedS (resumable); WORKDIR gets
 summary.json (`accuracy[model][g]`: mean, std, median, quartiles, values over seeds, in %),

@@ -1,6 +1,6 @@
 """Named problem + optimiser settings of the theory regime (JSL22 Section 2, with the decisions below).
 
-Decisions beyond the paper [D], each made so that the paper's claims can be observed on a laptop:
+Decisions beyond the paper (docs/decisions.md, Optimisation), each made so that the paper's claims can be observed on a laptop:
 - q = 0.4: in `paper` (D=36, C=4) the best generalised linear model then errs 13.4% of the time
   (Theorem 3.1's >= 1/8 needs q (D - C) >= ~12; q (D-C) = 2C gives 8.1%); in `small` it keeps
   q (D - C) = 4.8 > C (Assumption 2) with 0.5% label noise.

@@ -1,6 +1,6 @@
 """Theorem 3.2 of JSL22, made explicit: a transformer of Eq. (T) that generalises without patch association.
 
-The construction [D]: every row i of a set S_l attends to the whole of another set S_pi(l),
+The construction (docs/decisions.md, The other claims): every row i of a set S_l attends to the whole of another set S_pi(l),
 with pi(l) = l + 1 mod L (a permutation without fixed points), and v = alpha w*:
 
     A_ij = beta if j in S_pi(l(i)) else 0 (diagonal included),    v = alpha w*.

@@ -1,6 +1,6 @@
 """Theorem 3.1 of JSL22: a generalised linear model g(X) = phi(sum_j <w_j, X_j>) errs with prob. >= 1/8.
 
-The baseline [D]: a weight w_j in R^d per patch and a flexible link phi, a small tanh MLP on
+The baseline (docs/decisions.md, The other claims): a weight w_j in R^d per patch and a flexible link phi, a small tanh MLP on
 the scalar z = sum_j <w_j, X_j>, trained jointly with Adam (optax) on the logistic loss of the same
 empirical risk (E) as Eq. (T), full batch, many steps inside one `lax.scan`.
 

@@ -26,7 +26,7 @@ from posattn.theory.presets import get_preset
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """Sizes of each claim's runs [D]: the full plan follows the presets, `QUICK` shrinks them."""
+    """Sizes of each claim's runs (docs/decisions.md, The other claims): the full plan follows the presets, `QUICK` shrinks them."""
 
     core_preset: str = "paper"
     core_steps: int | None = None  # None: the preset's
@@ -59,7 +59,7 @@ QUICK = Plan(core_preset="phases", exact_steps=200, glm_N=2000, glm_steps=150,
 
 
 def small_problem(q: float | None = None):
-    """The transfer/sweep problem [D]: the `small` preset (its d = 32 reaches patch association in a few
+    """The transfer/sweep problem (docs/decisions.md, The other claims): the `small` preset (its d = 32 reaches patch association in a few
     hundred steps; at d = 16 some rows of A stay unassociated for thousands), with q optionally raised."""
     cfg, gd = get_preset("small")
     return dataclasses.replace(cfg, q=cfg.q if q is None else q), dataclasses.replace(gd, n_test=2000)
@@ -183,7 +183,7 @@ def figure2_claim(key, plan: Plan):
 
 
 def transfer_claim(key, plan: Plan):
-    """[D] q = 0.55: the best GLM then errs ~6% > the 5% target, so reaching it takes attention; at the
+    """q = 0.55 (docs/decisions.md, The other claims): the best GLM then errs ~6% > the 5% target, so reaching it takes attention; at the
     preset's q = 0.4 (GLM floor 3.6%) even 16 samples reach 5% from scratch, with no structure to use."""
     cfg, gd = small_problem(plan.transfer_q)
     out = transfer.transfer(key, cfg, _with(gd, steps=plan.transfer_steps),

@@ -1,7 +1,7 @@
 """Theorem 5.1 of JSL22: patch association makes learning a new feature on the same partition cheap.
 
 Pre-train Eq. (T) on w* (GD on (E), `gd.fit`), then learn a downstream problem with the same partition
-S_1..S_L and a new unit feature w' orthogonal to w* from N' samples, two ways [D]:
+S_1..S_L and a new unit feature w' orthogonal to w* from N' samples, two ways (docs/decisions.md, The other claims):
 (i) A frozen at its pre-trained value and v re-trained from a fresh initialisation; (ii) (A, v) from
 scratch (A = a0 I). Both use the same GD settings, seeds, data and test sets, over a log grid of N';
 each is a `posattn.theory.gd.fit_sizes` grid (seeds vmapped in one compiled call per group of sizes).
