@@ -19,7 +19,7 @@ import pathlib
 from absl import flags, logging
 from ml_collections import config_flags
 
-from posattn import cli
+from posattn import cli, workdir as workdir_lib
 from posattn.errors import ConfigError
 
 ATTENTIONS = ("vanilla", "positional")
@@ -56,7 +56,7 @@ def main(argv):
     configs = sweep.attention_cell_configs(_CONFIG.value, _SEEDS.value, ATTENTIONS)
     for c in configs.values():
         setup.resolve(c, 1)
-    os.makedirs(_WORKDIR.value, exist_ok=True)
+    workdir_lib.check(_WORKDIR.value)  # writable, before any training
     acc = {a: [] for a in ATTENTIONS}
     for (attention, seed), c in configs.items():
         acc[attention].append(sweep.run_cell(c, os.path.join(_WORKDIR.value, f"{attention}-seed{seed}"))

@@ -18,7 +18,7 @@ import os
 
 from absl import flags, logging
 
-from posattn import cli
+from posattn import cli, workdir as workdir_lib
 from posattn.errors import ConfigError
 
 DATASETS = {  # dataset -> (config file, image side, paper numbers of Figure 5 or None)
@@ -76,7 +76,7 @@ def main(argv):
     for c in configs.values():  # all validated up front
         setup.resolve(c, 1)
 
-    os.makedirs(_WORKDIR.value, exist_ok=True)
+    workdir_lib.check(_WORKDIR.value)  # writable, before any training
     acc = {m: {} for m in models}
     for (m, g, s), c in configs.items():
         out = sweep.run_cell(c, os.path.join(_WORKDIR.value, f"{m}-g{g}-seed{s}"))

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
-from posattn import cli, io
+from posattn import cli, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.plots import theory as figures
 from posattn.theory.population import reduced
@@ -38,6 +38,8 @@ def main(argv):
     steps = _STEPS.value or gd.steps
     if steps < 1:
         raise ConfigError(f"--steps={steps} must be positive")
+    workdir = _WORKDIR.value
+    workdir_lib.check(workdir)  # writable, before any work
     runs, rows = {}, []
     for q in qs:
         cfg = dataclasses.replace(base, q=q)  # validated: q outside [0, 1] is a ConfigError
@@ -56,8 +58,6 @@ def main(argv):
                      "splits": dict(zip(runs[q]["split_steps"], splits))})
         print(f"q={q}: alpha max {alpha.max():.4f} at step {alpha.argmax() + 1}, final {alpha[-1]:.4f}; "
               f"gamma - rho {gap[-1]:.2f}; P[a set all +-1] {splits[0]['full_set_mass']:.4%}", flush=True)
-    workdir = _WORKDIR.value
-    os.makedirs(workdir, exist_ok=True)
     figures.write_png(figures.phase_three_figure(runs), os.path.join(workdir, "phase_three.png"))
     io.write_json(os.path.join(workdir, "summary.json"), {"preset": _PRESET.value, "steps": steps,
                                                           "alpha0": _ALPHA0, "runs": rows})

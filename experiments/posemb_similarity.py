@@ -17,7 +17,7 @@ import os
 import numpy as np
 from absl import flags, logging
 
-from posattn import cli
+from posattn import cli, workdir as workdir_lib
 from posattn.errors import ConfigError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A trained ViT run (train_images workdir).")
@@ -83,7 +83,7 @@ def main(argv):
             # count of pairs adjacent only in the permuted layout (the control)
             stats[f"{name}, across blocks"] = posemb.neighbour_statistic(sim, grid, across_blocks=g // patch)
     out = _OUT.value or _WORKDIR.value
-    os.makedirs(out, exist_ok=True)
+    workdir_lib.check(out)
     plots.similarity_maps_figure(maps, chosen_patches(_PATCHES.value, grid), grid, _THRESHOLD.value).savefig(
         os.path.join(out, "posemb_similarity.png"), dpi=120)
     result = {"run": os.path.abspath(_WORKDIR.value), "grid": list(grid), "patch_size": patch,

@@ -15,7 +15,7 @@ import time
 
 from absl import flags
 
-from posattn import cli, io
+from posattn import cli, io, workdir as workdir_lib
 from posattn.plots import theory as figures
 from posattn.theory import keys
 from posattn.theory.claims import report, reproduce
@@ -31,7 +31,7 @@ def main(argv):
     del argv
     plan = reproduce.QUICK if FLAGS.quick else reproduce.Plan()
     workdir = FLAGS.workdir
-    os.makedirs(workdir, exist_ok=True)
+    workdir_lib.check(workdir)  # writable, before any work
 
     def write_figures(claim_figures):
         for name, figure in claim_figures.items():

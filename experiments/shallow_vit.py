@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from posattn import cli, io
+from posattn import cli, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.plots import shallow as plots
 from posattn.shallow import dynamics, grid, phase_map, population, report, sparsify
@@ -135,7 +135,7 @@ def main(argv):
     clean = dataclasses.replace(tokens, tau=0.0, noisy_tokens=0)
     population.check_config(clean)
     workdir = FLAGS.workdir
-    os.makedirs(workdir, exist_ok=True)
+    workdir_lib.check(workdir)  # writable, before any work
     io.write_json(os.path.join(workdir, "config.json"), {
         "tokens": dataclasses.asdict(tokens), "model": dataclasses.asdict(model), "sgd": dataclasses.asdict(sgd),
         "grids": g, "seed": FLAGS.seed, "quick": FLAGS.quick, "sparsify_noisy_tokens": FLAGS.sparsify_noisy_tokens,

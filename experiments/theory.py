@@ -23,7 +23,7 @@ import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
-from posattn import cli, io
+from posattn import cli, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.plots import theory as figures
 from posattn.theory import data, gd as gd_lib, keys, population, presets, run_report
@@ -49,7 +49,7 @@ def main(argv):
     if config.seeds < 1 or (config.seeds > 1 and gd.risk == "population_exact"):
         raise ConfigError(f"seeds={config.seeds}: use seeds >= 1 (and 1 with risk=population_exact)")
     workdir = _WORKDIR.value
-    os.makedirs(workdir, exist_ok=True)
+    workdir_lib.check(workdir)  # writable, before any work
     path = lambda name: os.path.join(workdir, name)
     io.write_json(path("config.json"), {
         "preset": config.preset, "seed": config.seed, "seeds": config.seeds,

@@ -57,8 +57,9 @@ def check(workdir, need_bytes: int = 0) -> epath.Path:
         probe.unlink()
     except OSError as e:
         reason = e.strerror or type(e).__name__
-        raise ConfigError(f"--workdir={workdir} cannot be written ({reason}): choose a writable directory "
-                          "with room for the checkpoints") from e
+        room = " with room for the checkpoints" if need_bytes else ""
+        raise ConfigError(f"--workdir={workdir} cannot be written ({reason}): choose a writable "
+                          f"directory{room}") from e
     free = free_bytes(path)
     if free is not None and free < need_bytes:
         raise ConfigError(f"--workdir={workdir} has {_mib(free)} free, one checkpoint needs about "

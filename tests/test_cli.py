@@ -1,8 +1,16 @@
-"""The persistent compilation cache switch that every binary goes through (`posattn.cli.run`)."""
+"""What every binary goes through (`posattn.cli.run`): the persistent compilation cache switch, and the
+workdir check before any work."""
+import os
+import pathlib
+import subprocess
+import sys
+
 import jax
 import pytest
 
 from posattn import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -27,3 +35,14 @@ def test_cache_turned_off_leaves_jax_alone(monkeypatch, restore_cache_dir):
     monkeypatch.setenv(cli.CACHE_ENV, "0")
     assert cli.enable_compilation_cache() is None
     assert jax.config.jax_compilation_cache_dir == before
+
+
+@pytest.mark.parametrize("binary", ["theory", "phase_three", "reproduce", "shallow_vit"])
+def test_binaries_refuse_an_unwritable_workdir_before_any_work(binary, tmp_path):
+    (tmp_path / "file").write_text("")
+    out = subprocess.run([sys.executable, "-m", f"experiments.{binary}", f"--workdir={tmp_path}/file/run"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "XLA_FLAGS": ""})
+    assert out.returncode == 2 and out.stderr == (
+        f"error: --workdir={tmp_path}/file/run cannot be written (Not a directory): choose a writable "
+        "directory\n"), out.stderr
