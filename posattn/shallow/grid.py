@@ -74,10 +74,20 @@ def run_cell(key: jax.Array, cell: Cell, *, tokens: TokenConfig, model: ModelCon
 @functools.partial(jax.jit, static_argnames=("tokens", "model", "sgd", "n_max", "cells_per_batch"))
 def run_cells(keys_R: jax.Array, cells: Cell, *, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig,
               n_max: int, cells_per_batch: int = 8) -> dict:
-    """`run_cell` for every cell and every seed key: a dict of arrays of shape (cells, seeds)."""
+    """`run_cell` for every cell and every seed key: a dict of arrays of shape (cells, seeds).
+
+    The cells go in equal batches of at most `cells_per_batch`, the last one padded with copies of the
+    last cell (dropped from the result): `lax.map` compiles a second copy of the whole run for a
+    remainder batch, which costs more compile time than the few padded runs cost to compute.
+    """
     one = functools.partial(run_cell, tokens=tokens, model=model, sgd=sgd, n_max=n_max)
     over_seeds = lambda cell: jax.vmap(one, in_axes=(0, None))(keys_R, cell)
-    return jax.lax.map(over_seeds, cells, batch_size=cells_per_batch)
+    n = cells.N.shape[0]
+    batches = -(-n // cells_per_batch)
+    size = -(-n // batches)
+    padded = jax.tree.map(lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], batches * size - n)]), cells)
+    out = jax.lax.map(over_seeds, padded, batch_size=size)
+    return jax.tree.map(lambda a: a[:n], out)
 
 
 def seed_keys(seed: int, R: int) -> jax.Array:
