@@ -33,6 +33,8 @@ flags.DEFINE_list("attentions", ["vanilla", "positional"], "attention kinds to t
 flags.DEFINE_integer("steps", None, "training steps of every cell (default: the config's)")
 flags.DEFINE_string("variant", None, "ViT variant of every cell (default: the config's); the patch must "
                     "be the base image's side so that a token is a slot")
+flags.DEFINE_enum("pool", None, ["gap", "cls"], "pooling of every cell (default: the config's, gap); with "
+                  "cls the attention metrics read the CLS token's row")
 flags.DEFINE_integer("max_pruned", 4, "pruning: remove k = 0..max_pruned slots per test grid")
 flags.DEFINE_integer("seed", 0, "seed of the random-pruning baseline")
 
@@ -66,7 +68,8 @@ def main(argv):
     Rs, kinds, ks = _check_flags()
     base = cli.load_config(FLAGS.config)
     configs = {(R, kind): grid_experiment.cell_config(base, family=FLAGS.family, R=R, attention=kind,
-                                                      steps=flag("steps"), variant=FLAGS.variant)
+                                                      steps=flag("steps"), variant=FLAGS.variant,
+                                                      pool=FLAGS.pool)
                for kind in kinds for R in Rs}
     workdir = FLAGS.workdir
     os.makedirs(workdir, exist_ok=True)
@@ -93,7 +96,8 @@ def main(argv):
     for name, fig in figures.items():
         fig.savefig(os.path.join(workdir, name), dpi=110)
     first = next(iter(configs.values()))
-    setting = (f"Dataset {FLAGS.family}/R (R = {', '.join(map(str, Rs))}); ViT {first.model.variant}, "
+    setting = (f"Dataset {FLAGS.family}/R (R = {', '.join(map(str, Rs))}); ViT {first.model.variant} "
+               f"({first.model.pool} pooling), "
                f"{first.total_steps} steps of batch {first.global_batch_size} from scratch (the paper fine-tunes "
                f"a pre-trained ViT), config {FLAGS.config}. Attention: last block, mean over heads; pruning "
                f"removes k = {ks[0]}..{ks[-1]} slots per test grid.")

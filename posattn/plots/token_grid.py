@@ -14,6 +14,18 @@ def _colour(kind: str) -> str:
     return KIND_COLOURS.get(kind, "tab:grey")
 
 
+def _finish(fig: Figure, ax, xlabel: str, ylabel: str) -> Figure:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+ALPHA = "alpha_* (label-relevant slots / 9)"
+
+
 def accuracy(cells: list[dict]) -> Figure:
     """Test accuracy against alpha_* = R/9 for each attention kind, and LWLC23's (pre-trained init)."""
     fig = Figure(figsize=(5, 3.6))
@@ -23,12 +35,7 @@ def accuracy(cells: list[dict]) -> Figure:
     for kind, cs in by_kind(cells).items():
         ax.plot([c["alpha_star"] for c in cs], [c["test_accuracy"] for c in cs], "-o", color=_colour(kind),
                 label=f"ours, {kind} (from scratch)")
-    ax.set_xlabel("alpha_* (label-relevant slots / 9)")
-    ax.set_ylabel("test accuracy")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, ALPHA, "test accuracy")
 
 
 def attention_mass(cells: list[dict]) -> Figure:
@@ -40,12 +47,7 @@ def attention_mass(cells: list[dict]) -> Figure:
                 label=kind)
     alphas = sorted({c["alpha_star"] for c in cells})
     ax.plot(alphas, alphas, "k:", label="chance (R/9)")
-    ax.set_xlabel("alpha_* (label-relevant slots / 9)")
-    ax.set_ylabel("attention mass on relevant slots")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, ax, ALPHA, "attention mass on relevant slots")
 
 
 def pruning(cells: list[dict]) -> Figure:
@@ -60,9 +62,5 @@ def pruning(cells: list[dict]) -> Figure:
             ax.plot(c["ks"], c["accuracy_attention_pruned"], "-o", color=colour, label=f"R = {c['R']}")
             ax.plot(c["ks"], c["accuracy_random_pruned"], "--", color=colour, alpha=0.6)
         ax.set_title(f"{kind}: least attended (solid), random (dashed)", fontsize=9)
-        ax.set_xlabel("slots removed per grid, k")
-        ax.set_ylabel("test accuracy")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
+        _finish(fig, ax, "slots removed per grid, k", "test accuracy")
     return fig

@@ -22,9 +22,10 @@ PAPER_ACCURACY = {5: 0.837, 6: 0.902, 7: 0.942, 8: 0.953, 9: 0.985}
 
 
 def cell_config(base: ml_collections.ConfigDict, *, family: str, R: int, attention: str,
-                steps: int | None = None, variant: str | None = None) -> ml_collections.ConfigDict:
+                steps: int | None = None, variant: str | None = None,
+                pool: str | None = None) -> ml_collections.ConfigDict:
     """`base` (the tpu_configs/token_grid.py config) for dataset "<family>/R" and one attention kind;
-    `steps` and `variant` override the recipe's when given."""
+    `steps`, `variant` and `pool` override the recipe's when given."""
     c = ml_collections.ConfigDict(base.to_dict())
     c.dataset = f"{family}/{R}"
     c.model.attention = attention
@@ -34,6 +35,8 @@ def cell_config(base: ml_collections.ConfigDict, *, family: str, R: int, attenti
         c.log_every = min(c.log_every, steps)
     if variant:
         c.model.variant = variant
+    if pool:
+        c.model.pool = pool
     return c
 
 
@@ -57,6 +60,7 @@ def run_cell(config, workdir: str, ks, *, seed: int = 0) -> dict:
                                       grids.slot_types_NxS, ks, seed=seed)
     return {"R": R, "alpha_star": R / token_grid.SLOTS, "alpha_conf": confusion / token_grid.SLOTS,
             "theorem_margin": token_grid.meets_theorem_margin(R), "attention": config.model.attention,
-            "test_accuracy": summary["test_accuracy"], "train_accuracy": summary["train_accuracy"],
+            "test_accuracy": summary["test_accuracy"], "test_loss": summary["test_loss"],
+            "train_accuracy": summary["train_accuracy"],
             "seconds": summary["seconds"], "chance_mass": R / token_grid.SLOTS, **metrics,
             "workdir": os.fspath(workdir)}
