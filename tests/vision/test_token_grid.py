@@ -96,6 +96,21 @@ def test_registry_serves_families_and_refuses_unknown_names():
         token_grid.grids("digits", "test")
 
 
+def test_grids_of_a_tfds_base_under_mock():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    try:
+        with tfds.testing.mock_data(num_examples=120):
+            g = token_grid.grids("cifar10_grid/7", "test")
+            assert g.images_NxHxWxC.shape == (2_000, 96, 96, 3) and datasets.native_image_size("cifar10_grid/7") == 96
+            base = datasets.open_split("cifar10", "test")
+            images, labels = base.read(np.arange(base.num_examples))
+            n, s = 3, 4  # slot s of grid n is a base image of its class
+            tile = g.images_NxHxWxC[n, 32:64, 32:64]
+            assert any((tile == im).all() for im in images[labels == g.slot_classes_NxS[n, s]])
+    finally:
+        token_grid._grids.cache_clear()  # the mock's grids must not outlive the mock
+
+
 # ------------------------------------------------------------------------------ token removal
 
 

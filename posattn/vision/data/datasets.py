@@ -85,10 +85,13 @@ class Family(Protocol):
 
 
 # family prefix -> Family. "digit_grid/R": LWLC23's 3 x 3 grids of digits with R label-relevant slots,
-# discriminative digits 3 and 8, 500 train and 2,000 test grids (docs/decisions.md, "Composite grids").
+# discriminative digits 3 and 8, 500 train and 2,000 test grids; "cifar10_grid/R": the same of CIFAR-10
+# (cat and dog, where CIFAR-10 is prepared; not yet run on it) (docs/decisions.md, "Composite grids").
 FAMILIES: dict[str, Family] = {
     "digit_grid": token_grid.TokenGridFamily("digit_grid", base="digits", discriminative=(3, 8),
                                              num_train=500, num_test=2_000),
+    "cifar10_grid": token_grid.TokenGridFamily("cifar10_grid", base="cifar10", discriminative=(3, 5),
+                                               num_train=10_000, num_test=2_000),
 }
 
 # digits: scikit-learn's 8x8 handwritten digits, values 0..16, one fixed stratified 80/20 split.
