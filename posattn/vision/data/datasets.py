@@ -182,6 +182,19 @@ def _digits_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+def _channel_stats(images_NxHxWxC: np.ndarray, chunk: int = 1024) -> tuple[tuple, tuple]:
+    """Per-channel mean and std on the [0, 1] scale, accumulated in float64 over chunks of images (a
+    float copy of a large uint8 split at once would take 8 times its memory)."""
+    C = images_NxHxWxC.shape[-1]
+    total, squares, count = np.zeros(C), np.zeros(C), 0
+    for start in range(0, len(images_NxHxWxC), chunk):
+        x = images_NxHxWxC[start:start + chunk].reshape(-1, C).astype(np.float64) / 255.0
+        total, squares, count = total + x.sum(0), squares + (x * x).sum(0), count + len(x)
+    mean = total / count
+    std = np.sqrt(np.maximum(squares / count - mean * mean, 0.0))
+    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
+
+
 def dataset_info(name: str, data_dir: str | None = None) -> DatasetInfo:
     """Classes, native image shape, split sizes and channel statistics of `name`.
 
@@ -199,13 +212,10 @@ def dataset_info(name: str, data_dir: str | None = None) -> DatasetInfo:
     if (fam := family(name)) is not None:
         train_images, _ = fam.arrays(name, "train", data_dir)
         _, test_labels = fam.arrays(name, "test", data_dir)
-        # Statistics in float64 per channel (sums of uint8 are exact), as for digits.
-        train_01 = train_images.reshape(-1, train_images.shape[-1]).astype(np.float64) / 255.0
+        mean, std = _channel_stats(train_images)
         return DatasetInfo(
             name=name, num_classes=fam.num_classes(name), image_shape=fam.image_shape(name),
-            num_train=len(train_images), num_test=len(test_labels),
-            mean=tuple(float(m) for m in train_01.mean(axis=0)),
-            std=tuple(float(s) for s in train_01.std(axis=0)))
+            num_train=len(train_images), num_test=len(test_labels), mean=mean, std=std)
     spec = _TFDS[name]
     return DatasetInfo(
         name=name, num_classes=spec.num_classes, image_shape=spec.image_shape,
