@@ -12,6 +12,7 @@ import os
 
 import ml_collections
 
+from posattn.errors import ConfigError
 from posattn.vision import slot_attention, train
 from posattn.vision.data import token_grid
 from posattn.vision.setup import resolve
@@ -50,8 +51,12 @@ def run_cell(config, workdir: str, ks, *, seed: int = 0) -> dict:
     test grids: {"R", "alpha_star", "alpha_conf", "attention", "test_accuracy", "train_accuracy",
     "seconds", "relevant_mass", "chance_mass", "accuracy_attention_pruned", ...} (see
     `slot_attention.evaluate`)."""
-    state, summary = train.train(config, workdir)
     setup = resolve(config)
+    patch = setup.model.patch_size
+    if setup.image_shape[0] != token_grid.SIDE * patch:
+        raise ConfigError(f"the ViT's patch ({patch}) must be a slot's side ({setup.image_shape[0]} / "
+                          f"{token_grid.SIDE}) so that a token is a slot: pick the variant's patch accordingly")
+    state, summary = train.train(config, workdir)
     R = int(config.dataset.rpartition("/")[2])
     _, confusion, _ = token_grid.slot_counts(R)
     grids = token_grid.grids(config.dataset, "test", config.get("data_dir"))

@@ -2,7 +2,7 @@
 "token sparsification", its deeper-ViT experiment on real images; docs/decisions.md, "Composite grids").
 
 One token per slot (the patch is the base image's side). From the last block's attention weights,
-averaged over the heads, `att_BxQxN` keeps the rows of the queries that feed the classifier: every
+averaged over the heads, `pooled_query_attention` keeps the rows of the queries that feed the classifier: every
 patch token with global average pooling, the CLS token with CLS pooling. Then
 - `relevant_mass`: the attention mass on label-relevant slots, from the relevant slots' queries (or the
   CLS token), averaged per grid and over grids (LWLC23 Proposition 2's quantity; chance = R / 9);
@@ -22,9 +22,9 @@ from posattn.vision.data.token_grid import RELEVANT
 from posattn.vision.models import attention_maps
 
 
-def att_BxQxN(model, variables, inputs_BxHxWxC) -> jax.Array:
-    """Last block's attention over the patch keys, mean over heads, for the queries the classifier
-    pools: all patch tokens (gap, Q = N) or the CLS token (cls, Q = 1)."""
+def pooled_query_attention(model, variables, inputs_BxHxWxC) -> jax.Array:
+    """att_BxQxN: the last block's attention over the patch keys, mean over heads, for the queries the
+    classifier pools: all patch tokens (gap, Q = N) or the CLS token (cls, Q = 1)."""
     maps = attention_maps(model, variables, inputs_BxHxWxC)
     att_BxTxT = maps[max(maps)].mean(axis=1)  # "block_{i:02d}": the largest name is the last block
     if model.pool == "cls":
@@ -56,8 +56,8 @@ def prune_least_attended(scores_BxN: jax.Array, k: int) -> jax.Array:
 
 
 def _grid_metrics(model, variables, inputs_BxHxWxC, types_BxN):
-    att = att_BxQxN(model, variables, inputs_BxHxWxC)
-    return relevant_mass(att, types_BxN), received(att)
+    att_BxQxN = pooled_query_attention(model, variables, inputs_BxHxWxC)
+    return relevant_mass(att_BxQxN, types_BxN), received(att_BxQxN)
 
 
 def _correct(model, variables, inputs_BxHxWxC, labels_B, keep_BxN):
