@@ -5,6 +5,11 @@ function. CIFAR-10/100, SVHN and digits fit in memory, so their split is decoded
 is read by index from its array_record files on every call (decoding and resizing on a thread pool). The
 data are read through `tfds.data_source` (random access, no TensorFlow); a dataset that is not prepared
 in array_record format is a `ConfigError` naming the `tfds build` command that prepares it.
+
+Families of datasets built from these (`FAMILIES`, names "<family>/<variant>", e.g. "digit_grid/7",
+LWLC23's composite grids of `token_grid`) are held in memory too: a family says its classes, native
+shape and arrays, and every function here serves its names like the others. Adding one is its module and
+one line of `FAMILIES`.
 """
 from __future__ import annotations
 
@@ -12,11 +17,12 @@ import concurrent.futures
 import dataclasses
 import functools
 import os
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
 from posattn.errors import ConfigError
+from posattn.vision.data import token_grid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +68,32 @@ _TFDS = {
 DATASETS = ("digits", *_TFDS)
 SPLITS = ("train", "test")
 
+
+class Family(Protocol):
+    """A family of in-memory datasets named "<key of FAMILIES>/<variant>" (what the functions here need).
+
+    `names` spells the valid names for messages; `check(name)` raises ConfigError for a bad variant;
+    `arrays` returns a split at the native shape as (images_NxHxWxC uint8, labels_N int32).
+    """
+
+    names: str
+
+    def check(self, name: str) -> None: ...
+    def num_classes(self, name: str) -> int: ...
+    def image_shape(self, name: str) -> tuple[int, int, int]: ...
+    def arrays(self, name: str, split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+# family prefix -> Family. "digit_grid/R": LWLC23's 3 x 3 grids of digits with R label-relevant slots,
+# discriminative digits 3 and 8, 500 train and 2,000 test grids; "cifar10_grid/R": the same of CIFAR-10
+# (cat and dog, where CIFAR-10 is prepared; not yet run on it) (docs/decisions.md, "Composite grids").
+FAMILIES: dict[str, Family] = {
+    "digit_grid": token_grid.TokenGridFamily("digit_grid", base="digits", discriminative=(3, 8),
+                                             num_train=500, num_test=2_000),
+    "cifar10_grid": token_grid.TokenGridFamily("cifar10_grid", base="cifar10", discriminative=(3, 5),
+                                               num_train=10_000, num_test=2_000),
+}
+
 # digits: scikit-learn's 8x8 handwritten digits, values 0..16, one fixed stratified 80/20 split.
 _DIGITS_TEST_FRACTION = 0.2
 _DIGITS_SPLIT_SEED = 0
@@ -76,9 +108,19 @@ class Split:
     read: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
+def family(name: str) -> Family | None:
+    """The `FAMILIES` entry that serves `name` ("digit_grid/7" -> digit_grid's), None for the others."""
+    return FAMILIES.get(name.partition("/")[0]) if isinstance(name, str) and "/" in name else None
+
+
 def _check_name(name: str) -> None:
-    if name not in DATASETS:
-        raise ConfigError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    if name in DATASETS:
+        return
+    if (fam := family(name)) is not None:
+        fam.check(name)
+        return
+    valid = [*DATASETS, *(f.names for f in FAMILIES.values())]
+    raise ConfigError(f"unknown dataset {name!r}; expected one of {', '.join(valid)}")
 
 
 def _check_split(split: str) -> None:
@@ -140,6 +182,19 @@ def _digits_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+def _channel_stats(images_NxHxWxC: np.ndarray, chunk: int = 1024) -> tuple[tuple, tuple]:
+    """Per-channel mean and std on the [0, 1] scale, accumulated in float64 over chunks of images (a
+    float copy of a large uint8 split at once would take 8 times its memory)."""
+    C = images_NxHxWxC.shape[-1]
+    total, squares, count = np.zeros(C), np.zeros(C), 0
+    for start in range(0, len(images_NxHxWxC), chunk):
+        x = images_NxHxWxC[start:start + chunk].reshape(-1, C).astype(np.float64) / 255.0
+        total, squares, count = total + x.sum(0), squares + (x * x).sum(0), count + len(x)
+    mean = total / count
+    std = np.sqrt(np.maximum(squares / count - mean * mean, 0.0))
+    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
+
+
 def dataset_info(name: str, data_dir: str | None = None) -> DatasetInfo:
     """Classes, native image shape, split sizes and channel statistics of `name`.
 
@@ -154,6 +209,13 @@ def dataset_info(name: str, data_dir: str | None = None) -> DatasetInfo:
             num_train=len(arrays["train"][1]), num_test=len(arrays["test"][1]),
             mean=tuple(float(m) for m in train_01.mean(axis=(0, 1, 2))),
             std=tuple(float(s) for s in train_01.std(axis=(0, 1, 2))))
+    if (fam := family(name)) is not None:
+        train_images, _ = fam.arrays(name, "train", data_dir)
+        _, test_labels = fam.arrays(name, "test", data_dir)
+        mean, std = _channel_stats(train_images)
+        return DatasetInfo(
+            name=name, num_classes=fam.num_classes(name), image_shape=fam.image_shape(name),
+            num_train=len(train_images), num_test=len(test_labels), mean=mean, std=std)
     spec = _TFDS[name]
     return DatasetInfo(
         name=name, num_classes=spec.num_classes, image_shape=spec.image_shape,
@@ -165,17 +227,23 @@ def dataset_info(name: str, data_dir: str | None = None) -> DatasetInfo:
 def native_image_size(name: str) -> int:
     """The side of the images a dataset yields when config.image_size is 0."""
     _check_name(name)
+    if (fam := family(name)) is not None:
+        return fam.image_shape(name)[0]
     return 8 if name == "digits" else _TFDS[name].image_shape[0]
 
 
 def image_shape(name: str, image_size: int = 0) -> tuple[int, int, int]:
     """(H, W, C) of the images `open_split(name, ..., image_size=image_size)` reads (no data needed)."""
-    return (image_size or native_image_size(name),) * 2 + (1 if name == "digits" else 3,)
+    fam = family(name)
+    channels = fam.image_shape(name)[2] if fam is not None else 1 if name == "digits" else 3
+    return (image_size or native_image_size(name),) * 2 + (channels,)
 
 
 def num_classes(name: str) -> int:
     """The number of classes of `name`, known without the data."""
     _check_name(name)
+    if (fam := family(name)) is not None:
+        return fam.num_classes(name)
     return 10 if name == "digits" else _TFDS[name].num_classes
 
 
@@ -236,8 +304,9 @@ def open_split(name: str, split: str, *, data_dir: str | None = None, image_size
         raise ConfigError(f"image_size must be 0 (native) or a positive side length, got {image_size}")
     native = native_image_size(name)
     size = image_size or native
-    if name == "digits":
-        images, labels = _digits_arrays()[split]
+    if name == "digits" or family(name) is not None:
+        images, labels = _digits_arrays()[split] if name == "digits" else family(name).arrays(
+            name, split, data_dir)
         if size != native:
             images = np.stack([resize_and_center_crop(im, size) for im in images])
         return _in_memory(images, labels)

@@ -6,8 +6,10 @@ positional embedding P alone. S does not depend on the input, so it is computed 
 with shape (H, N, N) and shared by the whole batch: no Q/K projections of the tokens and no per-example
 Q K^T or softmax. Both kinds then mix the values LN(z) W_V with S and project back with W_O.
 
-Every kind is called as `module(x_BxNxD, p_NxD) -> (y_BxNxD, att)` with `att` its softmax weights,
-(B, H, N, N) or, when they do not depend on the input, (H, N, N). `takes_position` says where the ViT
+Every kind is called as `module(x_BxNxD, p_NxD, keep_BxN=None) -> (y_BxNxD, att)` with `att` its
+softmax weights, (B, H, N, N) or, when they do not depend on the input, (H, N, N). `keep_BxN` (bool)
+removes the tokens where it is False from the softmax as keys, so no kept token attends to them: the sum
+over the kept tokens S^n of LWLC23 Eq. (1) (token sparsification); None keeps every token. `takes_position` says where the ViT
 puts P: into the attention (True) or added to the patch embeddings (False). Adding a kind is its class
 here and one line of `ATTENTIONS`.
 """
@@ -31,6 +33,12 @@ def _project_out(out_BxNxHxK: jax.Array, width: int, dtype) -> jax.Array:
         out_BxNxHxK)
 
 
+def _drop_keys(logits_BxHxNxN: jax.Array, keep_BxN: jax.Array) -> jax.Array:
+    """Logits with the removed keys at -inf, so the softmax gives them weight exactly 0 (every query
+    keeps at least one key: the ViT never removes every token)."""
+    return jnp.where(keep_BxN[:, None, None, :], logits_BxHxNxN, -jnp.inf)
+
+
 class VanillaAttention(nn.Module):
     """Standard multi-head self-attention; queries, keys and values all come from the tokens."""
 
@@ -39,7 +47,7 @@ class VanillaAttention(nn.Module):
     takes_position: ClassVar[bool] = False
 
     @nn.compact
-    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None = None):
+    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None = None, keep_BxN: jax.Array | None = None):
         del p_NxD  # P was added to the patch embeddings
         width = x_BxNxD.shape[-1]
         H, K = self.num_heads, _head_dim(width, self.num_heads)
@@ -51,7 +59,10 @@ class VanillaAttention(nn.Module):
         # Scaling q (B N H K) rather than the logits (B H N N) is the cheaper place for 1/sqrt(d_head).
         logits_BxHxNxN = jnp.einsum("bnhk,bmhk->bhnm", q_BxNxHxK * K**-0.5, k_BxNxHxK)
         # Softmax in float32: bf16 logits lose the small differences that decide the weights.
-        att_BxHxNxN = jax.nn.softmax(logits_BxHxNxN.astype(jnp.float32), axis=-1)
+        logits_BxHxNxN = logits_BxHxNxN.astype(jnp.float32)
+        if keep_BxN is not None:
+            logits_BxHxNxN = _drop_keys(logits_BxHxNxN, keep_BxN)
+        att_BxHxNxN = jax.nn.softmax(logits_BxHxNxN, axis=-1)
         out_BxNxHxK = jnp.einsum("bhnm,bmhk->bnhk", att_BxHxNxN.astype(self.dtype), v_BxNxHxK)
         return _project_out(out_BxNxHxK, width, self.dtype), att_BxHxNxN
 
@@ -64,7 +75,7 @@ class PositionalAttention(nn.Module):
     takes_position: ClassVar[bool] = True
 
     @nn.compact
-    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array):
+    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array, keep_BxN: jax.Array | None = None):
         width = x_BxNxD.shape[-1]
         H, K = self.num_heads, _head_dim(width, self.num_heads)
         if p_NxD.shape != x_BxNxD.shape[1:]:
@@ -77,13 +88,18 @@ class PositionalAttention(nn.Module):
             p_NxD
         )
         logits_HxNxN = jnp.einsum("nhk,mhk->hnm", q_NxHxK * K**-0.5, k_NxHxK)
-        S_HxNxN = jax.nn.softmax(logits_HxNxN, axis=-1)
         # One fused V projection for all heads, one batched mixing einsum shared by the batch.
         v_BxNxHxK = nn.DenseGeneral(
             (H, K), dtype=self.dtype, kernel_init=_KERNEL_INIT, name="value"
         )(x_BxNxD)
-        out_BxNxHxK = jnp.einsum("hnm,bmhk->bnhk", S_HxNxN.astype(self.dtype), v_BxNxHxK)
-        return _project_out(out_BxNxHxK, width, self.dtype), S_HxNxN
+        if keep_BxN is None:
+            S_HxNxN = jax.nn.softmax(logits_HxNxN, axis=-1)
+            out_BxNxHxK = jnp.einsum("hnm,bmhk->bnhk", S_HxNxN.astype(self.dtype), v_BxNxHxK)
+            return _project_out(out_BxNxHxK, width, self.dtype), S_HxNxN
+        # Removing tokens makes S per example: the same logits, renormalised over each one's kept keys.
+        S_BxHxNxN = jax.nn.softmax(_drop_keys(logits_HxNxN[None], keep_BxN), axis=-1)
+        out_BxNxHxK = jnp.einsum("bhnm,bmhk->bnhk", S_BxHxNxN.astype(self.dtype), v_BxNxHxK)
+        return _project_out(out_BxNxHxK, width, self.dtype), S_BxHxNxN
 
 
 # name -> attention module: the names `model.attention` of a config takes.

@@ -15,6 +15,9 @@ sin-cos embeddings of big_vision), so position is as visible as content from the
 leaves a ViT a bag of patches for its first few hundred steps, which small data sets (the 8x8 digits)
 cannot afford; for positional attention, std 1 makes the logits of S at initialisation as spread as
 those of vanilla attention on LayerNorm'd tokens.
+`keep_BxN` (bool over the patch tokens, optional) removes the tokens where it is False: they leave every
+attention softmax as keys and the pooling, so the logits do not depend on them (LWLC23's token
+sparsification, Eq. (1)); the CLS token is always kept. None (the default) keeps all.
 Parameters stay float32; `dtype` is the compute dtype (bfloat16 for mixed precision); logits are float32.
 """
 from typing import Any
@@ -54,7 +57,8 @@ class EncoderBlock(nn.Module):
     """One pre-LN transformer block: z <- z + Attn(LN(z)), then z <- z + MLP(LN(z)).
 
     Returns (stream after the attention branch, stream after the MLP branch, attention weights);
-    `p_NxD` is the block's P, used by the attention kinds that take position.
+    `p_NxD` is the block's P, used by the attention kinds that take position; `keep_BxN` the tokens
+    that stay keys of the attention (None: all).
     """
 
     num_heads: int
@@ -64,10 +68,11 @@ class EncoderBlock(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None, train: bool):
+    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None, train: bool,
+                 keep_BxN: jax.Array | None = None):
         y_BxNxD = nn.LayerNorm(dtype=self.dtype, name="norm1")(x_BxNxD)
         y_BxNxD, att = ATTENTIONS[self.attention](self.num_heads, dtype=self.dtype, name="attn")(
-            y_BxNxD, p_NxD)
+            y_BxNxD, p_NxD, keep_BxN)
         x_BxNxD = x_BxNxD + nn.Dropout(self.dropout, deterministic=not train)(y_BxNxD)
         y_BxNxD = nn.LayerNorm(dtype=self.dtype, name="norm2")(x_BxNxD)
         out_BxNxD = x_BxNxD + MLP(self.mlp_dim, self.dropout, dtype=self.dtype, name="mlp")(y_BxNxD, train)
@@ -123,7 +128,8 @@ class ViT(nn.Module):
         self.sow(INTERMEDIATES, name, patches_BxNxD.reshape(B, *grid_hw, D))
 
     @nn.compact
-    def __call__(self, images_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
+    def __call__(self, images_BxHxWxC: jax.Array, train: bool = False,
+                 keep_BxN: jax.Array | None = None) -> jax.Array:
         if images_BxHxWxC.shape[1:3] != (self.image_size, self.image_size):
             raise ValueError(
                 f"images are {images_BxHxWxC.shape[1:3]}, the model was built for "
@@ -140,6 +146,13 @@ class ViT(nn.Module):
             cls_Bx1xD = jnp.broadcast_to(cls_1x1xD.astype(x_BxTxD.dtype), (B, 1, D))
             x_BxTxD = jnp.concatenate([cls_Bx1xD, x_BxTxD], axis=1)
         T = x_BxTxD.shape[1]
+        keep_BxT = None
+        if keep_BxN is not None:
+            if keep_BxN.shape != (B, h * w):
+                raise ValueError(f"keep_BxN has shape {keep_BxN.shape}, the patch tokens {(B, h * w)}")
+            keep_BxT = keep_BxN.astype(bool)
+            if self.pool == "cls":
+                keep_BxT = jnp.concatenate([jnp.ones((B, 1), bool), keep_BxT], axis=1)
         pos_init = nn.initializers.normal(stddev=self.pos_init_std)
 
         takes_position = ATTENTIONS[self.attention].takes_position
@@ -166,7 +179,7 @@ class ViT(nn.Module):
                 dropout=self.dropout,
                 dtype=self.dtype,
                 name=f"block_{i}",
-            )(x_BxTxD, p_per_block[i], train)
+            )(x_BxTxD, p_per_block[i], train, keep_BxT)
             self._sow_grid(block_feature(i, "attention"), mid_BxTxD, (h, w))
             self._sow_grid(block_feature(i, "mlp"), x_BxTxD, (h, w))
             self.sow(INTERMEDIATES, attention_weights(i), att)
@@ -174,7 +187,13 @@ class ViT(nn.Module):
 
         # Pool and classify in float32: the head is tiny and the logits feed a float32 loss.
         x_BxTxD = x_BxTxD.astype(jnp.float32)
-        feat_BxD = x_BxTxD[:, 0] if self.pool == "cls" else x_BxTxD.mean(axis=1)
+        if self.pool == "cls":
+            feat_BxD = x_BxTxD[:, 0]
+        elif keep_BxT is None:
+            feat_BxD = x_BxTxD.mean(axis=1)
+        else:  # the average over the kept tokens only
+            kept_BxTx1 = keep_BxT[..., None].astype(jnp.float32)
+            feat_BxD = (x_BxTxD * kept_BxTx1).sum(axis=1) / kept_BxTx1.sum(axis=1)
         # Zero-initialised head (ViT paper): every class starts at the same logit.
         return nn.Dense(
             self.num_classes, dtype=jnp.float32, kernel_init=nn.initializers.zeros, name="head"
