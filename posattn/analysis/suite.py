@@ -151,11 +151,14 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     layers = list(feat_shapes)  # forward order (an OrderedDict)
 
     t = time.perf_counter()
+    # the Hessian first: the longest compile, overlapped with the two others
     compiled, compile_s = programs.compile_all({
-        "hessian": (jax.jit(functools.partial(hessian_spectrum, model, settings)), (variables, hess_batches, k_hess)),
+        "hessian": (jax.jit(functools.partial(hessian_spectrum, model, settings)),
+                    (variables, hess_batches, k_hess)),
         "forward": (jax.jit(functools.partial(forward_measures, model, layers, settings)),
                     (variables, x_test, y_test, k_noise)),
-        "landscape": (jax.jit(functools.partial(loss_landscape, model, settings)), (variables, land_batch, k_land)),
+        "landscape": (jax.jit(functools.partial(loss_landscape, model, settings)),
+                      (variables, land_batch, k_land)),
     })
     seconds = {"compile_wall": time.perf_counter() - t, **{f"compile_{k}": v for k, v in compile_s.items()}}
     _say(f"  {name}: compiled its 3 programs in {seconds['compile_wall']:.1f}s (" +
@@ -190,12 +193,14 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
 
     # loss landscape (PK22 Fig. 1)
     surf, penalty = timed("landscape", variables, land_batch, k_land)
-    surf, axis, centre = np.asarray(surf), landscape.grid(settings.landscape_grid), settings.landscape_grid // 2
+    surf, axis = np.asarray(surf), landscape.grid(settings.landscape_grid)
+    centre = settings.landscape_grid // 2
+    row = surf[centre]  # y = 0: the loss along d1 through theta*
+    at_optimum = float(row[centre])
     out["landscape"] = {"axis": axis.tolist(), "loss": surf.tolist(),
-                        "nll_at_optimum": float(surf[centre, centre] - penalty),
-                        "loss_at_optimum": float(surf[centre, centre]),
-                        "delta_at_half": float(surf[centre, int(np.argmin(np.abs(axis - 0.5)))] - surf[centre, centre]),
-                        "delta_at_one": float(surf[centre, -1] - surf[centre, centre]),
+                        "nll_at_optimum": float(at_optimum - penalty), "loss_at_optimum": at_optimum,
+                        "delta_at_half": float(row[int(np.argmin(np.abs(axis - 0.5)))] - at_optimum),
+                        "delta_at_one": float(row[-1] - at_optimum),
                         "images": L, "weight_decay": settings.weight_decay}
     out["seconds_by_program"] = seconds
     return out
