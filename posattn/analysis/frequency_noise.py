@@ -12,6 +12,7 @@ Decisions). The band needs pixel frequencies inside it: an image side of n pixel
 band f = 0.1 pi .. 0.9 pi is non-empty (`empty_bands` says which are).
 """
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -52,6 +53,31 @@ def accuracy(logits_BxK: jax.Array, labels_B: jax.Array) -> jax.Array:
     return jnp.mean(jnp.argmax(logits_BxK, -1) == labels_B)
 
 
+def under_noise(
+    measure_fn: Callable[[jax.Array], Any],
+    images_BxHxWxC: jax.Array,
+    key: jax.Array,
+    *,
+    frequencies=FREQUENCIES,
+    eps: float = 1.0,
+    half_width: float = HALF_WIDTH,
+):
+    """measure_fn(clean images), then measure_fn(images + noise at f) for every f: outputs stacked on a
+    leading axis of 1 + F (index 0: clean).
+
+    The clean pass is the band at f = -inf, which holds no frequency: its noise is exactly zero, so it
+    runs through the same `jax.lax.map` body as the noisy ones and the model appears once in the
+    compiled program. The same noise draw (`key`) serves every f, so the bands differ only in their
+    frequencies.
+    """
+    fs = jnp.concatenate([jnp.array([-jnp.inf], jnp.float32), jnp.asarray(frequencies, jnp.float32)])
+
+    def at(f):
+        return measure_fn(images_BxHxWxC + band_limited_noise(key, images_BxHxWxC.shape, f, eps, half_width))
+
+    return jax.lax.map(at, fs)
+
+
 def accuracy_drops(
     logits_fn: Callable[[jax.Array], jax.Array],
     images_BxHxWxC: jax.Array,
@@ -62,15 +88,11 @@ def accuracy_drops(
     eps: float = 1.0,
     half_width: float = HALF_WIDTH,
 ) -> tuple[jax.Array, jax.Array]:
-    """(clean accuracy, drops_F): accuracy(noisy at f) - accuracy(clean) for every f, in [−1, 1].
+    """(clean accuracy, drops_F): accuracy(noisy at f) - accuracy(clean) for every f, in [-1, 1].
 
-    `logits_fn` maps model inputs to logits (e.g. `lambda x: model.apply(variables, x)`). The same
-    noise draw (`key`) serves every f, so the bands differ only in their frequencies.
+    `logits_fn` maps model inputs to logits (e.g. `lambda x: model.apply(variables, x)`); see
+    `under_noise` for the noise draws.
     """
-    clean = accuracy(logits_fn(images_BxHxWxC), labels_B)
-
-    def at(f):
-        noise = band_limited_noise(key, images_BxHxWxC.shape, f, eps, half_width)
-        return accuracy(logits_fn(images_BxHxWxC + noise), labels_B) - clean
-
-    return clean, jax.lax.map(at, jnp.asarray(frequencies, jnp.float32))
+    acc = under_noise(lambda x: accuracy(logits_fn(x), labels_B), images_BxHxWxC, key,
+                      frequencies=frequencies, eps=eps, half_width=half_width)
+    return acc[0], acc[1:] - acc[0]

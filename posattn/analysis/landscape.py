@@ -9,7 +9,8 @@ with fewer than 2 dimensions (biases, normalisation scales) and the positional e
 the directions (PK22's code), so every model moves only its weights.
 
 The loss at all grid points is computed in vmapped chunks of points (`jax.lax.map` with a batch size),
-one compiled program for the whole grid.
+one compiled program for the whole grid: the points are padded to a multiple of the chunk, so the
+loss appears once in it (an uneven last chunk would be a second, unbatched copy).
 """
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 GRID = 21  # points per axis (PK22 Figure 1)
 EXTENT = 1.0  # the grid spans [-EXTENT, EXTENT]^2
@@ -35,14 +37,17 @@ def is_moved(path, leaf) -> bool:
 def filter_normalised_direction(key: jax.Array, params) -> Any:
     """A random direction with the structure of `params`: N(0, 1), every filter (index of the last axis)
     rescaled to the norm of that filter in `params`; zero where `is_moved` says no."""
+    # one Gaussian vector for all tensors, not one draw per tensor: the same distribution, and one
+    # random-number generator in a compiled program instead of one per tensor (each costs seconds of
+    # XLA compilation on a CPU)
+    flat_P, unravel = ravel_pytree(jax.tree.map(lambda t: t.astype(jnp.float32), params))
+    noise = jax.tree.leaves(unravel(jax.random.normal(key, flat_P.shape, jnp.float32)))
     leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
-    keys = jax.random.split(key, len(leaves))
     out = []
-    for k, (path, theta) in zip(keys, leaves):
+    for d, (path, theta) in zip(noise, leaves):
         if not is_moved(path, theta):
             out.append(jnp.zeros_like(theta))
             continue
-        d = jax.random.normal(k, theta.shape, jnp.float32)
         axes = tuple(range(theta.ndim - 1))
         d_norm = jnp.sqrt(jnp.sum(d**2, axis=axes, keepdims=True))
         t_norm = jnp.sqrt(jnp.sum(jnp.square(theta.astype(jnp.float32)), axis=axes, keepdims=True))
@@ -73,7 +78,8 @@ def surface(
 ) -> jax.Array:
     """loss_fn(theta* + x d1 + y d2, batch) at every (x, y): an array (len(ys), len(xs)), rows = y.
 
-    `chunk` grid points are evaluated together (vmapped); the chunks run one after another.
+    `chunk` grid points are evaluated together (vmapped); the chunks run one after another, the last
+    padded with the origin (its losses are dropped).
     """
     xs = grid() if xs is None else xs
     ys = grid() if ys is None else ys
@@ -85,5 +91,8 @@ def surface(
         theta = jax.tree.map(lambda t, a, b: t + (x * a + y * b).astype(t.dtype), params, d1, d2)
         return loss_fn(theta, batch)
 
-    losses_G = jax.lax.map(at, points_Gx2, batch_size=chunk)
-    return losses_G.reshape(X.shape)
+    G = points_Gx2.shape[0]
+    chunk = min(chunk, G)
+    padded_Px2 = jnp.pad(points_Gx2, ((0, -G % chunk), (0, 0)))
+    losses_P = jax.lax.map(at, padded_Px2, batch_size=chunk)
+    return losses_P[:G].reshape(X.shape)

@@ -50,16 +50,16 @@ def _say(message: str) -> None:
         print(message, flush=True)
 
 
-def train_missing(workdir: epath.Path, models, quick: bool) -> list[str]:
-    """Train (or resume) each model's run under workdir/runs/MODEL; their directories, in order."""
+def train_missing(workdir: epath.Path, models, quick: bool) -> dict[str, float]:
+    """Train (or resume) each model's run under workdir/runs/MODEL: {run directory: seconds}, in order."""
     from posattn.vision import train  # heavy: only when something is trained
 
-    dirs = []
+    dirs = {}
     for i, model in enumerate(models):
-        run_dir = workdir / "runs" / model
+        run_dir, t = workdir / "runs" / model, time.perf_counter()
         _say(f"[{i + 1}/{len(models)}] training {model} in {run_dir}")
         train.train_and_evaluate(training_config(model, quick), str(run_dir))
-        dirs.append(str(run_dir))
+        dirs[str(run_dir)] = time.perf_counter() - t
     return dirs
 
 
@@ -73,7 +73,8 @@ def run(workdir: str, *, runs=(), models=DEFAULT_MODELS, quick: bool = False,
     io.write_json(workdir / "config.json", {"runs": list(runs), "models": list(models), "quick": quick,
                                             "seed": seed, "settings": dataclasses.asdict(settings)})
     t0 = time.perf_counter()
-    run_dirs = list(runs) or train_missing(workdir, models, quick)
+    training_seconds = {} if runs else train_missing(workdir, models, quick)
+    run_dirs = list(runs) or list(training_seconds)
     _say(f"training done in {time.perf_counter() - t0:.0f}s")
     results = {}
     for i, run_dir in enumerate(run_dirs):
@@ -88,15 +89,30 @@ def run(workdir: str, *, runs=(), models=DEFAULT_MODELS, quick: bool = False,
         _say(f"[{i + 1}/{len(run_dirs)}] measuring {key} ({run_dir}); {time.perf_counter() - t0:.0f}s so far")
         r = suite.measure(model, variables, config, settings, jax.random.key(seed), name=key)
         r["run_dir"], r["seconds"] = str(run_dir), time.perf_counter() - t
+        r["training_seconds"] = training_seconds.get(str(run_dir))
         io.write_json(path, r)
         io.append_jsonl(workdir / "metrics.jsonl", {
-            "model": key, "seconds": r["seconds"], "test_accuracy": r["noise"]["clean_accuracy"],
+            "model": key, "seconds": r["seconds"], **r["seconds_by_program"],
+            "training_seconds": r["training_seconds"], "test_accuracy": r["noise"]["clean_accuracy"],
             **{f"hessian_{k}": r["hessian"][k] for k in ("nep", "ape", "min", "max")},
             "noise_drop_points": r["noise"]["drop_points"], **{f"landscape_{k}": r["landscape"][k] for k in (
                 "nll_at_optimum", "delta_at_half", "delta_at_one")}})
         results[key] = r
     write_report(workdir, results, time.perf_counter() - t0, quick)
     return results
+
+
+def time_table(results: dict) -> str:
+    """Wall-clock seconds per model: training (this run's, when it trained), the measurements' compiling
+    (their three programs, two at a time) and running (docs/how_vits_work.md, Time)."""
+    lines = ["| model | training (s) | compiling the measurements (s) | running them (s) |", "|---|---|---|---|"]
+    for key, r in results.items():
+        s = r.get("seconds_by_program", {})
+        run = sum(v for k, v in s.items() if k.startswith("run_"))
+        train = r.get("training_seconds")
+        lines.append(f"| {claims.LABELS.get(key, key)} | {'-' if train is None else f'{train:.0f}'} | "
+                     f"{s.get('compile_wall', float('nan')):.0f} | {run:.0f} |")
+    return "\n".join(lines) + "\n"
 
 
 def write_report(workdir: epath.Path, results: dict, seconds: float, quick: bool) -> None:
@@ -107,6 +123,7 @@ def write_report(workdir: epath.Path, results: dict, seconds: float, quick: bool
     order = list(results)
     table = claims.markdown(claims.rows(results), order)
     text = (f"# PK22's measurements ({'--quick, ' if quick else ''}{seconds:.0f}s end to end)\n\n{table}\n"
-            "Figures: " + ", ".join(f"pk22_{n}.png" for n in FIGURES) + ". Every number: results/MODEL.json.\n")
+            "Figures: " + ", ".join(f"pk22_{n}.png" for n in FIGURES) + ". Every number: results/MODEL.json.\n\n"
+            + time_table(results))
     io.write_text(workdir / "summary.md", text)
     _say(text)

@@ -2,12 +2,14 @@
 
 `measure(model, variables, config, settings, key)` reads the run's dataset (test images for the
 Fourier, variance and noise tools; augmented training images for the Hessian and the landscape), runs
-each tool of `posattn.analysis` under one `jax.jit` per tool, and returns plain numbers and arrays
-(`jsonable`). Objectives (docs/how_vits_work.md, Decisions): the NLL of the model in evaluation mode
+the tools of `posattn.analysis` as three compiled programs (one evaluation pass per noise band serves
+the Fourier, variance and noise tools; the Hessian spectrum; the landscape), and returns plain numbers
+and arrays (`jsonable`). Objectives (docs/how_vits_work.md, Decisions): the NLL of the model in evaluation mode
 (batch norm with its running statistics, no dropout) on augmented training images, plus PK22's
 regulariser with weight `settings.weight_decay`: (lambda / 2) ||theta||^2 for the Hessian,
 lambda * sum of per-tensor Frobenius norms for the landscape (PK22's code).
 """
+import collections
 import dataclasses
 import functools
 import time
@@ -16,9 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posattn.analysis import fourier, frequency_noise, hessian, landscape, variance
+from posattn.analysis import fourier, frequency_noise, hessian, landscape, programs, variance
 from posattn.errors import ConfigError
 from posattn.vision import losses, models
+from posattn.vision.models.sown import INTERMEDIATES
 from posattn.vision.setup import Setup, resolve
 
 
@@ -26,7 +29,7 @@ from posattn.vision.setup import Setup, resolve
 class Settings:
     """How much of each measurement to run. Defaults: PK22's values where it gives them."""
 
-    hessian_batches: int = 2  # mini-batches pooled into the spectrum (a CNN HVP: ~0.5 s on 2 busy cores)
+    hessian_batches: int = 8  # mini-batches pooled into the spectrum (docs/how_vits_work.md, Time)
     hessian_batch_size: int = 16  # PK22
     hessian_iterations: int = hessian.MAX_ITERATIONS
     hessian_tolerance: float = hessian.TOLERANCE
@@ -83,74 +86,121 @@ def augmented_training_images(key, setup: Setup, n: int):
     return jax.jit(setup.training_inputs)(aug_key, jnp.asarray(images)), jnp.asarray(labels)
 
 
+def forward_measures(model, layers, settings: Settings, variables, x_BxHxWxC, labels_B, key):
+    """PK22 Figs. 4, 5 and 6 from one evaluation pass per noise band: (accuracy_1+F, profiles, variances).
+
+    Every pass (clean, then band-limited noise at each f, `frequency_noise.under_noise`) returns its
+    accuracy and the Fourier profile and variance of the `layers` feature maps of its first
+    `settings.feature_images` images; the clean pass's (index 0) are the figures' (PK22 measures them on
+    clean images). One forward pass in the program serves all three tools.
+    """
+    def measure(x):
+        logits, state = model.apply(variables, x, train=False, mutable=[INTERMEDIATES])
+        feats = collections.OrderedDict(
+            (name, state[INTERMEDIATES][name][-1][: settings.feature_images]) for name in layers)
+        return (frequency_noise.accuracy(logits, labels_B), fourier.layer_profiles(feats),
+                variance.layer_variances(feats))
+
+    return frequency_noise.under_noise(measure, x_BxHxWxC, key, eps=settings.noise_eps)
+
+
+def hessian_spectrum(model, settings: Settings, variables, batches, key):
+    """PK22 Fig. 2: `hessian.spectrum` of NLL + (lambda / 2) ||theta||^2 over the M mini-batches of
+    `batches` ({"x": (M, b, H, W, C), "y": (M, b)}): (eigenvalues_Mxk, iterations_Mxk)."""
+    def loss(p, bt):
+        return nll(model, variables, p, bt["x"], bt["y"]) + hessian.l2_penalty(p, settings.weight_decay)
+
+    return hessian.spectrum(loss, variables["params"], batches, key, k=settings.top_k,
+                            max_iterations=settings.hessian_iterations, tolerance=settings.hessian_tolerance)
+
+
+def loss_landscape(model, settings: Settings, variables, batch, key):
+    """PK22 Fig. 1: (surface_GxG of NLL + lambda sum ||theta||_F along two filter-normalised directions
+    drawn from `key`, the regulariser at theta*)."""
+    def loss(p, bt):
+        return nll(model, variables, p, bt[0], bt[1]) + landscape.frobenius_penalty(p, settings.weight_decay)
+
+    params = variables["params"]
+    k1, k2 = jax.random.split(key)
+    d1 = landscape.filter_normalised_direction(k1, params)
+    d2 = landscape.filter_normalised_direction(k2, params)
+    axis = landscape.grid(settings.landscape_grid)
+    surface = landscape.surface(loss, params, batch, d1, d2, xs=axis, ys=axis, chunk=settings.landscape_chunk)
+    return surface, landscape.frobenius_penalty(params, settings.weight_decay)
+
+
 def _say(message: str) -> None:
     print(message, flush=True)
 
 
 def measure(model, variables, config, settings: Settings, key: jax.Array, *, name: str = "") -> dict:
-    """Every PK22 measurement of one model; returns {tool: results}, all numbers and lists."""
+    """Every PK22 measurement of one model; returns {tool: results}, all numbers and lists.
+
+    Three programs (`forward_measures`, `hessian_spectrum`, `loss_landscape`), each compiled once, two
+    at a time (`programs.compile_all`), then run; "seconds" holds each one's compile and run time.
+    """
     setup = resolve(config, 1)
-    k_hess, k_noise, k_land, k_d1, k_d2, k_hdata = jax.random.split(key, 6)
-    out, t0 = {}, time.perf_counter()
-
-    def done(tool):
-        _say(f"  {name}: {tool} in {time.perf_counter() - t0:.1f}s")
-
-    # Fourier and variance on test images (PK22 Figs. 4, 6)
+    k_hess, k_noise, k_land, k_data = jax.random.split(key, 4)
     x_test, y_test = test_set(setup)
-    feats_fn = jax.jit(lambda v, x: (lambda f: (fourier.layer_profiles(f), variance.layer_variances(f)))(
-        models.features(model, v, x)))
-    profiles, variances = feats_fn(variables, x_test[: settings.feature_images])
+    # one draw of augmented training images: the Hessian's M mini-batches, then the landscape's batch
+    M, b, L = settings.hessian_batches, settings.hessian_batch_size, settings.landscape_images
+    x_aug, y_aug = augmented_training_images(k_data, setup, M * b + L)
+    hess_batches = {"x": x_aug[: M * b].reshape(M, b, *x_aug.shape[1:]), "y": y_aug[: M * b].reshape(M, b)}
+    land_batch = (x_aug[M * b:], y_aug[M * b:])
     feat_shapes = jax.eval_shape(functools.partial(models.features, model), variables, x_test[:1])
-    out["layers"] = list(profiles)
-    out["layer_sizes"] = [int(feat_shapes[k].shape[1]) for k in profiles]
-    out["fourier"] = {k: np.asarray(v).tolist() for k, v in profiles.items()}
-    out["high_frequency"] = [float(np.asarray(v)[-1]) for v in profiles.values()]
-    out["variance"] = [float(v) for v in variances.values()]
-    done("Fourier and variance")
+    layers = list(feat_shapes)  # forward order (an OrderedDict)
 
-    # accuracy drop under band-limited noise (PK22 Fig. 5)
-    noise_fn = jax.jit(lambda v, x, y, k: frequency_noise.accuracy_drops(
-        lambda z: model.apply(v, z, train=False), x, y, k, eps=settings.noise_eps))
-    clean, drops = noise_fn(variables, x_test, y_test, k_noise)
+    t = time.perf_counter()
+    # the Hessian first: the longest compile, overlapped with the two others
+    compiled, compile_s = programs.compile_all({
+        "hessian": (jax.jit(functools.partial(hessian_spectrum, model, settings)),
+                    (variables, hess_batches, k_hess)),
+        "forward": (jax.jit(functools.partial(forward_measures, model, layers, settings)),
+                    (variables, x_test, y_test, k_noise)),
+        "landscape": (jax.jit(functools.partial(loss_landscape, model, settings)),
+                      (variables, land_batch, k_land)),
+    })
+    seconds = {"compile_wall": time.perf_counter() - t, **{f"compile_{k}": v for k, v in compile_s.items()}}
+    _say(f"  {name}: compiled its 3 programs in {seconds['compile_wall']:.1f}s (" +
+         ", ".join(f"{k} {v:.1f}s" for k, v in compile_s.items()) + ")")
+
+    def timed(tool, *args):
+        t = time.perf_counter()
+        out = jax.block_until_ready(compiled[tool](*args))
+        seconds[f"run_{tool}"] = time.perf_counter() - t
+        _say(f"  {name}: ran {tool} in {seconds[f'run_{tool}']:.1f}s")
+        return out
+
+    out = {}
+    # Fourier, variance and accuracy under band-limited noise on test images (PK22 Figs. 4, 5, 6)
+    acc, profiles, variances = timed("forward", variables, x_test, y_test, k_noise)
+    acc = np.asarray(acc)
+    out["layers"] = layers
+    out["layer_sizes"] = [int(feat_shapes[k].shape[1]) for k in layers]
+    out["fourier"] = {k: np.asarray(v[0]).tolist() for k, v in profiles.items()}
+    out["high_frequency"] = [float(np.asarray(v)[0, -1]) for v in profiles.values()]
+    out["variance"] = [float(v[0]) for v in variances.values()]
     out["noise"] = {"frequencies_pi": [round(f / np.pi, 3) for f in frequency_noise.FREQUENCIES],
-                    "clean_accuracy": float(clean), "drop_points": (100 * np.asarray(drops)).tolist(),
-                    "eps": settings.noise_eps,
+                    "clean_accuracy": float(acc[0]), "drop_points": (100 * (acc[1:] - acc[0])).tolist(),
+                    "eps": settings.noise_eps, "images": int(x_test.shape[0]),
                     "empty_bands_pi": [round(f / np.pi, 3) for f in frequency_noise.empty_bands(
                         *setup.image_shape[:2])]}
-    done("frequency noise")
 
     # Hessian max-eigenvalue spectrum (PK22 Fig. 2)
-    M, b = settings.hessian_batches, settings.hessian_batch_size
-    xh, yh = augmented_training_images(k_hdata, setup, M * b)
-    batches = {"x": xh.reshape(M, b, *xh.shape[1:]), "y": yh.reshape(M, b)}
-    wd = settings.weight_decay
-    hess_loss = lambda v: lambda p, bt: nll(model, v, p, bt["x"], bt["y"]) + hessian.l2_penalty(p, wd)  # noqa: E731
-    spec_fn = jax.jit(lambda v, bt, k: hessian.spectrum(
-        hess_loss(v), v["params"], bt, k, k=settings.top_k, max_iterations=settings.hessian_iterations,
-        tolerance=settings.hessian_tolerance))
-    eigs, iters = spec_fn(variables, batches, k_hess)
+    eigs, iters = timed("hessian", variables, hess_batches, k_hess)
     out["hessian"] = {"eigenvalues": np.asarray(eigs).tolist(), "iterations": np.asarray(iters).tolist(),
-                      **hessian.summaries(eigs), "batch_size": b, "weight_decay": wd}
-    done("Hessian spectrum")
+                      **hessian.summaries(eigs), "batch_size": b, "weight_decay": settings.weight_decay}
 
     # loss landscape (PK22 Fig. 1)
-    xl, yl = augmented_training_images(k_land, setup, settings.landscape_images)
-    land_loss = lambda v: lambda p, bt: (nll(model, v, p, bt[0], bt[1])  # noqa: E731
-                                         + landscape.frobenius_penalty(p, wd))
-    d1 = landscape.filter_normalised_direction(k_d1, variables["params"])
-    d2 = landscape.filter_normalised_direction(k_d2, variables["params"])
-    axis = landscape.grid(settings.landscape_grid)
-    surf_fn = jax.jit(lambda v, bt, a, c: landscape.surface(land_loss(v), v["params"], bt, a, c, xs=axis,
-                                                            ys=axis, chunk=settings.landscape_chunk))
-    surf = np.asarray(surf_fn(variables, (xl, yl), d1, d2))
+    surf, penalty = timed("landscape", variables, land_batch, k_land)
+    surf, axis = np.asarray(surf), landscape.grid(settings.landscape_grid)
     centre = settings.landscape_grid // 2
+    row = surf[centre]  # y = 0: the loss along d1 through theta*
+    at_optimum = float(row[centre])
     out["landscape"] = {"axis": axis.tolist(), "loss": surf.tolist(),
-                        "nll_at_optimum": float(jax.jit(lambda v: nll(model, v, v["params"], xl, yl))(variables)),
-                        "loss_at_optimum": float(surf[centre, centre]),
-                        "delta_at_half": float(surf[centre, int(np.argmin(np.abs(axis - 0.5)))] - surf[centre, centre]),
-                        "delta_at_one": float(surf[centre, -1] - surf[centre, centre]),
-                        "images": settings.landscape_images, "weight_decay": wd}
-    done("loss landscape")
+                        "nll_at_optimum": float(at_optimum - penalty), "loss_at_optimum": at_optimum,
+                        "delta_at_half": float(row[int(np.argmin(np.abs(axis - 0.5)))] - at_optimum),
+                        "delta_at_one": float(row[-1] - at_optimum),
+                        "images": L, "weight_decay": settings.weight_decay}
+    out["seconds_by_program"] = seconds
     return out
-
