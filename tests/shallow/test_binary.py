@@ -6,13 +6,15 @@ import sys
 
 import pytest
 
+from tests import envs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--seeds=2", "--n_stars=6,8,10", "--Ns=5,20", "--taus=0,1", "--init_errors=0,1", "--steps=20",
         "--eval_every=10", "--n_test=50", "--N=40", "--remove=3", "--sparsify_noisy_tokens=3"]
 
 
 def run(*args):
-    env = {**os.environ, "XLA_FLAGS": ""}
+    env = envs.one_device()
     return subprocess.run([sys.executable, "-m", "experiments.shallow_vit", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 

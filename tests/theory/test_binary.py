@@ -6,11 +6,13 @@ import sys
 
 import pytest
 
+from tests import envs
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run(*args):
-    env = {**os.environ, "XLA_FLAGS": ""}
+    env = envs.one_device()
     return subprocess.run([sys.executable, "-m", "experiments.theory", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 

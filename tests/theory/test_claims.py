@@ -18,6 +18,7 @@ from posattn.theory.datasets.structured import sample_coefficients
 from posattn.theory.step import make_batch, train_chunk
 from posattn.theory.metrics import within_across_means
 from posattn.theory.model import forward, sigma
+from tests import envs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CFG = TheoryConfig(D=16, C=4, d=8, q=0.4)
@@ -185,5 +186,5 @@ def test_report_verdicts_and_bad_flags():
     assert {r["claim"].split(":")[0]: r["verdict"] for r in report.verdicts(results)}["Theorems 4.1-4.2"] == \
         "not reproduced"
     out = subprocess.run([sys.executable, "-m", "experiments.reproduce"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "XLA_FLAGS": ""})
+                         text=True, timeout=120, env=envs.one_device())
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr

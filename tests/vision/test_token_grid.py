@@ -14,6 +14,7 @@ from posattn.errors import ConfigError
 from posattn.vision.data import datasets, token_grid
 from posattn.vision.models import vit
 from posattn.vision.slot_attention import prune_least_attended, relevant_mass
+from tests import envs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DISCRIMINATIVE = (3, 8)
@@ -177,7 +178,7 @@ def test_pruning_mask_and_relevant_mass():
 
 
 def test_tiny_run_of_the_binary(tmp_path):
-    env = {**os.environ, "XLA_FLAGS": ""}
+    env = envs.one_device()
     out = subprocess.run([sys.executable, "-m", "experiments.token_grid", f"--workdir={tmp_path}", "--Rs=6",
                           "--attentions=vanilla", "--steps=2", "--variant=test/8", "--max_pruned=1"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
