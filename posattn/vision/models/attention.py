@@ -9,9 +9,9 @@ Q K^T or softmax. Both kinds then mix the values LN(z) W_V with S and project ba
 Every kind is called as `module(x_BxNxD, p_NxD, keep_BxN=None) -> (y_BxNxD, att)` with `att` its
 softmax weights, (B, H, N, N) or, when they do not depend on the input, (H, N, N). `keep_BxN` (bool)
 removes the tokens where it is False from the softmax as keys, so no kept token attends to them: the sum
-over the kept tokens S^n of LWLC23 Eq. (1) (token sparsification); None keeps every token. `takes_position` says where the ViT
-puts P: into the attention (True) or added to the patch embeddings (False). Adding a kind is its class
-here and one line of `ATTENTIONS`.
+over the kept tokens S^n of LWLC23 Eq. (1) (token sparsification); None keeps every token.
+`takes_position` says where the ViT puts P: into the attention (True) or added to the patch embeddings
+(False). Adding a kind is its class here and one line of `ATTENTIONS`.
 """
 from typing import Any, ClassVar
 
