@@ -63,10 +63,7 @@ _define_config_flags()
 
 
 def flag(name):
-    """The flag's value; with --quick, the quick value unless the flag was given explicitly."""
-    if FLAGS.quick and name in QUICK and not FLAGS[name].present:
-        return QUICK[name]
-    return FLAGS[name].value
+    return cli.quick_or_flag(name, QUICK)
 
 
 def configs_from_flags() -> dict:

@@ -16,7 +16,7 @@ import time
 
 from absl import flags
 
-from posattn import cli, io
+from posattn import cli, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.plots import token_grid as plots
 from posattn.vision import grid_experiment, grid_report
@@ -42,10 +42,7 @@ QUICK = {"Rs": ["5", "9"], "steps": 60}
 
 
 def flag(name):
-    """The flag's value; with --quick, the quick value unless the flag was given explicitly."""
-    if FLAGS.quick and name in QUICK and not FLAGS[name].present:
-        return QUICK[name]
-    return FLAGS[name].value
+    return cli.quick_or_flag(name, QUICK)
 
 
 def _check_flags() -> tuple[list[int], list[str], list[int]]:
@@ -72,7 +69,7 @@ def main(argv):
                                                       pool=FLAGS.pool)
                for kind in kinds for R in Rs}
     workdir = FLAGS.workdir
-    os.makedirs(workdir, exist_ok=True)
+    workdir_lib.check(workdir)  # writable, before any training
     io.write_json(os.path.join(workdir, "config.json"), {
         "Rs": Rs, "attentions": kinds, "ks": ks, "seed": FLAGS.seed, "quick": FLAGS.quick,
         "cells": {grid_experiment.cell_name(R, k): c.to_dict() for (R, k), c in configs.items()}})

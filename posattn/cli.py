@@ -58,6 +58,15 @@ def int_list(text: str, what: str) -> list[int]:
     return [int(t) for t in items]
 
 
+def quick_or_flag(name: str, quick: dict):
+    """Flag `name`'s value; under --quick, `quick[name]` unless the flag was given on the command line
+    (a binary's `--quick` shrinks its defaults, never an explicit setting)."""
+    FLAGS = flags.FLAGS
+    if FLAGS.quick and name in quick and not FLAGS[name].present:
+        return quick[name]
+    return FLAGS[name].value
+
+
 def fail(message: str, status: int = 2, prefix: str = "error") -> None:
     """Print `PREFIX: message` on one line and exit with `status` (2: bad input)."""
     sys.stderr.write(f"{prefix}: {' '.join(str(message).split())}\n")

@@ -38,7 +38,7 @@ def test_cache_turned_off_leaves_jax_alone(monkeypatch, restore_cache_dir):
     assert jax.config.jax_compilation_cache_dir == before
 
 
-@pytest.mark.parametrize("binary", ["theory", "phase_three", "reproduce", "shallow_vit"])
+@pytest.mark.parametrize("binary", ["theory", "phase_three", "reproduce", "shallow_vit", "token_grid"])
 def test_binaries_refuse_an_unwritable_workdir_before_any_work(binary, tmp_path):
     (tmp_path / "file").write_text("")
     out = subprocess.run([sys.executable, "-m", f"experiments.{binary}", f"--workdir={tmp_path}/file/run"],
