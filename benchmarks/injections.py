@@ -4,23 +4,38 @@ import pathlib
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
 
 
 def damage_checkpoint(step_dir, kind: str) -> str:
-    """Damage orbax checkpoint `step_dir` in place: "truncate" cuts its largest array file in half,
-    "bitflip" flips one bit in the middle of it (orbax alone restores that without complaint). Returns
-    the file damaged."""
-    files = sorted((p for p in pathlib.Path(step_dir).rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-    target = files[-1]
-    data = bytearray(target.read_bytes())
+    """Damage orbax checkpoint `step_dir` in place and return what was damaged.
+
+    "truncate" cuts its largest file in half (orbax then fails to read it). "bitflip" flips one bit in
+    the middle of its largest array and writes the item back through orbax, so its files are
+    well-formed and orbax alone restores the wrong value without complaint; only the digest the
+    checkpoint carries can tell. (Flipping a bit in the files themselves does not do that reliably:
+    orbax compresses the arrays, and a flipped bit in a compressed chunk may or may not fail to decode,
+    depending on where the chunk lies in the file.)
+    """
+    step_dir = pathlib.Path(step_dir)
     if kind == "truncate":
-        data = data[: len(data) // 2]
-    elif kind == "bitflip":
-        data[len(data) // 2] ^= 0x10
-    else:
+        files = sorted((p for p in step_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        data = files[-1].read_bytes()
+        files[-1].write_bytes(data[: len(data) // 2])
+        return str(files[-1])
+    if kind != "bitflip":
         raise ValueError(f"unknown damage {kind!r}: 'truncate' or 'bitflip'")
-    target.write_bytes(bytes(data))
-    return str(target)
+    item = step_dir / "default"
+    with ocp.StandardCheckpointer() as checkpointer:
+        leaves, treedef = jax.tree.flatten(checkpointer.restore(item))
+        i = max(range(len(leaves)), key=lambda i: leaves[i].nbytes)
+        leaf = np.array(leaves[i])
+        raw = leaf.reshape(-1).view(np.uint8)
+        raw[raw.size // 2] ^= 0x10
+        leaves[i] = leaf
+        checkpointer.save(item, jax.tree.unflatten(treedef, leaves), force=True)
+    return f"{item}: leaf {i}"
 
 
 def nan_at_step(make_train_step, nan_step: int):

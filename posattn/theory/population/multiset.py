@@ -87,9 +87,9 @@ def multiset_tables(C: int, L: int, q: float) -> MultisetTables:
     log_fact = np.array([math.lgamma(n + 1) for n in range(max(C, L) + 1)])
     type_prob = np.exp(log_fact[C] - log_fact[counts].sum(1)) * (q / 2) ** (counts[:, 0] + counts[:, 1]) \
         * (1 - q) ** counts[:, 2]
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # 0 * log 0 only where np.where drops it
         log_p = np.log(type_prob)
-    log_w = log_fact[L - 1] - log_fact[mult].sum(1) + np.where(mult > 0, mult * log_p, 0.0).sum(1)
+        log_w = log_fact[L - 1] - log_fact[mult].sum(1) + np.where(mult > 0, mult * log_p, 0.0).sum(1)
     weight = np.exp(log_w)
     mult[:, 0] += 1  # the signal set, of type (C, 0, 0) for y = +1
     s = mult @ set_sums
