@@ -43,7 +43,7 @@ def test_binaries_refuse_an_unwritable_workdir_before_any_work(binary, tmp_path)
     (tmp_path / "file").write_text("")
     out = subprocess.run([sys.executable, "-m", f"experiments.{binary}", f"--workdir={tmp_path}/file/run"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env=envs.one_device())
+                         env=envs.devices(1))
     assert out.returncode == 2 and out.stderr == (
         f"error: --workdir={tmp_path}/file/run cannot be written (Not a directory): choose a writable "
         "directory\n"), out.stderr

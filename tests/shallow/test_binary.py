@@ -14,7 +14,7 @@ TINY = ["--seeds=2", "--n_stars=6,8,10", "--Ns=5,20", "--taus=0,1", "--init_erro
 
 
 def run(*args):
-    env = envs.one_device()
+    env = envs.devices(1)
     return subprocess.run([sys.executable, "-m", "experiments.shallow_vit", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 

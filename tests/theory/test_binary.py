@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def run(*args):
-    env = envs.one_device()
+    env = envs.devices(1)
     return subprocess.run([sys.executable, "-m", "experiments.theory", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 

@@ -186,5 +186,5 @@ def test_report_verdicts_and_bad_flags():
     assert {r["claim"].split(":")[0]: r["verdict"] for r in report.verdicts(results)}["Theorems 4.1-4.2"] == \
         "not reproduced"
     out = subprocess.run([sys.executable, "-m", "experiments.reproduce"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120, env=envs.one_device())
+                         text=True, timeout=120, env=envs.devices(1))
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -1,7 +1,6 @@
 """Issue 6's image experiments: positional-embedding analysis (JSL22 Figs. 1a, 5c) and tiny end-to-end
 runs of experiments.permuted, experiments.posemb_similarity and experiments.compare_attention."""
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from posattn.analysis import posemb
 from posattn.errors import ConfigError
 from posattn.vision import sweep
 from posattn.vision.data import permutation as data
+from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def test_spread_reports_median_and_iqr_in_percent():
 
 def _run(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)})
+                          env=envs.devices(1, PYTHONPATH=str(ROOT)))
 
 
 def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):

@@ -3,7 +3,6 @@ workdir is resumed only with its run's config (up to the resumable fields), and 
 only of the same config."""
 import importlib.util
 import json
-import os
 import pathlib
 import shutil
 import signal
@@ -17,6 +16,7 @@ import pytest
 
 from posattn.errors import ConfigError
 from posattn.vision import checkpoint, resume, sweep, train
+from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STEPS, EVERY = 120, 20  # killed after the first checkpoint, with 100 steps still to go
@@ -37,7 +37,7 @@ def test_sigkill_then_restart_resumes_to_bitwise_the_same_parameters(tmp_path):
     # The three runs share the test run's compilation cache (tests/conftest.py), so the restarted runs
     # skip recompiling the step (the cached executable is the same program, which bitwise
     # reproducibility needs anyway).
-    env = dict(os.environ)
+    env = envs.devices(1)
     killed, straight = tmp_path / "killed", tmp_path / "straight"
     proc = subprocess.Popen(command(killed), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
@@ -127,12 +127,13 @@ def test_total_steps_below_the_checkpoint_is_refused(workdir):
 
 
 def test_a_longer_total_steps_resumes_and_is_recorded(workdir, capsys):
-    longer = _short(total_steps=4, keep_checkpoints=5)
+    # 6 steps: the step program of tests/vision/test_faults.py's runs, already in the test run's cache
+    longer = _short(total_steps=6, keep_checkpoints=5)
     _, summary = train.train(longer, str(workdir), devices=jax.devices()[:1])
-    assert (summary["resumed_from_step"], summary["steps"], summary["steps_this_run"]) == (2, 4, 2)
-    assert saved_steps(workdir) == [2, 4]
-    assert json.loads((workdir / "config.json").read_text())["total_steps"] == 4
-    assert "resumed from step 2; changed from its config.json: keep_checkpoints 2 -> 5, total_steps 2 -> 4" \
+    assert (summary["resumed_from_step"], summary["steps"], summary["steps_this_run"]) == (2, 6, 4)
+    assert saved_steps(workdir) == [2, 6]
+    assert json.loads((workdir / "config.json").read_text())["total_steps"] == 6
+    assert "resumed from step 2; changed from its config.json: keep_checkpoints 2 -> 5, total_steps 2 -> 6" \
         in capsys.readouterr().out
 
 

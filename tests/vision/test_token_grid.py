@@ -178,7 +178,7 @@ def test_pruning_mask_and_relevant_mass():
 
 
 def test_tiny_run_of_the_binary(tmp_path):
-    env = envs.one_device()
+    env = envs.devices(1)
     out = subprocess.run([sys.executable, "-m", "experiments.token_grid", f"--workdir={tmp_path}", "--Rs=6",
                           "--attentions=vanilla", "--steps=2", "--variant=test/8", "--max_pruned=1"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -110,14 +110,14 @@ def test_one_and_eight_devices_give_the_same_parameters(tmp_path):
 
 
 def test_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_last_checkpoint(tmp_path):
-    good = tiny_digits(total_steps=2, checkpoint_every=2)
+    good = tiny_digits(total_steps=4, checkpoint_every=4)  # the step program of the test below
     train.train(good, tmp_path)
-    bad = tiny_digits(total_steps=5, checkpoint_every=1, optimizer__lr=float("nan"))
-    with pytest.raises(train.NonFiniteLoss, match=r"at step 3; .*last good checkpoint \(step 2\)") as err:
-        train.train(bad, tmp_path)  # resumes at step 2; the first update (step 3) breaks the parameters
+    bad = tiny_digits(total_steps=6, checkpoint_every=1, optimizer__lr=float("nan"))
+    with pytest.raises(train.NonFiniteLoss, match=r"at step 5; .*last good checkpoint \(step 4\)") as err:
+        train.train(bad, tmp_path)  # resumes at step 4; the first update (step 5) breaks the parameters
     assert isinstance(err.value, ConfigError) and "\n" not in str(err.value)
     steps = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
-    assert steps == [2]
+    assert steps == [4]
 
 
 def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path):
