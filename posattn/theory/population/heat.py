@@ -42,11 +42,13 @@ def activation_derivatives(u: jax.Array, activation: str):
     return (u2 * u2 * u + 0.03 * u, 5 * u2 * u2 + 0.03, 20 * u2 * u, 60 * u2, 120 * u)
 
 
-def loss_derivatives(F: jax.Array):
-    """(phi, phi', ..., phi'''') for phi(F) = log(1 + e^-F), the logistic loss of the margin F."""
+def loss_derivatives(F: jax.Array, order: int = 4):
+    """(phi, phi', ..., phi^(order)) for phi(F) = log(1 + e^-F), the logistic loss of the margin F;
+    order 4, or 5 for the derivative in F of the expansion's last term."""
     p = jax.nn.sigmoid(-F)  # -phi'
     pq = p * (1 - p)
-    return (jax.nn.softplus(-F), -p, pq, -pq * (1 - 2 * p), pq * (1 - 6 * p + 6 * p * p))
+    out = (jax.nn.softplus(-F), -p, pq, -pq * (1 - 2 * p), pq * (1 - 6 * p + 6 * p * p))
+    return out + (-pq * (1 - 2 * p) * (1 - 12 * pq),) if order == 5 else out
 
 
 def expected_loss(F, P, R, A1, A2, A3, A4, t):

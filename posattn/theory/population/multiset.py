@@ -13,10 +13,12 @@ have i.i.d. types with multinomial probabilities p_k = C!/(n+! n-! n0!) (q/2)^(n
 risk is a finite sum over the multisets of L-1 types with weights (L-1)!/prod m_k! prod p_k^m_k
 (C=4, L=9: 15 types, 319,770 multisets).
 
-The enumeration tables are built once in numpy (`multiset_tables`). The jitted part computes a small
+The enumeration tables are built once in numpy (`multiset_tables`, cut into chunks by
+`pattern_chunks`; 8-bit multiplicities, 5 MB at the paper preset). The jitted part computes a small
 table of per-set terms T[type, s, :] from (alpha, a, gamma, rho) and contracts the multiplicities with it
 in blocks of patterns that share the same s (a batched matmul), chunk by chunk of blocks with the
-gradient in the same pass (`risk_and_grad_from_terms`).
+gradient in the same pass (`risk_and_grad_from_terms`; the loss of a pattern from its 12 sums and its
+gradient: `posattn.theory.population.pattern_loss`).
 The Gaussian part (v_perp != 0) enters through the second-order heat expansion of
 `posattn.theory.population.heat`: Q = M^2 = q1 I + q2 B + q3 J keeps the three-value form, so every
 contraction P, R, A1..A4 is again a sum of per-set terms and squares of such sums.
@@ -32,11 +34,11 @@ import numpy as np
 
 from posattn.theory.config import TheoryConfig
 from posattn.theory.data import same_set_mask
-from posattn.theory.fused import tile_count
-from posattn.theory.population import heat
+from posattn.theory.population import heat, pattern_loss
+from posattn.theory.population.pattern_loss import N_TERMS
 
 MAX_BLOCK = 512  # patterns per block of equal s (the padding costs at most one block per value of s)
-CHUNK_BYTES = 1 << 20  # multiplicities and sums of the patterns handled at once: they stay in cache
+CHUNK_BYTES = 1 << 20  # a chunk's multiplicities, sums and gradient rows (float32): they stay in cache
 
 
 class MultisetTables(NamedTuple):
@@ -45,8 +47,8 @@ class MultisetTables(NamedTuple):
     Attributes:
       counts: int (K, 3) the count type k as (n+, n-, n0), sum C.
       set_sums: int (K,) s_l = n+ - n- of a set of type k.
-      mult: float (n_blocks, block, K) multiplicities of the types in each pattern, the signal set's
-        type (C, 0, 0) included; padding rows are 0.
+      mult: unsigned int (n_blocks, block, K) multiplicities of the types in each pattern, the signal
+        set's type (C, 0, 0) included; padding rows are 0.
       weight: float (n_blocks, block) probability of each pattern (0 on padding); they sum to 1.
       s_index: int (n_blocks,) index of the total s of the block's patterns in `s_values`.
       s_values: int (S,) the possible totals s.
@@ -106,7 +108,7 @@ def multiset_tables(C: int, L: int, q: float) -> MultisetTables:
         blocks_m.append(m.reshape(-1, block, K))
         blocks_w.append(w.reshape(-1, block))
         blocks_s += [value - s_values[0]] * (len(m) // block)
-    return MultisetTables(counts, set_sums, np.concatenate(blocks_m).astype(np.float32),
+    return MultisetTables(counts, set_sums, np.concatenate(blocks_m).astype(np.min_scalar_type(L)),
                           np.concatenate(blocks_w), np.array(blocks_s, np.int32),
                           s_values.astype(np.int32), len(combos))
 
@@ -145,65 +147,100 @@ def per_set_terms(alpha, coef, cfg: TheoryConfig, tables: MultisetTables):
     return T, (q1, q2, q3)
 
 
-def pattern_expected_loss(sums, qs, t):
-    """E_g of the loss of every pattern from its summed per-set terms (the contractions of heat.py)."""
-    q1, q2, q3 = qs
-    S0, S1, S11, S2, S22, S3, S4, V1, V2, W1, W2, W3 = (sums[..., i] for i in range(12))
-    Qd, Qw, Qa = q1 + q2 + q3, q2 + q3, q3
-    P = q1 * S11 + q2 * V1 + q3 * S1 * S1
-    R = Qd * S2
-    A1 = W1 + 2 * q3 * S1 * W2 + q3 * q3 * S1 * S1 * S2
-    A2 = Qd * (W3 + q3 * S1 * S3)
-    A3 = (Qd * Qd - Qw * Qw) * S22 + (Qw * Qw - Qa * Qa) * V2 + Qa * Qa * S2 * S2
-    A4 = Qd * Qd * S4
-    return heat.expected_loss(S0, P, R, A1, A2, A3, A4, t)
+class PatternChunks(NamedTuple):
+    """The tables in the layout of the chunked pass: chunks of blocks, the pattern axis last so that
+    each of the 12 summed terms is a contiguous row (numpy; constants of the compiled risk).
+
+    Attributes:
+      mult: (chunks, blocks, K, block) multiplicities (`MultisetTables.mult`, transposed); whole
+        blocks of padding (multiplicity 0, weight 0) fill the last chunk.
+      weight: float64 (chunks, blocks, block).
+      s_index: int32 (chunks, blocks).
+      sets: L, the sum of every pattern's multiplicities.
+    """
+
+    mult: np.ndarray
+    weight: np.ndarray
+    s_index: np.ndarray
+    sets: int
 
 
-def risk_and_grad_from_terms(T, qs, t, tables: MultisetTables):
+@functools.lru_cache(maxsize=8)
+def pattern_chunks(C: int, L: int, q: float) -> PatternChunks:
+    """`multiset_tables(C, L, q)` cut into chunks of about `CHUNK_BYTES` for the chunked pass."""
+    tables = multiset_tables(C, L, q)
+    n_blocks, block, K = tables.mult.shape
+    # Per pattern: its multiplicities (as float32), 12 sums and 17 gradient rows stay in cache.
+    per_chunk = max(1, min(n_blocks, CHUNK_BYTES // (block * 4 * (K + 2 * N_TERMS + 5))))
+    pad = -n_blocks % per_chunk
+    mult = np.concatenate([tables.mult, np.zeros((pad, block, K), tables.mult.dtype)]).transpose(0, 2, 1)
+    weight = np.concatenate([tables.weight, np.zeros((pad, block))])
+    s_index = np.concatenate([tables.s_index, np.zeros(pad, tables.s_index.dtype)])
+    n = (n_blocks + pad) // per_chunk
+    return PatternChunks(np.ascontiguousarray(mult).reshape(n, per_chunk, K, block),
+                         weight.reshape(n, per_chunk, block), s_index.reshape(n, per_chunk), L)
+
+
+def _chunk_sums(T, m, s):
+    """The 12 summed terms of a chunk's patterns, each a (blocks, block) row: per block of equal s,
+    (12, K) x (K, block), one batched matmul."""
+    sums = jnp.einsum("njk,nkb->njb", T[:, s, :].transpose(1, 2, 0), m)
+    return tuple(sums[:, j] for j in range(N_TERMS))
+
+
+def _scan_chunks(body, init, chunks: PatternChunks, dtype):
+    xs = (jnp.asarray(chunks.mult), jnp.asarray(chunks.weight, dtype), jnp.asarray(chunks.s_index))
+    return jax.lax.scan(lambda carry, x: body(carry, x[0].astype(dtype), x[1], x[2]), init, xs)
+
+
+def risk_from_terms(T, qs, t, chunks: PatternChunks):
+    """The sum over patterns of weight x expected loss, chunk by chunk (no gradient)."""
+    def body(risk, m, w, s):
+        return risk + (w * pattern_loss.expected_loss(_chunk_sums(T, m, s), qs, t)).sum(), None
+
+    return _scan_chunks(body, jnp.zeros((), T.dtype), chunks, T.dtype)[0]
+
+
+def risk_and_grad_from_terms(T, qs, t, chunks: PatternChunks):
     """(sum over patterns of weight x expected loss, its gradient in (T, qs, t)) in one pass.
 
-    The patterns go through in chunks of blocks of about `CHUNK_BYTES`: per chunk, the summed terms,
-    the expected loss and its gradient in the sums (the elementwise work of heat.py, ~100 operations a
-    pattern), and the chunk's share of dR/dT, while the chunk's arrays are still in cache. Done on all
-    319,770 patterns at once (the paper preset), each of the ~20 elementwise steps of the loss and of
-    its derivative wrote and read a whole (patterns,) array: most of the time of a gradient.
+    Per chunk of about `CHUNK_BYTES`, while its arrays are in cache: the 12 summed terms (a batched
+    matmul), the expected loss and its gradient in closed form (`pattern_loss`), and one batched matmul
+    of the multiplicities with the 17 weighted rows (dE/dsums, E, dE/dqs, dE/dt) that gives the chunk's
+    share of dR/dT. The sums over patterns of E, dE/dqs and dE/dt come out of the same matmul: every
+    pattern's multiplicities add up to L (the signal set and the L-1 others), so summing its products
+    over the K types gives L times the pattern's value. Done on all 319,770 patterns at once (the paper
+    preset), each elementwise step wrote and read whole arrays; autodiff of the elementwise chain cost
+    about twice the operations in a dozen fusions.
     """
-    n_blocks, block, K = tables.mult.shape
-    k = tile_count(n_blocks, block * (K + T.shape[-1]) * T.dtype.itemsize, tile_bytes=CHUNK_BYTES)
-    mult = jnp.asarray(tables.mult, T.dtype).reshape(k, n_blocks // k, block, K)
-    weight = jnp.asarray(tables.weight, T.dtype).reshape(k, n_blocks // k, block)
-    s_index = jnp.asarray(tables.s_index).reshape(k, n_blocks // k)
+    K, S = T.shape[0], T.shape[1]
 
-    def chunk(carry, xs):
-        risk, d_qs, d_t = carry
-        m, w, s = xs
-        sums = jnp.einsum("nbk,nkj->nbj", m, T[:, s, :].transpose(1, 0, 2))
-        weighted = lambda sums, qs, t: (w * pattern_expected_loss(sums, qs, t)).sum()
-        r, (d_sums, d_qs_c, d_t_c) = jax.value_and_grad(weighted, argnums=(0, 1, 2))(sums, qs, t)
-        d_T_blocks = jnp.einsum("nbk,nbj->nkj", m, d_sums)  # (blocks, K, 12)
-        return (risk + r, jax.tree.map(jnp.add, d_qs, d_qs_c), d_t + d_t_c), d_T_blocks
+    def body(_, m, w, s):
+        E, d_sums, d_qs, d_t = pattern_loss.expected_loss_and_grad(_chunk_sums(T, m, s), qs, t)
+        rows = jnp.stack([*d_sums, E, *d_qs, d_t], 1) * w[:, None]  # (blocks, 17, block)
+        return None, jnp.einsum("nkb,njb->nkj", m, rows)
 
-    zero = jnp.zeros((), T.dtype)
-    (risk, d_qs, d_t), d_T_blocks = jax.lax.scan(chunk, (zero, (zero,) * 3, zero), (mult, weight, s_index))
-    # Blocks of equal s summed, by a matmul with a one-hot table: a scatter-add with these constant
-    # indices is what XLA would constant-fold, for seconds of compile time.
-    one_hot = jnp.asarray(tables.s_index[:, None] == np.arange(T.shape[1]), T.dtype)  # (blocks, S)
-    d_T = jnp.einsum("ns,nkj->ksj", one_hot, d_T_blocks.reshape(n_blocks, K, -1))
-    return risk, (d_T, d_qs, d_t)
+    _, d_blocks = _scan_chunks(body, None, chunks, T.dtype)
+    d_blocks = d_blocks.reshape(-1, K, N_TERMS + 5)
+    totals = d_blocks[..., N_TERMS:].sum((0, 1)) / chunks.sets  # sum over patterns of w (E, dE/dqs, dE/dt)
+    # Blocks of equal s summed (the padding blocks, at index 0, add zeros).
+    d_T = jax.ops.segment_sum(d_blocks[..., :N_TERMS], jnp.asarray(chunks.s_index.reshape(-1)), S,
+                              indices_are_sorted=False).transpose(1, 0, 2)
+    return totals[0], (d_T, (totals[1], totals[2], totals[3]), totals[4])
 
 
-def _expected_risk(tables: MultisetTables):
+def _expected_risk(chunks: PatternChunks):
     """R(T, qs, t) with the gradient that `risk_and_grad_from_terms` computes in the same pass as R
     (reverse mode only: a custom VJP)."""
 
     @jax.custom_vjp
     def risk(T, qs, t):
-        return risk_and_grad_from_terms(T, qs, t, tables)[0]
+        return risk_from_terms(T, qs, t, chunks)
 
     def backward(grads, g):
         return jax.tree.map(lambda x: g * x, grads)
 
-    risk.defvjp(lambda T, qs, t: risk_and_grad_from_terms(T, qs, t, tables), backward)
+    risk.defvjp(lambda T, qs, t: risk_and_grad_from_terms(T, qs, t, chunks), backward)
     return risk
 
 
@@ -218,7 +255,7 @@ def multiset_risk(alpha, t, a, gamma, rho, cfg: TheoryConfig) -> jax.Array:
     dtype = jnp.result_type(alpha, float)
     coef = attention_coefficients(*(jnp.asarray(x, dtype) for x in (a, gamma, rho)), cfg)
     T, qs = per_set_terms(jnp.asarray(alpha, dtype), coef, cfg, tables)
-    return _expected_risk(tables)(T, qs, jnp.asarray(t, dtype))
+    return _expected_risk(pattern_chunks(cfg.C, cfg.L, float(cfg.q)))(T, qs, jnp.asarray(t, dtype))
 
 
 def three_value_form(A: jax.Array, sets: jax.Array):

@@ -24,8 +24,9 @@ import numpy as np
 
 from posattn.theory.config import TheoryConfig
 from posattn.theory.data import Task
-from posattn.theory.population import multiset
+from posattn.theory.population import multiset, pattern_loss
 from posattn.theory.population.multiset import multiset_risk, three_value_form
+from posattn.theory.population.pattern_loss import N_TERMS
 
 
 class ReducedState(NamedTuple):
@@ -89,15 +90,16 @@ def alpha_drift_split(alpha, gamma, rho, cfg: TheoryConfig, a) -> dict:
     """
     tables = multiset.multiset_tables(cfg.C, cfg.L, float(cfg.q))
     full = np.flatnonzero((tables.counts[:, 0] == cfg.C) | (tables.counts[:, 1] == cfg.C))
-    others = tables.mult.copy()
+    others = tables.mult.astype(np.int64)
     others[..., 0] -= 1  # the signal set, of type (C, 0, 0), is in every pattern
     full_set = others[..., full].sum(-1) > 0  # (n_blocks, block)
 
     def pattern_sums(alpha):
         coef = multiset.attention_coefficients(*(jnp.asarray(x, jnp.float32) for x in (a, gamma, rho)), cfg)
         T, qs = multiset.per_set_terms(alpha, coef, cfg, tables)
-        sums = jnp.einsum("nbk,nkj->nbj", jnp.asarray(tables.mult), T[:, tables.s_index, :].transpose(1, 0, 2))
-        return multiset.pattern_expected_loss(sums, qs, jnp.float32(0.0)), sums[..., 0]  # loss, F (y = +1)
+        sums = jnp.einsum("nbk,nkj->nbj", jnp.asarray(tables.mult, jnp.float32), T[:, tables.s_index, :].transpose(1, 0, 2))
+        loss = pattern_loss.expected_loss(tuple(sums[..., i] for i in range(N_TERMS)), qs, jnp.float32(0.0))
+        return loss, sums[..., 0]  # and F (y = +1)
 
     (_, margin), (d_loss, _) = jax.jvp(pattern_sums, (jnp.float32(alpha),), (jnp.float32(1.0),))
     drift = -np.asarray(tables.weight * d_loss)  # -dR/dalpha, pattern by pattern (padding has weight 0)
