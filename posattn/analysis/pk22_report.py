@@ -7,10 +7,12 @@ pk22_{hessian,fourier,variance,noise,landscape}.png and summary.md (PK22's claim
 ours, `claims.markdown`). A model whose results file exists is not measured again, so a stopped run
 resumes where it stopped (training resumes from its checkpoints).
 """
+import concurrent.futures
 import dataclasses
 import importlib.util
 import json
 import os
+import threading
 import time
 
 import jax
@@ -50,46 +52,34 @@ def _say(message: str) -> None:
         print(message, flush=True)
 
 
-def train_missing(workdir: epath.Path, models, quick: bool) -> dict[str, float]:
-    """Train (or resume) each model's run under workdir/runs/MODEL: {run directory: seconds}, in order."""
+PIPELINES = 2  # models trained and measured at once (docs/how_vits_work.md, Time)
+
+
+def train_one(workdir: epath.Path, model: str, config) -> tuple[str, float]:
+    """Train (or resume) `model`'s run under workdir/runs/MODEL: (run directory, seconds)."""
     from posattn.vision import train  # heavy: only when something is trained
 
-    dirs = {}
-    for i, model in enumerate(models):
-        run_dir, t = workdir / "runs" / model, time.perf_counter()
-        _say(f"[{i + 1}/{len(models)}] training {model} in {run_dir}")
-        train.train_and_evaluate(training_config(model, quick), str(run_dir))
-        dirs[str(run_dir)] = time.perf_counter() - t
-    return dirs
+    run_dir, t = workdir / "runs" / model, time.perf_counter()
+    train.train_and_evaluate(config, str(run_dir))
+    return str(run_dir), time.perf_counter() - t
 
 
-def run(workdir: str, *, runs=(), models=DEFAULT_MODELS, quick: bool = False,
-        settings: suite.Settings | None = None, seed: int = 0) -> dict:
-    """Measure every run (training the default ones when `runs` is empty); write and return the report."""
-    settings = settings or (suite.QUICK if quick else suite.Settings())
-    workdir = epath.Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "results").mkdir(exist_ok=True)
-    io.write_json(workdir / "config.json", {"runs": list(runs), "models": list(models), "quick": quick,
-                                            "seed": seed, "settings": dataclasses.asdict(settings)})
-    t0 = time.perf_counter()
-    training_seconds = {} if runs else train_missing(workdir, models, quick)
-    run_dirs = list(runs) or list(training_seconds)
-    _say(f"training done in {time.perf_counter() - t0:.0f}s")
-    results = {}
-    for i, run_dir in enumerate(run_dirs):
-        model, variables, config = checkpoint.load_run(run_dir)
-        key = claims.model_key(config)
-        path = workdir / "results" / f"{key}.json"
-        if path.exists() and _read_json(path).get("run_dir") == str(run_dir):
-            results[key] = _read_json(path)
-            _say(f"[{i + 1}/{len(run_dirs)}] {key}: results found in {path}, kept")
-            continue
-        t = time.perf_counter()
-        _say(f"[{i + 1}/{len(run_dirs)}] measuring {key} ({run_dir}); {time.perf_counter() - t0:.0f}s so far")
-        r = suite.measure(model, variables, config, settings, jax.random.key(seed), name=key)
-        r["run_dir"], r["seconds"] = str(run_dir), time.perf_counter() - t
-        r["training_seconds"] = training_seconds.get(str(run_dir))
+def measure_one(workdir: epath.Path, run_dir: str, settings: suite.Settings, seed: int,
+                training_seconds: float | None, write_lock: threading.Lock) -> tuple[str, dict]:
+    """(model key, results) of one trained run: read from results/KEY.json when that file holds this
+    run's results, else measured (`suite.measure`) and written there and to metrics.jsonl."""
+    model, variables, config = checkpoint.load_run(run_dir)
+    key = claims.model_key(config)
+    path = workdir / "results" / f"{key}.json"
+    if path.exists() and _read_json(path).get("run_dir") == str(run_dir):
+        _say(f"{key}: results found in {path}, kept")
+        return key, _read_json(path)
+    t = time.perf_counter()
+    _say(f"measuring {key} ({run_dir})")
+    r = suite.measure(model, variables, config, settings, jax.random.key(seed), name=key)
+    r["run_dir"], r["seconds"] = str(run_dir), time.perf_counter() - t
+    r["training_seconds"] = training_seconds
+    with write_lock:
         io.write_json(path, r)
         io.append_jsonl(workdir / "metrics.jsonl", {
             "model": key, "seconds": r["seconds"], **r["seconds_by_program"],
@@ -97,7 +87,43 @@ def run(workdir: str, *, runs=(), models=DEFAULT_MODELS, quick: bool = False,
             **{f"hessian_{k}": r["hessian"][k] for k in ("nep", "ape", "min", "max")},
             "noise_drop_points": r["noise"]["drop_points"], **{f"landscape_{k}": r["landscape"][k] for k in (
                 "nll_at_optimum", "delta_at_half", "delta_at_one")}})
-        results[key] = r
+    return key, r
+
+
+def run(workdir: str, *, runs=(), models=DEFAULT_MODELS, quick: bool = False,
+        settings: suite.Settings | None = None, seed: int = 0) -> dict:
+    """Measure every run (training the default ones when `runs` is empty); write and return the report.
+
+    Each model is one pipeline (train, then measure), `PIPELINES` of them at once: on a CPU much of
+    both is XLA compilation, which runs on one core per program, so two pipelines keep two cores busy
+    (docs/how_vits_work.md, Time). Every program, and so every number, is the same as one at a time.
+    """
+    settings = settings or (suite.QUICK if quick else suite.Settings())
+    workdir = epath.Path(workdir)
+    # every config before any work: an unknown model stops the run now, not after another trained
+    configs = {} if runs else {model: training_config(model, quick) for model in models}
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "results").mkdir(exist_ok=True)
+    io.write_json(workdir / "config.json", {"runs": list(runs), "models": list(models), "quick": quick,
+                                            "seed": seed, "settings": dataclasses.asdict(settings)})
+    t0, write_lock = time.perf_counter(), threading.Lock()
+    items = list(runs) or list(configs)
+
+    def pipeline(i: int, item: str) -> tuple[str, dict]:
+        training_seconds = None
+        if not runs:
+            _say(f"[{i + 1}/{len(items)}] training {item} in {workdir / 'runs' / item}; "
+                 f"{time.perf_counter() - t0:.0f}s so far")
+            item, training_seconds = train_one(workdir, item, configs[item])
+        return measure_one(workdir, item, settings, seed, training_seconds, write_lock)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=PIPELINES) as pool:
+        futures = [pool.submit(pipeline, i, item) for i, item in enumerate(items)]
+        try:
+            results = dict(f.result() for f in futures)  # in the order given
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # the pipelines not yet started never start
+            raise
     write_report(workdir, results, time.perf_counter() - t0, quick)
     return results
 

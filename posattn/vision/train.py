@@ -33,7 +33,7 @@ from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
 from posattn.vision import checkpoint, models, optim, preemption, resume
 from posattn.vision.data import augment
 from posattn.vision.setup import Setup, resolve
-from posattn.vision.state import init_state, model_variables
+from posattn.vision.state import init_compiler_options, init_state, model_variables
 
 
 class NonFiniteLoss(ConfigError):
@@ -182,7 +182,8 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     # Model, optimizer and the abstract state (shapes only: nothing is computed yet).
     repl, batch_shard = replicated(mesh), batch_sharding(mesh)
     tx = optim.make_optimizer(config.optimizer, config.total_steps)
-    init_fn = jax.jit(lambda: init_state(setup.model, setup.image_shape, config.seed, tx), out_shardings=repl)
+    init_fn = jax.jit(lambda: init_state(setup.model, setup.image_shape, config.seed, tx), out_shardings=repl,
+                      compiler_options=init_compiler_options(mesh.devices.flat[0].platform))
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn), repl)
     num_params = models.param_count(abstract_state["params"])
     # Before any work: a workdir that cannot take a checkpoint stops the run now, not at its first save.

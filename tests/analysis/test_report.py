@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from ml_collections import ConfigDict
 
-from posattn.analysis import claims, suite
+from posattn.analysis import claims, pk22_report, suite
 from posattn.errors import ConfigError
 
 
@@ -45,6 +45,13 @@ def test_binary_without_workdir_exits_2_with_one_line():
     proc = subprocess.run([sys.executable, "-m", "experiments.how_vits_work"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: --workdir=DIR is required"]
+
+
+def test_unknown_model_stops_the_report_before_any_training(tmp_path):
+    # the models are trained two at a time: every config is checked before the first starts
+    with pytest.raises(ConfigError, match="unknown model 'resnet50'"):
+        pk22_report.run(str(tmp_path / "pk22"), models=["resnet", "resnet50"], quick=True)
+    assert not (tmp_path / "pk22").exists()
 
 
 def _fake_results(attention: bool):
