@@ -42,11 +42,11 @@ def nan_at_step(make_train_step, nan_step: int):
     """`make_train_step` whose step `nan_step` turns every parameter and the loss into NaN (an update
     that diverged), for `posattn.vision.train.make_train_step`."""
 
-    def make(setup, tx):
-        step_fn = make_train_step(setup, tx)
+    def make(setup):
+        step_fn = make_train_step(setup)
 
-        def step(state, batch):
-            new, metrics = step_fn(state, batch)
+        def step(state, batch, hyper):
+            new, metrics = step_fn(state, batch, hyper)
             hit = new["step"] == nan_step
             new["params"] = jax.tree.map(lambda p: jnp.where(hit, jnp.nan, p), new["params"])
             metrics["loss"] = jnp.where(hit, jnp.nan, metrics["loss"])

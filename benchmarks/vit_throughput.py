@@ -49,7 +49,7 @@ def make_step(variant: str, attention: str, side: int, classes: int, batch: int,
     model = models.create_model(cfg, num_classes=classes, image_size=side, channels=3, dtype=dtype)
     opt_cfg = ml_collections.ConfigDict({"lr": 1e-3, "weight_decay": 0.05, "warmup_steps": 10, "b1": 0.9,
                                          "b2": 0.999, "grad_clip": 1.0})
-    tx = optim.make_optimizer(opt_cfg, 1000)
+    tx = optim.make_optimizer(opt_cfg, optim.hyperparameters(opt_cfg, total_steps=1000))
     key_x, key_y, key_p = jax.random.split(jax.random.key(0), 3)
     images = jax.random.normal(key_x, (batch, side, side, 3), jnp.float32)
     labels = jax.nn.one_hot(jax.random.randint(key_y, (batch,), 0, classes), classes)

@@ -176,7 +176,7 @@ def write_run_record(workdir, setup: Setup) -> None:
 
 def abstract_state(model, image_shape, config, sharding) -> dict:
     """The shapes, dtypes and `sharding` of the train state of `config` (nothing is computed)."""
-    tx = optim.make_optimizer(config.optimizer, config.total_steps)
+    tx = optim.make_optimizer(config.optimizer, optim.hyperparameters(config.optimizer, config.total_steps))
     return abstract_like(jax.eval_shape(lambda: init_state(model, image_shape, config.seed, tx)), sharding)
 
 

@@ -3,21 +3,43 @@
 Weight decay is applied to weight matrices and convolution kernels only (leaves named `kernel`), not to
 biases, normalisation scales or positional embeddings, as in DeiT and big_vision: decaying the
 positional embedding would pull P, the only input of positional attention, towards zero.
+
+The numbers a run is most often repeated with (peak lr, warm-up, total steps, weight decay, clipping
+norm) enter as arrays (`hyperparameters`), so the jitted train step takes them as traced arguments:
+runs that differ only in them (a resume with a longer schedule, an lr sweep, the tests) share one
+compiled program and the persistent compilation cache. Adam's b1 and b2 stay Python constants: traced,
+(1 - b1) would be rounded from float32 instead of float64 and change every update's last bits.
 """
+import jax
+import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import traverse_util
 
 
-def learning_rate_schedule(opt_cfg, total_steps: int) -> optax.Schedule:
-    """lr(t): linear from 0 to `opt_cfg.lr` over `warmup_steps`, then cosine decay to 0 at `total_steps`."""
-    warmup = min(int(opt_cfg.warmup_steps), int(total_steps))
-    return optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=float(opt_cfg.lr),
-        warmup_steps=warmup,
-        decay_steps=max(int(total_steps), warmup + 1),
-        end_value=0.0,
-    )
+def hyperparameters(opt_cfg, total_steps: int) -> dict[str, np.ndarray]:
+    """{"lr", "warmup_steps", "total_steps", "weight_decay", "grad_clip"}: `opt_cfg`'s numbers as scalars
+    (float32; the step counts int32), the traced arguments of `make_optimizer` and `learning_rate`."""
+    return {"lr": np.float32(opt_cfg.lr), "warmup_steps": np.int32(opt_cfg.warmup_steps),
+            "total_steps": np.int32(total_steps), "weight_decay": np.float32(opt_cfg.weight_decay),
+            "grad_clip": np.float32(opt_cfg.grad_clip or 0)}
+
+
+def learning_rate(hyper: dict, step: jax.Array) -> jax.Array:
+    """lr(t): linear from 0 to lr over W = min(warmup_steps, total_steps) steps, then cosine decay to 0 at
+    T = max(total_steps, W + 1): lr * 0.5 * (1 + cos(pi * min(t - W, T - W) / (T - W))).
+
+    The float32 operations of optax.warmup_cosine_decay_schedule(0, lr, W, T), in its order (whose Python
+    checks refuse traced step counts); equal to it within 1 ulp, as XLA compiles a division by a constant
+    T - W differently from one by a traced value.
+    """
+    lr = hyper["lr"]
+    warmup = jnp.minimum(hyper["warmup_steps"], hyper["total_steps"])
+    decay = (jnp.maximum(hyper["total_steps"], warmup + 1) - warmup).astype(jnp.float32)
+    ramp = (0.0 - lr) * (1 - jnp.clip(step, 0, warmup) / jnp.maximum(warmup, 1)) + lr
+    decayed = jnp.minimum(step - warmup, decay)
+    cosine = lr * (0.5 * (1 + jnp.cos(jnp.pi * decayed / decay)))
+    return jnp.where(step < warmup, ramp, cosine)
 
 
 def decay_mask(params):
@@ -26,15 +48,20 @@ def decay_mask(params):
     return traverse_util.unflatten_dict({path: path[-1] == "kernel" for path in flat})
 
 
-def make_optimizer(opt_cfg, total_steps: int) -> optax.GradientTransformation:
-    """Global-norm clipping (off when `grad_clip` is 0) followed by AdamW on the schedule above."""
+def make_optimizer(opt_cfg, hyper: dict) -> optax.GradientTransformation:
+    """Global-norm clipping (left out when `opt_cfg.grad_clip` is 0) followed by AdamW on `learning_rate`,
+    its numbers from `hyper` (`hyperparameters`, concrete or traced); b1 and b2 from `opt_cfg`.
+
+    The optimiser state's structure does not depend on `hyper`: one built from any `hyper` initialises
+    (and restores) the state that one built inside the jitted step from traced `hyper` updates.
+    """
     adamw = optax.adamw(
-        learning_rate=learning_rate_schedule(opt_cfg, total_steps),
+        learning_rate=lambda count: learning_rate(hyper, count),
         b1=float(opt_cfg.b1),
         b2=float(opt_cfg.b2),
-        weight_decay=float(opt_cfg.weight_decay),
+        weight_decay=hyper["weight_decay"],
         mask=decay_mask,
     )
     if opt_cfg.grad_clip and opt_cfg.grad_clip > 0:
-        return optax.chain(optax.clip_by_global_norm(float(opt_cfg.grad_clip)), adamw)
+        return optax.chain(optax.clip_by_global_norm(hyper["grad_clip"]), adamw)
     return adamw

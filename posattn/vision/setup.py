@@ -95,6 +95,8 @@ def _check_loop_fields(config, num_devices: int) -> None:
         if config[field] <= 0 or config[field] % num_devices:
             raise ConfigError(f"{field}={config[field]} does not divide by the {num_devices} devices; "
                               f"use a positive multiple of {num_devices}")
+    if not 0 <= config.seed < 2**31:  # the train step takes it as an int32 argument
+        raise ConfigError(f"seed={config.seed} must lie in [0, 2**31)")
     if not 0.0 <= config.label_smoothing < 1.0:
         raise ConfigError(f"label_smoothing={config.label_smoothing} must lie in [0, 1)")
 
@@ -103,9 +105,9 @@ def resolve(config, num_devices: int = 1) -> Setup:
     """Validate everything the run will use, before any heavy work; raise ConfigError on the first fault.
 
     Unknown dataset, model, variant, attention or pooling, a patch size that does not divide the image,
-    a batch that does not divide by the devices, an unknown compute dtype, a non-positive step count,
-    augmentation settings out of range, a block size that does not divide the image. The splits are
-    opened later, on first use.
+    a batch that does not divide by the devices, an unknown compute dtype, a non-positive step count, a
+    seed outside [0, 2**31), augmentation settings out of range, a block size that does not divide the
+    image. The splits are opened later, on first use.
     """
     check_choice(config.compute_dtype, COMPUTE_DTYPES, "compute_dtype")
     _check_loop_fields(config, num_devices)

@@ -40,17 +40,29 @@ class NonFiniteLoss(ConfigError):
     """The loss (or gradient norm) became NaN or inf: the run stops; its recipe needs changing."""
 
 
-def make_train_step(setup: Setup, tx: optax.GradientTransformation):
-    """(state, batch) -> (state, metrics): one AdamW step on the augmented global batch (un-jitted).
+def step_hyperparameters(config) -> dict[str, np.ndarray]:
+    """The numbers of `config` that the train step takes as arguments: the seed and the optimiser's
+    (`optim.hyperparameters`), as scalars.
+
+    Traced, not baked into the program: runs that differ only in them (other seeds, a resume with a longer
+    total_steps, an lr sweep) reuse one compiled step, in one process or through the persistent
+    compilation cache.
+    """
+    return {"seed": np.int32(config.seed), **optim.hyperparameters(config.optimizer, config.total_steps)}
+
+
+def make_train_step(setup: Setup):
+    """(state, batch, hyper) -> (state, metrics): one AdamW step on the augmented global batch (un-jitted);
+    `hyper` is `step_hyperparameters(setup.config)`, as arrays.
 
     The key of step t is fold_in(key(seed), t + 1) (0 is the init key): a pure function of the step.
     """
     config, num_classes = setup.config, setup.info.num_classes
-    schedule = optim.learning_rate_schedule(config.optimizer, config.total_steps)
     grad_fn = jax.value_and_grad(setup.loss_fn, has_aux=True)
 
-    def step(state, batch):
-        key = jax.random.fold_in(jax.random.key(config.seed), state["step"] + 1)
+    def step(state, batch, hyper):
+        tx = optim.make_optimizer(config.optimizer, hyper)
+        key = jax.random.fold_in(jax.random.key(hyper["seed"]), state["step"] + 1)
         aug_key, mix_key, drop_key = jax.random.split(key, 3)
         images = setup.training_inputs(aug_key, batch["image"])
         labels = jax.nn.one_hot(batch["label"], num_classes, dtype=jnp.float32)
@@ -71,7 +83,7 @@ def make_train_step(setup: Setup, tx: optax.GradientTransformation):
             "accuracy": jnp.mean(jnp.argmax(logits, -1) == jnp.argmax(labels, -1)),
             "grad_norm": optax.tree.norm(grads),
             "param_norm": optax.tree.norm(params),  # non-finite when an update broke the parameters
-            "lr": schedule(state["step"]),
+            "lr": optim.learning_rate(hyper, state["step"]),
         }
         return new_state, metrics
 
@@ -181,10 +193,12 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     setup = resolve(config, mesh.devices.size)
     # Model, optimizer and the abstract state (shapes only: nothing is computed yet).
     repl, batch_shard = replicated(mesh), batch_sharding(mesh)
-    tx = optim.make_optimizer(config.optimizer, config.total_steps)
-    init_fn = jax.jit(lambda: init_state(setup.model, setup.image_shape, config.seed, tx), out_shardings=repl,
+    # The seed and optimiser numbers, replicated arrays that every process holds (traced by the programs).
+    hyper = jax.tree.map(lambda v: jax.make_array_from_process_local_data(repl, v), step_hyperparameters(config))
+    tx = optim.make_optimizer(config.optimizer, hyper)
+    init_fn = jax.jit(lambda seed: init_state(setup.model, setup.image_shape, seed, tx), out_shardings=repl,
                       compiler_options=init_compiler_options(mesh.devices.flat[0].platform))
-    abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn), repl)
+    abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hyper["seed"]), repl)
     num_params = models.param_count(abstract_state["params"])
     # Before any work: a workdir that cannot take a checkpoint stops the run now, not at its first save.
     workdir = workdir_lib.check(workdir, workdir_lib.checkpoint_bytes(abstract_state))
@@ -209,7 +223,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
                  "checkpoint that restores")
 
         resumed_from = None if state is None else int(jax.device_get(state["step"]))
-        state = init_fn() if state is None else state
+        state = init_fn(hyper["seed"]) if state is None else state
         start = int(jax.device_get(state["step"]))
         model_name = config.model.name
         if model_name == "vit":
@@ -219,7 +233,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
         _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
              f"{jax.process_count()} processes{resumed}")
 
-        train_step = jax.jit(make_train_step(setup, tx), in_shardings=(repl, batch_shard),
+        train_step = jax.jit(make_train_step(setup), in_shardings=(repl, batch_shard, repl),
                              out_shardings=(repl, repl), donate_argnums=(0,))
         eval_step = jax.jit(make_eval_step(setup), in_shardings=(repl, batch_shard, repl), out_shardings=repl,
                             donate_argnums=(2,))
@@ -231,7 +245,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
         t_run = time.perf_counter()
         t_go, timed_seconds, log_seconds, log_steps = None, 0.0, 0.0, 0
         for step in range(start + 1, total + 1):
-            state, metrics = train_step(state, global_batch(next(batches), mesh))
+            state, metrics = train_step(state, global_batch(next(batches), mesh), hyper)
             pending.append((step, metrics))
             if t_go is None:
                 jax.block_until_ready(metrics)

@@ -47,21 +47,28 @@ def test_one_step_golden_values():
     c = tiny_digits(total_steps=10, optimizer__warmup_steps=0)
     mesh = data_mesh(jax.devices()[:1])
     setup = resolve(c, 1)
-    tx = optim.make_optimizer(c.optimizer, c.total_steps)
+    hyper = train.step_hyperparameters(c)
+    tx = optim.make_optimizer(c.optimizer, hyper)
     state = jax.jit(lambda: init_state(setup.model, setup.image_shape, c.seed, tx),
                     out_shardings=replicated(mesh))()
     images = (np.arange(16 * 8 * 8).reshape(16, 8, 8, 1) * 7 % 256).astype(np.uint8)
     batch = {"image": jnp.asarray(images), "label": jnp.asarray(np.arange(16) % 10, jnp.int32)}
-    step = jax.jit(train.make_train_step(setup, tx))
+    step = jax.jit(train.make_train_step(setup))
     init_params = jax.tree.map(np.asarray, state["params"])  # the step donates nothing here, but copy anyway
-    new_state, metrics = step(state, batch)
+    new_state, metrics = step(state, batch, hyper)
     update_norm = float(optax.tree.norm(jax.tree.map(lambda a, b: a - b, new_state["params"], init_params)))
     checksum = float(sum(jnp.sum(x * (i + 1)) for i, x in enumerate(jax.tree.leaves(new_state["params"]))))
     assert int(new_state["step"]) == 1
     assert float(metrics["lr"]) == pytest.approx(1e-3)  # no warm-up: the first step runs at the peak
     # The classifier head starts at zero (uniform logits): the first loss is exactly log(10).
     np.testing.assert_allclose(float(metrics["loss"]), np.log(10.0), rtol=1e-6)
-    _, metrics2 = step(new_state, batch)
+    _, metrics2 = step(new_state, batch, hyper)
+    # Another seed, schedule and lr run on the same compiled step: they are arguments, not constants.
+    other = {**hyper, "seed": np.int32(5), "total_steps": np.int32(40), "warmup_steps": np.int32(4),
+             "lr": np.float32(3e-4)}
+    _, metrics3 = step(new_state, batch, other)
+    assert step._cache_size() == 1
+    np.testing.assert_allclose(float(metrics3["lr"]), 3e-4 * 1 / 4, rtol=1e-6)  # step 1 of a 4-step warm-up
     np.testing.assert_allclose(checksum, GOLDEN_CHECKSUM, rtol=1e-5)
     np.testing.assert_allclose(update_norm, GOLDEN_UPDATE_NORM, rtol=1e-5)
     np.testing.assert_allclose(float(metrics2["loss"]), GOLDEN_SECOND_LOSS, rtol=1e-5)
@@ -185,7 +192,8 @@ class TinyBatchNormNet(nn.Module):
 def test_batch_norm_statistics_are_global_over_the_sharded_batch_and_checkpointed(tmp_path):
     c = tiny_digits(total_steps=4)
     setup = dataclasses.replace(resolve(c, 1), model=TinyBatchNormNet())
-    tx = optim.make_optimizer(c.optimizer, c.total_steps)
+    hyper = train.step_hyperparameters(c)
+    tx = optim.make_optimizer(c.optimizer, hyper)
     batch = next(setup.train_batches())
     init = lambda: init_state(setup.model, setup.image_shape, c.seed, tx)  # noqa: E731
     states = []
@@ -193,10 +201,10 @@ def test_batch_norm_statistics_are_global_over_the_sharded_batch_and_checkpointe
         mesh = data_mesh(devices)
         repl = replicated(mesh)
         state = jax.jit(init, out_shardings=repl)()
-        step = jax.jit(train.make_train_step(setup, tx), in_shardings=(repl, batch_sharding(mesh)),
+        step = jax.jit(train.make_train_step(setup), in_shardings=(repl, batch_sharding(mesh), repl),
                        out_shardings=(repl, repl), donate_argnums=(0,))
         for _ in range(2):
-            state, _ = step(state, global_batch(batch, mesh))
+            state, _ = step(state, global_batch(batch, mesh), hyper)
         states.append(state)
     one, eight = (s["batch_stats"]["BatchNorm_0"] for s in states)
     assert float(jnp.abs(eight["mean"]).sum()) > 0  # the running statistics moved
@@ -218,6 +226,8 @@ def test_resolve_rejects_a_batch_that_does_not_divide_by_the_devices():
         resolve(tiny_digits(global_batch_size=12), 8)
     with pytest.raises(ConfigError, match="compute_dtype"):
         resolve(tiny_digits(compute_dtype="float8"), 8)
+    with pytest.raises(ConfigError, match=r"seed=-1 must lie in \[0, 2\*\*31\)"):
+        resolve(tiny_digits(seed=-1), 8)
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -234,8 +244,17 @@ def test_resolve_rejects_augmentation_out_of_range_before_any_tracing(field, val
 
 def test_schedule_warms_up_linearly_then_decays_to_zero_and_decays_only_kernels():
     c = tiny_digits(total_steps=100, optimizer__warmup_steps=10, optimizer__lr=1e-3)
-    lr = optim.learning_rate_schedule(c.optimizer, c.total_steps)
-    np.testing.assert_allclose([float(lr(t)) for t in (0, 5, 10, 55, 100)],
+    lr = jax.jit(optim.learning_rate)
+    hyper = optim.hyperparameters(c.optimizer, c.total_steps)
+    np.testing.assert_allclose([float(lr(hyper, t)) for t in (0, 5, 10, 55, 100)],
                                [0.0, 5e-4, 1e-3, 5e-4, 0.0], atol=1e-9)
+    # optax's schedule with the same numbers, to float32 round-off, warm-up longer than the run included.
+    for warmup, total in ((10, 100), (0, 7), (30, 20)):
+        hyper = optim.hyperparameters(tiny_digits(optimizer__warmup_steps=warmup).optimizer, total)
+        w = min(warmup, total)
+        reference = optax.warmup_cosine_decay_schedule(0.0, 1e-3, w, max(total, w + 1))
+        steps = np.arange(total + 3)
+        np.testing.assert_allclose([float(lr(hyper, t)) for t in steps], [float(reference(t)) for t in steps],
+                                   rtol=0, atol=1e-3 * 1e-6)  # round-off of the peak lr
     params = {"dense": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)}, "pos_embedding": jnp.ones((4, 2))}
     assert optim.decay_mask(params) == {"dense": {"kernel": True, "bias": False}, "pos_embedding": False}
