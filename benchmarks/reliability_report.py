@@ -113,7 +113,8 @@ def write_report(r: dict, command: str, s: dict) -> str:
         "## 3. Damaged checkpoints",
         "",
         "A copy of the finished uninterrupted run, its latest checkpoint damaged (`damage_checkpoint`: the "
-        "largest array file cut in half, or one bit flipped in its middle), then the same command again. "
+        "largest array file cut in half, or one bit flipped in the largest array, written back through "
+        "orbax), then the same command again. "
         "Orbax alone restores the bit-flipped checkpoint without complaint (with wrong values); the SHA-256 "
         "each checkpoint carries catches it.",
         "",
