@@ -4,6 +4,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.metrics import classification_error
 from posattn.theory.config import FINAL_TEST_CHUNK, TheoryConfig
@@ -45,12 +46,13 @@ def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000,
     if n % chunk:
         raise ConfigError(f"test_errors: n={n} is not a multiple of the chunk of {chunk} samples")
 
-    def one(k):
+    def one(k, params, task):
         X, y = sample(k, cfg, task, chunk)
         not_yC = (f_star_is_not_yC(X, y, cfg, task).mean() if dataset(cfg).INTEGER_LABELLING
                   else jnp.float32(jnp.nan))
         return jnp.stack([classification_error(forward(params, X, cfg), y),
                           label_disagrees(X, y, cfg, task).mean(), not_yC])
 
-    errors = jax.lax.map(one, jax.random.split(key, n // chunk)).mean(0)
+    # The chunks are split over the devices when they divide evenly (`map_runs`): the same draws.
+    errors = mesh_lib.map_runs(one, jax.random.split(key, n // chunk), params, task).mean(0)
     return {"test_error": errors[0], "label_noise_rate": errors[1], "f_star_not_yC_rate": errors[2]}
