@@ -133,6 +133,7 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
 
 def main(argv):
     del argv
+    mesh_lib.use_cpu_cores()  # as the binaries do: one CPU device per core, the sample axis split over them
     paper_cfg, paper_gd = get_preset("paper")
     cases = {
         "N=50,000, D=10, d=100": (TheoryConfig(D=10, C=2, d=100, q=0.4, partition="random"),

@@ -15,7 +15,7 @@ import time
 
 from absl import flags
 
-from posattn import cli, io, workdir as workdir_lib
+from posattn import cli, io, mesh as mesh_lib, workdir as workdir_lib
 from posattn.plots import theory as figures
 from posattn.theory import keys
 from posattn.theory.claims import report, reproduce
@@ -28,6 +28,7 @@ flags.DEFINE_integer("seed", 0, "seed of every run")
 
 
 def main(argv):
+    mesh_lib.use_cpu_cores()  # first, before JAX starts: one CPU device per core (docs/decisions.md)
     del argv
     plan = reproduce.QUICK if FLAGS.quick else reproduce.Plan()
     workdir = FLAGS.workdir

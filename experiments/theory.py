@@ -23,7 +23,7 @@ import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
-from posattn import cli, io, workdir as workdir_lib
+from posattn import cli, io, mesh as mesh_lib, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.plots import theory as figures
 from posattn.theory import data, gd as gd_lib, keys, population, presets, run_report
@@ -39,6 +39,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", req
 
 
 def main(argv):
+    mesh_lib.use_cpu_cores()  # first, before JAX starts: one CPU device per core (docs/decisions.md)
     if len(argv) > 1:
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
     config = _CONFIG.value

@@ -4,10 +4,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.metrics import classification_error
 from posattn.theory.config import FINAL_TEST_CHUNK, TheoryConfig
 from posattn.theory.data import Task, dataset, labelling_function, sample
+from posattn.theory.gd import run_once_compiler_options
 from posattn.theory.model import forward
 
 
@@ -31,7 +33,6 @@ def f_star_is_not_yC(X, y, cfg: TheoryConfig, task: Task) -> jax.Array:
     return jnp.abs(labelling_function(X, cfg, task) - y * cfg.C) > TIE_TOLERANCE
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "n", "chunk"))
 def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000,
                 chunk: int = FINAL_TEST_CHUNK):
     """Errors on n fresh samples, drawn `chunk` at a time to bound memory (n <= chunk, or a multiple).
@@ -44,13 +45,25 @@ def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000,
     chunk = min(chunk, n)
     if n % chunk:
         raise ConfigError(f"test_errors: n={n} is not a multiple of the chunk of {chunk} samples")
+    return _test_errors_fn(cfg, n, chunk)(key, params, task)
 
-    def one(k):
+
+@functools.lru_cache(maxsize=32)
+def _test_errors_fn(cfg: TheoryConfig, n: int, chunk: int):
+    """`test_errors` compiled once per (cfg, n, chunk), with `gd.run_once_compiler_options` (it runs
+    once per run)."""
+    return jax.jit(functools.partial(_errors, cfg=cfg, n=n, chunk=chunk),
+                   compiler_options=run_once_compiler_options())
+
+
+def _errors(key, params, task: Task, *, cfg: TheoryConfig, n: int, chunk: int):
+    def one(k, params, task):
         X, y = sample(k, cfg, task, chunk)
         not_yC = (f_star_is_not_yC(X, y, cfg, task).mean() if dataset(cfg).INTEGER_LABELLING
                   else jnp.float32(jnp.nan))
         return jnp.stack([classification_error(forward(params, X, cfg), y),
                           label_disagrees(X, y, cfg, task).mean(), not_yC])
 
-    errors = jax.lax.map(one, jax.random.split(key, n // chunk)).mean(0)
+    # The chunks are split over the devices when they divide evenly (`map_runs`): the same draws.
+    errors = mesh_lib.map_runs(one, jax.random.split(key, n // chunk), params, task).mean(0)
     return {"test_error": errors[0], "label_noise_rate": errors[1], "f_star_not_yC_rate": errors[2]}

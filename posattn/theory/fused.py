@@ -12,14 +12,16 @@ taken back through the softmax once. Same loss and gradient as `jax.grad` up to 
 
 Tile j holds the samples j, k + j, 2k + j, ... (k tiles): X of shape (n, D, d) is viewed as
 (n / k, k, D, d), so a split of the sample axis into contiguous blocks over devices stays a split of
-the leading axis, and every device walks through its own samples with no communication but the
-per-tile sums.
+the leading axis. Over several devices (`mesh`), each walks through the tiles of its own block of
+samples, and the only communication is one sum of the partial sums per step.
 """
 import math
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
+from posattn.mesh import DATA
 from posattn.theory.config import TheoryConfig
 from posattn.theory.model import attention, logistic_loss, mix, sigma
 
@@ -43,19 +45,11 @@ def tile_count(n: int, row_bytes: int, shards: int = 1, tile_bytes: int = TILE_B
     return best
 
 
-def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfig, weight=None,
-                            shards: int = 1, num_tiles: int | None = None):
-    """(R, dR/dparams) of the risk (E), `model.empirical_risk`, in one pass over X (module docstring).
-
-    X (n, D, d), y (n,), weight (n,) or None as in `empirical_risk`; `shards` is the number of devices
-    the sample axis is split over; `num_tiles` (a divisor of n) overrides `tile_count`.
-    The gradient is the full one (A's diagonal included), as `jax.grad` gives it.
-    """
+def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None, shards: int = 1):
+    """(sum_n w_n loss_n, its gradient in S, its gradient in v) over the samples X (n, D, d) at hand,
+    tile by tile (module docstring): unnormalised, so that sums over devices add up."""
     n, D, d = X.shape
     k = num_tiles or tile_count(n, D * d * X.dtype.itemsize, shards)
-    w = jnp.ones(n, X.dtype) if weight is None else weight.astype(X.dtype)
-    S, attention_vjp = jax.vjp(lambda A: attention(A, cfg), params["A"])
-    v = params["v"]
     X_mxkxDxd = X.reshape(n // k, k, D, d)
     y_mxk, w_mxk = y.reshape(n // k, k), w.reshape(n // k, k)
 
@@ -74,12 +68,34 @@ def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfi
         dv_j = dz_mxD.reshape(-1) @ X_mxDxd.reshape(-1, d)
         return (loss + l, dS + dS_j, dv + dv_j), None
 
-    zero = jnp.zeros((), v.dtype)
-    init = (zero, jnp.zeros_like(S), jnp.zeros_like(v))
+    init = (jnp.zeros((), v.dtype), jnp.zeros_like(S), jnp.zeros_like(v))
     if k == 1:  # X fits in one tile: no loop, and no copy of the tile out of X
-        (loss, dS, dv), _ = one_tile(init, 0)
+        return one_tile(init, 0)[0]
+    return jax.lax.scan(one_tile, init, jnp.arange(k))[0]
+
+
+def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfig, weight=None,
+                            shards: int = 1, num_tiles: int | None = None, mesh=None):
+    """(R, dR/dparams) of the risk (E), `model.empirical_risk`, in one pass over X (module docstring).
+
+    X (n, D, d), y (n,), weight (n,) or None as in `empirical_risk`; `shards` is the number of devices
+    the sample axis is split over; `num_tiles` (a divisor of n) overrides `tile_count`.
+    With `mesh` (`posattn.mesh.data_mesh`, n a multiple of its size), each device takes its own block
+    of samples through the tiles (`jax.shard_map`) and the partial sums are added over "data": on a
+    CPU with one device per core (docs/decisions.md) this is what runs the pass on every core.
+    The gradient is the full one (A's diagonal included), as `jax.grad` gives it.
+    """
+    w = jnp.ones(X.shape[0], X.dtype) if weight is None else weight.astype(X.dtype)
+    S, attention_vjp = jax.vjp(lambda A: attention(A, cfg), params["A"])
+    v = params["v"]
+    if mesh is None or mesh.devices.size == 1:
+        loss, dS, dv = _partial_sums(S, v, X, y, w, cfg, num_tiles, shards)
     else:
-        (loss, dS, dv), _ = jax.lax.scan(one_tile, init, jnp.arange(k))
+        def local(S, v, X, y, w):  # check_vma=False: the tile loop's zero start is not marked varying
+            return jax.lax.psum(_partial_sums(S, v, X, y, w, cfg, num_tiles), DATA)
+
+        loss, dS, dv = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(DATA), P(DATA), P(DATA)),
+                                     out_specs=P(), check_vma=False)(S, v, X, y, w)
     total = w.sum()
     (dA,) = attention_vjp(dS / total)
     return loss / total, {"A": dA, "v": dv / total}

@@ -62,16 +62,18 @@ def training_risk(params, step, train: Batch, key, task: Task, *, cfg: TheoryCon
         if sharding is not None:
             X = jax.lax.with_sharding_constraint(X, sharding)
         return empirical_risk(params, X, y, cfg)
-    return exact_risk(params, cfg, task, gd.population_method)
+    return exact_risk(params, cfg, task, gd.population_method,
+                      mesh=None if sharding is None else sharding.mesh)
 
 
 def risk_and_grad(params, step, train: Batch, key, task: Task, *, cfg: TheoryConfig, gd: GDConfig,
                   sharding=None):
     """(risk, gradient) of `training_risk`: for (E) in one pass over the samples
-    (`posattn.theory.fused`), otherwise by `jax.value_and_grad`."""
+    (`posattn.theory.fused`), otherwise by `jax.value_and_grad`. With `sharding` (the data's, over a
+    "data" mesh), (E) and the exact (P) split their sums over the mesh's devices."""
+    mesh = None if sharding is None else sharding.mesh
     if gd.risk == "empirical":
-        shards = 1 if sharding is None else len(sharding.device_set)
-        return fused.empirical_risk_and_grad(params, train.X, train.y, cfg, train.weight, shards)
+        return fused.empirical_risk_and_grad(params, train.X, train.y, cfg, train.weight, mesh=mesh)
     return jax.value_and_grad(training_risk)(params, step, train, key, task, cfg=cfg, gd=gd,
                                              sharding=sharding)
 

@@ -51,12 +51,12 @@ def test_matches_autodiff_under_the_model_options(change):
 
 
 def test_sample_axis_sharded_over_devices_gives_the_same():
+    """Each device's block through the tiles (`mesh`), the partial sums added over "data"."""
     mesh = mesh_lib.data_mesh()
-    shards = mesh.devices.size
-    params, X, y, weight = _problem(n=16 * shards)
+    params, X, y, weight = _problem(n=16 * mesh.devices.size)
     want = jax.value_and_grad(empirical_risk)(params, X, y, CFG, weight)
     X, y, weight = jax.device_put((X, y, weight), mesh_lib.batch_sharding(mesh))
-    got = jax.jit(lambda p, X, y, w: empirical_risk_and_grad(p, X, y, CFG, w, shards, num_tiles=4))(
+    got = jax.jit(lambda p, X, y, w: empirical_risk_and_grad(p, X, y, CFG, w, num_tiles=4, mesh=mesh))(
         params, X, y, weight)
     _assert_round_off(got, want)
 

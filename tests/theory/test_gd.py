@@ -1,8 +1,14 @@
 """Gradient descent: frozen diagonal, sharding over devices, symmetry at a0 = 0, and learning."""
+import os
+import re
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posattn import mesh as mesh_lib
 from posattn.theory import GDConfig, TheoryConfig, fit, make_task, sample, same_set_mask
 from posattn.theory.gd import fit_seeds, make_chunk_fn
 from posattn.theory.step import gd_update
@@ -95,3 +101,19 @@ def test_a_vmapped_seed_is_the_run_fit_makes_from_its_key():
     one = fit(keys[2], CFG, GD)
     np.testing.assert_allclose(one.params["v"], many.params["v"][2], rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(one.history["loss"], many.history["loss"][:, 2], rtol=1e-4)
+
+
+def test_use_cpu_cores_gives_devices_only_where_nothing_was_chosen():
+    """A fresh process gets the CPU devices asked for; one whose JAX already started keeps its device;
+    the tests' XLA_FLAGS count (8 here) wins over the call."""
+    mesh_lib.use_cpu_cores(3)
+    assert jax.device_count() == 8
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", ""))
+    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_NUM_CPU_DEVICES", None)
+    count = ("import jax, jax.numpy as jnp; from posattn import mesh; {} mesh.use_cpu_cores(3); "
+             "print(jax.device_count())")
+    for started, want in (("", "3"), ("jnp.zeros(1);", "1")):
+        out = subprocess.run([sys.executable, "-c", count.format(started)], env=env, capture_output=True,
+                             text=True, check=True)
+        assert out.stdout.split()[-1] == want, out.stderr

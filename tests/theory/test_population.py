@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.plots import theory as figures
 from posattn.theory import (GDConfig, TheoryConfig, Task, fit, make_task, patch_association, same_set_mask,
@@ -377,3 +378,21 @@ def test_exact_population_gd_and_the_overlay(tmp_path):
     gaps = deviations(h, {100: E.history})[100]
     assert 0 < gaps["max_gap_gamma_minus_rho"] < np.inf and gaps["final_risk_P"] == h["loss"][-1]
     assert (tmp_path / "overlay.png").stat().st_size > 0
+
+
+def test_patterns_split_over_devices_give_the_same_risk_and_gradient():
+    """The multiset pass on a "data" mesh: each device takes its share of the chunks of patterns (the
+    10 chunks at L=7, padded to 16 over 8 devices), the sums are added over the devices."""
+    cfg = TheoryConfig(D=28, C=4, d=8, q=0.4, partition="random")
+    task = make_task(jax.random.key(0), cfg)
+    params = {"A": three_value_A(cfg, task, 3.0, 1.0, -0.5),
+              "v": 0.3 * task.w_star + 0.05 * unit_perp(jax.random.key(1), task.w_star)}
+    mesh = mesh_lib.data_mesh()
+    risk_and_grad = lambda mesh: jax.jit(jax.value_and_grad(
+        lambda p, task: exact_risk(p, cfg, task, "multiset", mesh=mesh)))
+    want = risk_and_grad(None)(params, task)
+    got = risk_and_grad(mesh)(*jax.device_put((params, task), mesh_lib.replicated(mesh)))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    for name in ("A", "v"):
+        np.testing.assert_allclose(got[1][name], want[1][name], rtol=0,
+                                   atol=1e-5 * float(jnp.abs(want[1][name]).max()), err_msg=name)

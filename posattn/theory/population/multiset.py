@@ -31,7 +31,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
+from posattn.mesh import DATA
 from posattn.theory.config import TheoryConfig
 from posattn.theory.data import same_set_mask
 from posattn.theory.population import heat, pattern_loss
@@ -188,21 +190,43 @@ def _chunk_sums(T, m, s):
     return tuple(sums[:, j] for j in range(N_TERMS))
 
 
-def _scan_chunks(body, init, chunks: PatternChunks, dtype):
-    xs = (jnp.asarray(chunks.mult), jnp.asarray(chunks.weight, dtype), jnp.asarray(chunks.s_index))
+def _scan_chunks(body, init, xs, dtype):
+    """`lax.scan` of body(carry, mult, weight, s_index) over the chunks of xs, mult cast to dtype."""
     return jax.lax.scan(lambda carry, x: body(carry, x[0].astype(dtype), x[1], x[2]), init, xs)
 
 
-def risk_from_terms(T, qs, t, chunks: PatternChunks):
-    """The sum over patterns of weight x expected loss, chunk by chunk (no gradient)."""
-    def body(risk, m, w, s):
-        return risk + (w * pattern_loss.expected_loss(_chunk_sums(T, m, s), qs, t)).sum(), None
+def _over_chunks(fn, mesh, chunks: PatternChunks, dtype, *args):
+    """fn(*args, mult, weight, s_index) on the chunks' arrays, summed over patterns: on one device, or,
+    with `mesh`, each of its devices on a contiguous share of the chunks (padded with empty ones, which
+    add zeros) and the results added over "data" (`jax.shard_map`): on a CPU with one device per core
+    (docs/decisions.md) this is what runs the pass on every core."""
+    shards = 1 if mesh is None else mesh.devices.size
+    pad = -len(chunks.mult) % shards
+    padded = lambda a: np.concatenate([a, np.zeros((pad, *a.shape[1:]), a.dtype)])
+    xs = (jnp.asarray(padded(chunks.mult)), jnp.asarray(padded(chunks.weight), dtype),
+          jnp.asarray(padded(chunks.s_index)))
+    if shards == 1:
+        return fn(*args, *xs)
+    local = lambda *a: jax.lax.psum(fn(*a), DATA)  # check_vma=False: the scans start from constants
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(),) * len(args) + (P(DATA),) * 3, out_specs=P(),
+                         check_vma=False)(*args, *xs)
 
-    return _scan_chunks(body, jnp.zeros((), T.dtype), chunks, T.dtype)[0]
+
+def risk_from_terms(T, qs, t, chunks: PatternChunks, mesh=None):
+    """The sum over patterns of weight x expected loss, chunk by chunk (no gradient); over the devices
+    of `mesh` if given (`_over_chunks`)."""
+    def local(T, qs, t, *xs):
+        def body(risk, m, w, s):
+            return risk + (w * pattern_loss.expected_loss(_chunk_sums(T, m, s), qs, t)).sum(), None
+
+        return _scan_chunks(body, jnp.zeros((), T.dtype), xs, T.dtype)[0]
+
+    return _over_chunks(local, mesh, chunks, T.dtype, T, qs, t)
 
 
-def risk_and_grad_from_terms(T, qs, t, chunks: PatternChunks):
-    """(sum over patterns of weight x expected loss, its gradient in (T, qs, t)) in one pass.
+def risk_and_grad_from_terms(T, qs, t, chunks: PatternChunks, mesh=None):
+    """(sum over patterns of weight x expected loss, its gradient in (T, qs, t)) in one pass; over the
+    devices of `mesh` if given (`_over_chunks`).
 
     Per chunk of about `CHUNK_BYTES`, while its arrays are in cache: the 12 summed terms (a batched
     matmul), the expected loss and its gradient in closed form (`pattern_loss`), and one batched matmul
@@ -215,47 +239,51 @@ def risk_and_grad_from_terms(T, qs, t, chunks: PatternChunks):
     """
     K, S = T.shape[0], T.shape[1]
 
-    def body(_, m, w, s):
-        E, d_sums, d_qs, d_t = pattern_loss.expected_loss_and_grad(_chunk_sums(T, m, s), qs, t)
-        rows = jnp.stack([*d_sums, E, *d_qs, d_t], 1) * w[:, None]  # (blocks, 17, block)
-        return None, jnp.einsum("nkb,njb->nkj", m, rows)
+    def local(T, qs, t, *xs):
+        def body(_, m, w, s):
+            E, d_sums, d_qs, d_t = pattern_loss.expected_loss_and_grad(_chunk_sums(T, m, s), qs, t)
+            rows = jnp.stack([*d_sums, E, *d_qs, d_t], 1) * w[:, None]  # (blocks, 17, block)
+            return None, jnp.einsum("nkb,njb->nkj", m, rows)
 
-    _, d_blocks = _scan_chunks(body, None, chunks, T.dtype)
-    d_blocks = d_blocks.reshape(-1, K, N_TERMS + 5)
-    totals = d_blocks[..., N_TERMS:].sum((0, 1)) / chunks.sets  # sum over patterns of w (E, dE/dqs, dE/dt)
-    # Blocks of equal s summed (the padding blocks, at index 0, add zeros).
-    d_T = jax.ops.segment_sum(d_blocks[..., :N_TERMS], jnp.asarray(chunks.s_index.reshape(-1)), S,
-                              indices_are_sorted=False).transpose(1, 0, 2)
-    return totals[0], (d_T, (totals[1], totals[2], totals[3]), totals[4])
+        _, d_blocks = _scan_chunks(body, None, xs, T.dtype)
+        d_blocks = d_blocks.reshape(-1, K, N_TERMS + 5)
+        # Blocks of equal s summed (the padding blocks, at index 0, add zeros).
+        d_T = jax.ops.segment_sum(d_blocks[..., :N_TERMS], xs[2].reshape(-1), S, indices_are_sorted=False)
+        return d_blocks[..., N_TERMS:].sum((0, 1)), d_T
+
+    sums, d_T = _over_chunks(local, mesh, chunks, T.dtype, T, qs, t)
+    totals = sums / chunks.sets  # sum over patterns of w (E, dE/dqs, dE/dt)
+    return totals[0], (d_T.transpose(1, 0, 2), (totals[1], totals[2], totals[3]), totals[4])
 
 
-def _expected_risk(chunks: PatternChunks):
+def _expected_risk(chunks: PatternChunks, mesh=None):
     """R(T, qs, t) with the gradient that `risk_and_grad_from_terms` computes in the same pass as R
     (reverse mode only: a custom VJP)."""
 
     @jax.custom_vjp
     def risk(T, qs, t):
-        return risk_from_terms(T, qs, t, chunks)
+        return risk_from_terms(T, qs, t, chunks, mesh)
 
     def backward(grads, g):
         return jax.tree.map(lambda x: g * x, grads)
 
-    risk.defvjp(lambda T, qs, t: risk_and_grad_from_terms(T, qs, t, chunks), backward)
+    risk.defvjp(lambda T, qs, t: risk_and_grad_from_terms(T, qs, t, chunks, mesh), backward)
     return risk
 
 
-def multiset_risk(alpha, t, a, gamma, rho, cfg: TheoryConfig) -> jax.Array:
+def multiset_risk(alpha, t, a, gamma, rho, cfg: TheoryConfig, mesh=None) -> jax.Array:
     """Population risk (P) of Eq. (T) at v = alpha w* (+ noise of variance t), A = (a, gamma, rho).
 
     Exact for t = 0; second order in t otherwise (`posattn.theory.population.heat`). Differentiable in
     all five scalars by reverse mode (`jax.grad`; the gradient in the per-set terms is computed with
-    the risk, `risk_and_grad_from_terms`); the dtype follows alpha's.
+    the risk, `risk_and_grad_from_terms`); the dtype follows alpha's. With `mesh`, the patterns are
+    split over its devices.
     """
     tables = multiset_tables(cfg.C, cfg.L, float(cfg.q))
     dtype = jnp.result_type(alpha, float)
     coef = attention_coefficients(*(jnp.asarray(x, dtype) for x in (a, gamma, rho)), cfg)
     T, qs = per_set_terms(jnp.asarray(alpha, dtype), coef, cfg, tables)
-    return _expected_risk(pattern_chunks(cfg.C, cfg.L, float(cfg.q)))(T, qs, jnp.asarray(t, dtype))
+    return _expected_risk(pattern_chunks(cfg.C, cfg.L, float(cfg.q)), mesh)(T, qs, jnp.asarray(t, dtype))
 
 
 def three_value_form(A: jax.Array, sets: jax.Array):

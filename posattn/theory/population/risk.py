@@ -107,19 +107,20 @@ def value_statistics(v: jax.Array, w_star: jax.Array, cfg: TheoryConfig):
     return alpha, cfg.s**2 * (r @ r)
 
 
-def exact_risk(params, cfg: TheoryConfig, task: Task, method: str) -> jax.Array:
+def exact_risk(params, cfg: TheoryConfig, task: Task, method: str, mesh=None) -> jax.Array:
     """The population risk (P) of Eq. (T): E over the data distribution of log(1 + exp(-y F(X))).
 
     Pure and traceable (GD calls it inside its compiled step); `method` is static, "multiset" or
     "general" (module docstring). Exact over the signal set and the features; second order in
     ||v_perp||^2 for the noise. The dtype follows params (float64 under `jax.enable_x64` in tests).
+    With `mesh` (a "data" mesh, `posattn.mesh`), the multiset path splits its patterns over the devices.
     """
     A, v = params["A"], params["v"]
     alpha, t = value_statistics(v, task.w_star.astype(v.dtype), cfg)
     if method == "general":
         return general_risk(A, alpha, t, cfg, task)
     a, gamma, rho, _ = three_value_form(A, task.sets)
-    return multiset_risk(alpha, t, a, gamma, rho, cfg)
+    return multiset_risk(alpha, t, a, gamma, rho, cfg, mesh)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "method"))
