@@ -21,3 +21,11 @@ def test_compile_all_gives_programs_that_run_without_retracing():
     np.testing.assert_allclose(compiled["sq"](x + 1), 91.0)  # new values, same shapes: same program
     np.testing.assert_allclose(compiled["neg"](x, 2 * x), -x)
     assert len(traces) == 1
+
+
+def test_cpu_programs_compile_with_the_options_of_compiler_options():
+    # an unknown option name or value would make compile() fail
+    x = jnp.arange(4.0)
+    lowered = jax.jit(jnp.cumsum).lower(x)
+    np.testing.assert_array_equal(lowered.compile(compiler_options=programs.COMPILER_OPTIONS["cpu"])(x),
+                                  [0.0, 1.0, 3.0, 6.0])

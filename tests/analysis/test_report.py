@@ -54,6 +54,12 @@ def test_unknown_model_stops_the_report_before_any_training(tmp_path):
     assert not (tmp_path / "pk22").exists()
 
 
+def test_pipelines_start_with_the_convolutional_models():
+    # the CNNs' pipelines are the longest: started last, one would run alone at the end
+    configs = {m: pk22_report.training_config(m, quick=True) for m in pk22_report.DEFAULT_MODELS}
+    assert pk22_report.start_order(configs) == ["resnet", "alternet", "vit_vanilla", "vit_positional"]
+
+
 def _fake_results(attention: bool):
     names = ["stem", "block_00/attention" if attention else "block_00/conv", "block_01/conv"]
     return {"layers": names, "layer_sizes": [8, 8, 4], "fourier": {n: [0.0, -1.0, -2.0, -2.5] for n in names},
