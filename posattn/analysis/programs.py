@@ -4,7 +4,7 @@ running (docs/how_vits_work.md, Time).
 On a CPU, XLA's compilation of one program runs on one core and takes most of a PK22 measurement's
 time on the small digits models; the programs of one model are independent, so they are traced one
 after another (tracing holds the Python lock) and compiled concurrently (XLA releases it). On a CPU they compile at
-LLVM optimisation level 1 (`COMPILER_OPTIONS`): each runs once or a few times, and level 1 halves the
+LLVM optimisation level 1 (`posattn.compile_options.run_once`): each runs once or a few times, and level 1 halves the
 compiling of the CNNs' Hessian and forward programs at the cost of a change in the last digits
 (docs/how_vits_work.md, Time).
 """
@@ -12,11 +12,7 @@ import concurrent.futures
 import time
 from collections.abc import Callable
 
-import jax
-
-# XLA options per platform; other platforms: XLA's defaults
-COMPILER_OPTIONS = {"cpu": {"xla_backend_optimization_level": 1}}
-
+from posattn import compile_options
 
 def compile_all(programs: dict[str, tuple[Callable, tuple]], workers: int = 2) -> tuple[dict, dict]:
     """{name: (jitted function, example args)} -> ({name: compiled program}, {name: compile seconds}).
@@ -25,7 +21,7 @@ def compile_all(programs: dict[str, tuple[Callable, tuple]], workers: int = 2) -
     retrace. The seconds are each compilation's wall clock, concurrent ones overlapping.
     """
     lowered = {name: fn.lower(*args) for name, (fn, args) in programs.items()}
-    options = COMPILER_OPTIONS.get(jax.default_backend())
+    options = compile_options.run_once()
 
     def compile_one(low):
         t = time.perf_counter()

@@ -4,12 +4,11 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from posattn import mesh as mesh_lib
+from posattn import compile_options, mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.metrics import classification_error
 from posattn.theory.config import FINAL_TEST_CHUNK, TheoryConfig
 from posattn.theory.data import Task, dataset, labelling_function, sample
-from posattn.theory.gd import run_once_compiler_options
 from posattn.theory.model import forward
 
 
@@ -50,10 +49,10 @@ def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000,
 
 @functools.lru_cache(maxsize=32)
 def _test_errors_fn(cfg: TheoryConfig, n: int, chunk: int):
-    """`test_errors` compiled once per (cfg, n, chunk), with `gd.run_once_compiler_options` (it runs
+    """`test_errors` compiled once per (cfg, n, chunk), with `posattn.compile_options.run_once` (it runs
     once per run)."""
     return jax.jit(functools.partial(_errors, cfg=cfg, n=n, chunk=chunk),
-                   compiler_options=run_once_compiler_options())
+                   compiler_options=compile_options.run_once())
 
 
 def _errors(key, params, task: Task, *, cfg: TheoryConfig, n: int, chunk: int):

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posattn import mesh as mesh_lib
+from posattn import compile_options, mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.theory import population
 from posattn.theory.config import GDConfig, TheoryConfig
@@ -76,23 +76,13 @@ def draw_run(key, cfg: TheoryConfig, gd: GDConfig, *, n_train: int | None = None
     return params, train, test, keys["train"], task
 
 
-def run_once_compiler_options() -> dict | None:
-    """XLA options for the programs a run compiles and then runs once or a few times (its draw, the
-    evaluation at step 0, the final test): on CPU, LLVM optimisation level 1 instead of 3, which
-    halves their compile time (paper preset, exact (P): draw 4.2 -> 2.1 CPU-s, evaluation 4.7 -> 2.6,
-    final test 4.7 -> 3.2) with bit-identical draws and the same evaluation and test errors, and no
-    slower runs (docs/benchmarks.md). The GD chunk keeps XLA's default. Other platforms: defaults.
-    Call after the devices are chosen (it starts JAX's backends)."""
-    return {"xla_backend_optimization_level": 1} if jax.default_backend() == "cpu" else None
-
-
 @functools.lru_cache(maxsize=32)
 def _draw_fn(cfg: TheoryConfig, gd: GDConfig, shards: int) -> Callable:
     """`draw_run` as one compiled program: run eagerly, its dozens of small operations each compile
     on first use, which made the first `fit` of a problem seconds slower."""
     return jax.jit(lambda key, task, params: draw_run(key, cfg, gd, shards=shards, task=task,
                                                       params=params),
-                   compiler_options=run_once_compiler_options())
+                   compiler_options=compile_options.run_once())
 
 
 @functools.lru_cache(maxsize=32)  # a loop of `fit` calls on one problem compiles once
@@ -120,7 +110,7 @@ def make_chunk_fn(cfg: TheoryConfig, gd: GDConfig, mesh) -> Callable:
 
 @functools.lru_cache(maxsize=32)
 def _evaluate_fn(cfg: TheoryConfig, gd: GDConfig) -> Callable:
-    return jax.jit(functools.partial(evaluate, cfg=cfg, gd=gd), compiler_options=run_once_compiler_options())
+    return jax.jit(functools.partial(evaluate, cfg=cfg, gd=gd), compiler_options=compile_options.run_once())
 
 
 def _to_host(tree) -> dict:

@@ -23,17 +23,6 @@ def init_state(model: nn.Module, image_shape: tuple[int, int, int], seed: int,
     }
 
 
-def init_compiler_options(platform: str) -> dict | None:
-    """XLA options for compiling `init_state` on `platform` (docs/how_vits_work.md, Time).
-
-    On CPU, LLVM optimisation level 1 instead of 3: the init program runs once, and its compile (one
-    threefry generator and truncated normal per parameter tensor) took 11 CPU-seconds for the digits
-    ResNet, 4x less at level 1, drawing bit-identical parameters (checked for every model of
-    tpu_configs/how_vits_work.py; level 0 is not bit-identical). Other platforms: XLA's defaults.
-    """
-    return {"xla_backend_optimization_level": 1} if platform == "cpu" else None
-
-
 def model_variables(state: dict) -> dict:
     """The variables `model.apply` takes: params, and batch_stats for the models that have them."""
     if state["batch_stats"]:

@@ -26,14 +26,14 @@ import numpy as np
 import optax
 from etils import epath
 
-from posattn import io, workdir as workdir_lib
+from posattn import compile_options, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
 from posattn.vision import checkpoint, models, optim, preemption, resume
 from posattn.vision.data import augment
 from posattn.vision.setup import Setup, resolve
-from posattn.vision.state import init_compiler_options, init_state, model_variables
+from posattn.vision.state import init_state, model_variables
 
 
 class NonFiniteLoss(ConfigError):
@@ -197,7 +197,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     hyper = jax.tree.map(lambda v: jax.make_array_from_process_local_data(repl, v), step_hyperparameters(config))
     tx = optim.make_optimizer(config.optimizer, hyper)
     init_fn = jax.jit(lambda seed: init_state(setup.model, setup.image_shape, seed, tx), out_shardings=repl,
-                      compiler_options=init_compiler_options(mesh.devices.flat[0].platform))
+                      compiler_options=compile_options.run_once(mesh.devices.flat[0].platform))
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hyper["seed"]), repl)
     num_params = models.param_count(abstract_state["params"])
     # Before any work: a workdir that cannot take a checkpoint stops the run now, not at its first save.
