@@ -18,6 +18,7 @@ Seeds are split over the devices when they divide evenly (`posattn.mesh.map_runs
 step and the likely cause): the chunk that produced it is replayed one step at a time from its start to
 find the step. `fit_grid` is one compiled call with no host in the loop; its callers read its entries.
 """
+import concurrent.futures
 import functools
 import time
 from collections.abc import Callable, Sequence
@@ -145,7 +146,12 @@ def _stop(step: int, entry: dict, hint: str) -> NonFiniteLoss:
 def _run_chunks(chunk, evaluate_fn, params, args, steps, eval_every, on_eval, hint):
     """The host loop: an evaluation at step 0, then compiled chunks of `eval_every` steps; a non-finite
     loss raises NonFiniteLoss naming the first step that has one (`hint`: its likely cause)."""
-    history = [_to_host(evaluate_fn(params, 0, *args))]
+    # XLA compiles a program on one core: the chunk's compile, the longest of a run, proceeds in a thread
+    # while the step-0 evaluation compiles and runs; the chunk calls then find it in jit's cache.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        if steps:
+            pool.submit(chunk.lower(params, jnp.asarray(0), *args, min(eval_every, steps)).compile)
+        history = [_to_host(evaluate_fn(params, 0, *args))]
     if _nonfinite_runs(history[0]).size:
         raise _stop(0, history[0], "the start or the data is not finite")
     if on_eval:
