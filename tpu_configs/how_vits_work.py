@@ -16,9 +16,9 @@ frequency band of PK22's noise test (0.1 pi .. 0.9 pi, half-width 0.2) holds a p
 [D] (the digits config's, at batch 64 and 300 steps, ~13 epochs, so four models train in minutes on 2
 cores): AdamW lr 1e-3, weight decay 0.05, 30 warm-up steps then cosine, crop after 2 pixels of
 padding (1 pixel at 8 x 8), no flip, label smoothing 0.1. Measured test accuracy (360 test digits,
-docs/how_vits_work.md): ResNet 98.9%, AlterNet 98.6%, positional ViT 88.9%, vanilla ViT 77.5%; training
-all four took 17-19 min on 2 heavily shared cores (load average 8-14; about 5 min at the throughput of a
-lighter load).
+docs/how_vits_work.md): ResNet 99.2%, AlterNet 98.6%, positional ViT 88.9%, vanilla ViT 77.5%; training
+takes 46-90 s a model on 2 quiet cores, two models at a time (ResNet 90 s, AlterNet 80, vanilla ViT
+75, positional ViT 46).
 ResNet-18 is too slow for this budget on 2 cores (~1 s a step); a ResNet-18 run can still be
 measured with `--runs`.
 """
