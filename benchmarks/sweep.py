@@ -18,6 +18,7 @@ import jax
 from absl import app, flags
 
 from benchmarks.report import machine, update_section
+from posattn import mesh as mesh_lib
 from posattn.theory import gd as gd_lib
 from posattn.theory import keys as keys_lib
 from posattn.theory.model import empirical_risk
@@ -60,6 +61,7 @@ def two_calls(fn):
 
 def main(argv):
     del argv
+    mesh_lib.use_cpu_cores()  # as the binaries do: one CPU device per core, the seeds split over them
     cfg, gd = get_preset("small")
     gd = dataclasses.replace(gd, N=FLAGS.N, steps=FLAGS.steps, n_test=FLAGS.n_test)
     plain = jax.jit(functools.partial(plain_sweep, cfg=cfg, gd=gd))
@@ -73,7 +75,15 @@ def main(argv):
             if name not in growing:
                 cells.append("-")
                 continue
-            first, second = two_calls(lambda: fn(keys))
+            try:
+                first, second = two_calls(lambda: fn(keys))
+            except jax.errors.JaxRuntimeError as e:  # the sweep outgrew memory: record it, stop growing
+                if "RESOURCE_EXHAUSTED" not in str(e):
+                    raise
+                print(f"{seeds} seeds, {name}: out of memory ({str(e).splitlines()[0]})", flush=True)
+                cells.append("out of memory")
+                growing.discard(name)
+                continue
             print(f"{seeds} seeds, {name}: {seeds / second:.1f} seeds/s ({second:.2f} s; first call "
                   f"{first:.2f} s)", flush=True)
             cells.append(f"{seeds / second:.1f} ({second:.2f} s)")
@@ -83,10 +93,11 @@ def main(argv):
         seeds *= 4
     body = "\n".join([
         f"`small` preset (D=16, C=4, d=32), N={FLAGS.N} samples and {FLAGS.steps} GD steps per run, each "
-        f"run with its own task, initialisation and data, all seeds vmapped in one compiled call; "
+        f"run with its own task, initialisation and data, all seeds in one compiled call (`fit_grid` splits "
+        f"them over the CPU devices, one per core; the `jax.grad` sweep is vmapped on one device); "
         f"seeds per second on the second call (compile excluded; the call's seconds in brackets). "
         f"Machine: {machine()}.", "",
-        f"Command: `python -m benchmarks.sweep --max_seeds={FLAGS.max_seeds}`", "",
+        f"Command: `python -m benchmarks.sweep --max_seeds={FLAGS.max_seeds} --max_call_s={FLAGS.max_call_s:g}`", "",
         f"| seeds | {' | '.join(ways)} |", "|---|" + "---|" * len(ways), *rows])
     update_section("Theory: seeds per second as a sweep grows (benchmarks/sweep.py)", body)
 
