@@ -97,7 +97,8 @@ def main(argv):
         f"them over the CPU devices, one per core; the `jax.grad` sweep is vmapped on one device); "
         f"seeds per second on the second call (compile excluded; the call's seconds in brackets). "
         f"Machine: {machine()}.", "",
-        f"Command: `python -m benchmarks.sweep --max_seeds={FLAGS.max_seeds} --max_call_s={FLAGS.max_call_s:g}`", "",
+        f"Command: `python -m benchmarks.sweep --max_seeds={FLAGS.max_seeds} "
+        f"--max_call_s={FLAGS.max_call_s:g}`", "",
         f"| seeds | {' | '.join(ways)} |", "|---|" + "---|" * len(ways), *rows])
     update_section("Theory: seeds per second as a sweep grows (benchmarks/sweep.py)", body)
 
