@@ -10,7 +10,11 @@ Measured in one process, interleaved round by round so that all see the same mac
 - PyTorch: the step a researcher writes by hand (softmax(A / sqrt(d)), factor D, cubic sigma, logistic
   loss, autograd, A's diagonal frozen), eager on the CPU;
 - GEMV: one pass over X, X @ v (jax: `--chunk` passes in one compiled loop; PyTorch: eager; the
-  faster of the two), the floor of any step that reads X from memory once.
+  faster of the two), the floor of any step that reads X from memory once;
+- where ours spends the time above the floor, by two probes that walk the same tiles per device
+  without the loss: "tiles, X_j v" takes each tile out of X and multiplies it by v (the copy and the
+  loop), "tiles, both products" adds the second product z_j X_j from cache; ours adds the loss and
+  its gradient per tile to that.
 Each figure is the minimum over `--rounds` rounds (the least disturbed by other jobs; the medians are
 printed beside them). PyTorch is a benchmark-only extra (`pip install -e ".[bench]"`); without it its
 column says so.
@@ -23,10 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
+from jax.sharding import PartitionSpec as P
 
 from benchmarks.report import machine, update_section
 from posattn import mesh as mesh_lib
 from posattn.theory import GDConfig, TheoryConfig, make_task, sample
+from posattn.theory.fused import tile_count
 from posattn.theory.gd import make_chunk_fn
 from posattn.theory.model import empirical_risk, init_params
 from posattn.theory.presets import get_preset
@@ -79,6 +85,32 @@ def gemv_loop(X, v):
     return jax.lax.fori_loop(0, FLAGS.chunk, one, jnp.zeros(X.shape[0], X.dtype))
 
 
+PROBES = {"tiles, X_j v": (False, False), "tiles, both products": (True, False),
+          "one tile, both products": (True, True)}
+
+
+def tile_probe(mesh, both: bool, one_tile: bool):
+    """`--chunk` passes of ours' tile loop over each device's samples without the loss: z_j = X_j v per
+    tile, with `both` the second product z_j X_j (the gradient's read of the tile from cache), with
+    `one_tile` every pass over the first tile alone (the two products' arithmetic, X never leaving the
+    cache)."""
+
+    def passes(X, v):
+        n, D, d = X.shape
+        X_kxmDxd = X.reshape(tile_count(n, D * d * X.dtype.itemsize), -1, d)
+
+        def tile_step(acc, X_mDxd):
+            X_mDxd = X_kxmDxd[0] if one_tile else X_mDxd
+            z = X_mDxd @ (v + 1e-30 * acc)  # depends on the last tile: nothing is hoisted out of the loop
+            return acc + (z @ X_mDxd if both else z[:d]), None
+
+        return jax.lax.fori_loop(0, FLAGS.chunk, lambda _, acc: jax.lax.scan(tile_step, acc, X_kxmDxd)[0],
+                                 jnp.zeros_like(v))
+
+    return jax.jit(jax.shard_map(passes, mesh=mesh, in_specs=(P(mesh_lib.DATA), P()),
+                                 out_specs=P(mesh_lib.DATA), check_vma=False))  # zero start: not varying
+
+
 def seconds(fn, calls: int) -> float:
     t0 = time.perf_counter()
     for _ in range(calls):
@@ -109,6 +141,9 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     candidates = {"ours": lambda: seconds(ours, 1) / FLAGS.chunk,
                   "jax.grad": lambda: seconds(jax_plain, 1) / FLAGS.chunk,
                   "GEMV (jax)": lambda: seconds(lambda: gemv(X_flat, params["v"]), 1) / FLAGS.chunk}
+    for name, (both, one_tile) in PROBES.items():
+        probe = tile_probe(mesh, both, one_tile)
+        candidates[name] = lambda probe=probe: seconds(lambda: probe(train.X, params["v"]), 1) / FLAGS.chunk
     if torch is not None:
         X_t, y_t = torch.from_numpy(np.asarray(train.X)), torch.from_numpy(np.asarray(train.y))
         A_t = torch.tensor(np.asarray(params["A"]), requires_grad=True)
@@ -140,7 +175,7 @@ def main(argv):
                                  dataclasses.replace(paper_gd, N=50_000)),
         "paper preset (N=20,000, D=36, d=64)": (paper_cfg, paper_gd),
     }
-    rows, ratio_lines = [], []
+    rows, split_rows = [], []
     for name, (cfg, gd) in cases.items():
         r = measure(cfg, gd)
         ms, med = r["ms"], r["median"]
@@ -149,10 +184,15 @@ def main(argv):
         floor_ratio = ms["ours"] / ms["GEMV"]
         print(f"{name}: ours {fmt('ours')} ms/step, jax.grad {fmt('jax.grad')}, PyTorch {fmt('PyTorch')}, "
               f"one GEMV over X {fmt('GEMV')} (min (median) over {FLAGS.rounds} rounds); PyTorch / ours "
-              f"{torch_ratio}, ours / GEMV {floor_ratio:.2f}x; compile {r['compile_s']:.2f} s", flush=True)
+              f"{torch_ratio}, ours / GEMV {floor_ratio:.2f}x; compile {r['compile_s']:.2f} s; probes: "
+              + ", ".join(f"{p} {fmt(p)}" for p in PROBES), flush=True)
         rows.append(f"| {name} | {fmt('ours')} | {fmt('jax.grad')} | {fmt('PyTorch')} | {fmt('GEMV')} | "
                     f"{torch_ratio} | {floor_ratio:.2f}x | {ms['jax.grad'] / ms['ours']:.2f}x | "
                     f"{r['compile_s']:.2f} |")
+        steps = [ms["GEMV"], ms["tiles, X_j v"], ms["tiles, both products"], ms["ours"]]
+        split_rows.append(f"| {name} | {' | '.join(f'{t:.1f}' for t in steps)} | "
+                          f"{' | '.join(f'{b - a:+.1f}' for a, b in zip(steps, steps[1:]))} | "
+                          f"{ms['one tile, both products']:.1f} |")
     torch_version = torch.__version__ if torch is not None else "not installed"
     body = "\n".join([
         f"Full-batch GD on (E), float32. ms per step, minimum (median) over {FLAGS.rounds} interleaved "
@@ -165,7 +205,14 @@ def main(argv):
         "PyTorch / ours | ours / GEMV | jax.grad / ours | compile (s) |",
         "|---|---|---|---|---|---|---|---|---|", *rows, "",
         "Goals (issue 17): PyTorch / ours >= 1.5 and ours / GEMV <= 1.3 at N=50,000, D=10, d=100. "
-        "`jax.grad` is the step the library took before the one-pass step (`posattn.theory.fused`)."])
+        "`jax.grad` is the step the library took before the one-pass step (`posattn.theory.fused`).", "",
+        "Where ours spends its time above the floor (ms per step, minima as above): the probes walk "
+        "ours' tiles without the loss, first multiplying each tile by v, then adding the second "
+        "product from cache; the differences are the tile copy and loop, the second read, and the "
+        "loss with its gradient per tile. The last column runs both products on every device's first "
+        "tile alone, as often as ours has tiles: their arithmetic with X in cache, no memory read.", "",
+        "| problem | GEMV | tiles, X_j v | tiles, both products | ours | copy and loop | second read | "
+        "loss per tile | one tile, both products |", "|---|---|---|---|---|---|---|---|---|", *split_rows])
     update_section("Theory: GD steps per second (benchmarks/theory_step.py)", body)
 
 

@@ -10,10 +10,11 @@ dR/d(S, z) are computed and the tile's share of dR/dv is summed while the tile i
 taken back through the softmax once. Same loss and gradient as `jax.grad` up to the order of the sums
 (float32 round-off; tests/theory/test_fused.py).
 
-Tile j holds the samples j, k + j, 2k + j, ... (k tiles): X of shape (n, D, d) is viewed as
-(n / k, k, D, d), so a split of the sample axis into contiguous blocks over devices stays a split of
-the leading axis. Over several devices (`mesh`), each walks through the tiles of its own block of
-samples, and the only communication is one sum of the partial sums per step.
+Tile j holds the samples jm, ..., (j + 1)m - 1 (k tiles of m = n / k samples): a contiguous block of
+X, so that taking it out of X is one copy of consecutive memory (a strided tile cost ~10% more a step,
+docs/benchmarks.md). Over several devices (`mesh`), each walks through the tiles of its own block of
+samples, and the only communication is one sum of the partial sums per step; a sample axis sharded
+over devices must therefore come with its `mesh`.
 """
 import math
 
@@ -26,32 +27,30 @@ from posattn.theory.config import TheoryConfig
 from posattn.theory.model import attention, logistic_loss, mix, sigma
 
 # X's bytes per tile: a tile is read from memory once and then again from cache, so it must fit in
-# the cache the two reads share (a CPU core's L2 is ~1 MiB, the shared L3 tens of MiB).
+# the cache the two reads share (a CPU core's L2 is 0.5-2 MiB, the shared L3 tens of MiB; from 0.25 to
+# 4 MiB the step's time hardly moves on the 2-core CPU of docs/benchmarks.md).
 TILE_BYTES = 1 << 20
 
 
-def tile_count(n: int, row_bytes: int, shards: int = 1, tile_bytes: int = TILE_BYTES) -> int:
-    """k, the number of tiles: a divisor of n with n / k a multiple of `shards` (each device holds whole
-    rows of every tile) and tiles of about `tile_bytes` (nearest in log scale). 1 when nothing fits."""
+def tile_count(n: int, row_bytes: int, tile_bytes: int = TILE_BYTES) -> int:
+    """k, the number of tiles: the divisor of n that gives tiles nearest `tile_bytes` (in log scale)."""
     target = max(1.0, tile_bytes / row_bytes)  # samples per tile
     best, best_gap = 1, math.inf
     divisors = {k for i in range(1, math.isqrt(n) + 1) if n % i == 0 for k in (i, n // i)}
     for k in sorted(divisors):
-        if (n // k) % shards:
-            continue
         gap = abs(math.log((n // k) / target))
         if gap < best_gap:
             best, best_gap = k, gap
     return best
 
 
-def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None, shards: int = 1):
+def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None):
     """(sum_n w_n loss_n, its gradient in S, its gradient in v) over the samples X (n, D, d) at hand,
     tile by tile (module docstring): unnormalised, so that sums over devices add up."""
     n, D, d = X.shape
-    k = num_tiles or tile_count(n, D * d * X.dtype.itemsize, shards)
-    X_mxkxDxd = X.reshape(n // k, k, D, d)
-    y_mxk, w_mxk = y.reshape(n // k, k), w.reshape(n // k, k)
+    k = num_tiles or tile_count(n, D * d * X.dtype.itemsize)
+    X_kxmxDxd = X.reshape(k, n // k, D, d)
+    y_kxm, w_kxm = y.reshape(k, n // k), w.reshape(k, n // k)
 
     def tile_loss(S, z_mxD, y_m, w_m):  # the tile's summed loss, as a function of S and z alone
         margin = y_m * sigma(mix(S, z_mxD, cfg), cfg.activation).sum(-1)
@@ -59,9 +58,8 @@ def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None, shard
 
     def one_tile(carry, j):
         loss, dS, dv = carry
-        X_mxDxd, y_m, w_m = (jax.lax.index_in_dim(a, j, axis=1, keepdims=False) if k == 1 else
-                             jax.lax.dynamic_index_in_dim(a, j, axis=1, keepdims=False)
-                             for a in (X_mxkxDxd, y_mxk, w_mxk))
+        X_mxDxd, y_m, w_m = (a[0] if k == 1 else jax.lax.dynamic_index_in_dim(a, j, keepdims=False)
+                             for a in (X_kxmxDxd, y_kxm, w_kxm))
         z_mxD = X_mxDxd @ v
         l, (dS_j, dz_mxD) = jax.value_and_grad(tile_loss, argnums=(0, 1))(S, z_mxD, y_m, w_m)
         # The second read of the tile, from cache: a vector-matrix product over the (m D, d) rows.
@@ -75,11 +73,11 @@ def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None, shard
 
 
 def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfig, weight=None,
-                            shards: int = 1, num_tiles: int | None = None, mesh=None):
+                            num_tiles: int | None = None, mesh=None):
     """(R, dR/dparams) of the risk (E), `model.empirical_risk`, in one pass over X (module docstring).
 
-    X (n, D, d), y (n,), weight (n,) or None as in `empirical_risk`; `shards` is the number of devices
-    the sample axis is split over; `num_tiles` (a divisor of n) overrides `tile_count`.
+    X (n, D, d), y (n,), weight (n,) or None as in `empirical_risk`; `num_tiles` (a divisor of the
+    samples per device) overrides `tile_count`.
     With `mesh` (`posattn.mesh.data_mesh`, n a multiple of its size), each device takes its own block
     of samples through the tiles (`jax.shard_map`) and the partial sums are added over "data": on a
     CPU with one device per core (docs/decisions.md) this is what runs the pass on every core.
@@ -89,7 +87,7 @@ def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfi
     S, attention_vjp = jax.vjp(lambda A: attention(A, cfg), params["A"])
     v = params["v"]
     if mesh is None or mesh.devices.size == 1:
-        loss, dS, dv = _partial_sums(S, v, X, y, w, cfg, num_tiles, shards)
+        loss, dS, dv = _partial_sums(S, v, X, y, w, cfg, num_tiles)
     else:
         def local(S, v, X, y, w):  # check_vma=False: the tile loop's zero start is not marked varying
             return jax.lax.psum(_partial_sums(S, v, X, y, w, cfg, num_tiles), DATA)

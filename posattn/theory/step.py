@@ -103,6 +103,7 @@ def train_chunk(params, step, train: Batch, test: Batch, key, task: Task, *, num
     `train_A=False` descends (E) in v alone, A fixed at its given value (transfer with A frozen,
     Theorem 5.1).
     """
+    mesh = None if sharding is None else sharding.mesh
     if train_A:
         def one_step(params, t):
             _, grads = risk_and_grad(params, t, train, key, task, cfg=cfg, gd=gd, sharding=sharding)
@@ -115,7 +116,7 @@ def train_chunk(params, step, train: Batch, test: Batch, key, task: Task, *, num
 
         def one_step(v, _):  # the gradient in A is computed and dropped (a D x D sum per tile)
             _, grads = fused.empirical_risk_and_grad({**params, "v": v}, train.X, train.y, cfg,
-                                                     train.weight)
+                                                     train.weight, mesh=mesh)
             return v - gd.lr * grads["v"], None
 
         v, _ = jax.lax.scan(one_step, params["v"], None, length=num_steps)
