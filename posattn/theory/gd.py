@@ -143,15 +143,16 @@ def _stop(step: int, entry: dict, hint: str) -> NonFiniteLoss:
                          "(its history ends at the last finite evaluation)")
 
 
-def _run_chunks(chunk, evaluate_fn, params, args, steps, eval_every, on_eval, hint):
+def _run_chunks(chunk, evaluate_fn, params, args, steps, eval_every, on_eval, hint,
+                compiling: concurrent.futures.Future | None = None):
     """The host loop: an evaluation at step 0, then compiled chunks of `eval_every` steps; a non-finite
-    loss raises NonFiniteLoss naming the first step that has one (`hint`: its likely cause)."""
-    # XLA compiles a program on one core: the chunk's compile, the longest of a run, proceeds in a thread
-    # while the step-0 evaluation compiles and runs; the chunk calls then find it in jit's cache.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        if steps:
-            pool.submit(chunk.lower(params, jnp.asarray(0), *args, min(eval_every, steps)).compile)
-        history = [_to_host(evaluate_fn(params, 0, *args))]
+    loss raises NonFiniteLoss naming the first step that has one (`hint`: its likely cause).
+
+    `compiling`: the chunk's compile, started in a thread by the caller (`_compile_ahead`); the step-0
+    evaluation compiles and runs meanwhile, and the chunks start once it is done."""
+    history = [_to_host(evaluate_fn(params, 0, *args))]
+    if compiling is not None:
+        compiling.result()
     if _nonfinite_runs(history[0]).size:
         raise _stop(0, history[0], "the start or the data is not finite")
     if on_eval:
@@ -171,6 +172,16 @@ def _run_chunks(chunk, evaluate_fn, params, args, steps, eval_every, on_eval, hi
     return params, {k: np.stack([h[k] for h in history]) for k in history[0]}
 
 
+def _compile_ahead(pool, chunk, params, args, steps: int, eval_every: int):
+    """Submit to `pool` the compile of `chunk` for a run's first chunk, from its arguments or their
+    shapes (`jax.ShapeDtypeStruct`): the compiled program lands in jit's cache, where the chunk calls
+    find it. XLA compiles a program on one core, and the chunk's compile is the longest of a run: in a
+    thread it proceeds while the run draws its data and evaluates its start. None when steps is 0."""
+    if not steps:
+        return None
+    return pool.submit(chunk.lower(params, jnp.asarray(0), *args, min(eval_every, steps)).compile)
+
+
 def _divergence_hint(gd: GDConfig) -> str:
     return f"GD diverged, lower the step sizes (gd.lr={gd.lr}, gd.lr_A={gd.lr_A})"
 
@@ -183,18 +194,34 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, param
     data mesh; `on_eval(entry)` sees every history entry as it arrives (progress reporting).
     """
     mesh = mesh_lib.data_mesh(devices)
-    params, train, test, sample_key, task = _draw_fn(cfg, gd, mesh.devices.size)(key, task, params)
-    if gd.risk == "population_exact":  # a start the chosen enumeration would get wrong ends here
-        population.check_start(params, cfg, task, gd.population_method)
-    start = jax.tree.map(jnp.copy, params)
-    train, test = jax.device_put((train, test), mesh_lib.batch_sharding(mesh))
-    params, task_d, sample_key = jax.device_put((params, task, sample_key), mesh_lib.replicated(mesh))
+    draw = _draw_fn(cfg, gd, mesh.devices.size)
+    chunk = make_chunk_fn(cfg, gd, mesh)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        # The chunk needs only the shapes of the draw, so its compile starts before the draw runs.
+        shapes = _placed(jax.eval_shape(draw, key, task, params), mesh)
+        compiling = _compile_ahead(pool, chunk, shapes[0], shapes[1:], gd.steps, gd.eval_every)
+        params, train, test, sample_key, task = draw(key, task, params)
+        if gd.risk == "population_exact":  # a start the chosen enumeration would get wrong ends here
+            population.check_start(params, cfg, task, gd.population_method)
+        start = jax.tree.map(jnp.copy, params)
+        params, *args = _placed((params, train, test, sample_key, task), mesh)
 
-    t0 = time.perf_counter()
-    params, history = _run_chunks(make_chunk_fn(cfg, gd, mesh), _evaluate_fn(cfg, gd), params,
-                                  (train, test, sample_key, task_d), gd.steps, gd.eval_every, on_eval,
-                                  _divergence_hint(gd))
+        t0 = time.perf_counter()
+        params, history = _run_chunks(chunk, _evaluate_fn(cfg, gd), params, args, gd.steps, gd.eval_every,
+                                      on_eval, _divergence_hint(gd), compiling)
     return FitResult(jax.device_get(params), start, task, history, time.perf_counter() - t0)
+
+
+def _placed(run, mesh):
+    """(params, train, test, sample key, task) of a run as `fit` places them on `mesh` (the samples
+    split over "data", the rest replicated): the arrays put there, or their shapes given the same
+    shardings (`jax.ShapeDtypeStruct`), so that a compile from shapes serves the calls on the arrays."""
+    params, train, test, sample_key, task = run
+    batch, rep = mesh_lib.batch_sharding(mesh), mesh_lib.replicated(mesh)
+    put = lambda tree, sharding: jax.tree.map(
+        lambda a: (jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+                   if isinstance(a, jax.ShapeDtypeStruct) else jax.device_put(a, sharding)), tree)
+    return put(params, rep), put(train, batch), put(test, batch), put(sample_key, rep), put(task, rep)
 
 
 def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *,
@@ -219,9 +246,12 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *,
         return jax.vmap(one, in_axes=over_seeds)(params, step, train, test, keys, tasks)
 
     evaluate_fn = jax.jit(jax.vmap(functools.partial(evaluate, cfg=cfg, gd=gd), in_axes=over_seeds))
+    args = (train, test, sample_keys, tasks)
     t0 = time.perf_counter()
-    params, history = _run_chunks(chunk, evaluate_fn, params, (train, test, sample_keys, tasks),
-                                  gd.steps, gd.eval_every, on_eval, _divergence_hint(gd))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        compiling = _compile_ahead(pool, chunk, params, args, gd.steps, gd.eval_every)
+        params, history = _run_chunks(chunk, evaluate_fn, params, args, gd.steps, gd.eval_every, on_eval,
+                                      _divergence_hint(gd), compiling)
     history["step"] = history["step"][:, 0] if history["step"].ndim == 2 else history["step"]
     return FitResult(jax.device_get(params), start, tasks, history, time.perf_counter() - t0)
 

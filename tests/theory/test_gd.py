@@ -1,4 +1,5 @@
 """Gradient descent: frozen diagonal, sharding over devices, symmetry at a0 = 0, and learning."""
+import logging
 import os
 import re
 import subprocess
@@ -36,6 +37,21 @@ def test_a_loop_of_fits_builds_its_compiled_chunk_once():
     a, b = (fit(jax.random.key(seed), CFG, gd) for seed in (1, 2))
     assert make_chunk_fn.cache_info().misses == misses + 1
     assert not np.allclose(a.params["v"], b.params["v"])  # two runs, not one result reused
+
+
+def test_the_chunk_compiled_ahead_from_shapes_serves_the_run(caplog):
+    """`fit` compiles its chunk from the draw's shapes while the draw runs: the calls on the drawn
+    arrays must find that program, not compile their own."""
+    gd = GDConfig(N=96, steps=4, eval_every=2, n_test=64)  # a problem no other test compiles
+    logged = jax.config.jax_log_compiles
+    jax.config.update("jax_log_compiles", True)  # process-wide: `jax.log_compiles()` misses threads
+    try:
+        with caplog.at_level(logging.WARNING):
+            fit(jax.random.key(3), CFG, gd)
+    finally:
+        jax.config.update("jax_log_compiles", logged)
+    compiles = [r for r in caplog.records if "Finished XLA compilation of jit(chunk)" in r.getMessage()]
+    assert len(compiles) == 1
 
 
 def test_gd_update_is_plain_gradient_descent():

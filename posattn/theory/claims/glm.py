@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from posattn import compile_options
 from posattn.errors import ConfigError
 from posattn.metrics import classification_error
 from posattn.theory.config import TheoryConfig
@@ -74,6 +75,18 @@ def oracle_error(key, cfg: TheoryConfig, task: Task, n: int = 1_000_000) -> jax.
     """
     if cfg.noise != "orthogonal":  # isotropic noise moves z off the integers: drawing coef is not enough
         raise ConfigError(f"oracle_error needs noise='orthogonal' (got {cfg.noise!r})")
+    return _oracle_error_fn(cfg, n)(key, task)
+
+
+@functools.lru_cache(maxsize=8)
+def _oracle_error_fn(cfg: TheoryConfig, n: int):
+    """`oracle_error` compiled once per (cfg, n): run op by op, its draw compiled some forty small
+    programs (1.4 s more at the paper preset); run once per run (`posattn.compile_options.run_once`)."""
+    return jax.jit(functools.partial(_oracle_error, cfg=cfg, n=n),
+                   compiler_options=compile_options.run_once())
+
+
+def _oracle_error(key, task: Task, *, cfg: TheoryConfig, n: int) -> jax.Array:
     coef, y, _ = sample_coefficients(key, cfg, task, n)
     z = jnp.round(coef.sum(-1)).astype(jnp.int32) + cfg.D  # in [0, 2D]
     positives = jnp.zeros(2 * cfg.D + 1).at[z].add(y > 0)
