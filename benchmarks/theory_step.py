@@ -11,10 +11,11 @@ Measured in one process, interleaved round by round so that all see the same mac
   loss, autograd, A's diagonal frozen), eager on the CPU;
 - GEMV: one pass over X, X @ v (jax: `--chunk` passes in one compiled loop; PyTorch: eager; the
   faster of the two), the floor of any step that reads X from memory once;
-- where ours spends the time above the floor, by two probes that walk the same tiles per device
+- where ours spends the time above the floor, by three probes that walk the same tiles per device
   without the loss: "tiles, X_j v" takes each tile out of X and multiplies it by v (the copy and the
-  loop), "tiles, both products" adds the second product z_j X_j from cache; ours adds the loss and
-  its gradient per tile to that.
+  loop), "tiles, both products" adds the second product z_j X_j from cache (ours adds the loss and
+  its gradient per tile to that), and "one tile, both products" takes both products on each device's
+  first tile only, as often: their arithmetic alone, X never leaving the cache.
 Each figure is the minimum over `--rounds` rounds (the least disturbed by other jobs; the medians are
 printed beside them). PyTorch is a benchmark-only extra (`pip install -e ".[bench]"`); without it its
 column says so.
