@@ -4,9 +4,11 @@ The datasets themselves (Assumption 1, Figure 2's Gaussian data) live in `posatt
 one module each, chosen by `TheoryConfig.dataset`. The randomness is kept in three places: `make_task`
 draws what is fixed for a learning problem (the partition S_1..S_L, the feature w* and whatever the
 dataset's labelling function needs), `sample` draws data points, and model initialisation takes its own
-key. `sample` is a pure function of its key, jittable (with `cfg`
-and `n` static) and vmappable over keys.
+key. `sample` is a pure function of its key, compiled with `cfg` and `n` static: called from Python it
+runs as one program (op by op, a draw compiled dozens of small ones), and inside `jit` or `vmap` it is
+traced inline like any other function.
 """
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -81,9 +83,7 @@ def labelling_function(X: jax.Array, cfg: TheoryConfig, task: Task) -> jax.Array
     return dataset(cfg).labelling_function(X, cfg, task)
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "n"))
 def sample(key: jax.Array, cfg: TheoryConfig, task: Task, n: int):
-    """Draw n data points (X (n, D, d), y (n,)) of `cfg.dataset`.
-
-    Jittable with `cfg` and `n` static, and vmappable over `key`.
-    """
+    """Draw n data points (X (n, D, d), y (n,)) of `cfg.dataset`; vmappable over `key`."""
     return dataset(cfg).sample(key, cfg, task, n)
