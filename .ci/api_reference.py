@@ -44,6 +44,7 @@ def _doc(obj) -> str:
 def _members(module) -> list:
     found = []
     for name, obj in vars(module).items():
+        obj = inspect.unwrap(obj) if callable(obj) else obj  # a jitted function: the function it compiles
         if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
             continue
         if inspect.isclass(obj) or inspect.isfunction(obj):
