@@ -1,10 +1,11 @@
 """Analytic FLOP count of a ViT (`vit.ViT`) in each attention kind, from its shapes: the matmul FLOPs
-that model-FLOPs utilisation (MFU) divides by (PaLM, Chowdhery et al. 2022, Appendix B).
+that model-FLOPs utilisation (MFU) divides by, as in PaLM (Chowdhery et al. 2022).
 
-With T tokens (patches, plus the CLS token under "cls" pooling), width D, MLP size F, depth L, patch p,
-C channels and c classes, one example's forward pass multiplies-and-adds (MACs)
+With n = (image side / p)^2 patches of p x p pixels and C channels, T tokens (n, plus the CLS token
+under "cls" pooling), width D, MLP size F, depth L and c classes, one example's forward pass does these
+multiply-adds (MACs):
 
-    patch embedding       (T_patches) p^2 C D
+    patch embedding       n p^2 C D
     per block, vanilla    3 T D^2 (fused Q, K, V) + T^2 D (Q K^T) + T^2 D (S V) + T D^2 (W_O)
     per block, positional     T D^2 (V)                           + T^2 D (S V) + T D^2 (W_O)
     per block, both       2 T D F (the MLP)
@@ -12,7 +13,7 @@ C channels and c classes, one example's forward pass multiplies-and-adds (MACs)
 
 and positional attention adds, once per forward pass whatever the batch (S is shared by the batch,
 JSL22 Definition 3.2; docs/decisions.md, Models), per block 2 T D^2 (P W_Q, P W_K) + T^2 D (the logits).
-A FLOP is half a MAC. LayerNorm, softmax, GELU, biases, residual adds and pooling are not counted
+A MAC is 2 FLOPs. LayerNorm, softmax, GELU, biases, residual adds and pooling are not counted
 (elementwise, O(T D) against the O(T D^2) above). One training step is taken as 3 forward passes
 (the backward pass multiplies each matmul twice, for the input's and the weight's gradient), the usual
 convention of MFU, although the patch embedding's input needs no gradient.
