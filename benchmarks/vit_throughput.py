@@ -243,20 +243,19 @@ def _verdict(value, goal: float, fmt, missing: str = "not measured") -> str:
 
 def goals(results: dict) -> list[str]:
     """Issue 17's goals, each with the measured figure and met or missed."""
-    pos = "; ".join(
-        f"{name} {_verdict(r['positional']['images_per_s'] / r['vanilla']['images_per_s'], GOAL_POSITIONAL_SPEEDUP, lambda v: f'{v:.2f}x')}"
-        for name, r in results.items())
-    timm_ = "; ".join(
-        f"{name} {_verdict(r['vanilla']['images_per_s'] / r['timm']['images_per_s'] if r['timm'] else None, GOAL_VANILLA_OVER_TIMM, lambda v: f'{v:.2f}x')}"
-        for name, r in results.items())
+    times, percent = (lambda v: f"{v:.2f}x"), (lambda v: f"{100 * v:.1f}%")
+    ips = {name: {k: m["images_per_s"] if m else None for k, m in r.items()} for name, r in results.items()}
+    pos = "; ".join(f"{name} {_verdict(s['positional'] / s['vanilla'], GOAL_POSITIONAL_SPEEDUP, times)}"
+                    for name, s in ips.items())
+    peer = "; ".join(f"{name} {_verdict(s['timm'] and s['vanilla'] / s['timm'], GOAL_VANILLA_OVER_TIMM, times)}"
+                     for name, s in ips.items())
     r = results.get(GOAL_MFU_SHAPE)
-    mfu = "; ".join(
-        f"{a} {_verdict(r[a]['mfu'], GOAL_MFU, lambda v: f'{100 * v:.1f}%', 'n/a') if r else 'not measured'}"
-        for a in ("vanilla", "positional"))
+    mfu = "; ".join(f"{a} {_verdict(r[a]['mfu'], GOAL_MFU, percent, 'n/a') if r else 'not measured'}"
+                    for a in ("vanilla", "positional"))
     if r and r["vanilla"]["mfu"] is None:
         mfu += " (MFU needs a bfloat16 run on a device of PEAK_TFLOPS: not measured)"
     return [f"- positional attention at least {GOAL_POSITIONAL_SPEEDUP}x vanilla's images/s: {pos}.",
-            f"- our vanilla ViT at least as fast as timm + torch.compile (ours / timm): {timm_}.",
+            f"- our vanilla ViT at least as fast as timm + torch.compile (ours / timm): {peer}.",
             f"- {GOAL_MFU_SHAPE} at {100 * GOAL_MFU:.0f}% MFU or more: {mfu}."]
 
 
