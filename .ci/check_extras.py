@@ -1,7 +1,9 @@
 """What the extras promise, checked in an environment that has them (`.ci/extras_floors`).
 
 [bench]: `benchmarks/theory_step.py`'s PyTorch peer computes the step it is compared with: one GD step of
-Eq. (T) on (E) equal to the library's (`jax.grad` of the plain model, `gd_update`) to float32 round-off.
+Eq. (T) on (E) equal to the library's (`jax.grad` of the plain model, `gd_update`) to float32 round-off;
+`benchmarks/vit_throughput.py`'s timm peer is a ViT of our vanilla ViT's shape (the same parameters, count
+for count, at every shape it times).
 [data]: `tfds build` (TensorFlow's builders) prepares a dataset in array_record format, and
 `tfds.data_source`, the image regime's reader, opens it.
 """
@@ -12,8 +14,10 @@ import tempfile
 
 import jax
 import numpy as np
+import timm
 import torch
 
+from benchmarks import vit_throughput
 from benchmarks.theory_step import torch_step
 from posattn.theory import GDConfig, TheoryConfig, make_task, sample
 from posattn.theory.model import empirical_risk, init_params
@@ -55,6 +59,13 @@ def check_bench() -> None:
     np.testing.assert_allclose(A_t.detach().numpy(), np.asarray(ours["A"]), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(v_t.detach().numpy(), np.asarray(ours["v"]), rtol=1e-5, atol=1e-6)
     print(f"[bench] torch {torch.__version__}: the PyTorch peer's step equals ours (loss {float(loss):.6f})")
+    for name, (variant, side, classes, _) in vit_throughput.SHAPES.items():
+        model = vit_throughput.make_model(variant, "vanilla", side, classes)
+        shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jax.numpy.zeros((1, side, side, 3))))
+        ours = sum(leaf.size for leaf in jax.tree.leaves(shapes))
+        peer = sum(p.numel() for p in vit_throughput.timm_model(variant, side, classes).parameters())
+        assert peer == ours, (name, peer, ours)
+    print(f"[bench] timm {timm.__version__}: the peer's ViTs have our parameter counts")
 
 
 def check_data() -> None:

@@ -1,20 +1,42 @@
-r"""Training throughput of vanilla vs positional attention in ViTs of the same shape (JSL22 Definition 3.2; docs/decisions.md, Models).
+r"""Training throughput of vanilla vs positional attention in ViTs of the same shape (JSL22 Definition 3.2; docs/decisions.md, Models), and timm's ViT of the same shape beside them.
 
     python -m benchmarks.vit_throughput                      # writes its section of docs/benchmarks.md
-    python -m benchmarks.vit_throughput --batch_cifar=512 --batch_imagenet=256 --steps=20 \
-        --dtype=bfloat16                                     # on a GPU
+    python -m benchmarks.vit_throughput --dtype=bfloat16 --batch_cifar=512 --batch_imagenet=256 \
+        --steps=20                                           # on an accelerator (issue 17, item 6)
 
-Shapes: CIFAR ViT-Ti/4 (32 x 32 images, 64 tokens, 10 classes) and ImageNet ViT-Ti/16 (224 x 224, 196
-tokens, 1000 classes): depth 12, width 192, 3 heads, MLP 768. One training step = forward, backward and
-the AdamW update of `posattn.vision.optim`, jitted with the state donated, on a fixed random batch.
-The two variants' compiled steps run alternately (vanilla, positional, vanilla, ...), each step timed
-to `block_until_ready`, and the median is reported: on a shared machine a load change then hits both
-variants alike instead of biasing the ratio. Peak memory: XLA's buffer assignment for the compiled step
-(arguments + outputs + temporaries - aliased donations). FLOPs per step are XLA's cost analysis;
-model-FLOPs utilisation (bf16 runs) needs a peak FLOP rate, known for the accelerators in
-`PEAK_TFLOPS`.
+Shapes: CIFAR ViT-Ti/4 (32 x 32 images, 64 tokens, 10 classes), ImageNet ViT-Ti/16 and ViT-S/16
+(224 x 224, 196 tokens, 1000 classes); Ti: depth 12, width 192, 3 heads, MLP 768; S: width 384, 6 heads,
+MLP 1536. One training step = forward, backward and the AdamW update of `posattn.vision.optim`, jitted
+with the state donated, on a fixed random batch. The two variants' compiled steps run alternately
+(vanilla, positional, vanilla, ...), each step timed to `block_until_ready`, and the median is reported:
+on a shared machine a load change then hits both variants alike instead of biasing the ratio. Peak
+memory: XLA's buffer assignment for the compiled step (arguments + outputs + temporaries - aliased
+donations).
+
+FLOPs: the analytic count of `posattn.vision.models.flops` (matmul FLOPs; one training step = 3
+forward passes, forward + backward, the usual convention of MFU), with XLA's cost analysis of the
+compiled step beside it as a check (XLA also counts elementwise work and the optimiser). Model-FLOPs
+utilisation = analytic FLOPs / median step time / the dense bf16 peak of the device (`PEAK_TFLOPS`),
+so only for bf16 runs on a device listed there.
+
+The peer (`--peer=timm`, the default): `timm.models.vision_transformer.VisionTransformer` of the same
+shape (no class token, average pooling after the final LayerNorm, as ours), trained with
+`torch.optim.AdamW` (same lr, weight decay and gradient clipping at norm 1 as ours; fused on CUDA),
+under `torch.autocast(..., dtype=torch.bfloat16)` in bf16 runs, the model wrapped in `torch.compile`,
+on the same device as JAX (CUDA when torch sees it, else the CPU). Its images/s is the median of the
+same number of timed steps after three warm-up steps; the first step (which compiles) is reported
+apart. If `torch.compile` fails, the peer runs eager and the output says so. torch and timm are the
+benchmark-only `bench` extra (`pip install -e ".[bench]"`); without them the peer's columns say "not
+installed". With the peer on, JAX allocates GPU memory as it needs it instead of taking 75% of it at
+start (XLA_PYTHON_CLIENT_PREALLOCATE=false), so that both frameworks fit on one card.
+
+Goals (issue 17): positional attention at least 1.25x vanilla's images/s at the same shape; our vanilla
+ViT at least as fast as timm + torch.compile; ViT-S/16 at 40% MFU or more. The section written says
+met or missed for each, from the measured figures.
 """
 import functools
+import os
+import statistics
 import time
 
 import jax
@@ -26,29 +48,50 @@ from absl import app, flags
 
 from benchmarks.report import machine, update_section
 from posattn.vision import losses, models, optim
+from posattn.vision.models import flops as vit_flops
 
 flags.DEFINE_integer("batch_cifar", 32, "Batch of the CIFAR ViT-Ti/4 shape.")
-flags.DEFINE_integer("batch_imagenet", 4, "Batch of the ImageNet ViT-Ti/16 shape.")
-flags.DEFINE_integer("steps", 8, "Timed steps per variant (after one warm-up step).")
+flags.DEFINE_integer("batch_imagenet", 4, "Batch of the ImageNet ViT-Ti/16 and ViT-S/16 shapes.")
+flags.DEFINE_integer("steps", 8, "Timed steps per variant (after the warm-up).")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 flags.DEFINE_integer("flops_batch", 256, "Batch at which XLA's FLOP ratio is also given (no run).")
+flags.DEFINE_enum("peer", "timm", ["timm", "none"], "Also time timm's ViT of the same shape (torch.compile).")
 flags.DEFINE_bool("write", True, "Write the section of docs/benchmarks.md.")
 FLAGS = flags.FLAGS
 
 SHAPES = {  # name -> (variant, image side, classes, batch flag)
     "CIFAR ViT-Ti/4": ("Ti/4", 32, 10, "batch_cifar"),
     "ImageNet ViT-Ti/16": ("Ti/16", 224, 1000, "batch_imagenet"),
+    "ImageNet ViT-S/16": ("S/16", 224, 1000, "batch_imagenet"),
 }
 # Dense bf16 peak TFLOP/s of the accelerators whose device_kind names them.
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "TPU v4": 275.0, "TPU v5": 197.0}
+# Issue 17's goals.
+GOAL_POSITIONAL_SPEEDUP = 1.25
+GOAL_VANILLA_OVER_TIMM = 1.0
+GOAL_MFU_SHAPE, GOAL_MFU = "ImageNet ViT-S/16", 0.40
+# Untimed steps of the timm peer, the first of which compiles.
+TIMM_WARMUP = 3
+# The optimiser of both frameworks (ours: `posattn.vision.optim`).
+OPT = {"lr": 1e-3, "weight_decay": 0.05, "warmup_steps": 10, "b1": 0.9, "b2": 0.999, "grad_clip": 1.0}
+
+try:
+    import torch
+    import timm.models.vision_transformer as timm_vit
+except ImportError:  # the bench extra is not installed
+    torch = timm_vit = None
+
+
+def make_model(variant: str, attention: str, side: int, classes: int, dtype=jnp.float32):
+    cfg = ml_collections.ConfigDict({"name": "vit", "variant": variant, "attention": attention})
+    return models.create_model(cfg, num_classes=classes, image_size=side, channels=3, dtype=dtype)
 
 
 def make_step(variant: str, attention: str, side: int, classes: int, batch: int, dtype):
-    """(compiled step, state, batch): a jitted AdamW training step of one ViT on random data."""
-    cfg = ml_collections.ConfigDict({"name": "vit", "variant": variant, "attention": attention})
-    model = models.create_model(cfg, num_classes=classes, image_size=side, channels=3, dtype=dtype)
-    opt_cfg = ml_collections.ConfigDict({"lr": 1e-3, "weight_decay": 0.05, "warmup_steps": 10, "b1": 0.9,
-                                         "b2": 0.999, "grad_clip": 1.0})
+    """(compiled step, state, batch, compile seconds): a jitted AdamW training step of one ViT on random
+    data."""
+    model = make_model(variant, attention, side, classes, dtype)
+    opt_cfg = ml_collections.ConfigDict(OPT)
     tx = optim.make_optimizer(opt_cfg, optim.hyperparameters(opt_cfg, total_steps=1000))
     key_x, key_y, key_p = jax.random.split(jax.random.key(0), 3)
     images = jax.random.normal(key_x, (batch, side, side, 3), jnp.float32)
@@ -69,10 +112,9 @@ def make_step(variant: str, attention: str, side: int, classes: int, batch: int,
     return compiled, state, (images, labels), time.perf_counter() - t0
 
 
-def training_flops(variant: str, attention: str, side: int, classes: int, batch: int) -> float:
+def xla_training_flops(variant: str, attention: str, side: int, classes: int, batch: int) -> float:
     """XLA's FLOP count of forward + backward at `batch`, from the lowered step (nothing runs)."""
-    cfg = ml_collections.ConfigDict({"name": "vit", "variant": variant, "attention": attention})
-    model = models.create_model(cfg, num_classes=classes, image_size=side, channels=3)
+    model = make_model(variant, attention, side, classes)
     images = jax.ShapeDtypeStruct((batch, side, side, 3), jnp.float32)
     labels = jax.ShapeDtypeStruct((batch, classes), jnp.float32)
     params = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, side, side, 3)))["params"])
@@ -119,9 +161,10 @@ def measure(name: str, batch: int, dtype) -> dict:
     out = {}
     for attention, r in runs.items():
         step_s = float(np.median(r["times"]))
+        analytic = vit_flops.training_flops(make_model(variant, attention, side, classes), batch)
         out[attention] = {"step_ms": 1e3 * step_s, "images_per_s": batch / step_s, "peak_mb": r["peak"] / 2**20,
-                          "gflops": r["flops"] / 1e9,
-                          "compile_s": r["compile_s"], "mfu": _mfu(r["flops"], step_s, dtype)}
+                          "gflops": analytic / 1e9, "xla_gflops": r["flops"] / 1e9,
+                          "compile_s": r["compile_s"], "mfu": _mfu(analytic, step_s, dtype)}
     return out
 
 
@@ -134,36 +177,153 @@ def _mfu(flops: float, step_s: float, dtype):
     return None if peak is None else flops / step_s / (peak * 1e12)
 
 
+def timm_model(variant: str, side: int, classes: int):
+    """timm's ViT of our vanilla ViT's shape: no class token, the final LayerNorm on every token, then
+    average pooling (fc_norm=False keeps the norm before the pooling, as ours)."""
+    shape, patch = models.parse_variant(variant)
+    return timm_vit.VisionTransformer(
+        img_size=side, patch_size=patch, num_classes=classes, global_pool="avg", class_token=False,
+        fc_norm=False, embed_dim=shape.width, depth=shape.depth, num_heads=shape.num_heads,
+        mlp_ratio=shape.mlp_dim / shape.width)
+
+
+def measure_timm(name: str, batch: int, dtype) -> dict:
+    """timm's ViT of the shape, AdamW under bf16 autocast (bf16 runs), `torch.compile`d: median step
+    time of `--steps` steps after `TIMM_WARMUP` untimed ones; eager (flagged) where compiling fails."""
+    variant, side, classes, _ = SHAPES[name]
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    model = timm_model(variant, side, classes).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=OPT["lr"], betas=(OPT["b1"], OPT["b2"]),
+                            weight_decay=OPT["weight_decay"], fused=device.type == "cuda")
+    images = torch.randn(batch, 3, side, side, device=device)
+    labels = torch.randint(0, classes, (batch,), device=device)
+    autocast = dtype == jnp.bfloat16
+
+    def step(forward):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = torch.nn.functional.cross_entropy(forward(images), labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), OPT["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    def timed(forward) -> float:
+        t0 = time.perf_counter()
+        step(forward)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    mode, error = "torch.compile", None
+    try:
+        forward = torch.compile(model)
+        first_s = timed(forward)
+    except Exception as e:  # noqa: BLE001 - any compiler failure: say so and time eager instead
+        mode, error, forward = "eager (torch.compile failed)", f"{type(e).__name__}: {str(e)[:200]}", model
+        first_s = timed(forward)
+    for _ in range(TIMM_WARMUP - 1):  # the backward pass and the optimiser settle after the first
+        timed(forward)
+    times = [timed(forward) for _ in range(FLAGS.steps)]
+    step_s = statistics.median(times)
+    out = {"images_per_s": batch / step_s, "step_ms": 1e3 * step_s, "first_step_s": first_s, "mode": mode,
+           "error": error, "device": str(device), "range_ms": (1e3 * min(times), 1e3 * max(times))}
+    del model, opt, forward
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # leave the card to JAX for the next shape
+    return out
+
+
+def _verdict(value, goal: float, fmt, missing: str = "not measured") -> str:
+    if value is None:
+        return missing
+    return f"{fmt(value)}: {'met' if value >= goal else 'missed'}"
+
+
+def goals(results: dict) -> list[str]:
+    """Issue 17's goals, each with the measured figure and met or missed."""
+    times, percent = (lambda v: f"{v:.2f}x"), (lambda v: f"{100 * v:.1f}%")
+    ips = {name: {k: m["images_per_s"] if m else None for k, m in r.items()} for name, r in results.items()}
+    pos = "; ".join(f"{name} {_verdict(s['positional'] / s['vanilla'], GOAL_POSITIONAL_SPEEDUP, times)}"
+                    for name, s in ips.items())
+    peer = "; ".join(f"{name} {_verdict(s['timm'] and s['vanilla'] / s['timm'], GOAL_VANILLA_OVER_TIMM, times)}"
+                     for name, s in ips.items())
+    r = results.get(GOAL_MFU_SHAPE)
+    mfu = "; ".join(f"{a} {_verdict(r[a]['mfu'], GOAL_MFU, percent, 'n/a') if r else 'not measured'}"
+                    for a in ("vanilla", "positional"))
+    if r and r["vanilla"]["mfu"] is None:
+        mfu += " (MFU needs a bfloat16 run on a device of PEAK_TFLOPS: not measured)"
+    return [f"- positional attention at least {GOAL_POSITIONAL_SPEEDUP}x vanilla's images/s: {pos}.",
+            f"- our vanilla ViT at least as fast as timm + torch.compile (ours / timm): {peer}.",
+            f"- {GOAL_MFU_SHAPE} at {100 * GOAL_MFU:.0f}% MFU or more: {mfu}."]
+
+
+def _peer_line() -> str:
+    if FLAGS.peer == "none":
+        return "timm peer: off (--peer=none)."
+    if torch is None:
+        return "timm peer: not installed (pip install -e \".[bench]\")."
+    import timm
+    return f"timm peer: timm {timm.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads."
+
+
 def main(argv):
     del argv
+    if FLAGS.peer == "timm" and torch is not None:
+        # Before JAX takes the device: allocate as needed, so that torch finds memory on the same card.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     dtype = jnp.dtype(FLAGS.dtype)
-    rows, ratios = [], []
+    print(_peer_line(), flush=True)
+    rows, ratios, results, peer_notes = [], [], {}, []
     for name in SHAPES:
         batch = getattr(FLAGS, SHAPES[name][3])
         r = measure(name, batch, dtype)
-        v, p = r["vanilla"], r["positional"]
+        r["timm"] = measure_timm(name, batch, dtype) if FLAGS.peer == "timm" and torch is not None else None
+        results[name] = r
+        v, p, t = r["vanilla"], r["positional"], r["timm"]
         ratio = p["images_per_s"] / v["images_per_s"]
         variant, side, classes, _ = SHAPES[name]
-        big = [training_flops(variant, a, side, classes, FLAGS.flops_batch) for a in ("vanilla", "positional")]
-        ratios.append(f"{name}: {ratio:.2f}x measured, {v['gflops'] / p['gflops']:.2f}x by XLA's FLOP count "
-                      f"of the measured step, {big[0] / big[1]:.2f}x by the FLOP count at batch "
-                      f"{FLAGS.flops_batch}")
+        big = [xla_training_flops(variant, a, side, classes, FLAGS.flops_batch) for a in ("vanilla", "positional")]
+        ratios.append(f"{name}: {ratio:.2f}x measured, {v['gflops'] / p['gflops']:.2f}x by the analytic FLOP "
+                      f"count, {v['xla_gflops'] / p['xla_gflops']:.2f}x by XLA's FLOP count of the measured "
+                      f"step, {big[0] / big[1]:.2f}x by XLA's count at batch {FLAGS.flops_batch}")
+        if t:
+            peer_notes.append(f"{name}: timm {t['mode']} on {t['device']}, first step {t['first_step_s']:.1f} s, "
+                              f"timed steps {t['range_ms'][0]:.1f}-{t['range_ms'][1]:.1f} ms"
+                              + (f" ({t['error']})" if t["error"] else ""))
+            print(peer_notes[-1], flush=True)
         for attention, m in r.items():
+            if attention == "timm":
+                continue
             mfu = "n/a" if m["mfu"] is None else f"{100 * m['mfu']:.1f}%"
+            timm_ips = "not installed" if FLAGS.peer == "timm" and t is None else (
+                "off" if t is None else f"{t['images_per_s']:.1f}")
+            vs_timm = f"{m['images_per_s'] / t['images_per_s']:.2f}x" if t and attention == "vanilla" else ""
             row = (f"| {name} | {batch} | {attention} | {m['images_per_s']:.1f} | {m['step_ms']:.1f} | "
-                   f"{m['peak_mb']:.0f} | {m['gflops']:.1f} | {mfu} |")
+                   f"{m['peak_mb']:.0f} | {m['gflops']:.1f} | {m['xla_gflops']:.1f} | {mfu} | {timm_ips} | "
+                   f"{vs_timm} |")
             print(row, flush=True)
             rows.append(row)
         print(ratios[-1], flush=True)
+    goal_lines = goals(results)
+    print("\n".join(goal_lines), flush=True)
     body = "\n".join([
         f"Training step (forward, backward, AdamW) of ViTs with the same shape, {FLAGS.dtype}, median of "
-        f"{FLAGS.steps} interleaved steps per variant after one warm-up. Machine: {machine()}.", "",
+        f"{FLAGS.steps} interleaved steps per variant after one warm-up. Machine: {machine()}. "
+        f"{_peer_line()}", "",
         f"Command: `python -m benchmarks.vit_throughput --batch_cifar={FLAGS.batch_cifar} "
         f"--batch_imagenet={FLAGS.batch_imagenet} --steps={FLAGS.steps} --dtype={FLAGS.dtype} "
-        f"--flops_batch={FLAGS.flops_batch}`", "",
-        "| shape | batch | attention | images/s | step (ms) | peak memory, XLA (MiB) | GFLOP/step | MFU |",
-        "|---|---|---|---|---|---|---|---|", *rows, "",
-        "Throughput ratio positional / vanilla: " + "; ".join(ratios) + "."])
+        f"--flops_batch={FLAGS.flops_batch} --peer={FLAGS.peer}`", "",
+        "GFLOP/step: the analytic matmul count of `posattn.vision.models.flops` (3 forward passes), "
+        "which MFU divides by; XLA's count of the compiled step (elementwise work and the optimiser "
+        "included) beside it as a check.", "",
+        "| shape | batch | attention | images/s | step (ms) | peak memory, XLA (MiB) | GFLOP/step | "
+        "GFLOP/step, XLA | MFU | timm + torch.compile images/s | ours vanilla / timm |",
+        "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
+        "Throughput ratio positional / vanilla: " + "; ".join(ratios) + ".", "",
+        *([f"timm peer: {'; '.join(peer_notes)}.", ""] if peer_notes else []),
+        "Goals (issue 17), from the figures above:", *goal_lines])
     if FLAGS.write:
         update_section("Image regime: ViT training throughput, vanilla vs positional attention, "
                        f"{FLAGS.dtype} (benchmarks/vit_throughput.py)", body)
