@@ -7,6 +7,8 @@ docs/how_vits_work.md and docs/benchmarks.md). Random draws and initial paramete
 floating-point reductions may change in the last digits. Programs whose run time matters (the GD chunk,
 the image train step) keep the default. Other platforms: XLA's defaults.
 """
+import functools
+
 import jax
 
 
@@ -14,3 +16,14 @@ def run_once(platform: str | None = None) -> dict | None:
     """`compiler_options` for a run-once program on `platform` (default: JAX's default backend, which
     this call starts: choose the devices first): LLVM level 1 on CPU, None (XLA's defaults) elsewhere."""
     return {"xla_backend_optimization_level": 1} if (platform or jax.default_backend()) == "cpu" else None
+
+
+def jit_run_once(fn, **static):
+    """`fn` compiled with `static` bound as keyword arguments, with `run_once`'s options: one compiled
+    program per (fn, static), kept (the static values must be hashable, e.g. frozen configs)."""
+    return _jit_run_once(fn, tuple(sorted(static.items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _jit_run_once(fn, static: tuple):
+    return jax.jit(functools.partial(fn, **dict(static)), compiler_options=run_once())

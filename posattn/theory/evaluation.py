@@ -1,5 +1,4 @@
 """Final evaluation on fresh samples: test error of F and the label-noise rate of f*."""
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -44,15 +43,8 @@ def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000,
     chunk = min(chunk, n)
     if n % chunk:
         raise ConfigError(f"test_errors: n={n} is not a multiple of the chunk of {chunk} samples")
-    return _test_errors_fn(cfg, n, chunk)(key, params, task)
-
-
-@functools.lru_cache(maxsize=32)
-def _test_errors_fn(cfg: TheoryConfig, n: int, chunk: int):
-    """`test_errors` compiled once per (cfg, n, chunk), with `posattn.compile_options.run_once` (it runs
-    once per run)."""
-    return jax.jit(functools.partial(_errors, cfg=cfg, n=n, chunk=chunk),
-                   compiler_options=compile_options.run_once())
+    # Compiled once per (cfg, n, chunk) as a program that runs once per run.
+    return compile_options.jit_run_once(_errors, cfg=cfg, n=n, chunk=chunk)(key, params, task)
 
 
 def _errors(key, params, task: Task, *, cfg: TheoryConfig, n: int, chunk: int):

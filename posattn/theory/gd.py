@@ -77,13 +77,14 @@ def draw_run(key, cfg: TheoryConfig, gd: GDConfig, *, n_train: int | None = None
     return params, train, test, keys["train"], task
 
 
-@functools.lru_cache(maxsize=32)
 def _draw_fn(cfg: TheoryConfig, gd: GDConfig, shards: int) -> Callable:
     """`draw_run` as one compiled program: run eagerly, its dozens of small operations each compile
     on first use, which made the first `fit` of a problem seconds slower."""
-    return jax.jit(lambda key, task, params: draw_run(key, cfg, gd, shards=shards, task=task,
-                                                      params=params),
-                   compiler_options=compile_options.run_once())
+    return compile_options.jit_run_once(_draw, cfg=cfg, gd=gd, shards=shards)
+
+
+def _draw(key, task, params, *, cfg: TheoryConfig, gd: GDConfig, shards: int):
+    return draw_run(key, cfg, gd, shards=shards, task=task, params=params)
 
 
 @functools.lru_cache(maxsize=32)  # a loop of `fit` calls on one problem compiles once
@@ -109,9 +110,8 @@ def make_chunk_fn(cfg: TheoryConfig, gd: GDConfig, mesh) -> Callable:
     )
 
 
-@functools.lru_cache(maxsize=32)
 def _evaluate_fn(cfg: TheoryConfig, gd: GDConfig) -> Callable:
-    return jax.jit(functools.partial(evaluate, cfg=cfg, gd=gd), compiler_options=compile_options.run_once())
+    return compile_options.jit_run_once(evaluate, cfg=cfg, gd=gd)
 
 
 def _to_host(tree) -> dict:

@@ -75,15 +75,9 @@ def oracle_error(key, cfg: TheoryConfig, task: Task, n: int = 1_000_000) -> jax.
     """
     if cfg.noise != "orthogonal":  # isotropic noise moves z off the integers: drawing coef is not enough
         raise ConfigError(f"oracle_error needs noise='orthogonal' (got {cfg.noise!r})")
-    return _oracle_error_fn(cfg, n)(key, task)
-
-
-@functools.lru_cache(maxsize=8)
-def _oracle_error_fn(cfg: TheoryConfig, n: int):
-    """`oracle_error` compiled once per (cfg, n): run op by op, its draw compiled some forty small
-    programs (1.4 s more at the paper preset); run once per run (`posattn.compile_options.run_once`)."""
-    return jax.jit(functools.partial(_oracle_error, cfg=cfg, n=n),
-                   compiler_options=compile_options.run_once())
+    # One compiled program: run op by op, the draw compiled some forty small ones (1.4 s more at the
+    # paper preset).
+    return compile_options.jit_run_once(_oracle_error, cfg=cfg, n=n)(key, task)
 
 
 def _oracle_error(key, task: Task, *, cfg: TheoryConfig, n: int) -> jax.Array:
