@@ -77,14 +77,18 @@ def draw_run(key, cfg: TheoryConfig, gd: GDConfig, *, n_train: int | None = None
     return params, train, test, keys["train"], task
 
 
-def _draw_fn(cfg: TheoryConfig, gd: GDConfig, shards: int) -> Callable:
-    """`draw_run` as one compiled program: run eagerly, its dozens of small operations each compile
-    on first use, which made the first `fit` of a problem seconds slower."""
-    return compile_options.jit_run_once(_draw, cfg=cfg, gd=gd, shards=shards)
+def _draw_fn(cfg: TheoryConfig, gd: GDConfig, mesh) -> Callable:
+    """`draw_run` as one compiled program whose arrays come out where `fit` places them on `mesh`
+    (`_placed`). Run eagerly, its dozens of small operations each compiled on first use; drawn on one
+    device, the samples were then cut into shards by a slicing program that took XLA 1.3 s to compile
+    at the paper preset (docs/benchmarks.md). The draws are the same bits on any mesh (JAX's threefry
+    is partitionable)."""
+    return compile_options.jit_run_once(_draw, cfg=cfg, gd=gd, mesh=mesh)
 
 
-def _draw(key, task, params, *, cfg: TheoryConfig, gd: GDConfig, shards: int):
-    return draw_run(key, cfg, gd, shards=shards, task=task, params=params)
+def _draw(key, task, params, *, cfg: TheoryConfig, gd: GDConfig, mesh):
+    run = draw_run(key, cfg, gd, shards=mesh.devices.size, task=task, params=params)
+    return jax.lax.with_sharding_constraint(run, _shardings(mesh))
 
 
 @functools.lru_cache(maxsize=32)  # a loop of `fit` calls on one problem compiles once
@@ -112,6 +116,12 @@ def make_chunk_fn(cfg: TheoryConfig, gd: GDConfig, mesh) -> Callable:
 
 def _evaluate_fn(cfg: TheoryConfig, gd: GDConfig) -> Callable:
     return compile_options.jit_run_once(evaluate, cfg=cfg, gd=gd)
+
+
+def _copy(tree):
+    """A copy of the arrays of `tree` where they lie: a buffer copy, where `jnp.copy` compiles a program
+    per shape and sharding (0.5 s of a run's start at the paper preset)."""
+    return jax.device_put(tree, may_alias=False)
 
 
 def _to_host(tree) -> dict:
@@ -160,7 +170,7 @@ def _run_chunks(chunk, evaluate_fn, params, args, steps, eval_every, on_eval, hi
     step = 0
     while step < steps:
         n = min(eval_every, steps - step)
-        start = jax.tree.map(jnp.copy, params)  # the chunk donates its parameters; kept for a replay
+        start = _copy(params)  # the chunk donates its parameters; kept for a replay
         params, entry = chunk(params, jnp.asarray(step), *args, n)
         entry = _to_host(entry)
         if _nonfinite_runs(entry).size:
@@ -176,7 +186,8 @@ def _compile_ahead(pool, chunk, params, args, steps: int, eval_every: int):
     """Submit to `pool` the compile of `chunk` for a run's first chunk, from its arguments or their
     shapes (`jax.ShapeDtypeStruct`): the compiled program lands in jit's cache, where the chunk calls
     find it. XLA compiles a program on one core, and the chunk's compile is the longest of a run: in a
-    thread it proceeds while the run draws its data and evaluates its start. None when steps is 0."""
+    thread it proceeds while the run draws its data and evaluates its start. None when steps is 0.
+    (The evaluation's compile in a second thread gained nothing on 2 cores: three threads contend.)"""
     if not steps:
         return None
     return pool.submit(chunk.lower(params, jnp.asarray(0), *args, min(eval_every, steps)).compile)
@@ -194,7 +205,7 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, param
     data mesh; `on_eval(entry)` sees every history entry as it arrives (progress reporting).
     """
     mesh = mesh_lib.data_mesh(devices)
-    draw = _draw_fn(cfg, gd, mesh.devices.size)
+    draw = _draw_fn(cfg, gd, mesh)
     chunk = make_chunk_fn(cfg, gd, mesh)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         # The chunk needs only the shapes of the draw, so its compile starts before the draw runs.
@@ -203,7 +214,7 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, param
         params, train, test, sample_key, task = draw(key, task, params)
         if gd.risk == "population_exact":  # a start the chosen enumeration would get wrong ends here
             population.check_start(params, cfg, task, gd.population_method)
-        start = jax.tree.map(jnp.copy, params)
+        start = _copy(params)
         params, *args = _placed((params, train, test, sample_key, task), mesh)
 
         t0 = time.perf_counter()
@@ -212,16 +223,21 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, param
     return FitResult(jax.device_get(params), start, task, history, time.perf_counter() - t0)
 
 
-def _placed(run, mesh):
-    """(params, train, test, sample key, task) of a run as `fit` places them on `mesh` (the samples
-    split over "data", the rest replicated): the arrays put there, or their shapes given the same
-    shardings (`jax.ShapeDtypeStruct`), so that a compile from shapes serves the calls on the arrays."""
-    params, train, test, sample_key, task = run
+def _shardings(mesh):
+    """Where `fit` keeps (params, train, test, sample key, task) on `mesh`: the samples split over
+    "data", the rest replicated."""
     batch, rep = mesh_lib.batch_sharding(mesh), mesh_lib.replicated(mesh)
+    return rep, batch, batch, rep, rep
+
+
+def _placed(run, mesh):
+    """(params, train, test, sample key, task) of a run put where `fit` keeps them (`_shardings`), or,
+    given their shapes (`jax.ShapeDtypeStruct`), their shapes with those shardings, so that a compile
+    from shapes serves the calls on the arrays."""
     put = lambda tree, sharding: jax.tree.map(
         lambda a: (jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
                    if isinstance(a, jax.ShapeDtypeStruct) else jax.device_put(a, sharding)), tree)
-    return put(params, rep), put(train, batch), put(test, batch), put(sample_key, rep), put(task, rep)
+    return tuple(put(part, sharding) for part, sharding in zip(run, _shardings(mesh)))
 
 
 def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *,
@@ -237,7 +253,7 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *,
         for s in range(len(keys)):
             population.check_start(jax.tree.map(lambda a: a[s], params), cfg,
                                    jax.tree.map(lambda a: a[s], tasks), gd.population_method)
-    start = jax.tree.map(jnp.copy, params)
+    start = _copy(params)
     over_seeds = (0, None, 0, 0, 0, 0)
 
     @functools.partial(jax.jit, static_argnames="num_steps", donate_argnums=0)

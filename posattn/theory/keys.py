@@ -21,6 +21,7 @@ def seed_keys(seed: int, n: int) -> jax.Array:
     return jax.random.split(seed_key(seed), n)
 
 
+@jax.jit  # called from Python, the split and the two folds compile one small program each
 def run_keys(key: jax.Array) -> dict[str, jax.Array]:
     """The independent streams of one run of Eq. (T).
 

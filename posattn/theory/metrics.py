@@ -23,6 +23,7 @@ def patch_association(A: jax.Array, task: Task):
     return rows, rows.all()
 
 
+@jax.jit  # run op by op, its half-dozen small programs each compiled on first use
 def top_c_overlap(A: jax.Array, task: Task) -> jax.Array:
     """Mean share of row i's C largest entries that fall in its own set (chance: C / D)."""
     C = task.sets.shape[1]
@@ -31,6 +32,7 @@ def top_c_overlap(A: jax.Array, task: Task) -> jax.Array:
     return jnp.take_along_axis(mask, top, axis=1).mean()
 
 
+@jax.jit  # as `top_c_overlap`
 def off_diagonal_overlap(A: jax.Array, task: Task) -> jax.Array:
     """Mean share of row i's C - 1 largest off-diagonal entries that fall in S_l(i) minus i (chance:
     (C - 1) / (D - 1)). The frozen diagonal a0 sits in every row's top C once a0 is large, which would

@@ -45,7 +45,10 @@ def seed_summary(seed: int, history: dict, params, task, theory: TheoryConfig, g
     """Patch association, the phase statements (against the GLM reference) and final errors (on the
     run's fresh "final_test" samples) of one run."""
     streams = keys.run_keys(keys.seed_key(seed))
+    # Dispatched before anything waits on a result: the programs below compile while the final test
+    # (the longest of the three) runs.
     final = evaluation.test_errors(streams["final_test"], params, theory, task, gd.n_final_test)
+    overlap = off_diagonal_overlap(params["A"], task)  # chance (C-1)/(D-1)
     glm_error = glm.phase_one_reference(streams["glm_reference"], theory, task)
     phase_info = phases.detect_phases(history, logit_scale=theory.logit_scale, glm_error=glm_error)
     return {
@@ -53,7 +56,7 @@ def seed_summary(seed: int, history: dict, params, task, theory: TheoryConfig, g
         "patch_association": phase_info["patch_association_step"] is not None,
         "patch_association_step": phase_info["patch_association_step"],
         "patch_association_share_final": float(history["patch_association_share"][-1]),
-        "off_diagonal_overlap": float(off_diagonal_overlap(params["A"], task)),  # chance (C-1)/(D-1)
+        "off_diagonal_overlap": float(overlap),
         "test_error": float(final["test_error"]),
         "label_noise_rate": float(final["label_noise_rate"]),
         "f_star_not_yC_rate": float(final["f_star_not_yC_rate"]),
