@@ -80,7 +80,7 @@ def draw_run(key, cfg: TheoryConfig, gd: GDConfig, *, n_train: int | None = None
 def _draw_fn(cfg: TheoryConfig, gd: GDConfig, mesh) -> Callable:
     """`draw_run` as one compiled program whose arrays come out where `fit` places them on `mesh`
     (`_placed`). Run eagerly, its dozens of small operations each compiled on first use; drawn on one
-    device, the samples were then cut into shards by a slicing program that took XLA 1.3 s to compile
+    device, the samples were then cut into shards by slicing programs that took XLA 1.6 s to compile
     at the paper preset (docs/benchmarks.md). The draws are the same bits on any mesh (JAX's threefry
     is partitionable)."""
     return compile_options.jit_run_once(_draw, cfg=cfg, gd=gd, mesh=mesh)
