@@ -78,8 +78,8 @@ def draw_run(key, cfg: TheoryConfig, gd: GDConfig, *, n_train: int | None = None
 
 
 def _draw_fn(cfg: TheoryConfig, gd: GDConfig, mesh) -> Callable:
-    """`draw_run` as one compiled program whose arrays come out where `fit` places them on `mesh`
-    (`_placed`). Run eagerly, its dozens of small operations each compiled on first use; drawn on one
+    """`draw_run` as one compiled program whose arrays come out where `fit` keeps them on `mesh`
+    (`_shardings`). Run eagerly, its dozens of small operations each compiled on first use; drawn on one
     device, the samples were then cut into shards by slicing programs that took XLA 1.6 s to compile
     at the paper preset (docs/benchmarks.md). The draws are the same bits on any mesh (JAX's threefry
     is partitionable)."""
@@ -215,6 +215,8 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, task: Task | None = None, param
         if gd.risk == "population_exact":  # a start the chosen enumeration would get wrong ends here
             population.check_start(params, cfg, task, gd.population_method)
         start = _copy(params)
+        # A no-op for the arrays the draw placed; an empty training set (risks other than (E)) comes
+        # out of the draw replicated, and the chunk's shardings want it split.
         params, *args = _placed((params, train, test, sample_key, task), mesh)
 
         t0 = time.perf_counter()
