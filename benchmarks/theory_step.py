@@ -15,7 +15,10 @@ Measured in one process, interleaved round by round so that all see the same mac
   without the loss: "tiles, X_j v" takes each tile out of X and multiplies it by v (the copy and the
   loop), "tiles, both products" adds the second product z_j X_j from cache (ours adds the loss and
   its gradient per tile to that), and "one tile, both products" takes both products on each device's
-  first tile only, as often: their arithmetic alone, X never leaving the cache.
+  first tile only, as often: their arithmetic alone, X never leaving the cache;
+- the floor of any such tile loop in XLA: "transposed tiles, both products" walks the same tiles laid
+  out once, before the timing, as (d, m D) (the tile's patches as columns), the layout in which XLA's
+  two products over a tile are fastest (docs/benchmarks.md, "The floor of any XLA tile loop").
 Each figure is the minimum over `--rounds` rounds (the least disturbed by other jobs; the medians are
 printed beside them). PyTorch is a benchmark-only extra (`pip install -e ".[bench]"`); without it its
 column says so.
@@ -86,30 +89,43 @@ def gemv_loop(X, v):
     return jax.lax.fori_loop(0, FLAGS.chunk, one, jnp.zeros(X.shape[0], X.dtype))
 
 
-PROBES = {"tiles, X_j v": (False, False), "tiles, both products": (True, False),
-          "one tile, both products": (True, True)}
+PROBES = {"tiles, X_j v": (False, False, False), "tiles, both products": (True, False, False),
+          "one tile, both products": (True, True, False),
+          "transposed tiles, both products": (True, False, True)}
 
 
-def tile_probe(mesh, both: bool, one_tile: bool):
+def tile_probe(mesh, both: bool, one_tile: bool, transposed: bool):
     """`--chunk` passes of ours' tile loop over each device's samples without the loss: z_j = X_j v per
     tile, with `both` the second product z_j X_j (the gradient's read of the tile from cache), with
     `one_tile` every pass over the first tile alone (the two products' arithmetic, X never leaving the
-    cache)."""
+    cache). With `transposed`, X is `transposed_tiles`' layout of the samples, tiles of shape (d, m D)."""
 
     def passes(X, v):
-        n, D, d = X.shape
-        X_kxmDxd = X.reshape(tile_count(n, D * d * X.dtype.itemsize), -1, d)
+        if transposed:  # tiles (k, d, m D)
+            tiles, product, second = X, lambda X_j, v: v @ X_j, lambda z, X_j: X_j @ z
+        else:  # tiles (k, m D, d), as ours cuts X
+            n, D, d = X.shape
+            tiles = X.reshape(tile_count(n, D * d * X.dtype.itemsize), -1, d)
+            product, second = lambda X_j, v: X_j @ v, lambda z, X_j: z @ X_j
 
-        def tile_step(acc, X_mDxd):
-            X_mDxd = X_kxmDxd[0] if one_tile else X_mDxd
-            z = X_mDxd @ (v + 1e-30 * acc)  # depends on the last tile: nothing is hoisted out of the loop
-            return acc + (z @ X_mDxd if both else z[:d]), None
+        def tile_step(acc, X_j):
+            X_j = tiles[0] if one_tile else X_j
+            z = product(X_j, v + 1e-30 * acc)  # depends on the last tile: nothing is hoisted out of the loop
+            return acc + (second(z, X_j) if both else z[:acc.shape[0]]), None
 
-        return jax.lax.fori_loop(0, FLAGS.chunk, lambda _, acc: jax.lax.scan(tile_step, acc, X_kxmDxd)[0],
+        return jax.lax.fori_loop(0, FLAGS.chunk, lambda _, acc: jax.lax.scan(tile_step, acc, tiles)[0],
                                  jnp.zeros_like(v))
 
     return jax.jit(jax.shard_map(passes, mesh=mesh, in_specs=(P(mesh_lib.DATA), P()),
                                  out_specs=P(mesh_lib.DATA), check_vma=False))  # zero start: not varying
+
+
+def transposed_tiles(X, shards: int):
+    """X (n, D, d) as (shards k, d, m D): each device's block of samples cut into ours' k tiles, each
+    tile with its m samples' D patches as columns."""
+    n, D, d = X.shape
+    k = tile_count(n // shards, D * d * X.dtype.itemsize)
+    return X.reshape(shards * k, -1, d).transpose(0, 2, 1)
 
 
 def seconds(fn, calls: int) -> float:
@@ -142,9 +158,10 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     candidates = {"ours": lambda: seconds(ours, 1) / FLAGS.chunk,
                   "jax.grad": lambda: seconds(jax_plain, 1) / FLAGS.chunk,
                   "GEMV (jax)": lambda: seconds(lambda: gemv(X_flat, params["v"]), 1) / FLAGS.chunk}
-    for name, (both, one_tile) in PROBES.items():
-        probe = tile_probe(mesh, both, one_tile)
-        candidates[name] = lambda probe=probe: seconds(lambda: probe(train.X, params["v"]), 1) / FLAGS.chunk
+    X_tiles = jax.device_put(transposed_tiles(train.X, shards), mesh_lib.batch_sharding(mesh))
+    for name, (both, one_tile, transposed) in PROBES.items():
+        probe, X = tile_probe(mesh, both, one_tile, transposed), (X_tiles if transposed else train.X)
+        candidates[name] = lambda probe=probe, X=X: seconds(lambda: probe(X, params["v"]), 1) / FLAGS.chunk
     if torch is not None:
         X_t, y_t = torch.from_numpy(np.asarray(train.X)), torch.from_numpy(np.asarray(train.y))
         A_t = torch.tensor(np.asarray(params["A"]), requires_grad=True)
@@ -193,7 +210,8 @@ def main(argv):
         steps = [ms["GEMV"], ms["tiles, X_j v"], ms["tiles, both products"], ms["ours"]]
         split_rows.append(f"| {name} | {' | '.join(f'{t:.1f}' for t in steps)} | "
                           f"{' | '.join(f'{b - a:+.1f}' for a, b in zip(steps, steps[1:]))} | "
-                          f"{ms['one tile, both products']:.1f} |")
+                          f"{ms['one tile, both products']:.1f} | {ms['transposed tiles, both products']:.1f} | "
+                          f"{ms['transposed tiles, both products'] / ms['GEMV']:.2f}x |")
     torch_version = torch.__version__ if torch is not None else "not installed"
     body = "\n".join([
         f"Full-batch GD on (E), float32. ms per step, minimum (median) over {FLAGS.rounds} interleaved "
@@ -210,10 +228,13 @@ def main(argv):
         "Where ours spends its time above the floor (ms per step, minima as above): the probes walk "
         "ours' tiles without the loss, first multiplying each tile by v, then adding the second "
         "product from cache; the differences are the tile copy and loop, the second read, and the "
-        "loss with its gradient per tile. The last column runs both products on every device's first "
-        "tile alone, as often as ours has tiles: their arithmetic with X in cache, no memory read.", "",
+        "loss with its gradient per tile. \"One tile, both products\" runs both products on every "
+        "device's first tile alone, as often as ours has tiles: their arithmetic with X in cache, no memory read. "
+        "\"Transposed tiles\" takes the copy and both products over the same tiles laid out as (d, m D), "
+        "the fastest layout found for them in XLA: the floor of any tile loop here, before its loss.", "",
         "| problem | GEMV | tiles, X_j v | tiles, both products | ours | copy and loop | second read | "
-        "loss per tile | one tile, both products |", "|---|---|---|---|---|---|---|---|---|", *split_rows])
+        "loss per tile | one tile, both products | transposed tiles, both products | that / GEMV |",
+        "|---|---|---|---|---|---|---|---|---|---|---|", *split_rows])
     update_section("Theory: GD steps per second (benchmarks/theory_step.py)", body)
 
 
