@@ -4,21 +4,20 @@ r"""One GD step of Eq. (T) on the empirical risk (E): ours against a plain PyTor
 
 Measured in one process, interleaved round by round so that all see the same machine load:
 - ours: the library's compiled chunk (`posattn.theory.gd.make_chunk_fn`, `--chunk` GD steps in one
-  `lax.scan`, the one-pass step of `posattn.theory.fused`), time per step;
+  `lax.scan`, the one-pass step of `posattn.theory.fused` on the samples laid out as `fit` lays them
+  out, `fused.tiled`), time per step;
 - jax.grad: the same chunk with the step written as `jax.grad` of the plain model (what the library did
   before the one-pass step), time per step;
 - PyTorch: the step a researcher writes by hand (softmax(A / sqrt(d)), factor D, cubic sigma, logistic
   loss, autograd, A's diagonal frozen), eager on the CPU;
 - GEMV: one pass over X, X @ v (jax: `--chunk` passes in one compiled loop; PyTorch: eager; the
   faster of the two), the floor of any step that reads X from memory once;
-- where ours spends the time above the floor, by three probes that walk the same tiles per device
-  without the loss: "tiles, X_j v" takes each tile out of X and multiplies it by v (the copy and the
-  loop), "tiles, both products" adds the second product z_j X_j from cache (ours adds the loss and
-  its gradient per tile to that), and "one tile, both products" takes both products on each device's
-  first tile only, as often: their arithmetic alone, X never leaving the cache;
-- the floor of any such tile loop in XLA: "transposed tiles, both products" walks the same tiles laid
-  out once, before the timing, as (d, m D) (the tile's patches as columns), the layout in which XLA's
-  two products over a tile are fastest (docs/benchmarks.md, "The floor of any XLA tile loop").
+- where ours spends the time above the floor, by three probes that walk ours' tiles per device
+  (`posattn.theory.fused.tiled`) without the loss: "tiles, X_j v" takes each tile out of X and
+  multiplies v by it (the copy and the loop), "tiles, both products" adds the second product X_j z_j
+  from cache (ours adds the loss and its gradient per tile to that: the floor of this tile loop),
+  and "one tile, both products" takes both products on each device's first tile only, as often:
+  their arithmetic alone, X never leaving the cache.
 Each figure is the minimum over `--rounds` rounds (the least disturbed by other jobs; the medians are
 printed beside them). PyTorch is a benchmark-only extra (`pip install -e ".[bench]"`); without it its
 column says so.
@@ -36,7 +35,7 @@ from jax.sharding import PartitionSpec as P
 from benchmarks.report import machine, update_section
 from posattn import mesh as mesh_lib
 from posattn.theory import GDConfig, TheoryConfig, make_task, sample
-from posattn.theory.fused import tile_count
+from posattn.theory import fused
 from posattn.theory.gd import make_chunk_fn
 from posattn.theory.model import empirical_risk, init_params
 from posattn.theory.presets import get_preset
@@ -89,43 +88,27 @@ def gemv_loop(X, v):
     return jax.lax.fori_loop(0, FLAGS.chunk, one, jnp.zeros(X.shape[0], X.dtype))
 
 
-PROBES = {"tiles, X_j v": (False, False, False), "tiles, both products": (True, False, False),
-          "one tile, both products": (True, True, False),
-          "transposed tiles, both products": (True, False, True)}
+PROBES = {"tiles, X_j v": (False, False), "tiles, both products": (True, False),
+          "one tile, both products": (True, True)}
 
 
-def tile_probe(mesh, both: bool, one_tile: bool, transposed: bool):
-    """`--chunk` passes of ours' tile loop over each device's samples without the loss: z_j = X_j v per
-    tile, with `both` the second product z_j X_j (the gradient's read of the tile from cache), with
-    `one_tile` every pass over the first tile alone (the two products' arithmetic, X never leaving the
-    cache). With `transposed`, X is `transposed_tiles`' layout of the samples, tiles of shape (d, m D)."""
+def tile_probe(mesh, both: bool, one_tile: bool):
+    """`--chunk` passes of ours' tile loop over each device's tiles (`fused.tiled`, (k, d, m D) each)
+    without the loss: z_j = v X_j per tile, with `both` the second product X_j z_j (the gradient's read
+    of the tile from cache), with `one_tile` every pass over the first tile alone (the two products'
+    arithmetic, X never leaving the cache)."""
 
-    def passes(X, v):
-        if transposed:  # tiles (k, d, m D)
-            tiles, product, second = X, lambda X_j, v: v @ X_j, lambda z, X_j: X_j @ z
-        else:  # tiles (k, m D, d), as ours cuts X
-            n, D, d = X.shape
-            tiles = X.reshape(tile_count(n, D * d * X.dtype.itemsize), -1, d)
-            product, second = lambda X_j, v: X_j @ v, lambda z, X_j: z @ X_j
-
+    def passes(tiles, v):
         def tile_step(acc, X_j):
             X_j = tiles[0] if one_tile else X_j
-            z = product(X_j, v + 1e-30 * acc)  # depends on the last tile: nothing is hoisted out of the loop
-            return acc + (second(z, X_j) if both else z[:acc.shape[0]]), None
+            z = (v + 1e-30 * acc) @ X_j  # depends on the last tile: nothing is hoisted out of the loop
+            return acc + (X_j @ z if both else z[:acc.shape[0]]), None
 
         return jax.lax.fori_loop(0, FLAGS.chunk, lambda _, acc: jax.lax.scan(tile_step, acc, tiles)[0],
                                  jnp.zeros_like(v))
 
     return jax.jit(jax.shard_map(passes, mesh=mesh, in_specs=(P(mesh_lib.DATA), P()),
                                  out_specs=P(mesh_lib.DATA), check_vma=False))  # zero start: not varying
-
-
-def transposed_tiles(X, shards: int):
-    """X (n, D, d) as (shards k, d, m D): each device's block of samples cut into ours' k tiles, each
-    tile with its m samples' D patches as columns."""
-    n, D, d = X.shape
-    k = tile_count(n // shards, D * d * X.dtype.itemsize)
-    return X.reshape(shards * k, -1, d).transpose(0, 2, 1)
 
 
 def seconds(fn, calls: int) -> float:
@@ -143,14 +126,15 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     task = make_task(jax.random.key(0), cfg)
     train = make_batch(*sample(jax.random.key(1), cfg, task, gd.N), shards)
     test = make_batch(*sample(jax.random.key(2), cfg, task, 1000), shards)
-    train, test = jax.device_put((train, test), mesh_lib.batch_sharding(mesh))
+    tiles = fused.tiled(*train, shards)  # laid out once, as `fit` does
+    train, tiles, test = jax.device_put((train, tiles, test), mesh_lib.batch_sharding(mesh))
     params = init_params(jax.random.key(3), cfg, gd, task.w_star)
     key = jax.random.key(4)
     chunk = make_chunk_fn(cfg, gd, mesh)
     t0 = time.perf_counter()
-    compiled = chunk.lower(params, jnp.asarray(0), train, test, key, task, FLAGS.chunk).compile()
+    compiled = chunk.lower(params, jnp.asarray(0), tiles, test, key, task, FLAGS.chunk).compile()
     compile_s = time.perf_counter() - t0
-    ours = lambda: compiled(jax.tree.map(jnp.copy, params), jnp.asarray(0), train, test, key, task)[1]
+    ours = lambda: compiled(jax.tree.map(jnp.copy, params), jnp.asarray(0), tiles, test, key, task)[1]
     plain = plain_chunk(cfg, gd)
     jax_plain = lambda: plain(params, train.X, train.y)
     X_flat = train.X.reshape(-1, cfg.d)
@@ -158,10 +142,9 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     candidates = {"ours": lambda: seconds(ours, 1) / FLAGS.chunk,
                   "jax.grad": lambda: seconds(jax_plain, 1) / FLAGS.chunk,
                   "GEMV (jax)": lambda: seconds(lambda: gemv(X_flat, params["v"]), 1) / FLAGS.chunk}
-    X_tiles = jax.device_put(transposed_tiles(train.X, shards), mesh_lib.batch_sharding(mesh))
-    for name, (both, one_tile, transposed) in PROBES.items():
-        probe, X = tile_probe(mesh, both, one_tile, transposed), (X_tiles if transposed else train.X)
-        candidates[name] = lambda probe=probe, X=X: seconds(lambda: probe(X, params["v"]), 1) / FLAGS.chunk
+    for name, (both, one_tile) in PROBES.items():
+        probe = tile_probe(mesh, both, one_tile)
+        candidates[name] = lambda probe=probe: seconds(lambda: probe(tiles.X, params["v"]), 1) / FLAGS.chunk
     if torch is not None:
         X_t, y_t = torch.from_numpy(np.asarray(train.X)), torch.from_numpy(np.asarray(train.y))
         A_t = torch.tensor(np.asarray(params["A"]), requires_grad=True)
@@ -210,8 +193,8 @@ def main(argv):
         steps = [ms["GEMV"], ms["tiles, X_j v"], ms["tiles, both products"], ms["ours"]]
         split_rows.append(f"| {name} | {' | '.join(f'{t:.1f}' for t in steps)} | "
                           f"{' | '.join(f'{b - a:+.1f}' for a, b in zip(steps, steps[1:]))} | "
-                          f"{ms['one tile, both products']:.1f} | {ms['transposed tiles, both products']:.1f} | "
-                          f"{ms['transposed tiles, both products'] / ms['GEMV']:.2f}x |")
+                          f"{ms['one tile, both products']:.1f} | "
+                          f"{ms['tiles, both products'] / ms['GEMV']:.2f}x |")
     torch_version = torch.__version__ if torch is not None else "not installed"
     body = "\n".join([
         f"Full-batch GD on (E), float32. ms per step, minimum (median) over {FLAGS.rounds} interleaved "
@@ -226,15 +209,15 @@ def main(argv):
         "Goals (issue 17): PyTorch / ours >= 1.5 and ours / GEMV <= 1.3 at N=50,000, D=10, d=100. "
         "`jax.grad` is the step the library took before the one-pass step (`posattn.theory.fused`).", "",
         "Where ours spends its time above the floor (ms per step, minima as above): the probes walk "
-        "ours' tiles without the loss, first multiplying each tile by v, then adding the second "
-        "product from cache; the differences are the tile copy and loop, the second read, and the "
-        "loss with its gradient per tile. \"One tile, both products\" runs both products on every "
-        "device's first tile alone, as often as ours has tiles: their arithmetic with X in cache, no memory read. "
-        "\"Transposed tiles\" takes the copy and both products over the same tiles laid out as (d, m D), "
-        "the fastest layout found for them in XLA: the floor of any tile loop here, before its loss.", "",
+        "ours' tiles (`posattn.theory.fused.tiled`) without the loss, first multiplying each tile by v, "
+        "then adding the second product from cache; the differences are the tile copy and loop, the "
+        "second read, and the loss with its gradient per tile. \"One tile, both products\" runs both "
+        "products on every device's first tile alone, as often as ours has tiles: their arithmetic with "
+        "X in cache, no memory read. \"Tiles, both products\" is the floor of this tile loop before its "
+        "loss, the last column its ratio to the GEMV.", "",
         "| problem | GEMV | tiles, X_j v | tiles, both products | ours | copy and loop | second read | "
-        "loss per tile | one tile, both products | transposed tiles, both products | that / GEMV |",
-        "|---|---|---|---|---|---|---|---|---|---|---|", *split_rows])
+        "loss per tile | one tile, both products | tiles, both products / GEMV |",
+        "|---|---|---|---|---|---|---|---|---|---|", *split_rows])
     update_section("Theory: GD steps per second (benchmarks/theory_step.py)", body)
 
 

@@ -15,8 +15,15 @@ X, so that taking it out of X is one copy of consecutive memory (strided tiles: 
 docs/benchmarks.md). Over several devices (`mesh`), each walks through the tiles of its own block of
 samples, and the only communication is one sum of the partial sums per step; a sample axis sharded
 over devices must therefore come with its `mesh`.
+
+A loop that takes many steps on the same samples (`posattn.theory.step.train_chunk`) lays them out
+once as `Tiles` (`tiled`): each tile transposed to (d, m D), its patches as columns, so that the two
+products are a vector-matrix and a matrix-vector product over long rows, which XLA's CPU kernels
+take 7-20% faster a step than over the (m D, d) rows of X (docs/benchmarks.md, "The floor of any XLA
+tile loop"). `empirical_risk_and_grad` takes X as it is, for a caller that steps once per layout.
 """
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,13 +51,41 @@ def tile_count(n: int, row_bytes: int, tile_bytes: int = TILE_BYTES) -> int:
     return best
 
 
-def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None):
-    """(sum_n w_n loss_n, its gradient in S, its gradient in v) over the samples X (n, D, d) at hand,
-    tile by tile (module docstring): unnormalised, so that sums over devices add up."""
+class Tiles(NamedTuple):
+    """Samples laid out for the one-pass step (`tiled`): X_kxdxmD[t, :, i D + j] = X[t m + i, j], with
+    y and weight (n,) as in `posattn.theory.step.Batch`. The tile axis splits over devices as the
+    sample axis does: each device's tiles are its own block of samples."""
+
+    X: jax.Array
+    y: jax.Array
+    weight: jax.Array
+
+
+def tiled(X, y, weight, num_shards: int = 1, tile_bytes: int = TILE_BYTES) -> Tiles:
+    """X (n, D, d) as `Tiles`: each of the `num_shards` blocks of n / num_shards samples (one per
+    device) cut into `tile_count` tiles, each tile transposed to (d, m D). One pass over X."""
     n, D, d = X.shape
-    k = num_tiles or tile_count(n, D * d * X.dtype.itemsize)
-    X_kxmxDxd = X.reshape(k, n // k, D, d)
-    y_kxm, w_kxm = y.reshape(k, n // k), w.reshape(k, n // k)
+    k = tile_count(n // num_shards, D * d * X.dtype.itemsize, tile_bytes)
+    return Tiles(X.reshape(num_shards * k, -1, d).transpose(0, 2, 1), y, weight)
+
+
+def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None, transposed: bool):
+    """(sum_n w_n loss_n, its gradient in S, its gradient in v) over the samples at hand, tile by tile
+    (module docstring): unnormalised, so that sums over devices add up. X is (n, D, d), or with
+    `transposed` the (k, d, m D) tiles of `Tiles`."""
+    if transposed:
+        k, d, mD = X.shape
+        tiles = X
+        z_of = lambda X_j: (v @ X_j).reshape(-1, cfg.D)  # (m D,) in the order (sample, patch)
+        grad_v = lambda dz_mxD, X_j: X_j @ dz_mxD.reshape(-1)
+    else:
+        n, D, d = X.shape
+        k = num_tiles or tile_count(n, D * d * X.dtype.itemsize)
+        tiles = X.reshape(k, n // k, D, d)
+        z_of = lambda X_j: X_j @ v
+        # The second read of the tile, from cache: a vector-matrix product over the (m D, d) rows.
+        grad_v = lambda dz_mxD, X_j: dz_mxD.reshape(-1) @ X_j.reshape(-1, d)
+    y_kxm, w_kxm = y.reshape(k, -1), w.reshape(k, -1)
 
     def tile_loss(S, z_mxD, y_m, w_m):  # the tile's summed loss, as a function of S and z alone
         margin = y_m * sigma(mix(S, z_mxD, cfg), cfg.activation).sum(-1)
@@ -58,18 +93,31 @@ def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None):
 
     def one_tile(carry, j):
         loss, dS, dv = carry
-        X_mxDxd, y_m, w_m = (a[0] if k == 1 else jax.lax.dynamic_index_in_dim(a, j, keepdims=False)
-                             for a in (X_kxmxDxd, y_kxm, w_kxm))
-        z_mxD = X_mxDxd @ v
-        l, (dS_j, dz_mxD) = jax.value_and_grad(tile_loss, argnums=(0, 1))(S, z_mxD, y_m, w_m)
-        # The second read of the tile, from cache: a vector-matrix product over the (m D, d) rows.
-        dv_j = dz_mxD.reshape(-1) @ X_mxDxd.reshape(-1, d)
-        return (loss + l, dS + dS_j, dv + dv_j), None
+        X_j, y_m, w_m = (a[0] if k == 1 else jax.lax.dynamic_index_in_dim(a, j, keepdims=False)
+                         for a in (tiles, y_kxm, w_kxm))
+        l, (dS_j, dz_mxD) = jax.value_and_grad(tile_loss, argnums=(0, 1))(S, z_of(X_j), y_m, w_m)
+        return (loss + l, dS + dS_j, dv + grad_v(dz_mxD, X_j)), None
 
     init = (jnp.zeros((), v.dtype), jnp.zeros_like(S), jnp.zeros_like(v))
     if k == 1:  # X fits in one tile: no loop, and no copy of the tile out of X
         return one_tile(init, 0)[0]
     return jax.lax.scan(one_tile, init, jnp.arange(k))[0]
+
+
+def _risk_and_grad(params, X, y, w, cfg: TheoryConfig, num_tiles, mesh, transposed: bool):
+    S, attention_vjp = jax.vjp(lambda A: attention(A, cfg), params["A"])
+    v = params["v"]
+    if mesh is None or mesh.devices.size == 1:
+        loss, dS, dv = _partial_sums(S, v, X, y, w, cfg, num_tiles, transposed)
+    else:
+        def local(S, v, X, y, w):  # check_vma=False: the tile loop's zero start is not marked varying
+            return jax.lax.psum(_partial_sums(S, v, X, y, w, cfg, num_tiles, transposed), DATA)
+
+        loss, dS, dv = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(DATA), P(DATA), P(DATA)),
+                                     out_specs=P(), check_vma=False)(S, v, X, y, w)
+    total = w.sum()
+    (dA,) = attention_vjp(dS / total)
+    return loss / total, {"A": dA, "v": dv / total}
 
 
 def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfig, weight=None,
@@ -84,16 +132,19 @@ def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfi
     The gradient is the full one (A's diagonal included), as `jax.grad` gives it.
     """
     w = jnp.ones(X.shape[0], X.dtype) if weight is None else weight.astype(X.dtype)
-    S, attention_vjp = jax.vjp(lambda A: attention(A, cfg), params["A"])
-    v = params["v"]
-    if mesh is None or mesh.devices.size == 1:
-        loss, dS, dv = _partial_sums(S, v, X, y, w, cfg, num_tiles)
-    else:
-        def local(S, v, X, y, w):  # check_vma=False: the tile loop's zero start is not marked varying
-            return jax.lax.psum(_partial_sums(S, v, X, y, w, cfg, num_tiles), DATA)
+    return _risk_and_grad(params, X, y, w, cfg, num_tiles, mesh, transposed=False)
 
-        loss, dS, dv = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(DATA), P(DATA), P(DATA)),
-                                     out_specs=P(), check_vma=False)(S, v, X, y, w)
-    total = w.sum()
-    (dA,) = attention_vjp(dS / total)
-    return loss / total, {"A": dA, "v": dv / total}
+
+def tiled_risk_and_grad(params, tiles: Tiles, cfg: TheoryConfig, mesh=None):
+    """`empirical_risk_and_grad` on samples laid out by `tiled` (with `mesh`, `tiled`'s num_shards its
+    size): the same loss and gradient, faster a step."""
+    return _risk_and_grad(params, tiles.X, tiles.y, tiles.weight.astype(tiles.X.dtype), cfg, None, mesh,
+                          transposed=True)
+
+
+def tiled_risk(params, tiles: Tiles, cfg: TheoryConfig) -> jax.Array:
+    """The risk (E), `model.empirical_risk`, of samples laid out by `tiled`: one pass over the tiles."""
+    # A multiply-and-sum over each tile's rows: as a dot (einsum), XLA copies all of X into one matrix first.
+    z_nxD = (tiles.X * params["v"][:, None]).sum(1).reshape(-1, cfg.D)
+    margin = tiles.y * sigma(mix(attention(params["A"], cfg), z_nxD, cfg), cfg.activation).sum(-1)
+    return (tiles.weight * logistic_loss(margin)).sum() / tiles.weight.sum()

@@ -2,7 +2,8 @@
 JSL22).
 
 (A off-diagonal, v) are trained jointly with a constant step size and no regulariser; the diagonal of A
-stays at its initial value. On (E) a step reads the samples once (`posattn.theory.fused`).
+stays at its initial value. On (E) a step reads the samples once (`posattn.theory.fused`); a training
+set may come as a `Batch` or laid out once for that step as `fused.Tiles` (what the run driver passes).
 `train_chunk` runs many steps inside one `lax.scan` and is pure, so the run driver
 (`posattn.theory.gd`) can jit it with shardings, vmap it over seeds, or over seeds and sizes.
 """
@@ -52,10 +53,12 @@ def gd_update(params: dict, grads: dict, lr: float, lr_A: float | None = None) -
     return {"A": params["A"] - lr_A * grads["A"], "v": params["v"] - lr * grads["v"]}
 
 
-def training_risk(params, step, train: Batch, key, task: Task, *, cfg: TheoryConfig, gd: GDConfig,
-                  sharding=None):
+def training_risk(params, step, train: Batch | fused.Tiles, key, task: Task, *, cfg: TheoryConfig,
+                  gd: GDConfig, sharding=None):
     """The risk that GD descends at `step`: (E) on `train`, or (P) by fresh samples or exactly."""
     if gd.risk == "empirical":
+        if isinstance(train, fused.Tiles):
+            return fused.tiled_risk(params, train, cfg)
         return empirical_risk(params, train.X, train.y, cfg, train.weight)
     if gd.risk == "population_mc":
         X, y = sample(jax.random.fold_in(key, step), cfg, task, gd.N)
@@ -66,20 +69,27 @@ def training_risk(params, step, train: Batch, key, task: Task, *, cfg: TheoryCon
                       mesh=None if sharding is None else sharding.mesh)
 
 
-def risk_and_grad(params, step, train: Batch, key, task: Task, *, cfg: TheoryConfig, gd: GDConfig,
-                  sharding=None):
+def empirical_risk_and_grad(params, train: Batch | fused.Tiles, cfg: TheoryConfig, mesh=None):
+    """(E) and its gradient in one pass over the samples, in the layout they come in."""
+    if isinstance(train, fused.Tiles):
+        return fused.tiled_risk_and_grad(params, train, cfg, mesh=mesh)
+    return fused.empirical_risk_and_grad(params, train.X, train.y, cfg, train.weight, mesh=mesh)
+
+
+def risk_and_grad(params, step, train: Batch | fused.Tiles, key, task: Task, *, cfg: TheoryConfig,
+                  gd: GDConfig, sharding=None):
     """(risk, gradient) of `training_risk`: for (E) in one pass over the samples
     (`posattn.theory.fused`), otherwise by `jax.value_and_grad`. With `sharding` (the data's, over a
     "data" mesh), (E) and the exact (P) split their sums over the mesh's devices."""
     mesh = None if sharding is None else sharding.mesh
     if gd.risk == "empirical":
-        return fused.empirical_risk_and_grad(params, train.X, train.y, cfg, train.weight, mesh=mesh)
+        return empirical_risk_and_grad(params, train, cfg, mesh)
     return jax.value_and_grad(training_risk)(params, step, train, key, task, cfg=cfg, gd=gd,
                                              sharding=sharding)
 
 
-def evaluate(params, step, train: Batch, test: Batch, key, task: Task, *, cfg: TheoryConfig,
-             gd: GDConfig):
+def evaluate(params, step, train: Batch | fused.Tiles, test: Batch, key, task: Task, *,
+             cfg: TheoryConfig, gd: GDConfig):
     """The history entry at `step`: risks, test error and the parameter scalars of the proof sketch."""
     scores = forward(params, test.X, cfg)
     test_loss = empirical_risk(params, test.X, test.y, cfg, test.weight)
@@ -96,8 +106,8 @@ def evaluate(params, step, train: Batch, test: Batch, key, task: Task, *, cfg: T
     }
 
 
-def train_chunk(params, step, train: Batch, test: Batch, key, task: Task, *, num_steps: int,
-                cfg: TheoryConfig, gd: GDConfig, train_A: bool = True, sharding=None):
+def train_chunk(params, step, train: Batch | fused.Tiles, test: Batch, key, task: Task, *,
+                num_steps: int, cfg: TheoryConfig, gd: GDConfig, train_A: bool = True, sharding=None):
     """`num_steps` GD steps from `step` in one `lax.scan`, then the history entry at their end.
 
     `train_A=False` descends (E) in v alone, A fixed at its given value (transfer with A frozen,
@@ -115,8 +125,7 @@ def train_chunk(params, step, train: Batch, test: Batch, key, task: Task, *, num
             raise ConfigError(f"train_A=False trains v on the empirical risk (E); risk={gd.risk!r}")
 
         def one_step(v, _):  # the gradient in A is computed and dropped (a D x D sum per tile)
-            _, grads = fused.empirical_risk_and_grad({**params, "v": v}, train.X, train.y, cfg,
-                                                     train.weight, mesh=mesh)
+            _, grads = empirical_risk_and_grad({**params, "v": v}, train, cfg, mesh)
             return v - gd.lr * grads["v"], None
 
         v, _ = jax.lax.scan(one_step, params["v"], None, length=num_steps)

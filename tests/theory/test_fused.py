@@ -1,4 +1,5 @@
-"""The one-pass risk and gradient of (E) against `jax.value_and_grad` of the plain model."""
+"""The one-pass risk and gradient of (E), on X or on its tiled layout, against `jax.value_and_grad` of the
+plain model."""
 import dataclasses
 
 import jax
@@ -8,7 +9,8 @@ import pytest
 
 from posattn import mesh as mesh_lib
 from posattn.theory import TheoryConfig, make_task, sample
-from posattn.theory.fused import empirical_risk_and_grad, tile_count
+from posattn.theory.fused import (empirical_risk_and_grad, tile_count, tiled, tiled_risk,
+                                  tiled_risk_and_grad)
 from posattn.theory.model import empirical_risk
 
 CFG = TheoryConfig(D=16, C=4, d=8, q=0.4)
@@ -58,6 +60,29 @@ def test_sample_axis_sharded_over_devices_gives_the_same():
     X, y, weight = jax.device_put((X, y, weight), mesh_lib.batch_sharding(mesh))
     got = jax.jit(lambda p, X, y, w: empirical_risk_and_grad(p, X, y, CFG, w, num_tiles=4, mesh=mesh))(
         params, X, y, weight)
+    _assert_round_off(got, want)
+
+
+@pytest.mark.parametrize("tile_bytes", [512, 2048, 1 << 20])  # 1, 4 and 96 samples a tile
+def test_the_tiled_layout_gives_the_same(tile_bytes):
+    params, X, y, weight = _problem()
+    want = jax.value_and_grad(empirical_risk)(params, X, y, CFG, weight)
+    tiles = tiled(X, y, weight, tile_bytes=tile_bytes)
+    k, m = tiles.X.shape[0], X.shape[0] // tiles.X.shape[0]
+    np.testing.assert_array_equal(tiles.X[k - 1, :, (m - 1) * CFG.D + 3], X[-1, 3])  # last sample, patch 3
+    np.testing.assert_array_equal(tiles.X.transpose(0, 2, 1).reshape(X.shape), X)
+    _assert_round_off(jax.jit(lambda p: tiled_risk_and_grad(p, tiles, CFG))(params), want)
+    np.testing.assert_allclose(tiled_risk(params, tiles, CFG), want[0], rtol=2e-6)
+
+
+def test_the_tiled_layout_sharded_over_devices_gives_the_same():
+    """One block of tiles per device (`tiled`'s num_shards), the partial sums added over "data"."""
+    mesh = mesh_lib.data_mesh()
+    params, X, y, weight = _problem(n=16 * mesh.devices.size)
+    want = jax.value_and_grad(empirical_risk)(params, X, y, CFG, weight)
+    tiles = jax.device_put(tiled(X, y, weight, mesh.devices.size, tile_bytes=2048),
+                           mesh_lib.batch_sharding(mesh))
+    got = jax.jit(lambda p, t: tiled_risk_and_grad(p, t, CFG, mesh=mesh))(params, tiles)
     _assert_round_off(got, want)
 
 
