@@ -74,8 +74,7 @@ def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None, trans
     (module docstring): unnormalised, so that sums over devices add up. X is (n, D, d), or with
     `transposed` the (k, d, m D) tiles of `Tiles`."""
     if transposed:
-        k, d, mD = X.shape
-        tiles = X
+        k, tiles = X.shape[0], X
         z_of = lambda X_j: (v @ X_j).reshape(-1, cfg.D)  # (m D,) in the order (sample, patch)
         grad_v = lambda dz_mxD, X_j: X_j @ dz_mxD.reshape(-1)
     else:
