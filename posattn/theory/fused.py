@@ -34,9 +34,11 @@ from posattn.theory.config import TheoryConfig
 from posattn.theory.model import attention, logistic_loss, mix, sigma
 
 # X's bytes per tile: a tile is read from memory once and then again from cache, so it must fit in
-# the cache the two reads share (a CPU core's L2 is 0.5-2 MiB, the shared L3 tens of MiB; from 0.25 to
-# 4 MiB the step's time hardly moves on the 2-core CPU of docs/benchmarks.md).
-TILE_BYTES = 1 << 20
+# the cache the two reads share (a CPU core's L2 is 0.5-2 MiB, the shared L3 tens of MiB). On the
+# 2-core CPU of docs/benchmarks.md the plain layout's step hardly moves from 0.25 to 4 MiB; the tiled
+# layout's is 3-8% faster at 1.5-3 MiB than at 1 MiB (fewer tiles, so less per-tile loss work), and
+# 30-100% slower from 8 MiB, once two cores' tiles crowd the L3.
+TILE_BYTES = 2 << 20
 
 
 def tile_count(n: int, row_bytes: int, tile_bytes: int = TILE_BYTES) -> int:
