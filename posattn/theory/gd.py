@@ -9,7 +9,7 @@ chunk (`posattn.theory.step.train_chunk`):
 - `fit_seeds`: many seeds vmapped inside the same chunks, as `fit(keys[s])` would run each;
 - `fit_grid` (`fit_sizes` for wide grids): (sample size N) x (seed) runs as one compiled call, only the
   final history entry of each. A run at size N trains on the first N of its seed's samples (the rest
-  carry weight 0, `step.Batch`), so sizes are nested subsamples and differ only by N; every run then
+  carry weight 0, `fused.Tiles`), so sizes are nested subsamples and differ only by N; every run then
   computes on the grid's largest size, so callers keep that moderate (`fit_sizes` groups the sizes).
 
 Seeds are split over the devices when they divide evenly (`posattn.mesh.map_runs`).

@@ -69,7 +69,7 @@ def training_risk(params, step, train: Batch | fused.Tiles, key, task: Task, *, 
                       mesh=None if sharding is None else sharding.mesh)
 
 
-def empirical_risk_and_grad(params, train: Batch | fused.Tiles, cfg: TheoryConfig, mesh=None):
+def _empirical_risk_and_grad(params, train: Batch | fused.Tiles, cfg: TheoryConfig, mesh=None):
     """(E) and its gradient in one pass over the samples, in the layout they come in."""
     if isinstance(train, fused.Tiles):
         return fused.tiled_risk_and_grad(params, train, cfg, mesh=mesh)
@@ -83,7 +83,7 @@ def risk_and_grad(params, step, train: Batch | fused.Tiles, key, task: Task, *, 
     "data" mesh), (E) and the exact (P) split their sums over the mesh's devices."""
     mesh = None if sharding is None else sharding.mesh
     if gd.risk == "empirical":
-        return empirical_risk_and_grad(params, train, cfg, mesh)
+        return _empirical_risk_and_grad(params, train, cfg, mesh)
     return jax.value_and_grad(training_risk)(params, step, train, key, task, cfg=cfg, gd=gd,
                                              sharding=sharding)
 
@@ -125,7 +125,7 @@ def train_chunk(params, step, train: Batch | fused.Tiles, test: Batch, key, task
             raise ConfigError(f"train_A=False trains v on the empirical risk (E); risk={gd.risk!r}")
 
         def one_step(v, _):  # the gradient in A is computed and dropped (a D x D sum per tile)
-            _, grads = empirical_risk_and_grad({**params, "v": v}, train, cfg, mesh)
+            _, grads = _empirical_risk_and_grad({**params, "v": v}, train, cfg, mesh)
             return v - gd.lr * grads["v"], None
 
         v, _ = jax.lax.scan(one_step, params["v"], None, length=num_steps)
