@@ -34,8 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from benchmarks.report import machine, update_section
 from posattn import mesh as mesh_lib
-from posattn.theory import GDConfig, TheoryConfig, make_task, sample
-from posattn.theory import fused
+from posattn.theory import GDConfig, TheoryConfig, fused, make_task, sample
 from posattn.theory.gd import make_chunk_fn
 from posattn.theory.model import empirical_risk, init_params
 from posattn.theory.presets import get_preset

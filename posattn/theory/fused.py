@@ -19,8 +19,9 @@ over devices must therefore come with its `mesh`.
 A loop that takes many steps on the same samples (`posattn.theory.step.train_chunk`) lays them out
 once as `Tiles` (`tiled`): each tile transposed to (d, m D), its patches as columns, so that the two
 products are a vector-matrix and a matrix-vector product over long rows, which XLA's CPU kernels
-take 7-20% faster a step than over the (m D, d) rows of X (docs/benchmarks.md, "The floor of any XLA
-tile loop"). `empirical_risk_and_grad` takes X as it is, for a caller that steps once per layout.
+take 8-23% faster a step than over the (m D, d) rows of X (docs/benchmarks.md, "The floor of any XLA
+tile loop"). `empirical_risk_and_grad` takes X as it comes, for a caller that takes few steps on the
+same samples.
 """
 import math
 from typing import NamedTuple

@@ -93,7 +93,7 @@ def _draw(key, task, params, *, cfg: TheoryConfig, gd: GDConfig, mesh):
 
 def _laid_out(run, shards: int = 1):
     """`draw_run`'s run with its training set, if any, laid out once for the one-pass step of (E), one
-    block of tiles per device (`fused.tiled`): the chunks then step 7-20% faster (docs/benchmarks.md)."""
+    block of tiles per device (`fused.tiled`), for the chunks that step on it (`posattn.theory.fused`)."""
     params, train, *rest = run
     return (params, fused.tiled(*train, shards) if train.X.shape[0] else train, *rest)
 
