@@ -72,6 +72,11 @@ def tiled(X, y, weight, num_shards: int = 1, tile_bytes: int = TILE_BYTES) -> Ti
     return Tiles(X.reshape(num_shards * k, -1, d).transpose(0, 2, 1), y, weight)
 
 
+def _summed_loss(S, z_nxD, y, w, cfg: TheoryConfig) -> jax.Array:
+    """sum_n w_n loss(y_n F(X_n)) of Eq. (T) as a function of S and the patch values z = <v, X_nj> alone."""
+    return (w * logistic_loss(y * sigma(mix(S, z_nxD, cfg), cfg.activation).sum(-1))).sum()
+
+
 def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None, transposed: bool):
     """(sum_n w_n loss_n, its gradient in S, its gradient in v) over the samples at hand, tile by tile
     (module docstring): unnormalised, so that sums over devices add up. X is (n, D, d), or with
@@ -89,15 +94,11 @@ def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None, trans
         grad_v = lambda dz_mxD, X_j: dz_mxD.reshape(-1) @ X_j.reshape(-1, d)
     y_kxm, w_kxm = y.reshape(k, -1), w.reshape(k, -1)
 
-    def tile_loss(S, z_mxD, y_m, w_m):  # the tile's summed loss, as a function of S and z alone
-        margin = y_m * sigma(mix(S, z_mxD, cfg), cfg.activation).sum(-1)
-        return (w_m * logistic_loss(margin)).sum()
-
     def one_tile(carry, j):
         loss, dS, dv = carry
         X_j, y_m, w_m = (a[0] if k == 1 else jax.lax.dynamic_index_in_dim(a, j, keepdims=False)
                          for a in (tiles, y_kxm, w_kxm))
-        l, (dS_j, dz_mxD) = jax.value_and_grad(tile_loss, argnums=(0, 1))(S, z_of(X_j), y_m, w_m)
+        l, (dS_j, dz_mxD) = jax.value_and_grad(_summed_loss, argnums=(0, 1))(S, z_of(X_j), y_m, w_m, cfg)
         return (loss + l, dS + dS_j, dv + grad_v(dz_mxD, X_j)), None
 
     init = (jnp.zeros((), v.dtype), jnp.zeros_like(S), jnp.zeros_like(v))
@@ -148,5 +149,5 @@ def tiled_risk(params, tiles: Tiles, cfg: TheoryConfig) -> jax.Array:
     """The risk (E), `model.empirical_risk`, of samples laid out by `tiled`: one pass over the tiles."""
     # A multiply-and-sum over each tile's rows: as a dot (einsum), XLA copies all of X into one matrix first.
     z_nxD = (tiles.X * params["v"][:, None]).sum(1).reshape(-1, cfg.D)
-    margin = tiles.y * sigma(mix(attention(params["A"], cfg), z_nxD, cfg), cfg.activation).sum(-1)
-    return (tiles.weight * logistic_loss(margin)).sum() / tiles.weight.sum()
+    w = tiles.weight.astype(tiles.X.dtype)
+    return _summed_loss(attention(params["A"], cfg), z_nxD, tiles.y, w, cfg) / w.sum()
