@@ -5,7 +5,10 @@ r"""One GD step of Eq. (T) on the empirical risk (E): ours against a plain PyTor
 Measured in one process, interleaved round by round so that all see the same machine load:
 - ours: the library's compiled chunk (`posattn.theory.gd.make_chunk_fn`, `--chunk` GD steps in one
   `lax.scan`, the one-pass step of `posattn.theory.fused` on the samples laid out as `fit` lays them
-  out, `fused.tiled`), time per step;
+  out), time per step: on a CPU where it builds, the step's CPU kernel
+  (`posattn.theory.one_pass_kernel`) on the samples as drawn;
+- ours, XLA tile loop: the same chunk on the samples laid out as tiles (`fused.tiled`), the step that
+  runs where the kernel does not (accelerators, a CPU without a compiler);
 - jax.grad: the same chunk with the step written as `jax.grad` of the plain model (what the library did
   before the one-pass step), time per step;
 - PyTorch: the step a researcher writes by hand (softmax(A / sqrt(d)), factor D, cubic sigma, logistic
@@ -125,20 +128,25 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     task = make_task(jax.random.key(0), cfg)
     train = make_batch(*sample(jax.random.key(1), cfg, task, gd.N), shards)
     test = make_batch(*sample(jax.random.key(2), cfg, task, 1000), shards)
-    tiles = fused.tiled(*train, shards)  # laid out once, as `fit` does
+    tiles = fused.tiled(*train, shards)  # laid out once, as `fit` does without the kernel
     train, tiles, test = jax.device_put((train, tiles, test), mesh_lib.batch_sharding(mesh))
     params = init_params(jax.random.key(3), cfg, gd, task.w_star)
     key = jax.random.key(4)
     chunk = make_chunk_fn(cfg, gd, mesh)
+    ours_train = train if fused.uses_kernel(train.X.dtype) else tiles
     t0 = time.perf_counter()
-    compiled = chunk.lower(params, jnp.asarray(0), tiles, test, key, task, FLAGS.chunk).compile()
+    compiled = chunk.lower(params, jnp.asarray(0), ours_train, test, key, task, FLAGS.chunk).compile()
     compile_s = time.perf_counter() - t0
-    ours = lambda: compiled(jax.tree.map(jnp.copy, params), jnp.asarray(0), tiles, test, key, task)[1]
+    run = lambda compiled, train: compiled(jax.tree.map(jnp.copy, params), jnp.asarray(0), train, test,
+                                           key, task)[1]
+    ours = lambda: run(compiled, ours_train)
+    tile_loop = chunk.lower(params, jnp.asarray(0), tiles, test, key, task, FLAGS.chunk).compile()
     plain = plain_chunk(cfg, gd)
     jax_plain = lambda: plain(params, train.X, train.y)
     X_flat = train.X.reshape(-1, cfg.d)
     gemv = jax.jit(gemv_loop)
     candidates = {"ours": lambda: seconds(ours, 1) / FLAGS.chunk,
+                  "ours, XLA tile loop": lambda: seconds(lambda: run(tile_loop, tiles), 1) / FLAGS.chunk,
                   "jax.grad": lambda: seconds(jax_plain, 1) / FLAGS.chunk,
                   "GEMV (jax)": lambda: seconds(lambda: gemv(X_flat, params["v"]), 1) / FLAGS.chunk}
     for name, (both, one_tile) in PROBES.items():
@@ -182,14 +190,16 @@ def main(argv):
         fmt = lambda n: f"{ms[n]:.1f} ({med[n]:.1f})" if n in ms else "not installed"
         torch_ratio = f"{ms['PyTorch'] / ms['ours']:.2f}x" if "PyTorch" in ms else "n/a"
         floor_ratio = ms["ours"] / ms["GEMV"]
-        print(f"{name}: ours {fmt('ours')} ms/step, jax.grad {fmt('jax.grad')}, PyTorch {fmt('PyTorch')}, "
+        loop = "ours, XLA tile loop"
+        print(f"{name}: ours {fmt('ours')} ms/step, XLA tile loop {fmt(loop)}, jax.grad {fmt('jax.grad')}, PyTorch {fmt('PyTorch')}, "
               f"one GEMV over X {fmt('GEMV')} (min (median) over {FLAGS.rounds} rounds); PyTorch / ours "
               f"{torch_ratio}, ours / GEMV {floor_ratio:.2f}x; compile {r['compile_s']:.2f} s; probes: "
               + ", ".join(f"{p} {fmt(p)}" for p in PROBES), flush=True)
-        rows.append(f"| {name} | {fmt('ours')} | {fmt('jax.grad')} | {fmt('PyTorch')} | {fmt('GEMV')} | "
-                    f"{torch_ratio} | {floor_ratio:.2f}x | {ms['jax.grad'] / ms['ours']:.2f}x | "
+        rows.append(f"| {name} | {fmt('ours')} | {fmt(loop)} | {fmt('jax.grad')} | {fmt('PyTorch')} | "
+                    f"{fmt('GEMV')} | {torch_ratio} | {floor_ratio:.2f}x | {ms[loop] / ms['GEMV']:.2f}x | "
+                    f"{ms['jax.grad'] / ms['ours']:.2f}x | "
                     f"{r['compile_s']:.2f} |")
-        steps = [ms["GEMV"], ms["tiles, X_j v"], ms["tiles, both products"], ms["ours"]]
+        steps = [ms["GEMV"], ms["tiles, X_j v"], ms["tiles, both products"], ms[loop]]
         split_rows.append(f"| {name} | {' | '.join(f'{t:.1f}' for t in steps)} | "
                           f"{' | '.join(f'{b - a:+.1f}' for a, b in zip(steps, steps[1:]))} | "
                           f"{ms['one tile, both products']:.1f} | "
@@ -197,24 +207,27 @@ def main(argv):
     torch_version = torch.__version__ if torch is not None else "not installed"
     body = "\n".join([
         f"Full-batch GD on (E), float32. ms per step, minimum (median) over {FLAGS.rounds} interleaved "
-        f"rounds; ours and jax.grad: {FLAGS.chunk} steps per compiled `lax.scan` call; PyTorch "
+        f"rounds; ours, its XLA tile loop and jax.grad: {FLAGS.chunk} steps per compiled `lax.scan` "
+        f"call (ours: {'the CPU kernel' if fused.uses_kernel(jnp.float32) else 'the XLA tile loop'}, "
+        f"as `fit` runs it here); PyTorch "
         f"{torch_version} eager with {torch.get_num_threads() if torch else '-'} threads; GEMV: one "
         f"pass X @ v over the training samples, the faster of jax and PyTorch. "
         f"Machine: {machine()}.", "",
         "Command: `python -m benchmarks.theory_step`", "",
-        "| problem | ours (ms) | jax.grad step (ms) | PyTorch step (ms) | one GEMV over X (ms) | "
-        "PyTorch / ours | ours / GEMV | jax.grad / ours | compile (s) |",
-        "|---|---|---|---|---|---|---|---|---|", *rows, "",
+        "| problem | ours (ms) | ours, XLA tile loop (ms) | jax.grad step (ms) | PyTorch step (ms) | "
+        "one GEMV over X (ms) | PyTorch / ours | ours / GEMV | XLA tile loop / GEMV | jax.grad / ours | "
+        "compile (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
         "Goals (issue 17): PyTorch / ours >= 1.5 and ours / GEMV <= 1.3 at N=50,000, D=10, d=100. "
         "`jax.grad` is the step the library took before the one-pass step (`posattn.theory.fused`).", "",
-        "Where ours spends its time above the floor (ms per step, minima as above): the probes walk "
-        "ours' tiles (`posattn.theory.fused.tiled`) without the loss, first multiplying each tile by v, "
+        "Where the XLA tile loop spends its time above the floor (ms per step, minima as above): the "
+        "probes walk its tiles (`posattn.theory.fused.tiled`) without the loss, first multiplying each tile by v, "
         "then adding the second product from cache; the differences are the tile copy and loop, the "
         "second read, and the loss with its gradient per tile. \"One tile, both products\" runs both "
-        "products on every device's first tile alone, as often as ours has tiles: their arithmetic with "
-        "X in cache, no memory read. \"Tiles, both products\" is the floor of this tile loop before its "
+        "products on every device's first tile alone, as often as the loop has tiles: their arithmetic "
+        "with X in cache, no memory read. \"Tiles, both products\" is the floor of this tile loop before its "
         "loss, the last column its ratio to the GEMV.", "",
-        "| problem | GEMV | tiles, X_j v | tiles, both products | ours | copy and loop | second read | "
+        "| problem | GEMV | tiles, X_j v | tiles, both products | XLA tile loop | copy and loop | second read | "
         "loss per tile | one tile, both products | tiles, both products / GEMV |",
         "|---|---|---|---|---|---|---|---|---|---|", *split_rows])
     update_section("Theory: GD steps per second (benchmarks/theory_step.py)", body)

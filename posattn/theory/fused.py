@@ -32,6 +32,7 @@ from jax.sharding import PartitionSpec as P
 
 from posattn.mesh import DATA
 from posattn.theory.config import TheoryConfig
+from posattn.theory import one_pass_kernel
 from posattn.theory.model import attention, logistic_loss, mix, sigma
 
 # X's bytes per tile: a tile is read from memory once and then again from cache, so it must fit in
@@ -107,14 +108,31 @@ def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None, trans
     return jax.lax.scan(one_tile, init, jnp.arange(k))[0]
 
 
+def uses_kernel(dtype) -> bool:
+    """Whether the one-pass sums of samples X (n, D, d) of `dtype` run in the CPU kernel
+    (`posattn.theory.one_pass_kernel`): float32 on a CPU backend where the kernel is built."""
+    return dtype == jnp.float32 and jax.default_backend() == "cpu" and one_pass_kernel.available()
+
+
+def _kernel_sums(S, v, X, y, w, cfg: TheoryConfig):
+    """`_partial_sums` by the CPU kernel, which takes the mix's factor D inside its matrix M."""
+    scale = cfg.D if cfg.scale_by_D else 1
+    loss, dM, dv = one_pass_kernel.partial_sums(scale * S, v, X, y, w, cfg.activation == "quintic")
+    return loss, scale * dM, dv
+
+
 def _risk_and_grad(params, X, y, w, cfg: TheoryConfig, num_tiles, mesh, transposed: bool):
     S, attention_vjp = jax.vjp(lambda A: attention(A, cfg), params["A"])
     v = params["v"]
+    if not transposed and uses_kernel(X.dtype):
+        sums = lambda S, v, X, y, w: _kernel_sums(S, v, X, y, w, cfg)
+    else:
+        sums = lambda S, v, X, y, w: _partial_sums(S, v, X, y, w, cfg, num_tiles, transposed)
     if mesh is None or mesh.devices.size == 1:
-        loss, dS, dv = _partial_sums(S, v, X, y, w, cfg, num_tiles, transposed)
+        loss, dS, dv = sums(S, v, X, y, w)
     else:
         def local(S, v, X, y, w):  # check_vma=False: the tile loop's zero start is not marked varying
-            return jax.lax.psum(_partial_sums(S, v, X, y, w, cfg, num_tiles, transposed), DATA)
+            return jax.lax.psum(sums(S, v, X, y, w), DATA)
 
         loss, dS, dv = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(DATA), P(DATA), P(DATA)),
                                      out_specs=P(), check_vma=False)(S, v, X, y, w)

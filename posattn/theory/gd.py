@@ -92,10 +92,13 @@ def _draw(key, task, params, *, cfg: TheoryConfig, gd: GDConfig, mesh):
 
 
 def _laid_out(run, shards: int = 1):
-    """`draw_run`'s run with its training set, if any, laid out once for the one-pass step of (E), one
-    block of tiles per device (`fused.tiled`), for the chunks that step on it (`posattn.theory.fused`)."""
+    """`draw_run`'s run with its training set, if any, laid out once for the one-pass step of (E) that
+    the chunks take on it (`posattn.theory.fused`): as drawn for the CPU kernel, else one block of
+    tiles per device (`fused.tiled`)."""
     params, train, *rest = run
-    return (params, fused.tiled(*train, shards) if train.X.shape[0] else train, *rest)
+    if train.X.shape[0] and not fused.uses_kernel(train.X.dtype):
+        train = fused.tiled(*train, shards)
+    return (params, train, *rest)
 
 
 @functools.lru_cache(maxsize=32)  # a loop of `fit` calls on one problem compiles once
@@ -299,7 +302,7 @@ def fit_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, 
     weights = (jnp.arange(max(sizes))[None, :] < jnp.asarray(sizes)[:, None]).astype(train.weight.dtype)
 
     def one(params, X, y, weight, test, key, task):
-        return train_chunk(params, 0, fused.Tiles(X, y, weight), test, key, task, num_steps=gd.steps,
+        return train_chunk(params, 0, type(train)(X, y, weight), test, key, task, num_steps=gd.steps,
                            cfg=cfg, gd=gd, train_A=train_A)[1]
 
     over_seeds = jax.vmap(one, in_axes=(0, 0, 0, None, 0, 0, 0))

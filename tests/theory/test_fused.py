@@ -1,5 +1,5 @@
-"""The one-pass risk and gradient of (E), on X or on its tiled layout, against `jax.value_and_grad` of the
-plain model."""
+"""The one-pass risk and gradient of (E), on X (by the CPU kernel and by XLA's tile loop) or on its tiled
+layout, against `jax.value_and_grad` of the plain model."""
 import dataclasses
 
 import jax
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from posattn import mesh as mesh_lib
-from posattn.theory import TheoryConfig, make_task, sample
+from posattn.theory import TheoryConfig, fused, make_task, one_pass_kernel, sample
 from posattn.theory.fused import (empirical_risk_and_grad, tile_count, tiled, tiled_risk,
                                   tiled_risk_and_grad)
 from posattn.theory.model import empirical_risk
@@ -33,9 +33,24 @@ def _assert_round_off(got, want):
     np.testing.assert_allclose(got[0], want[0], rtol=2e-6)
 
 
+@pytest.fixture(params=["cpu kernel", "XLA tile loop"])
+def path(request, monkeypatch):
+    """Samples as they come run through the CPU kernel where it is built (as here: the test fails if the
+    kernel did not build, and the warning says why), else through XLA's tile loop: both are tested."""
+    if request.param == "cpu kernel":
+        assert one_pass_kernel.available() and fused.uses_kernel(jnp.float32)
+    else:
+        monkeypatch.setattr(fused, "uses_kernel", lambda dtype: False)
+    return request.param
+
+
 @pytest.mark.parametrize("num_tiles", [1, 4, 96])
-def test_matches_autodiff_of_the_plain_model(num_tiles):
-    params, X, y, weight = _problem()
+@pytest.mark.parametrize("n", [96, 1, 77])  # the kernel's blocks of 32 samples: none full, and a partial one
+def test_matches_autodiff_of_the_plain_model(num_tiles, n, path):
+    if n % num_tiles:
+        num_tiles = 1
+    params, X, y, weight = _problem(n=n)
+    weight = weight if n > 7 else jnp.ones(n)
     want = jax.value_and_grad(empirical_risk)(params, X, y, CFG, weight)
     got = jax.jit(lambda p: empirical_risk_and_grad(p, X, y, CFG, weight, num_tiles=num_tiles))(params)
     _assert_round_off(got, want)
@@ -44,7 +59,7 @@ def test_matches_autodiff_of_the_plain_model(num_tiles):
 
 @pytest.mark.parametrize("change", [dict(activation="quintic"), dict(temperature=False),
                                     dict(scale_by_D=False)])
-def test_matches_autodiff_under_the_model_options(change):
+def test_matches_autodiff_under_the_model_options(change, path):
     cfg = dataclasses.replace(CFG, **change)
     params, X, y, _ = _problem(cfg)
     params = {**params, "v": params["v"] / 3}  # keep the quintic's margins moderate
@@ -52,7 +67,7 @@ def test_matches_autodiff_under_the_model_options(change):
     _assert_round_off(empirical_risk_and_grad(params, X, y, cfg, num_tiles=6), want)
 
 
-def test_sample_axis_sharded_over_devices_gives_the_same():
+def test_sample_axis_sharded_over_devices_gives_the_same(path):
     """Each device's block through the tiles (`mesh`), the partial sums added over "data"."""
     mesh = mesh_lib.data_mesh()
     params, X, y, weight = _problem(n=16 * mesh.devices.size)
@@ -61,6 +76,20 @@ def test_sample_axis_sharded_over_devices_gives_the_same():
     got = jax.jit(lambda p, X, y, w: empirical_risk_and_grad(p, X, y, CFG, w, num_tiles=4, mesh=mesh))(
         params, X, y, weight)
     _assert_round_off(got, want)
+
+
+def test_vmapped_over_runs_and_sizes_as_a_sweep_gives_each_runs(path):
+    """`fit_grid`'s two vmaps: runs (their own X and params) inside sizes (their own weights, X shared);
+    the kernel takes the unbatched axes as 1 without copying X."""
+    (p0, X0, y, w0), (p1, X1, _, _) = _problem(n=40), _problem(n=40, seed=5)
+    params, X = jax.tree.map(lambda a, b: jnp.stack([a, b]), (p0, X0), (p1, X1))
+    weights = jnp.stack([w0, (jnp.arange(40) < 20).astype(jnp.float32)])
+    one = lambda p, X, w: empirical_risk_and_grad(p, X, y, CFG, w)
+    got = jax.jit(jax.vmap(jax.vmap(one, (0, 0, None)), (None, None, 0)))(params, X, weights)
+    for size in range(2):
+        for run, (p, X_r) in enumerate([(p0, X0), (p1, X1)]):
+            want = jax.value_and_grad(empirical_risk)(p, X_r, y, CFG, weights[size])
+            _assert_round_off(jax.tree.map(lambda a: a[size, run], got), want)
 
 
 @pytest.mark.parametrize("tile_bytes", [512, 2048, 1 << 20])  # 1, 4 and 96 samples a tile
