@@ -45,22 +45,31 @@ void OnePass(const float* X, const float* y, const float* w, const float* M, con
   float* zT = buf.data();                 // (D, kBlock): z_nj, the block's samples along the rows
   float* duT = zT + D * kBlock;           // (D, kBlock): sigma'(u_ni), then du_ni
   float* dzT = duT + D * kBlock;          // (D, kBlock)
-  float* dz = dzT + D * kBlock;           // (kBlock, D): dz in X's order
+  float* dz = dzT + D * kBlock;           // (kBlock, D): z, then dz, in X's order
   float F[kBlock], dF[kBlock], loss_b[kBlock], u[kBlock];
   double loss = 0.0;
   for (int64_t s0 = 0; s0 < n; s0 += kBlock) {
     const int64_t nb = n - s0 < kBlock ? n - s0 : kBlock;
     const float* Xb = X + s0 * D * d;
-    for (int64_t b = 0; b < kBlock; ++b) {
-      for (int64_t j = 0; j < D; ++j) {
-        float acc = 0.f;
-        if (b < nb) {
-          const float* row = Xb + (b * D + j) * d;
-          for (int64_t k = 0; k < d; ++k) acc += row[k] * v[k];
-        }
-        zT[j * kBlock + b] = acc;  // 0 past the last sample: its weight is 0 below
+    // z of the block's rows r = b D + j, four rows at a time: four independent sums, not one chain.
+    const int64_t rows = nb * D;
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+      const float *x0 = Xb + r * d, *x1 = x0 + d, *x2 = x1 + d, *x3 = x2 + d;
+      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+      for (int64_t k = 0; k < d; ++k) {
+        a0 += x0[k] * v[k], a1 += x1[k] * v[k], a2 += x2[k] * v[k], a3 += x3[k] * v[k];
       }
+      dz[r] = a0, dz[r + 1] = a1, dz[r + 2] = a2, dz[r + 3] = a3;
     }
+    for (; r < rows; ++r) {
+      const float* x0 = Xb + r * d;
+      float a0 = 0.f;
+      for (int64_t k = 0; k < d; ++k) a0 += x0[k] * v[k];
+      dz[r] = a0;
+    }
+    for (int64_t j = 0; j < D; ++j)  // 0 past the last sample: its weight is 0 below
+      for (int64_t b = 0; b < kBlock; ++b) zT[j * kBlock + b] = b < nb ? dz[b * D + j] : 0.f;
     for (int64_t b = 0; b < kBlock; ++b) F[b] = 0.f;
     for (int64_t i = 0; i < D; ++i) {
       for (int64_t b = 0; b < kBlock; ++b) u[b] = 0.f;
@@ -106,9 +115,7 @@ void OnePass(const float* X, const float* y, const float* w, const float* M, con
       for (int64_t b = 0; b < nb; ++b) dz[b * D + j] = dzT[j * kBlock + b];
     // dv += sum over the block's rows of dz_r X_r, four rows at a time: a quarter of the loads and
     // stores of dv, and the rows read again from cache.
-    const int64_t rows = nb * D;
-    int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
+    for (r = 0; r + 4 <= rows; r += 4) {
       const float *x0 = Xb + r * d, *x1 = x0 + d, *x2 = x1 + d, *x3 = x2 + d;
       const float g0 = dz[r], g1 = dz[r + 1], g2 = dz[r + 2], g3 = dz[r + 3];
       for (int64_t k = 0; k < d; ++k) out->dv[k] += g0 * x0[k] + g1 * x1[k] + g2 * x2[k] + g3 * x3[k];
