@@ -20,9 +20,12 @@ A loop that takes many steps on the same samples (`posattn.theory.step.train_chu
 once as `Tiles` (`tiled`): each tile transposed to (d, m D), its patches as columns, so that the two
 products are a vector-matrix and a matrix-vector product over long rows, which XLA's CPU kernels
 take 8-23% faster a step than over the (m D, d) rows of X (docs/benchmarks.md, "The floor of any XLA
-tile loop"). `empirical_risk_and_grad` takes X as it comes, for a caller that takes few steps on the
-same samples.
+tile loop"). `empirical_risk_and_grad` takes X as it comes; on a CPU it runs the same sums as a C++ kernel
+(`posattn.theory.one_pass_kernel`, where it is built: `uses_kernel`) that overlaps the read of X with
+the arithmetic, which no XLA tile loop does, and the run drivers then keep X as drawn. The tile loop
+stays the path on accelerators and the reference.
 """
+import functools
 import math
 from typing import NamedTuple
 
@@ -125,9 +128,9 @@ def _risk_and_grad(params, X, y, w, cfg: TheoryConfig, num_tiles, mesh, transpos
     S, attention_vjp = jax.vjp(lambda A: attention(A, cfg), params["A"])
     v = params["v"]
     if not transposed and uses_kernel(X.dtype):
-        sums = lambda S, v, X, y, w: _kernel_sums(S, v, X, y, w, cfg)
+        sums = functools.partial(_kernel_sums, cfg=cfg)
     else:
-        sums = lambda S, v, X, y, w: _partial_sums(S, v, X, y, w, cfg, num_tiles, transposed)
+        sums = functools.partial(_partial_sums, cfg=cfg, num_tiles=num_tiles, transposed=transposed)
     if mesh is None or mesh.devices.size == 1:
         loss, dS, dv = sums(S, v, X, y, w)
     else:
@@ -146,7 +149,7 @@ def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfi
     """(R, dR/dparams) of the risk (E), `model.empirical_risk`, in one pass over X (module docstring).
 
     X (n, D, d), y (n,), weight (n,) or None as in `empirical_risk`; `num_tiles` (a divisor of the
-    samples per device) overrides `tile_count`.
+    samples per device) overrides `tile_count` in XLA's tile loop (the CPU kernel takes blocks of its own).
     With `mesh` (`posattn.mesh.data_mesh`, n a multiple of its size), each device takes its own block
     of samples through the tiles (`jax.shard_map`) and the partial sums are added over "data": on a
     CPU with one device per core (docs/decisions.md) this is what runs the pass on every core.
