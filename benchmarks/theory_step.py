@@ -140,7 +140,8 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     run = lambda compiled, train: compiled(jax.tree.map(jnp.copy, params), jnp.asarray(0), train, test,
                                            key, task)[1]
     ours = lambda: run(compiled, ours_train)
-    tile_loop = chunk.lower(params, jnp.asarray(0), tiles, test, key, task, FLAGS.chunk).compile()
+    tile_loop = compiled if ours_train is tiles else chunk.lower(params, jnp.asarray(0), tiles, test, key,
+                                                                 task, FLAGS.chunk).compile()
     plain = plain_chunk(cfg, gd)
     jax_plain = lambda: plain(params, train.X, train.y)
     X_flat = train.X.reshape(-1, cfg.d)
@@ -191,7 +192,8 @@ def main(argv):
         torch_ratio = f"{ms['PyTorch'] / ms['ours']:.2f}x" if "PyTorch" in ms else "n/a"
         floor_ratio = ms["ours"] / ms["GEMV"]
         loop = "ours, XLA tile loop"
-        print(f"{name}: ours {fmt('ours')} ms/step, XLA tile loop {fmt(loop)}, jax.grad {fmt('jax.grad')}, PyTorch {fmt('PyTorch')}, "
+        print(f"{name}: ours {fmt('ours')} ms/step, XLA tile loop {fmt(loop)}, jax.grad {fmt('jax.grad')}, "
+              f"PyTorch {fmt('PyTorch')}, "
               f"one GEMV over X {fmt('GEMV')} (min (median) over {FLAGS.rounds} rounds); PyTorch / ours "
               f"{torch_ratio}, ours / GEMV {floor_ratio:.2f}x; compile {r['compile_s']:.2f} s; probes: "
               + ", ".join(f"{p} {fmt(p)}" for p in PROBES), flush=True)
@@ -221,14 +223,14 @@ def main(argv):
         "Goals (issue 17): PyTorch / ours >= 1.5 and ours / GEMV <= 1.3 at N=50,000, D=10, d=100. "
         "`jax.grad` is the step the library took before the one-pass step (`posattn.theory.fused`).", "",
         "Where the XLA tile loop spends its time above the floor (ms per step, minima as above): the "
-        "probes walk its tiles (`posattn.theory.fused.tiled`) without the loss, first multiplying each tile by v, "
-        "then adding the second product from cache; the differences are the tile copy and loop, the "
-        "second read, and the loss with its gradient per tile. \"One tile, both products\" runs both "
-        "products on every device's first tile alone, as often as the loop has tiles: their arithmetic "
-        "with X in cache, no memory read. \"Tiles, both products\" is the floor of this tile loop before its "
-        "loss, the last column its ratio to the GEMV.", "",
-        "| problem | GEMV | tiles, X_j v | tiles, both products | XLA tile loop | copy and loop | second read | "
-        "loss per tile | one tile, both products | tiles, both products / GEMV |",
+        "probes walk its tiles (`posattn.theory.fused.tiled`) without the loss, first multiplying each "
+        "tile by v, then adding the second product from cache; the differences are the tile copy and "
+        "loop, the second read, and the loss with its gradient per tile. \"One tile, both products\" runs "
+        "both products on every device's first tile alone, as often as the loop has tiles: their arithmetic "
+        "with X in cache, no memory read. \"Tiles, both products\" is the floor of this tile loop before "
+        "its loss, the last column its ratio to the GEMV.", "",
+        "| problem | GEMV | tiles, X_j v | tiles, both products | XLA tile loop | copy and loop | "
+        "second read | loss per tile | one tile, both products | tiles, both products / GEMV |",
         "|---|---|---|---|---|---|---|---|---|---|", *split_rows])
     update_section("Theory: GD steps per second (benchmarks/theory_step.py)", body)
 

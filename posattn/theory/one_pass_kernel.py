@@ -1,10 +1,10 @@
 r"""The one-pass sums of (E) as a CPU kernel: `one_pass_kernel.cc`, an XLA FFI handler, built on first use.
 
-Per sample, while its D x d values are in L1, the kernel takes z_nj = <v, X_nj>, the loss of Eq. (T)
-and its gradient, and the sample's share sum_j dz_nj X_nj of dR/dv, so that the read of X from memory
-overlaps the arithmetic as a GEMV's does. XLA's tile loop (`posattn.theory.fused`) cannot: it copies
-each tile out of X and then runs the products and the loss one operation after another, and stays
-at ~1.45x one GEMV over X on a 2-core CPU (docs/benchmarks.md, "The one-pass step as a CPU kernel";
+Per block of 32 samples, while their values are in L1/L2, the kernel takes z_nj = <v, X_nj>, the loss
+of Eq. (T) and its gradient, and the block's share sum_nj dz_nj X_nj of dR/dv, so that the read of X
+from memory overlaps the arithmetic as a GEMV's does. XLA's tile loop (`posattn.theory.fused`) cannot:
+it copies each tile out of X and then runs the products and the loss one operation after another,
+and stays at ~1.45x one GEMV over X on a 2-core CPU (docs/benchmarks.md, "The one-pass step as a CPU kernel";
 docs/decisions.md, "A CPU kernel for the one-pass step").
 
 Built with the C++ compiler ($CXX, else `c++`) against the headers of the installed jaxlib
@@ -33,8 +33,8 @@ TARGET = "posattn_one_pass"
 ENV = "POSATTN_CPU_KERNEL"
 SOURCE = pathlib.Path(__file__).with_name("one_pass_kernel.cc")
 # -ffast-math lets the compiler vectorise the sums and call glibc's vector exp and log1p; it is given
-# to the compile only, since linked with it a shared library would set flush-to-zero for the whole
-# process on GCC 12 and older.
+# to the compile only: linked with it, loading the library set flush-to-zero for the whole process
+# under GCC 12 (docs/decisions.md).
 COMPILE_FLAGS = ("-std=c++17", "-O3", "-ffast-math", "-fPIC")
 
 
