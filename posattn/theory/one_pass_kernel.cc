@@ -1,10 +1,12 @@
-// The risk (E) of Eq. (T) and its gradient in one pass over X, per sample while its D x d values are in
-// the core's L1 cache: an XLA FFI handler for the CPU (posattn/theory/one_pass_kernel.py builds and
+// The risk (E) of Eq. (T) and its gradient in one pass over X, a block of samples at a time while its
+// values are in the core's L1/L2 cache: an XLA FFI handler for the CPU (posattn/theory/one_pass_kernel.py builds and
 // registers it; posattn/theory/fused.py calls it). Per block of kBlock samples:
 //   z_nj = <v, X_nj>,  u_ni = sum_j M_ij z_nj,  F_n = sum_i sigma(u_ni),  l_n = w_n log(1 + exp(-y_n F_n)),
 //   du_ni = (dl_n / dF_n) sigma'(u_ni),  dM += du^T z,  dz_nj = sum_i M_ij du_ni,  dv += sum_nj dz_nj X_nj,
 // where M is the score matrix S of Definition 3.2, times D when Eq. (T) scales by D. The sums over
-// samples are returned unnormalised (loss, dM, dv), so that sums over devices add up.
+// samples are returned unnormalised (loss, dM, dv), so that sums over devices add up. The three D x D
+// products of a block (u, dM, dz) are small matrix products held in registers (MixRows,
+// AccumulateOuter): at the paper preset's D = 36 they cost as much arithmetic as the two passes over X.
 //
 // Inputs X (..., n, D, d), y (..., n), w (..., n), M (..., D, D), v (..., d), float32; the leading
 // (batch) dimensions of each are those of the outputs or 1 (`vmap_method="expand_dims"`), so that a
@@ -38,20 +40,73 @@ struct Sums {
 #define POSATTN_CLONES
 #endif
 
+// Eight float lanes (one AVX2 register, two SSE registers in the baseline clone), loaded from and
+// stored to float buffers at any alignment; a block's kBlock samples are kLanes of them.
+typedef float f8 __attribute__((vector_size(32), aligned(4), may_alias));
+constexpr int64_t kLanes = kBlock / 8;
+
+inline int64_t RoundUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+// outT_r = sum_s W_rs inT_s for the rows r < D of (D, kBlock) buffers, the block's samples along each
+// row: u = M z (W = M) or dz = M^T du (W = M^T). Two rows at a time, so that each row of inT read from
+// L1 feeds 2 x kLanes multiply-adds into sums held in registers.
+POSATTN_CLONES
+void MixRows(const float* W, const float* inT, float* outT, int64_t D) {
+  const f8* in = reinterpret_cast<const f8*>(inT);
+  f8* out = reinterpret_cast<f8*>(outT);
+  int64_t r = 0;
+  for (; r + 2 <= D; r += 2) {
+    f8 a0[kLanes] = {}, a1[kLanes] = {};
+    for (int64_t s = 0; s < D; ++s) {
+      const float w0 = W[r * D + s], w1 = W[(r + 1) * D + s];
+      for (int64_t q = 0; q < kLanes; ++q) a0[q] += w0 * in[s * kLanes + q], a1[q] += w1 * in[s * kLanes + q];
+    }
+    for (int64_t q = 0; q < kLanes; ++q) out[r * kLanes + q] = a0[q], out[(r + 1) * kLanes + q] = a1[q];
+  }
+  for (; r < D; ++r) {
+    f8 a0[kLanes] = {};
+    for (int64_t s = 0; s < D; ++s)
+      for (int64_t q = 0; q < kLanes; ++q) a0[q] += W[r * D + s] * in[s * kLanes + q];
+    for (int64_t q = 0; q < kLanes; ++q) out[r * kLanes + q] = a0[q];
+  }
+}
+
+// G_ij += sum_b duT_ib z_bj over the block (the block's dM = du^T z), with G (Dr, Dc), duT (Dr, kBlock)
+// and z (kBlock, Dc) padded to Dr a multiple of 4 and Dc of 16: tiles of 4 x 16 of G in registers.
+POSATTN_CLONES
+void AccumulateOuter(const float* duT, const float* z, float* G, int64_t Dr, int64_t Dc) {
+  for (int64_t i = 0; i < Dr; i += 4) {
+    for (int64_t j = 0; j < Dc; j += 16) {
+      f8 g[4][2] = {};
+      for (int64_t b = 0; b < kBlock; ++b) {
+        const f8* zb = reinterpret_cast<const f8*>(z + b * Dc + j);
+        for (int64_t r = 0; r < 4; ++r) {
+          const float du = duT[(i + r) * kBlock + b];
+          g[r][0] += du * zb[0], g[r][1] += du * zb[1];
+        }
+      }
+      for (int64_t r = 0; r < 4; ++r)
+        for (int64_t h = 0; h < 2; ++h) reinterpret_cast<f8*>(G + (i + r) * Dc + j)[h] += g[r][h];
+    }
+  }
+}
+
 POSATTN_CLONES
 void OnePass(const float* X, const float* y, const float* w, const float* M, const float* v, int64_t n,
              int64_t D, int64_t d, bool quintic, Sums* out) {
-  std::vector<float> buf(4 * D * kBlock);
-  float* zT = buf.data();                 // (D, kBlock): z_nj, the block's samples along the rows
-  float* duT = zT + D * kBlock;           // (D, kBlock): sigma'(u_ni), then du_ni
-  float* dzT = duT + D * kBlock;          // (D, kBlock)
-  float* dz = dzT + D * kBlock;           // (kBlock, D): z, then dz, in X's order
-  float F[kBlock], dF[kBlock], loss_b[kBlock], u[kBlock];
+  // The padding (rows D..Dr, columns D..Dc) stays 0, and the sums it gathers are never read.
+  const int64_t Dr = RoundUp(D, 4), Dc = RoundUp(D, 16);
+  std::vector<float> zT(Dr * kBlock), duT(Dr * kBlock), dzT(Dr * kBlock);  // the block's samples along rows
+  std::vector<float> z(kBlock * Dc), G(Dr * Dc), MT(D * D), zd(kBlock * D);
+  for (int64_t i = 0; i < D; ++i)
+    for (int64_t j = 0; j < D; ++j) MT[j * D + i] = M[i * D + j];
+  float F[kBlock], dF[kBlock], loss_b[kBlock];
   double loss = 0.0;
   for (int64_t s0 = 0; s0 < n; s0 += kBlock) {
     const int64_t nb = n - s0 < kBlock ? n - s0 : kBlock;
     const float* Xb = X + s0 * D * d;
-    // z of the block's rows r = b D + j, four rows at a time: four independent sums, not one chain.
+    // zd (nb, D), then dz: z of the block's rows r = b D + j, four rows at a time (four independent
+    // sums, not one chain).
     const int64_t rows = nb * D;
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
@@ -60,31 +115,28 @@ void OnePass(const float* X, const float* y, const float* w, const float* M, con
       for (int64_t k = 0; k < d; ++k) {
         a0 += x0[k] * v[k], a1 += x1[k] * v[k], a2 += x2[k] * v[k], a3 += x3[k] * v[k];
       }
-      dz[r] = a0, dz[r + 1] = a1, dz[r + 2] = a2, dz[r + 3] = a3;
+      zd[r] = a0, zd[r + 1] = a1, zd[r + 2] = a2, zd[r + 3] = a3;
     }
     for (; r < rows; ++r) {
       const float* x0 = Xb + r * d;
       float a0 = 0.f;
       for (int64_t k = 0; k < d; ++k) a0 += x0[k] * v[k];
-      dz[r] = a0;
+      zd[r] = a0;
     }
-    for (int64_t j = 0; j < D; ++j)  // 0 past the last sample: its weight is 0 below
-      for (int64_t b = 0; b < kBlock; ++b) zT[j * kBlock + b] = b < nb ? dz[b * D + j] : 0.f;
+    for (int64_t b = 0; b < kBlock; ++b)  // 0 past the last sample: its weight is 0 below
+      for (int64_t j = 0; j < D; ++j) zT[j * kBlock + b] = z[b * Dc + j] = b < nb ? zd[b * D + j] : 0.f;
+    MixRows(M, zT.data(), duT.data(), D);  // u
     for (int64_t b = 0; b < kBlock; ++b) F[b] = 0.f;
     for (int64_t i = 0; i < D; ++i) {
-      for (int64_t b = 0; b < kBlock; ++b) u[b] = 0.f;
-      for (int64_t j = 0; j < D; ++j) {
-        const float m = M[i * D + j];
-        for (int64_t b = 0; b < kBlock; ++b) u[b] += m * zT[j * kBlock + b];
-      }
+      float* u = duT.data() + i * kBlock;  // u_i, replaced by sigma'(u_i)
       for (int64_t b = 0; b < kBlock; ++b) {
         const float u2 = u[b] * u[b];
         if (quintic) {  // sigma(u) = u^5 + 0.03 u
           F[b] += u2 * u2 * u[b] + 0.03f * u[b];
-          duT[i * kBlock + b] = 5.f * u2 * u2 + 0.03f;
+          u[b] = 5.f * u2 * u2 + 0.03f;
         } else {  // sigma(u) = u^3
           F[b] += u2 * u[b];
-          duT[i * kBlock + b] = 3.f * u2;
+          u[b] = 3.f * u2;
         }
       }
     }
@@ -99,32 +151,24 @@ void OnePass(const float* X, const float* y, const float* w, const float* M, con
     for (int64_t b = 0; b < kBlock; ++b) loss += loss_b[b];
     for (int64_t i = 0; i < D; ++i)
       for (int64_t b = 0; b < kBlock; ++b) duT[i * kBlock + b] *= dF[b];
-    std::memset(dzT, 0, sizeof(float) * D * kBlock);
-    for (int64_t i = 0; i < D; ++i) {
-      for (int64_t j = 0; j < D; ++j) {
-        const float m = M[i * D + j];
-        float acc = 0.f;
-        for (int64_t b = 0; b < kBlock; ++b) {
-          acc += duT[i * kBlock + b] * zT[j * kBlock + b];
-          dzT[j * kBlock + b] += m * duT[i * kBlock + b];
-        }
-        out->dM[i * D + j] += acc;
-      }
-    }
+    AccumulateOuter(duT.data(), z.data(), G.data(), Dr, Dc);  // dM
+    MixRows(MT.data(), duT.data(), dzT.data(), D);  // dz
     for (int64_t j = 0; j < D; ++j)
-      for (int64_t b = 0; b < nb; ++b) dz[b * D + j] = dzT[j * kBlock + b];
+      for (int64_t b = 0; b < nb; ++b) zd[b * D + j] = dzT[j * kBlock + b];
     // dv += sum over the block's rows of dz_r X_r, four rows at a time: a quarter of the loads and
     // stores of dv, and the rows read again from cache.
     for (r = 0; r + 4 <= rows; r += 4) {
       const float *x0 = Xb + r * d, *x1 = x0 + d, *x2 = x1 + d, *x3 = x2 + d;
-      const float g0 = dz[r], g1 = dz[r + 1], g2 = dz[r + 2], g3 = dz[r + 3];
+      const float g0 = zd[r], g1 = zd[r + 1], g2 = zd[r + 2], g3 = zd[r + 3];
       for (int64_t k = 0; k < d; ++k) out->dv[k] += g0 * x0[k] + g1 * x1[k] + g2 * x2[k] + g3 * x3[k];
     }
     for (; r < rows; ++r) {
       const float* x0 = Xb + r * d;
-      for (int64_t k = 0; k < d; ++k) out->dv[k] += dz[r] * x0[k];
+      for (int64_t k = 0; k < d; ++k) out->dv[k] += zd[r] * x0[k];
     }
   }
+  for (int64_t i = 0; i < D; ++i)
+    for (int64_t j = 0; j < D; ++j) out->dM[i * D + j] += G[i * Dc + j];
   out->loss = loss;
 }
 

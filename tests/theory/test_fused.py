@@ -55,8 +55,10 @@ def test_matches_autodiff_of_the_plain_model(n, num_tiles, path):
     assert float(jnp.abs(got[1]["A"]).max()) > 0 and float(jnp.abs(got[1]["v"]).max()) > 0
 
 
+# D = 9 and 21: the kernel's odd last row of the mix and its padding of D x D to 4 x 16 tiles.
 @pytest.mark.parametrize("change", [dict(activation="quintic"), dict(temperature=False),
-                                    dict(scale_by_D=False)])
+                                    dict(scale_by_D=False), dict(D=9, C=3, partition="random"),
+                                    dict(D=21, C=3, partition="random")])
 def test_matches_autodiff_under_the_model_options(change, path):
     cfg = dataclasses.replace(CFG, **change)
     params, X, y, _ = _problem(cfg)
