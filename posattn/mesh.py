@@ -37,22 +37,33 @@ def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
+def split_runs(fn, runs, *shared):
+    """`fn(runs, *shared)`, with the leading (run) axis of every leaf of `runs` split over "data" when it
+    divides evenly over its devices: each device calls `fn` on its own runs (`jax.shard_map`), so a sweep
+    needs no communication; otherwise on one device, since replicated every device would repeat every
+    run. `fn` keeps the run axis leading in what it returns. Explicit rather than left to the compiler's
+    sharding propagation: that cannot split a custom call such as the theory step's CPU kernel
+    (`posattn.theory.one_pass_kernel`), and would gather every run onto every device around it.
+    `shared` goes whole to every device."""
+    mesh = data_mesh()
+    if len(jax.tree.leaves(runs)[0]) % mesh.devices.size:
+        return fn(runs, *shared)
+    # check_vma=False: the outputs of a custom call carry no mark of varying over "data", and the
+    # runs never meet, so there is nothing for the check to find.
+    return jax.shard_map(fn, mesh=mesh, in_specs=(P(DATA), *[P()] * len(shared)), out_specs=P(DATA),
+                         check_vma=False)(runs, *shared)
+
+
 def map_runs(fn, keys, *shared):
-    """`fn(key, *shared)` for every key, stacked. Independent runs (seeds) are split over "data" when
-    they divide evenly over its devices, so a sweep needs no communication; otherwise they stay on one
-    device, since replicated every device would repeat every run. On a CPU a device takes its runs one
-    after another (`lax.map`): the random draws then compile about 1 s faster and run faster than
-    vmapped, and give the same bits. `shared` goes whole to every run."""
+    """`fn(key, *shared)` for every key, stacked, split over "data" as `split_runs` does. On a CPU a
+    device takes its runs one after another (`lax.map`): the random draws then compile about 1 s faster
+    and run faster than vmapped, and give the same bits."""
 
     def local(keys, *shared):
         run = lambda key: fn(key, *shared)
         return jax.lax.map(run, keys) if jax.default_backend() == "cpu" else jax.vmap(run)(keys)
 
-    mesh = data_mesh()
-    if len(keys) % mesh.devices.size:
-        return local(keys, *shared)
-    return jax.shard_map(local, mesh=mesh, in_specs=(P(DATA), *[P()] * len(shared)), out_specs=P(DATA))(
-        keys, *shared)
+    return split_runs(local, keys, *shared)
 
 
 DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"

@@ -271,7 +271,8 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *,
     @functools.partial(jax.jit, static_argnames="num_steps", donate_argnums=0)
     def chunk(params, step, train, test, keys, tasks, num_steps):  # called as `make_chunk_fn`'s
         one = functools.partial(train_chunk, num_steps=num_steps, cfg=cfg, gd=gd)
-        return jax.vmap(one, in_axes=over_seeds)(params, step, train, test, keys, tasks)
+        local = lambda runs, step: jax.vmap(one, in_axes=over_seeds)(runs[0], step, *runs[1:])
+        return mesh_lib.split_runs(local, (params, train, test, keys, tasks), step)
 
     evaluate_fn = jax.jit(jax.vmap(functools.partial(evaluate, cfg=cfg, gd=gd), in_axes=over_seeds))
     args = (train, test, sample_keys, tasks)
@@ -307,10 +308,13 @@ def fit_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, 
 
     over_seeds = jax.vmap(one, in_axes=(0, 0, 0, None, 0, 0, 0))
     if len(sizes) == 1:  # a size axis of length 1 still batches the weights, and costs time on a CPU
-        entries = over_seeds(params, train.X, train.y, weights[0], test, train_keys, tasks)
-        return jax.tree.map(lambda a: a[None], entries)
-    over_sizes = jax.vmap(over_seeds, in_axes=(None, None, None, 0, None, None, None))
-    return over_sizes(params, train.X, train.y, weights, test, train_keys, tasks)
+        local = lambda runs, weights: jax.tree.map(lambda a: a[:, None], over_seeds(*runs[:3], weights[0],
+                                                                                     *runs[3:]))
+    else:
+        local = lambda runs, weights: jax.vmap(over_seeds, in_axes=(None, None, None, 0, None, None, None),
+                                               out_axes=1)(*runs[:3], weights, *runs[3:])
+    entries = mesh_lib.split_runs(local, (params, train.X, train.y, test, train_keys, tasks), weights)
+    return jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), entries)  # (sizes, seeds)
 
 
 def size_groups(sizes: Sequence[int], spread: float = 4.0) -> list[tuple[int, ...]]:

@@ -1,4 +1,5 @@
 """Gradient descent: frozen diagonal, sharding over devices, symmetry at a0 = 0, and learning."""
+import dataclasses
 import logging
 import os
 import re
@@ -11,7 +12,7 @@ import numpy as np
 
 from posattn import mesh as mesh_lib
 from posattn.theory import GDConfig, TheoryConfig, fit, make_task, sample, same_set_mask
-from posattn.theory.gd import fit_seeds, make_chunk_fn
+from posattn.theory.gd import fit_grid, fit_seeds, make_chunk_fn
 from posattn.theory.step import gd_update
 from posattn.theory.model import empirical_risk
 
@@ -120,6 +121,16 @@ def test_a_vmapped_seed_is_the_run_fit_makes_from_its_key():
     one = fit(keys[2], CFG, GD)
     np.testing.assert_allclose(one.params["v"], many.params["v"][2], rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(one.history["loss"], many.history["loss"][:, 2], rtol=1e-4)
+
+
+def test_a_sweep_split_over_devices_needs_no_communication():
+    """Each device trains its own seeds (`mesh.split_runs`): left to sharding propagation, the CPU
+    kernel's custom call gathered every seed's samples onto every device, which repeated every run."""
+    keys = jax.random.split(jax.random.key(0), jax.device_count())
+    gd = dataclasses.replace(GD, steps=3, eval_every=3)
+    for sizes in [(GD.N,), (GD.N // 2, GD.N)]:
+        text = fit_grid.lower(keys, cfg=CFG, gd=gd, sizes=sizes).compile().as_text()
+        assert not re.findall(r"all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter", text)
 
 
 def test_use_cpu_cores_gives_devices_only_where_nothing_was_chosen():
