@@ -1,6 +1,6 @@
 // The risk (E) of Eq. (T) and its gradient in one pass over X, a block of samples at a time while its
-// values are in the core's L1/L2 cache: an XLA FFI handler for the CPU (posattn/theory/one_pass_kernel.py builds and
-// registers it; posattn/theory/fused.py calls it). Per block of kBlock samples:
+// values are in the core's L1/L2 cache: an XLA FFI handler for the CPU (posattn/theory/one_pass_kernel.py
+// builds and registers it; posattn/theory/fused.py calls it). Per block of kBlock samples:
 //   z_nj = <v, X_nj>,  u_ni = sum_j M_ij z_nj,  F_n = sum_i sigma(u_ni),  l_n = w_n log(1 + exp(-y_n F_n)),
 //   du_ni = (dl_n / dF_n) sigma'(u_ni),  dM += du^T z,  dz_nj = sum_i M_ij du_ni,  dv += sum_nj dz_nj X_nj,
 // where M is the score matrix S of Definition 3.2, times D when Eq. (T) scales by D. The sums over
@@ -13,6 +13,7 @@
 // vmapped call never broadcasts X.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -26,76 +27,84 @@ namespace {
 // block's samples (the D x D mix and the exponentials), while the block's X stays in L1/L2.
 constexpr int64_t kBlock = 32;
 
+// One (E) sum: samples X (n, D, d), labels y (n,), weights w (n,), the mix M (D, D) and v (d,).
+struct Problem {
+  const float *X, *y, *w, *M, *v;
+  int64_t n, D, d;
+  bool quintic;  // sigma(u) = u^5 + 0.03 u, else u^3
+};
+
 struct Sums {
   double loss;
   float* dM;  // (D, D)
   float* dv;  // (d,)
 };
 
-// target_clones: an AVX2 + FMA version beside the baseline one, chosen when the library loads, so that
-// the library built on one x86-64 machine runs on any other.
-#if defined(__x86_64__) && defined(__linux__)
-#define POSATTN_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define POSATTN_CLONES
-#endif
+// W float lanes, one vector register of the target (8: AVX2; 4: SSE, NEON), loaded from and stored to
+// float buffers at any alignment. The block's kBlock samples are kBlock / W of them. The helpers below
+// are inlined into OnePass's instance for its W, and so compiled for its instruction set.
+template <int W>
+struct Lanes {
+  typedef float V __attribute__((vector_size(4 * W), aligned(4), may_alias));
+};
+#define POSATTN_INLINE __attribute__((always_inline)) inline
 
-// Eight float lanes (one AVX2 register, two SSE registers in the baseline clone), loaded from and
-// stored to float buffers at any alignment; a block's kBlock samples are kLanes of them.
-typedef float f8 __attribute__((vector_size(32), aligned(4), may_alias));
-constexpr int64_t kLanes = kBlock / 8;
-
-inline int64_t RoundUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+POSATTN_INLINE int64_t RoundUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 // outT_r = sum_s W_rs inT_s for the rows r < D of (D, kBlock) buffers, the block's samples along each
-// row: u = M z (W = M) or dz = M^T du (W = M^T). Two rows at a time, so that each row of inT read from
-// L1 feeds 2 x kLanes multiply-adds into sums held in registers.
-POSATTN_CLONES
-void MixRows(const float* W, const float* inT, float* outT, int64_t D) {
-  const f8* in = reinterpret_cast<const f8*>(inT);
-  f8* out = reinterpret_cast<f8*>(outT);
+// row: u = M z (Wm = M) or dz = M^T du (Wm = M^T). Two rows at a time, so that each row of inT read from
+// L1 feeds 2 x kBlock multiply-adds into sums held in registers.
+template <int W>
+POSATTN_INLINE void MixRows(const float* Wm, const float* inT, float* outT, int64_t D) {
+  using V = typename Lanes<W>::V;
+  constexpr int64_t kV = kBlock / W;
+  const V* in = reinterpret_cast<const V*>(inT);
+  V* out = reinterpret_cast<V*>(outT);
   int64_t r = 0;
   for (; r + 2 <= D; r += 2) {
-    f8 a0[kLanes] = {}, a1[kLanes] = {};
+    V a0[kV] = {}, a1[kV] = {};
     for (int64_t s = 0; s < D; ++s) {
-      const float w0 = W[r * D + s], w1 = W[(r + 1) * D + s];
-      for (int64_t q = 0; q < kLanes; ++q) a0[q] += w0 * in[s * kLanes + q], a1[q] += w1 * in[s * kLanes + q];
+      const float w0 = Wm[r * D + s], w1 = Wm[(r + 1) * D + s];
+      for (int64_t q = 0; q < kV; ++q) a0[q] += w0 * in[s * kV + q], a1[q] += w1 * in[s * kV + q];
     }
-    for (int64_t q = 0; q < kLanes; ++q) out[r * kLanes + q] = a0[q], out[(r + 1) * kLanes + q] = a1[q];
+    for (int64_t q = 0; q < kV; ++q) out[r * kV + q] = a0[q], out[(r + 1) * kV + q] = a1[q];
   }
   for (; r < D; ++r) {
-    f8 a0[kLanes] = {};
+    V a0[kV] = {};
     for (int64_t s = 0; s < D; ++s)
-      for (int64_t q = 0; q < kLanes; ++q) a0[q] += W[r * D + s] * in[s * kLanes + q];
-    for (int64_t q = 0; q < kLanes; ++q) out[r * kLanes + q] = a0[q];
+      for (int64_t q = 0; q < kV; ++q) a0[q] += Wm[r * D + s] * in[s * kV + q];
+    for (int64_t q = 0; q < kV; ++q) out[r * kV + q] = a0[q];
   }
 }
 
 // G_ij += sum_b duT_ib z_bj over the block (the block's dM = du^T z), with G (Dr, Dc), duT (Dr, kBlock)
-// and z (kBlock, Dc) padded to Dr a multiple of 4 and Dc of 16: tiles of 4 x 16 of G in registers.
-POSATTN_CLONES
-void AccumulateOuter(const float* duT, const float* z, float* G, int64_t Dr, int64_t Dc) {
+// and z (kBlock, Dc) padded to Dr a multiple of 4 and Dc of 2 W: tiles of 4 x 2 W of G in registers.
+template <int W>
+POSATTN_INLINE void AccumulateOuter(const float* duT, const float* z, float* G, int64_t Dr, int64_t Dc) {
+  using V = typename Lanes<W>::V;
   for (int64_t i = 0; i < Dr; i += 4) {
-    for (int64_t j = 0; j < Dc; j += 16) {
-      f8 g[4][2] = {};
+    for (int64_t j = 0; j < Dc; j += 2 * W) {
+      V g[4][2] = {};
       for (int64_t b = 0; b < kBlock; ++b) {
-        const f8* zb = reinterpret_cast<const f8*>(z + b * Dc + j);
+        const V* zb = reinterpret_cast<const V*>(z + b * Dc + j);
         for (int64_t r = 0; r < 4; ++r) {
           const float du = duT[(i + r) * kBlock + b];
           g[r][0] += du * zb[0], g[r][1] += du * zb[1];
         }
       }
       for (int64_t r = 0; r < 4; ++r)
-        for (int64_t h = 0; h < 2; ++h) reinterpret_cast<f8*>(G + (i + r) * Dc + j)[h] += g[r][h];
+        for (int64_t h = 0; h < 2; ++h) reinterpret_cast<V*>(G + (i + r) * Dc + j)[h] += g[r][h];
     }
   }
 }
 
-POSATTN_CLONES
-void OnePass(const float* X, const float* y, const float* w, const float* M, const float* v, int64_t n,
-             int64_t D, int64_t d, bool quintic, Sums* out) {
+template <int W>
+POSATTN_INLINE void OnePassW(const Problem& p, Sums* out) {
+  const float *X = p.X, *y = p.y, *w = p.w, *M = p.M, *v = p.v;
+  const int64_t n = p.n, D = p.D, d = p.d;
+  const bool quintic = p.quintic;
   // The padding (rows D..Dr, columns D..Dc) stays 0, and the sums it gathers are never read.
-  const int64_t Dr = RoundUp(D, 4), Dc = RoundUp(D, 16);
+  const int64_t Dr = RoundUp(D, 4), Dc = RoundUp(D, 2 * W);
   std::vector<float> zT(Dr * kBlock), duT(Dr * kBlock), dzT(Dr * kBlock);  // the block's samples along rows
   std::vector<float> z(kBlock * Dc), G(Dr * Dc), MT(D * D), zd(kBlock * D);
   for (int64_t i = 0; i < D; ++i)
@@ -125,7 +134,7 @@ void OnePass(const float* X, const float* y, const float* w, const float* M, con
     }
     for (int64_t b = 0; b < kBlock; ++b)  // 0 past the last sample: its weight is 0 below
       for (int64_t j = 0; j < D; ++j) zT[j * kBlock + b] = z[b * Dc + j] = b < nb ? zd[b * D + j] : 0.f;
-    MixRows(M, zT.data(), duT.data(), D);  // u
+    MixRows<W>(M, zT.data(), duT.data(), D);  // u
     for (int64_t b = 0; b < kBlock; ++b) F[b] = 0.f;
     for (int64_t i = 0; i < D; ++i) {
       float* u = duT.data() + i * kBlock;  // u_i, replaced by sigma'(u_i)
@@ -151,8 +160,8 @@ void OnePass(const float* X, const float* y, const float* w, const float* M, con
     for (int64_t b = 0; b < kBlock; ++b) loss += loss_b[b];
     for (int64_t i = 0; i < D; ++i)
       for (int64_t b = 0; b < kBlock; ++b) duT[i * kBlock + b] *= dF[b];
-    AccumulateOuter(duT.data(), z.data(), G.data(), Dr, Dc);  // dM
-    MixRows(MT.data(), duT.data(), dzT.data(), D);  // dz
+    AccumulateOuter<W>(duT.data(), z.data(), G.data(), Dr, Dc);  // dM
+    MixRows<W>(MT.data(), duT.data(), dzT.data(), D);  // dz
     for (int64_t j = 0; j < D; ++j)
       for (int64_t b = 0; b < nb; ++b) zd[b * D + j] = dzT[j * kBlock + b];
     // dv += sum over the block's rows of dz_r X_r, four rows at a time: a quarter of the loads and
@@ -171,6 +180,21 @@ void OnePass(const float* X, const float* y, const float* w, const float* M, con
     for (int64_t j = 0; j < D; ++j) out->dM[i * D + j] += G[i * Dc + j];
   out->loss = loss;
 }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// An AVX2 + FMA instance beside the baseline (SSE2) one, chosen at run time, so that the library built
+// on one x86-64 machine runs on any other.
+__attribute__((target("arch=x86-64-v3"))) void OnePassAvx2(const Problem& p, Sums* out) { OnePassW<8>(p, out); }
+void OnePass(const Problem& p, Sums* out) {
+  // POSATTN_CPU_KERNEL=baseline keeps to the baseline instance (to test it on an AVX2 machine).
+  static const bool avx2 = !(std::getenv("POSATTN_CPU_KERNEL") &&
+                             std::strcmp(std::getenv("POSATTN_CPU_KERNEL"), "baseline") == 0) &&
+                           (__builtin_cpu_init(), __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  avx2 ? OnePassAvx2(p, out) : OnePassW<4>(p, out);
+}
+#else
+void OnePass(const Problem& p, Sums* out) { OnePassW<4>(p, out); }
+#endif
 
 // The strides, in elements, of a buffer's leading (batch) dimensions over blocks of `core_size`
 // elements; 0 where the dimension is 1 (broadcast).
@@ -214,8 +238,9 @@ ffi::Error OnePassImpl(ffi::Buffer<ffi::F32> X, ffi::Buffer<ffi::F32> y, ffi::Bu
       oX += i * sX[a], oy += i * sy[a], ow += i * sw[a], oM += i * sM[a], ov += i * sv[a];
     }
     Sums sums{0.0, dM->typed_data() + c * D * D, dv->typed_data() + c * d};
-    OnePass(X.typed_data() + oX, y.typed_data() + oy, w.typed_data() + ow, M.typed_data() + oM,
-            v.typed_data() + ov, n, D, d, quintic != 0, &sums);
+    OnePass({X.typed_data() + oX, y.typed_data() + oy, w.typed_data() + ow, M.typed_data() + oM,
+             v.typed_data() + ov, n, D, d, quintic != 0},
+            &sums);
     loss->typed_data()[c] = static_cast<float>(sums.loss);
   }
   return ffi::Error::Success();

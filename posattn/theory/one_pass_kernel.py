@@ -13,7 +13,8 @@ under $XDG_CACHE_HOME/posattn/kernels (default ~/.cache), named by a hash of the
 the compiler and the jaxlib version: a process finds it built after the first. Where it cannot be
 built (no compiler, an unsupported platform) `available()` is False, one warning says why, and
 `fused` runs XLA's tile loop, which gives the same loss and gradient. POSATTN_CPU_KERNEL=off turns the
-kernel off (to compare, or to rule it out).
+kernel off (to compare, or to rule it out); POSATTN_CPU_KERNEL=baseline keeps an x86-64 CPU with AVX2
+to the kernel's instance for CPUs without it (to test that instance).
 """
 import ctypes
 import functools

@@ -1,6 +1,8 @@
 """The one-pass risk and gradient of (E), on X (by the CPU kernel and by XLA's tile loop) or on its tiled
 layout, against `jax.value_and_grad` of the plain model."""
 import dataclasses
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +14,7 @@ from posattn.theory import TheoryConfig, fused, make_task, one_pass_kernel, samp
 from posattn.theory.fused import (empirical_risk_and_grad, tile_count, tiled, tiled_risk,
                                   tiled_risk_and_grad)
 from posattn.theory.model import empirical_risk
+from tests import envs
 
 CFG = TheoryConfig(D=16, C=4, d=8, q=0.4)
 
@@ -65,6 +68,26 @@ def test_matches_autodiff_under_the_model_options(change, path):
     params = {**params, "v": params["v"] / 3}  # keep the quintic's margins moderate
     want = jax.value_and_grad(empirical_risk)(params, X, y, cfg)
     _assert_round_off(empirical_risk_and_grad(params, X, y, cfg, num_tiles=6), want)
+
+
+def test_the_kernels_baseline_instance_gives_the_same():
+    """The kernel's instance for CPUs without AVX2 (4 lanes: SSE2, as NEON on ARM), forced by
+    POSATTN_CPU_KERNEL=baseline in a process of its own, against jax.grad."""
+    script = """
+import dataclasses, jax, numpy as np
+from posattn.theory import fused
+from tests.theory import test_fused as t
+assert fused.uses_kernel(jax.numpy.float32)
+for cfg in [t.CFG, dataclasses.replace(t.CFG, D=9, C=3, partition="random", activation="quintic")]:
+    params, X, y, weight = t._problem(cfg, n=77)
+    params = {**params, "v": params["v"] / 3}
+    want = jax.value_and_grad(t.empirical_risk)(params, X, y, cfg, weight)
+    t._assert_round_off(fused.empirical_risk_and_grad(params, X, y, cfg, weight), want)
+print("same")
+"""
+    out = subprocess.run([sys.executable, "-c", script], env=envs.devices(1, POSATTN_CPU_KERNEL="baseline"),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "same", out.stderr[-2000:]
 
 
 def test_sample_axis_sharded_over_devices_gives_the_same(path):
