@@ -271,7 +271,11 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *,
     @functools.partial(jax.jit, static_argnames="num_steps", donate_argnums=0)
     def chunk(params, step, train, test, keys, tasks, num_steps):  # called as `make_chunk_fn`'s
         one = functools.partial(train_chunk, num_steps=num_steps, cfg=cfg, gd=gd)
-        local = lambda runs, step: jax.vmap(one, in_axes=over_seeds)(runs[0], step, *runs[1:])
+
+        def local(runs, step):  # a device's seeds
+            params, *data = runs
+            return jax.vmap(one, in_axes=over_seeds)(params, step, *data)
+
         return mesh_lib.split_runs(local, (params, train, test, keys, tasks), step)
 
     evaluate_fn = jax.jit(jax.vmap(functools.partial(evaluate, cfg=cfg, gd=gd), in_axes=over_seeds))
@@ -302,17 +306,17 @@ def fit_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, 
         params = {**params, "A": jnp.broadcast_to(A_init, params["A"].shape)}
     weights = (jnp.arange(max(sizes))[None, :] < jnp.asarray(sizes)[:, None]).astype(train.weight.dtype)
 
-    def one(params, X, y, weight, test, key, task):
+    def one(params, X, y, test, key, task, weight):
         return train_chunk(params, 0, type(train)(X, y, weight), test, key, task, num_steps=gd.steps,
                            cfg=cfg, gd=gd, train_A=train_A)[1]
 
-    over_seeds = jax.vmap(one, in_axes=(0, 0, 0, None, 0, 0, 0))
-    if len(sizes) == 1:  # a size axis of length 1 still batches the weights, and costs time on a CPU
-        local = lambda runs, weights: jax.tree.map(lambda a: a[:, None], over_seeds(*runs[:3], weights[0],
-                                                                                     *runs[3:]))
-    else:
-        local = lambda runs, weights: jax.vmap(over_seeds, in_axes=(None, None, None, 0, None, None, None),
-                                               out_axes=1)(*runs[:3], weights, *runs[3:])
+    over_seeds = jax.vmap(one, in_axes=(0, 0, 0, 0, 0, 0, None))
+
+    def local(runs, weights):  # a device's seeds, with every size: entries (seeds, sizes)
+        if len(sizes) == 1:  # a size axis of length 1 still batches the weights, and costs time on a CPU
+            return jax.tree.map(lambda a: a[:, None], over_seeds(*runs, weights[0]))
+        return jax.vmap(over_seeds, in_axes=(None,) * 6 + (0,), out_axes=1)(*runs, weights)
+
     entries = mesh_lib.split_runs(local, (params, train.X, train.y, test, train_keys, tasks), weights)
     return jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), entries)  # (sizes, seeds)
 

@@ -186,10 +186,13 @@ POSATTN_INLINE void OnePassW(const Problem& p, Sums* out) {
 // on one x86-64 machine runs on any other.
 __attribute__((target("arch=x86-64-v3"))) void OnePassAvx2(const Problem& p, Sums* out) { OnePassW<8>(p, out); }
 void OnePass(const Problem& p, Sums* out) {
-  // POSATTN_CPU_KERNEL=baseline keeps to the baseline instance (to test it on an AVX2 machine).
-  static const bool avx2 = !(std::getenv("POSATTN_CPU_KERNEL") &&
-                             std::strcmp(std::getenv("POSATTN_CPU_KERNEL"), "baseline") == 0) &&
-                           (__builtin_cpu_init(), __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  static const bool avx2 = [] {
+    // POSATTN_CPU_KERNEL=baseline keeps to the baseline instance (to test it on an AVX2 machine).
+    const char* mode = std::getenv("POSATTN_CPU_KERNEL");
+    if (mode && std::strcmp(mode, "baseline") == 0) return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
   avx2 ? OnePassAvx2(p, out) : OnePassW<4>(p, out);
 }
 #else

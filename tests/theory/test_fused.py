@@ -58,7 +58,7 @@ def test_matches_autodiff_of_the_plain_model(n, num_tiles, path):
     assert float(jnp.abs(got[1]["A"]).max()) > 0 and float(jnp.abs(got[1]["v"]).max()) > 0
 
 
-# D = 9 and 21: the kernel's odd last row of the mix and its padding of D x D to 4 x 16 tiles.
+# D = 9 and 21: the kernel's odd last row of the mix and its padding of D x D to whole register tiles.
 @pytest.mark.parametrize("change", [dict(activation="quintic"), dict(temperature=False),
                                     dict(scale_by_D=False), dict(D=9, C=3, partition="random"),
                                     dict(D=21, C=3, partition="random")])
@@ -74,7 +74,7 @@ def test_the_kernels_baseline_instance_gives_the_same():
     """The kernel's instance for CPUs without AVX2 (4 lanes: SSE2, as NEON on ARM), forced by
     POSATTN_CPU_KERNEL=baseline in a process of its own, against jax.grad."""
     script = """
-import dataclasses, jax, numpy as np
+import dataclasses, jax
 from posattn.theory import fused
 from tests.theory import test_fused as t
 assert fused.uses_kernel(jax.numpy.float32)
