@@ -9,10 +9,12 @@ chunk (`posattn.theory.step.train_chunk`):
 - `fit_seeds`: many seeds vmapped inside the same chunks, as `fit(keys[s])` would run each;
 - `fit_grid` (`fit_sizes` for wide grids): (sample size N) x (seed) runs as one compiled call, only the
   final history entry of each. A run at size N trains on the first N of its seed's samples (the rest
-  carry weight 0, `fused.Tiles`), so sizes are nested subsamples and differ only by N; every run then
-  computes on the grid's largest size, so callers keep that moderate (`fit_sizes` groups the sizes).
+  carry weight 0, in `step.Batch` or `fused.Tiles`), so sizes are nested subsamples and differ only
+  by N; every run then computes on the grid's largest size, so callers keep that moderate
+  (`fit_sizes` groups the sizes).
 
-Seeds are split over the devices when they divide evenly (`posattn.mesh.map_runs`).
+Seeds are split over the devices when they divide evenly, each device drawing and training its own
+(`posattn.mesh.map_runs`, `posattn.mesh.split_runs`).
 
 `fit` and `fit_seeds` stop at the first GD step whose loss is not finite (`NonFiniteLoss`, naming the
 step and the likely cause): the chunk that produced it is replayed one step at a time from its start to
