@@ -11,6 +11,7 @@ attention history), summary.json, summary.md (each claim of the paper, its numbe
 phase_maps.png, boundary_sweeps.png, attention.png, sparsification.png.
 """
 import dataclasses
+import math
 import os
 import time
 import typing
@@ -80,13 +81,13 @@ def _numbers(name, cast, low):
         values = [cast(v) for v in flag(name)]
     except ValueError:
         values = []
-    if not values or min(values) < low:
-        raise ConfigError(f"--{name}={','.join(flag(name))}: give a comma-separated list of numbers >= {low}")
-    return values
+    if not values or not all(math.isfinite(v) and v >= low for v in values):
+        raise ConfigError(f"--{name}={','.join(flag(name))}: give a comma-separated list of finite numbers >= {low}")
+    return sorted(values)  # the sweeps and the phase maps' rows run, and are read, in ascending order
 
 
 def grids_from_flags(tokens: TokenConfig) -> dict:
-    g = {"n_stars": sorted(_numbers("n_stars", int, 1)), "Ns": sorted(_numbers("Ns", int, 1)),
+    g = {"n_stars": _numbers("n_stars", int, 1), "Ns": _numbers("Ns", int, 1),
          "taus": _numbers("taus", float, 0), "init_errors": _numbers("init_errors", float, 0),
          "seeds": flag("seeds"), "remove": flag("remove")}
     for n in g["n_stars"]:  # each row must be a valid data model (majority, Theorem 1's margin)

@@ -53,8 +53,9 @@ def phase_maps(vit: dict, vit_fit: dict, free: dict, free_fit: dict) -> Figure:
 
 
 def boundary_sweeps(sweeps: dict) -> Figure:
-    """N* against each swept knob (token noise tau, initial-model error sigma = delta), ViT and
-    attention-free; a boundary beyond the grid is drawn at the grid's edge with an open marker."""
+    """N* against each swept knob (token noise tau, initial-model error sigma = delta), for each network
+    the sweep holds (the binary sweeps the ViT); a boundary beyond the grid is drawn at the grid's edge
+    with an open marker."""
     fig = Figure(figsize=(10, 3.6))
     axes = fig.subplots(1, len(sweeps))
     for ax, (knob, by_net) in zip(np.atleast_1d(axes), sweeps.items()):

@@ -40,7 +40,8 @@ class TokenConfig:
       noisy_tokens: tokens per sample (at random positions, of any type) whose noise bound is
         `noisy_tau` instead of tau: the "noisy tokens" of the token-sparsification experiment.
       noisy_tau: their noise bound.
-      theorem_margin: require alpha_* >= 2e alpha_#, the condition of Theorem 1.
+      theorem_margin: require alpha_* >= 2e alpha_#, the condition of Theorem 1, on the token counts
+        (n_* >= 2e n_#).
     """
 
     d: int = 16
@@ -65,9 +66,11 @@ class TokenConfig:
         _check(self.n_star + self.n_conf <= self.L,
                f"alpha_star + alpha_conf = {self.alpha_star + self.alpha_conf:.3g}: at most L={self.L} tokens "
                f"can be discriminative, so the fractions must sum to at most 1")
-        _check(not self.theorem_margin or self.alpha_star >= TWO_E * self.alpha_conf,
-               f"alpha_star={self.alpha_star} < 2e alpha_conf = {TWO_E * self.alpha_conf:.4g}: Theorem 1 of "
-               f"LWLC23 needs alpha_star >= 2e alpha_conf; lower alpha_conf or set theorem_margin=False")
+        # On the counts the data use: the fractions of a sample are n_*/L and n_#/L, not the rounded inputs.
+        _check(not self.theorem_margin or self.n_star >= TWO_E * self.n_conf,
+               f"alpha_star={self.alpha_star}, alpha_conf={self.alpha_conf}: n_*={self.n_star} < 2e n_# = "
+               f"{TWO_E * self.n_conf:.4g} tokens of L={self.L}; Theorem 1 of LWLC23 needs alpha_* >= 2e alpha_#: "
+               f"raise alpha_star, lower alpha_conf or set theorem_margin=False")
         _check(self.tau >= 0, f"tau={self.tau}: the noise bound must be >= 0")
         _check(0 <= self.noisy_tokens <= self.L, f"noisy_tokens={self.noisy_tokens} must lie in [0, L={self.L}]")
         _check(self.noisy_tau >= 0, f"noisy_tau={self.noisy_tau}: the noise bound must be >= 0")
@@ -129,8 +132,8 @@ class SGDConfig:
     Attributes:
       N: training samples; batch: samples per step, drawn uniformly with replacement from the N.
       steps: SGD iterations; eta: constant step size.
-      eta_attention: constant step size of W_Q and W_K (None = eta). SGD on W = c W' with step eta is
-        SGD on W' with step c^2 eta, so this is eta on a rescaled parametrisation of the attention
+      eta_attention: constant step size of W_Q and W_K (None = eta). SGD with step eta on W' = W / c
+        is SGD with step c^2 eta on W, so this is eta on a rescaled parametrisation of the attention
         (docs/shallow_vit_results.md, Decisions).
       eval_every: steps between two history entries (history runs only).
       n_test: fresh test samples of each run.

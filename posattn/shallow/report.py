@@ -22,15 +22,18 @@ def _grows(n_star) -> bool:
 
 
 def attention_row(band: dict, seeds: int) -> dict:
-    mean = np.asarray(band["mean"])
-    step = np.asarray(band["step"])
-    at = lambda s: mean[np.searchsorted(step, s)] if s <= step[-1] else math.nan
-    ok = mean[-1] >= ATTENTION_TARGET
-    return {"claim": f"attention mass on relevant tokens rises (Prop. 2), band over {seeds} seeds",
+    """Prop. 2's rise of the attention mass: the band's mean at the start, at the evaluation step nearest
+    iteration 50 (the paper's), and at the end; reproduced when the end is above the start and at least
+    `ATTENTION_TARGET`."""
+    mean, step = np.asarray(band["mean"]), np.asarray(band["step"])
+    i50 = int(np.abs(step - 50).argmin())
+    ok = mean[-1] > mean[0] and mean[-1] >= ATTENTION_TARGET
+    return {"claim": f"attention mass on relevant tokens (relevant queries) rises (Prop. 2), band over {seeds} seeds",
             "paper": "0.54 -> 0.91 by iteration 50, then flat",
-            "ours": (f"{mean[0]:.2f} -> {at(50):.2f} (it. 50) -> {mean[-1]:.2f} (it. {step[-1]}); "
-                     f"10-90% band at the end [{band['q10'][-1]:.2f}, {band['q90'][-1]:.2f}]"),
-            "verdict": "reproduced" if ok else f"not reproduced (< {ATTENTION_TARGET})"}
+            "ours": (f"{mean[0]:.2f} -> {mean[i50]:.2f} (it. {step[i50]}) -> {mean[-1]:.2f} (it. {step[-1]}); "
+                     f"10-90% band at the end [{band['q10'][-1]:.2f}, {band['q90'][-1]:.2f}], min {band['min'][-1]:.2f}"),
+            "verdict": ("reproduced" if ok else "not reproduced (no rise)" if mean[-1] <= mean[0] else
+                        f"not reproduced (< {ATTENTION_TARGET})")}
 
 
 def sparsify_rows(ks, curves: dict) -> list[dict]:

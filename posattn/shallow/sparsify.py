@@ -1,6 +1,7 @@
 """Token sparsification (LWLC23, Section 4): remove k tokens per test sample and re-evaluate.
 
-Policies, each a score per token (the k highest-scored tokens are removed, ties broken at random):
+Policies, each a score per token (the k highest-scored tokens are removed; the first three break ties
+at random):
 - "random": uniformly random tokens;
 - "irrelevant": label-irrelevant tokens first (needs the token types, an oracle);
 - "noisy": the tokens with the larger noise level first (an oracle too);

@@ -9,7 +9,7 @@ import pytest
 from tests import envs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TINY = ["--seeds=2", "--n_stars=6,8,10", "--Ns=5,20", "--taus=0,1", "--init_errors=0,1", "--steps=20",
+TINY = ["--seeds=2", "--n_stars=6,8,10", "--Ns=5,20", "--taus=1,0", "--init_errors=0,1", "--steps=20",
         "--eval_every=10", "--n_test=50", "--N=40", "--remove=3", "--sparsify_noisy_tokens=3"]
 
 
@@ -31,13 +31,16 @@ def test_tiny_run_writes_every_output(tmp_path):
     assert len(summary["maps"]["vit"]["success_rate"]) == 3 and len(summary["maps"]["free"]["N"]) == 2
     stages = [json.loads(line)["stage"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert stages == ["attention", "grid vit", "grid free", "sparsification", "exact population"]
-    assert json.loads((tmp_path / "config.json").read_text())["sgd"]["steps"] == 20
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["sgd"]["steps"] == 20
+    assert config["grids"]["taus"] == [0, 1]  # given as 1,0: a sweep is read in ascending order
     assert "| claim | paper | ours | verdict |" in (tmp_path / "summary.md").read_text()
 
 
 @pytest.mark.parametrize("args, words", [
     (["--n_stars=1"], "majority vote"),
     (["--Ns=0,10"], "--Ns=0,10"),
+    (["--taus=0,nan"], "--taus=0,nan"),
     (["--remove=30"], "--remove=30"),
     (["--m_a=4"], "m_a=4"),
     (["--success=always"], "success='always'"),

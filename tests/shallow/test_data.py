@@ -54,7 +54,9 @@ def test_knobs_can_be_traced_and_vmapped():
 
 @pytest.mark.parametrize("kwargs, words", [
     (dict(alpha_star=0.1, alpha_conf=0.1, theorem_margin=False), "majority vote"),
-    (dict(alpha_star=0.2, alpha_conf=0.1), "2e alpha_conf"),
+    (dict(alpha_star=0.2, alpha_conf=0.1), "n_\\*=6 < 2e n_# = 16.31"),
+    # Theorem 1's margin on the counts the data use: 0.3 >= 2e 0.05 as fractions, but 9 < 2e 2 tokens.
+    (dict(alpha_star=0.3, alpha_conf=0.05), "n_\\*=9 < 2e n_# = 10.87"),
     (dict(d=4, M=6), "d=4 must be >= M=6"),
     (dict(tau=-1.0), "tau=-1.0"),
     (dict(noisy_tokens=40), "noisy_tokens=40"),
@@ -62,3 +64,9 @@ def test_knobs_can_be_traced_and_vmapped():
 def test_bad_configs_say_what_to_change(kwargs, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
         TokenConfig(**kwargs)
+
+
+def test_theorem_margin_holds_on_the_rounded_counts():
+    # alpha_* = 0.2 < 2e 0.04 as fractions, but the samples hold 6 >= 2e 1 tokens of each kind.
+    tokens = TokenConfig(alpha_star=0.2, alpha_conf=0.04)
+    assert (tokens.n_star, tokens.n_conf) == (6, 1)

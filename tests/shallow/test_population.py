@@ -27,10 +27,12 @@ def test_table_enumerates_every_composition_with_multinomial_weights():
     np.testing.assert_allclose(weight[only_mu3], 0.5 * 3.0**-6, rtol=1e-6)
 
 
-def test_exact_population_matches_a_large_sample():
-    params = init_params(jax.random.PRNGKey(0), TOK, MODEL)
-    exact = population_metrics(params, TOK, MODEL)
-    big = SAMPLE(jax.random.PRNGKey(1), TOK, 40_000)
+# The second has a confusion token (n_* = 6, n_# = 1), the other pattern's, in every sample.
+@pytest.mark.parametrize("tokens", [TOK, TokenConfig(d=5, M=5, L=10, alpha_star=0.6, alpha_conf=0.1, tau=0.0)])
+def test_exact_population_matches_a_large_sample(tokens):
+    params = init_params(jax.random.PRNGKey(0), tokens, MODEL)
+    exact = population_metrics(params, tokens, MODEL)
+    big = SAMPLE(jax.random.PRNGKey(1), tokens, 40_000)
     est = jax.jit(metrics.evaluate, static_argnames="cfg")(params, big, cfg=MODEL)
     assert 0.02 < float(exact["test_error"]) < 0.98  # a model that is neither right nor wrong everywhere
     for name in ("test_hinge", "test_error", "attention_mass"):

@@ -34,9 +34,13 @@ def test_boundary_verdicts():
 
 
 def test_attention_and_sweep_verdicts():
-    band = {"step": [0, 50, 100], "mean": [0.54, 0.8, 0.9], "q10": [0, 0, 0.88], "q90": [0, 0, 0.92]}
-    assert report.attention_row(band, 10)["verdict"] == "reproduced"
-    assert report.attention_row({**band, "mean": [0.54, 0.8, 0.84]}, 10)["verdict"].startswith("not")
+    band = {"step": [0, 30, 60, 90], "mean": [0.54, 0.8, 0.9, 0.9], "q10": [0, 0, 0, 0.88],
+            "q90": [0, 0, 0, 0.92], "min": [0, 0, 0, 0.87]}
+    row = report.attention_row(band, 10)
+    assert row["verdict"] == "reproduced"
+    assert "0.90 (it. 60)" in row["ours"] and "min 0.87" in row["ours"]  # the step it reads is the one it names
+    assert report.attention_row({**band, "mean": [0.54, 0.8, 0.84, 0.84]}, 10)["verdict"] == "not reproduced (< 0.85)"
+    assert report.attention_row({**band, "mean": [0.9, 0.7, 0.86, 0.86]}, 10)["verdict"] == "not reproduced (no rise)"
     sweep = {"values": [0, 1, 2], "N_star": [5.0, 11.0, math.nan], "alpha_star": 0.3}
     assert report.sweep_row(sweep, "tau")["verdict"] == "reproduced"
     assert report.sweep_row({**sweep, "N_star": [12.0, 10.0, 28.0]}, "tau")["verdict"] == "not reproduced"
