@@ -16,6 +16,7 @@ of medians and IQRs beside the paper's numbers.
 import os
 import pathlib
 
+import jax
 from absl import flags, logging
 from ml_collections import config_flags
 
@@ -38,6 +39,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", _DIGITS, "A ViT config file 
                                           "tpu_configs/digits.py).")
 _SEEDS = flags.DEFINE_integer("seeds", 10, "Seeds 0..N-1 per attention kind.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
+_INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()  # one process per host of a cluster
 
 
 def main(argv):
@@ -53,9 +55,11 @@ def main(argv):
     from posattn.plots import vision as plots
     from posattn.vision import setup, sweep
 
+    _INITIALIZE_DISTRIBUTED()  # before any computation (docs/distributed.md)
+
     configs = sweep.attention_cell_configs(_CONFIG.value, _SEEDS.value, ATTENTIONS)
     for c in configs.values():
-        setup.resolve(c, 1)
+        setup.resolve(c, jax.device_count())  # every cell's batch divides by this run's devices
     workdir_lib.check(_WORKDIR.value)  # writable, before any training
     acc = {a: [] for a in ATTENTIONS}
     for (attention, seed), c in configs.items():

@@ -16,6 +16,7 @@ summary.md beside the paper's numbers, and permuted.png (Figure 5 style; unpermu
 """
 import os
 
+import jax
 from absl import flags, logging
 
 from posattn import cli, workdir as workdir_lib
@@ -37,6 +38,7 @@ _MODELS = flags.DEFINE_string("models", "vit,resnet,vgg", "Comma-separated: vit,
 _SEEDS = flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1 per (model, g).")
 _CNN_SEEDS = flags.DEFINE_integer("cnn_seeds", 0, "Seeds of the CNNs if fewer (0 = --seeds).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
+_INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()  # one process per host of a cluster
 _DATA_DIR = flags.DEFINE_string("data_dir", None, "tfds data directory (cifar100).")
 _VIT_STEPS = flags.DEFINE_integer("vit_steps", 0, "Training steps of the ViT (0 = the config's).")
 _CNN_STEPS = flags.DEFINE_integer("cnn_steps", 0, "Training steps of the CNNs (0 = the config's).")
@@ -51,6 +53,8 @@ def main(argv):
     from posattn import io
     from posattn.plots import vision as plots
     from posattn.vision import setup, sweep
+
+    _INITIALIZE_DISTRIBUTED()  # before any computation (docs/distributed.md)
 
     if not _WORKDIR.value:
         raise ConfigError("--workdir=DIR is required")
@@ -74,7 +78,7 @@ def main(argv):
         steps=steps["vit" if m == "vit" else "cnn"], batch=0 if m == "vit" else _CNN_BATCH.value)
         for m in models for g in blocks for s in range(seeds[m])}
     for c in configs.values():  # all validated up front
-        setup.resolve(c, 1)
+        setup.resolve(c, jax.device_count())  # every cell's batch divides by this run's devices
 
     workdir_lib.check(_WORKDIR.value)  # writable, before any training
     acc = {m: {} for m in models}

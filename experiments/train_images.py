@@ -21,13 +21,7 @@ from posattn.errors import ConfigError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. tpu_configs/digits.py[:ARG].")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the summary.")
-# jax.distributed.initialize's own arguments, for clusters it does not detect (docs/distributed.md).
-_COORDINATOR = flags.DEFINE_string("coordinator_address", None, "Multi-process run without a cluster JAX "
-                                   "detects: host:port of process 0 (or set JAX_COORDINATOR_ADDRESS).")
-_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-process run without a detected "
-                                      "cluster: the number of processes.")
-_PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-process run without a detected cluster: "
-                                   "this process's index, from 0.")
+_INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()
 
 
 def main(argv):
@@ -37,10 +31,10 @@ def main(argv):
         raise ConfigError("both --config=tpu_configs/NAME.py[:ARG] and --workdir=DIR are required")
     if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax, tfds); --verbosity=0 shows them
         logging.set_verbosity(logging.ERROR)
-    from posattn import io, mesh  # after flag parsing: a bad flag fails fast, before jax starts
+    from posattn import io  # after flag parsing: a bad flag fails fast, before jax starts
     from posattn.vision import train
 
-    mesh.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    _INITIALIZE_DISTRIBUTED()
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     if io.is_writer():  # the curves of the whole record (a resumed run's included)
         from posattn.plots import theory as theory_figures, vision as figures

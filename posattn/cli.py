@@ -15,6 +15,7 @@ import jax
 from absl import app, flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
+from posattn import mesh
 from posattn.errors import ConfigError, RunStopped
 
 
@@ -37,6 +38,21 @@ CACHE_OFF = ("off", "0", "false", "no", "none")
 flags.DEFINE_string("compilation_cache", None,
                     f"JAX's persistent compilation cache: a directory, or 'off'. Default: ${CACHE_ENV}, "
                     f"else $JAX_COMPILATION_CACHE_DIR, else ~/.cache/posattn/jax (per user)")
+
+
+def define_distributed_flags():
+    """Define --coordinator_address, --num_processes and --process_id, `jax.distributed.initialize`'s own
+    arguments for clusters it does not detect (docs/distributed.md), and return the function that starts
+    this process of the run from them (`posattn.mesh.initialize_distributed`; call it after flag parsing,
+    before any computation)."""
+    coordinator = flags.DEFINE_string("coordinator_address", None, "Multi-process run without a cluster JAX "
+                                      "detects: host:port of process 0 (or set JAX_COORDINATOR_ADDRESS).")
+    num_processes = flags.DEFINE_integer("num_processes", None, "Multi-process run without a detected "
+                                         "cluster: the number of processes.")
+    process_id = flags.DEFINE_integer("process_id", None, "Multi-process run without a detected cluster: "
+                                      "this process's index, from 0.")
+
+    return lambda: mesh.initialize_distributed(coordinator.value, num_processes.value, process_id.value)
 
 
 def load_config(path: str, arg: str | None = None):

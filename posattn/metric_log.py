@@ -17,8 +17,11 @@ regime's own names into this schema; `MetricLog` writes a record to both files (
 TensorBoard (`tensorboard --logdir WORKDIR`) reads the events in WORKDIR/tensorboard/; they are written
 by tensorboardX, for local workdirs (an `etils.epath` URL such as gs:// gets the JSON lines only).
 """
+import json
 import math
 import numbers
+
+from etils import epath
 
 from posattn import io
 
@@ -48,19 +51,27 @@ def _is_local(path) -> bool:
 class MetricLog:
     """Appends records to `workdir/metrics.jsonl` and to TensorBoard events in `workdir/tensorboard`.
 
-    `fresh=True` empties metrics.jsonl first (a run that starts over); a resumed run appends. Only the
-    writing process (`io.is_writer`) opens the event file, so the same calls are safe on every host.
+    `fresh=True` empties metrics.jsonl first (a run that starts over). A run that continues from step
+    `start_step` (0: from its start) keeps the records of the steps up to it and drops the later ones,
+    which it is about to run again (those of a run killed after its last checkpoint, or stopped by a
+    diverged step), in metrics.jsonl and in TensorBoard (`purge_step`); without either, records are
+    appended. Only the writing process (`io.is_writer`) opens the event file, so the same calls are
+    safe on every host.
     """
 
-    def __init__(self, workdir, *, fresh: bool = False):
+    def __init__(self, workdir, *, fresh: bool = False, start_step: int | None = None):
         self.path = f"{workdir}/metrics.jsonl"
         if fresh:
             io.write_text(self.path, "")
+        elif start_step is not None and io.is_writer() and epath.Path(self.path).exists():
+            kept = [r for r in io.read_jsonl(self.path) if r["step"] <= start_step]
+            io.write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
         self._events = None
         if io.is_writer() and _is_local(workdir):
             from tensorboardX import SummaryWriter  # imported here: only a writing process needs it
 
-            self._events = SummaryWriter(logdir=f"{workdir}/{TENSORBOARD_DIR}", flush_secs=30)
+            purge = None if start_step is None else start_step + 1
+            self._events = SummaryWriter(logdir=f"{workdir}/{TENSORBOARD_DIR}", flush_secs=30, purge_step=purge)
 
     def write(self, record: dict) -> None:
         """Append one record (it must have "step"); its finite numbers become TensorBoard scalars."""

@@ -8,18 +8,22 @@ from tensorboardX.proto import event_pb2
 from posattn.metric_log import TENSORBOARD_DIR, MetricLog, from_theory, paired_test_metrics
 
 
-def read_events(directory) -> dict:
-    """{tag: [(step, value)]} of the TFRecord event files in `directory` (length, crc, data, crc)."""
-    scalars = {}
+def events(directory):
+    """The events of the TFRecord event files in `directory` (length, crc, data, crc), in order."""
     for path in sorted(directory.iterdir()):
-        data = path.read_bytes()
-        i = 0
+        data, i = path.read_bytes(), 0
         while i < len(data):
             (length,) = struct.unpack("<Q", data[i:i + 8])
-            event = event_pb2.Event.FromString(data[i + 12:i + 12 + length])
+            yield event_pb2.Event.FromString(data[i + 12:i + 12 + length])
             i += 12 + length + 4
-            for value in event.summary.value:
-                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+
+
+def read_events(directory) -> dict:
+    """{tag: [(step, value)]} of the scalars in `directory`'s event files."""
+    scalars = {}
+    for event in events(directory):
+        for value in event.summary.value:
+            scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
     return scalars
 
 
@@ -40,3 +44,20 @@ def test_both_regimes_share_the_schema_and_tensorboard_reads_it(tmp_path):
     events = read_events(tmp_path / TENSORBOARD_DIR)
     assert events["train_loss"] == [(50, 0.25)]  # the NaN stays in the JSON lines only
     assert events["test_accuracy"] == [(50, 0.875)] and "images_per_second" not in events
+
+
+def test_a_run_that_continues_from_a_step_drops_the_records_after_it(tmp_path):
+    log = MetricLog(tmp_path, fresh=True)
+    for step in (1, 2, 3, 4, 5):
+        log.write({"step": step, "train_loss": 1.0 / step})
+    log.close()
+    # killed after step 5, resumed from its checkpoint at step 3: steps 4 and 5 run again
+    log = MetricLog(tmp_path, start_step=3)
+    log.write({"step": 4, "train_loss": 0.5})
+    log.close()
+    lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["train_loss"]) for r in lines] == [(1, 1.0), (2, 0.5), (3, 1 / 3), (4, 0.5)]
+    # TensorBoard hides the first series' events from step 4 on (a SessionLog START at the purge step)
+    starts = [e.step for e in events(tmp_path / TENSORBOARD_DIR)
+              if e.HasField("session_log") and e.session_log.status == event_pb2.SessionLog.START]
+    assert starts == [4]

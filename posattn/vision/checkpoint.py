@@ -42,14 +42,21 @@ class CheckpointError(ConfigError):
     """No checkpoint of a workdir restores: the user must decide (move them away, or use a new workdir)."""
 
 
-def manager(workdir: str, *, keep: int) -> ocp.CheckpointManager:
-    """A manager over `workdir/checkpoints` keeping the `keep` most recent steps (all if keep <= 0)."""
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep if keep > 0 else None,
-        create=True,
-        cleanup_tmp_directories=True,  # leftovers of a save interrupted by a kill
-        enable_async_checkpointing=True,
-    )
+def manager(workdir: str, *, keep: int = 0, read_only: bool = False) -> ocp.CheckpointManager:
+    """A manager over `workdir/checkpoints` keeping the `keep` most recent steps (all if keep <= 0).
+
+    `read_only` (loading a run to look at it) deletes and creates nothing: a training run may be
+    writing to the same directory, and its save in flight is a temporary directory that the
+    cleanup of a writing manager would remove."""
+    if read_only:
+        options = ocp.CheckpointManagerOptions(read_only=True, create=False, cleanup_tmp_directories=False)
+    else:
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep if keep > 0 else None,
+            create=True,
+            cleanup_tmp_directories=True,  # leftovers of a save interrupted by a kill
+            enable_async_checkpointing=True,
+        )
     root = str(workdir) if "://" in str(workdir) else os.path.abspath(workdir)  # gs://... stays as is
     return ocp.CheckpointManager(epath.Path(root) / "checkpoints", options=options)
 
@@ -183,7 +190,7 @@ def abstract_state(model, image_shape, config, sharding) -> dict:
 def restore_state(workdir, model, image_shape, config, *, step: int | None = None, devices=None) -> dict:
     """The train state saved in `workdir` (its latest checkpoint, or `step`), replicated over `devices`."""
     abstract = abstract_state(model, image_shape, config, replicated(data_mesh(devices)))
-    mngr = manager(str(workdir), keep=config.keep_checkpoints)
+    mngr = manager(str(workdir), read_only=True)
     try:
         state = restore(mngr, abstract, step)
     finally:
@@ -193,6 +200,14 @@ def restore_state(workdir, model, image_shape, config, *, step: int | None = Non
     return state
 
 
+def run_config(workdir) -> ml_collections.ConfigDict:
+    """The config a run in `workdir` was trained with (its config.json)."""
+    path = epath.Path(workdir) / "config.json"
+    if not path.exists():
+        raise ConfigError(f"{path} not found: a run's workdir holds config.json and checkpoints/")
+    return ml_collections.ConfigDict(json.loads(path.read_text()))
+
+
 def restore_run(workdir, *, step: int | None = None, devices=None):
     """(model, train state, config) of checkpoint `step` (default: the latest) of the run in `workdir`,
     replicated over `devices` (default: every device), from the workdir alone (no dataset needed).
@@ -200,10 +215,7 @@ def restore_run(workdir, *, step: int | None = None, devices=None):
     Workdirs written before run.json existed load too: their classes are the dataset's, known
     without its data.
     """
-    path = epath.Path(workdir) / "config.json"
-    if not path.exists():
-        raise ConfigError(f"{path} not found: a run's workdir holds config.json and checkpoints/")
-    config = ml_collections.ConfigDict(json.loads(path.read_text()))
+    config = run_config(workdir)
     run_path = epath.Path(workdir) / RUN_FILE
     if run_path.exists():
         run = json.loads(run_path.read_text())

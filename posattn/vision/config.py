@@ -12,6 +12,7 @@ How a workdir's recorded config may change when the run resumes is `posattn.visi
 import ml_collections
 
 from posattn.errors import ConfigError
+from posattn.vision.data import datasets
 from posattn.vision.models import MODELS, alternet
 from posattn.vision.models.attention import ATTENTIONS
 
@@ -135,11 +136,15 @@ def apply_common_args(c: ml_collections.ConfigDict, args: dict) -> ml_collection
 
 
 def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """A CPU smoke run of the same recipe: a tiny model, a few steps, small batches (divisible by 8)."""
+    """A CPU smoke run of the same recipe: a tiny model, a few steps, small batches (divisible by 8),
+    images of 16 x 16 pixels (the digits keep their 8 x 8), cut into as many permuted blocks per side."""
     c.model.variant = "test/2" if c.model.name == "vit" else c.model.variant
     c.model.patch_size = 0
     if c.dataset != "digits":
+        side = datasets.image_shape(c.dataset, c.image_size)[0]
         c.image_size = 16
+        if c.get("permute_block"):
+            c.permute_block = max(1, c.permute_block * 16 // side)
     c.augment.randaugment_layers = min(c.augment.randaugment_layers, 1)
     c.global_batch_size = 16
     c.eval_batch_size = 16

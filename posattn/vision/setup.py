@@ -99,6 +99,17 @@ def _check_loop_fields(config, num_devices: int) -> None:
         raise ConfigError(f"seed={config.seed} must lie in [0, 2**31)")
     if not 0.0 <= config.label_smoothing < 1.0:
         raise ConfigError(f"label_smoothing={config.label_smoothing} must lie in [0, 1)")
+    opt = config.optimizer
+    if opt.lr <= 0:  # (a NaN passes: the run stops at its first step, as a diverged run does)
+        raise ConfigError(f"optimizer.lr={opt.lr} must be positive")
+    for field in ("warmup_steps", "weight_decay"):
+        if opt[field] < 0:
+            raise ConfigError(f"optimizer.{field}={opt[field]} must be >= 0")
+    if (opt.grad_clip or 0) < 0:
+        raise ConfigError(f"optimizer.grad_clip={opt.grad_clip} must be >= 0 (0 = no clipping)")
+    for field in ("b1", "b2"):
+        if not 0.0 <= opt[field] < 1.0:
+            raise ConfigError(f"optimizer.{field}={opt[field]} must lie in [0, 1) (Adam's decay rate)")
 
 
 def resolve(config, num_devices: int = 1) -> Setup:
@@ -106,7 +117,7 @@ def resolve(config, num_devices: int = 1) -> Setup:
 
     Unknown dataset, model, variant, attention or pooling, a patch size that does not divide the image,
     a batch that does not divide by the devices, an unknown compute dtype, a non-positive step count, a
-    seed outside [0, 2**31), augmentation settings out of range, a block size that does not divide the
+    seed outside [0, 2**31), optimiser numbers out of range, augmentation settings out of range, a block size that does not divide the
     image. The splits are opened later, on first use.
     """
     check_choice(config.compute_dtype, COMPUTE_DTYPES, "compute_dtype")

@@ -217,7 +217,8 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
             raise
         io.write_json(workdir / "config.json", resume.record(config))
         checkpoint.write_run_record(workdir, setup)
-        log = MetricLog(workdir)  # metrics.jsonl and TensorBoard, one schema with the theory regime
+        if io.is_writer():  # a summary of an earlier, shorter run of this workdir no longer holds
+            (workdir / "summary.json").unlink(missing_ok=True)
         for bad in skipped:
             _say(f"checkpoint {bad.step} {bad.reason}: moved to {bad.moved_to}, resuming from the newest "
                  "checkpoint that restores")
@@ -225,6 +226,9 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
         resumed_from = None if state is None else int(jax.device_get(state["step"]))
         state = init_fn(hyper["seed"]) if state is None else state
         start = int(jax.device_get(state["step"]))
+        # metrics.jsonl and TensorBoard, one schema with the theory regime; the records of steps after
+        # `start` (run again now) are dropped
+        log = MetricLog(workdir, start_step=start)
         model_name = config.model.name
         if model_name == "vit":
             model_name = f"ViT {config.model.variant} ({config.model.attention} attention)"

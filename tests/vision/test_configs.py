@@ -56,11 +56,36 @@ def test_config_arguments_select_attention_model_block_and_local():
     c, _ = load_config("cifar10", "vanilla")
     assert c.model.attention == "vanilla" and c.global_batch_size == 512
     c, _ = load_config("permuted_cifar100", "resnet18,8,local")
-    assert (c.model.name, c.permute_block, c.total_steps) == ("resnet18", 8, 4)
+    # `local` shrinks the 32 x 32 images to 16 x 16: as many blocks per side (4), each half as wide
+    assert (c.model.name, c.permute_block, c.image_size, c.total_steps) == ("resnet18", 4, 16, 4)
+    c, _ = load_config("permuted_cifar100", "32,local")  # the unpermuted baseline stays one block
+    with tfds.testing.mock_data(num_examples=20):
+        assert list(setup_lib.resolve(c, 8).permutation.perm) == [0]  # it resolves (it was refused)
     c, _ = load_config("imagenet", "local")
     assert c.global_batch_size % 8 == 0 and c.image_size < 224 and c.model.variant == "test/2"
     with pytest.raises(ConfigError, match="unknown config argument 'locl'"):
         load_config("digits", "locl")
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("lr", -1e-3, "optimizer.lr=-0.001 must be positive"),
+    ("warmup_steps", -5, "optimizer.warmup_steps=-5 must be >= 0"),
+    ("weight_decay", -1.0, "optimizer.weight_decay=-1.0 must be >= 0"),
+    ("grad_clip", -1.0, "optimizer.grad_clip=-1.0 must be >= 0 (0 = no clipping)"),
+    ("b2", 1.5, "optimizer.b2=1.5 must lie in [0, 1)"),
+])
+def test_optimiser_numbers_out_of_range_are_refused(field, value, message):
+    c, _ = load_config("digits", "local")
+    c.optimizer[field] = value
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        setup_lib.resolve(c, 1)
+
+
+def test_negative_permutation_seed_is_refused():
+    c, _ = load_config("digits", "local")
+    c.permute_block, c.permute_seed = 4, -1
+    with pytest.raises(ConfigError, match="permute_seed=-1 must be >= 0"):
+        setup_lib.resolve(c, 1)
 
 
 def run_binary(*overrides, workdir):

@@ -60,6 +60,10 @@ def test_sigkill_then_restart_resumes_to_bitwise_the_same_parameters(tmp_path):
     assert done.returncode == 0, done.stderr
 
     assert saved_steps(killed)[-1] == saved_steps(straight)[-1] == STEPS
+    # the records of steps the kill made run twice are not in metrics.jsonl twice
+    steps = [[json.loads(line)["step"] for line in (d / "metrics.jsonl").read_text().splitlines()]
+             for d in (killed, straight)]
+    assert steps[0] == steps[1] and steps[1][-1] == STEPS
     a, b = (checkpoint.restore_run(d)[1] for d in (killed, straight))
     leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
     assert len(leaves_a) == len(leaves_b) > 10

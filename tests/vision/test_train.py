@@ -142,8 +142,11 @@ def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path):
         (2, True, False), (2, False, True), (4, True, False), (4, False, True)]
     assert json.loads((tmp_path / "config.json").read_text())["model"]["variant"] == "test/2"
     assert [p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()] == ["4"]
+    # loading a run to look at it leaves alone the save a training run may have in flight there
+    in_flight = tmp_path / "checkpoints" / "6.orbax-checkpoint-tmp-1700000000000000"
+    in_flight.mkdir()
     restored = checkpoint.restore_run(tmp_path)[1]
-    assert int(restored["step"]) == 4
+    assert int(restored["step"]) == 4 and in_flight.exists()
 
     assert summary["test_examples"] == datasets.dataset_info("digits").num_test == 360
     # The same accuracy from one unsharded forward pass over the whole test split, of the run loaded

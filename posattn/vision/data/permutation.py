@@ -67,7 +67,10 @@ class BlockPermutation:
 
     @classmethod
     def of(cls, image_hw: tuple[int, int], g: int, seed: int) -> "BlockPermutation":
-        """The permutation of blocks of side g (0: none); ConfigError if g does not divide the image."""
+        """The permutation of blocks of side g (0: none); ConfigError if g does not divide the image or
+        the seed is negative."""
+        if g and seed < 0:
+            raise ConfigError(f"permute_seed={seed} must be >= 0")
         return cls(g, block_permutation(image_hw, g, seed) if g else None)
 
     def __call__(self, images_xHxWxC):
