@@ -2,11 +2,14 @@
 
 theta(x, y) = theta* + x d1 + y d2 on a 21 x 21 grid of [-1, 1]^2. Each direction draws N(0, 1) per
 parameter tensor and rescales every filter to the norm of the same filter of theta*, so a step of 1
-moves each filter by its own size whatever the layer's scale. A filter is one index of the last axis of
-a kernel (the output unit of a flax Dense or Conv kernel, whose layout is (..., in, out)); PK22's code
-normalises across the output-channel axis of PyTorch's (out, in, ...) kernels, the same units. Tensors
-with fewer than 2 dimensions (biases, normalisation scales) and the positional embedding are zeroed in
-the directions (PK22's code), so every model moves only its weights.
+moves each filter by its own size whatever the layer's scale. A filter is one output unit of a layer,
+as in PK22's code, which normalises each index of the output-channel axis of PyTorch's (out, in, ...)
+kernels: in flax's layouts one index of the last axis of a Dense, Conv or attention-output kernel
+((..., in, out)), and one index of all but the first axis of the attention's query, key and value
+kernels ((in, [3,] heads, head_dim): PyTorch's one (3 width, width) matrix). A class token is one
+filter (PyTorch's (1, 1, width) tensor, whose first axis has one index). Biases and normalisation
+parameters (PyTorch's 1-D tensors, here also the attention's (heads, head_dim) biases) and the
+positional embedding are zeroed in the directions (PK22's code), so every model moves only its weights.
 
 The loss at all grid points is computed in vmapped chunks of points (`jax.lax.map` with a batch size),
 one compiled program for the whole grid: the points are padded to a multiple of the chunk, so the
@@ -28,15 +31,27 @@ def _path_names(path) -> str:
     return "/".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path)
 
 
-def is_moved(path, leaf) -> bool:
-    """Whether a parameter tensor moves along the directions: kernels yes; biases, normalisation
-    parameters (ndim < 2) and the positional embedding no."""
-    return leaf.ndim >= 2 and "pos_embedding" not in _path_names(path)
+# Kernels of a DenseGeneral with one input axis and several output axes: (in, *out).
+_INPUT_FIRST = ("qkv", "query", "key", "value")
+_NOT_MOVED = ("bias", "scale", "pos_embedding")
+
+
+def filter_axes(path, leaf) -> tuple[int, ...] | None:
+    """The axes one filter of a parameter tensor spans (its norm is taken over them), or None where
+    the tensor does not move along the directions (module docstring)."""
+    names = _path_names(path).split("/")
+    if leaf.ndim < 2 or any(n in _NOT_MOVED for n in names):
+        return None
+    if names[-1] == "cls":
+        return tuple(range(leaf.ndim))
+    if names[-1] == "kernel" and len(names) > 1 and names[-2] in _INPUT_FIRST:
+        return (0,)
+    return tuple(range(leaf.ndim - 1))
 
 
 def filter_normalised_direction(key: jax.Array, params) -> Any:
-    """A random direction with the structure of `params`: N(0, 1), every filter (index of the last axis)
-    rescaled to the norm of that filter in `params`; zero where `is_moved` says no."""
+    """A random direction with the structure of `params`: N(0, 1), every filter (`filter_axes`)
+    rescaled to the norm of that filter in `params`; zero where a tensor does not move."""
     # one Gaussian vector for all tensors, not one draw per tensor: the same distribution, and one
     # random-number generator in a compiled program instead of one per tensor (each costs seconds of
     # XLA compilation on a CPU)
@@ -45,10 +60,10 @@ def filter_normalised_direction(key: jax.Array, params) -> Any:
     leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
     out = []
     for d, (path, theta) in zip(noise, leaves):
-        if not is_moved(path, theta):
+        axes = filter_axes(path, theta)
+        if axes is None:
             out.append(jnp.zeros_like(theta))
             continue
-        axes = tuple(range(theta.ndim - 1))
         d_norm = jnp.sqrt(jnp.sum(d**2, axis=axes, keepdims=True))
         t_norm = jnp.sqrt(jnp.sum(jnp.square(theta.astype(jnp.float32)), axis=axes, keepdims=True))
         out.append((d * t_norm / jnp.maximum(d_norm, 1e-12)).astype(theta.dtype))

@@ -4,8 +4,9 @@
 the offline digits), measures each with `suite.measure`, and writes into `workdir`: config.json,
 metrics.jsonl (one record per model), results/MODEL.json (every number and array), the figures
 pk22_{hessian,fourier,variance,noise,landscape}.png and summary.md (PK22's claims and numbers beside
-ours, `claims.markdown`). A model whose results file exists is not measured again, so a stopped run
-resumes where it stopped (training resumes from its checkpoints).
+ours, `claims.markdown`). A model whose results file holds the same run measured with the same
+settings and seed is not measured again, so a stopped run resumes where it stopped (training resumes
+from its checkpoints); other settings or another seed measure it again.
 """
 import concurrent.futures
 import dataclasses
@@ -76,17 +77,25 @@ def train_one(workdir: epath.Path, model: str, config) -> tuple[str, float]:
 def measure_one(workdir: epath.Path, run_dir: str, settings: suite.Settings, seed: int,
                 training_seconds: float | None, write_lock: threading.Lock) -> tuple[str, dict]:
     """(model key, results) of one trained run: read from results/KEY.json when that file holds this
-    run's results, else measured (`suite.measure`) and written there and to metrics.jsonl."""
+    run's results with these settings and seed, else measured (`suite.measure`) and written there and to
+    metrics.jsonl."""
     model, variables, config = checkpoint.load_run(run_dir)
     key = claims.model_key(config)
     path = workdir / "results" / f"{key}.json"
-    if path.exists() and _read_json(path).get("run_dir") == str(run_dir):
-        _say(f"{key}: results found in {path}, kept")
-        return key, _read_json(path)
+    # as results/KEY.json stores them (a JSON round trip turns tuples into lists)
+    measured_as = json.loads(json.dumps({"run_dir": str(run_dir), "settings": dataclasses.asdict(settings),
+                                         "seed": seed}))
+    if path.exists():
+        found = _read_json(path)
+        if all(found.get(k) == v for k, v in measured_as.items()):
+            _say(f"{key}: results found in {path}, kept")
+            return key, found
+        _say(f"{key}: {path} holds another run, settings or seed; measuring again")
     t = time.perf_counter()
     _say(f"measuring {key} ({run_dir})")
     r = suite.measure(model, variables, config, settings, jax.random.key(seed), name=key)
-    r["run_dir"], r["seconds"] = str(run_dir), time.perf_counter() - t
+    r.update(measured_as)
+    r["seconds"] = time.perf_counter() - t
     r["training_seconds"] = training_seconds
     with write_lock:
         io.write_json(path, r)
@@ -112,6 +121,12 @@ def run(workdir: str, *, runs=(), models=DEFAULT_MODELS, quick: bool = False,
     workdir = epath.Path(workdir)
     # every config before any work: an unknown model stops the run now, not after another trained
     configs = {} if runs else {model: training_config(model, quick) for model in models}
+    keys = ([claims.model_key(checkpoint.run_config(r)) for r in runs] if runs else
+            [claims.model_key(configs[model]) for model in models])
+    if len(set(keys)) < len(keys):  # each model key is one results file and one column of the report
+        raise ConfigError(f"{'--runs' if runs else '--models'}: two runs of the same model "
+                          f"({', '.join(sorted({k for k in keys if keys.count(k) > 1}))}); give each model once "
+                          "and measure other runs of it in another workdir")
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "results").mkdir(exist_ok=True)
     io.write_json(workdir / "config.json", {"runs": list(runs), "models": list(models), "quick": quick,

@@ -47,9 +47,9 @@ class Settings:
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be a positive integer")
-        if self.landscape_grid < 3 or self.landscape_grid % 2 == 0:
-            raise ConfigError(f"landscape_grid={self.landscape_grid} must be odd and >= 3 (the grid needs "
-                              "its centre, theta*, on it; PK22: 21)")
+        if self.landscape_grid < 5 or self.landscape_grid % 4 != 1:
+            raise ConfigError(f"landscape_grid={self.landscape_grid} must be 4k + 1 >= 5 (5, 9, .., 21): the "
+                              "grid of [-1, 1] needs theta* and x = 0.5, where the rise is read, on it; PK22: 21")
         for name in ("hessian_tolerance", "noise_eps"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be positive")
@@ -199,7 +199,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     at_optimum = float(row[centre])
     out["landscape"] = {"axis": axis.tolist(), "loss": surf.tolist(),
                         "nll_at_optimum": float(at_optimum - penalty), "loss_at_optimum": at_optimum,
-                        "delta_at_half": float(row[int(np.argmin(np.abs(axis - 0.5)))] - at_optimum),
+                        "delta_at_half": float(row[centre + centre // 2] - at_optimum),  # x = 0.5
                         "delta_at_one": float(row[-1] - at_optimum),
                         "images": L, "weight_decay": settings.weight_decay}
     out["seconds_by_program"] = seconds

@@ -20,9 +20,17 @@ def test_windows_round_trip_and_full_map_order():
     assert w.shape == (8, 16, 3)
     np.testing.assert_array_equal(w[1, 0], x[0, 0, 4])  # window 1 = top-right, starts at (0, 4)
     np.testing.assert_array_equal(alternet.from_windows(w, 2, 8, 8, 4), x)
-    # a window map that is the identity within windows gives the identity over all 64 positions
-    eye = jnp.broadcast_to(jnp.eye(16), (8, 1, 16, 16))
-    np.testing.assert_array_equal(alternet.full_map(eye, 2, 8, 8, 4), jnp.broadcast_to(jnp.eye(64), (2, 1, 64, 64)))
+    # random window maps (B * 4 windows, 2 heads) against the map over raster positions built entry by
+    # entry: position (r, c) lies in window (r // 4) * 2 + c // 4, at index (r % 4) * 4 + c % 4
+    att = np.asarray(jax.random.uniform(jax.random.key(1), (8, 2, 16, 16)))
+    expected = np.zeros((2, 2, 64, 64), np.float32)
+    where = [((r // 4) * 2 + c // 4, (r % 4) * 4 + c % 4) for r in range(8) for c in range(8)]
+    for b in range(2):
+        for p, (wp, ip) in enumerate(where):
+            for q, (wq, iq) in enumerate(where):
+                if wp == wq:
+                    expected[b, :, p, q] = att[b * 4 + wp, :, ip, iq]
+    np.testing.assert_array_equal(alternet.full_map(jnp.asarray(att), 2, 8, 8, 4), expected)
 
 
 def test_alternet_feature_names_and_shapes():

@@ -7,22 +7,39 @@ from posattn.analysis import landscape
 
 
 def _params():
-    k = jax.random.split(jax.random.key(0), 3)
+    k = jax.random.split(jax.random.key(0), 5)
     return {"dense": {"kernel": jax.random.normal(k[0], (3, 4)) * jnp.arange(1, 5), "bias": jnp.ones(4)},
             "conv": {"kernel": jax.random.normal(k[1], (3, 3, 2, 5))},
-            "pos_embedding": jax.random.normal(k[2], (6, 4))}
+            "pos_embedding": jax.random.normal(k[2], (6, 4)),
+            # the attention's layouts: (in, 3, heads, head_dim) with a (3, heads, head_dim) bias, and
+            # (heads, head_dim, out)
+            "attn": {"qkv": {"kernel": jax.random.normal(k[3], (4, 3, 2, 2)), "bias": jnp.ones((3, 2, 2))},
+                     "out": {"kernel": jax.random.normal(k[4], (2, 2, 4)), "bias": jnp.ones(4)}},
+            "cls": jnp.arange(1.0, 5.0).reshape(1, 1, 4)}
+
+
+def _unit_norms(kernel, output_axes):
+    """The norm of each output unit (an index of `output_axes`) of a kernel."""
+    inputs = [a for a in range(kernel.ndim) if a not in output_axes]
+    moved = jnp.moveaxis(kernel, inputs, list(range(len(inputs))))
+    return jnp.linalg.norm(moved.reshape(-1, *moved.shape[len(inputs):]), axis=0).ravel()
 
 
 def test_directions_are_filter_normalised():
     params = _params()
     d = landscape.filter_normalised_direction(jax.random.key(1), params)
-    for name in ("dense", "conv"):
-        kern, dk = params[name]["kernel"], d[name]["kernel"]
-        axes = tuple(range(kern.ndim - 1))
-        np.testing.assert_allclose(jnp.linalg.norm(dk.reshape(-1, dk.shape[-1]), axis=0),
-                                   jnp.sqrt(jnp.sum(kern**2, axis=axes)), rtol=1e-5)
+    # each output unit (PyTorch's out-channel) of each kernel moves by its own norm
+    for kern, dk, outputs in ((params["dense"]["kernel"], d["dense"]["kernel"], (1,)),
+                              (params["conv"]["kernel"], d["conv"]["kernel"], (3,)),
+                              (params["attn"]["qkv"]["kernel"], d["attn"]["qkv"]["kernel"], (1, 2, 3)),
+                              (params["attn"]["out"]["kernel"], d["attn"]["out"]["kernel"], (2,))):
+        assert _unit_norms(dk, outputs).shape[0] == np.prod([kern.shape[a] for a in outputs])
+        np.testing.assert_allclose(_unit_norms(dk, outputs), _unit_norms(kern, outputs), rtol=1e-5)
         assert not np.allclose(dk / jnp.linalg.norm(dk), kern / jnp.linalg.norm(kern))  # random, not theta
-    assert not d["dense"]["bias"].any() and not d["pos_embedding"].any()
+    np.testing.assert_allclose(jnp.linalg.norm(d["cls"]), jnp.linalg.norm(params["cls"]), rtol=1e-5)  # one filter
+    assert not np.allclose(jnp.abs(d["cls"]), params["cls"])  # not one filter per element
+    for zeroed in (d["dense"]["bias"], d["attn"]["qkv"]["bias"], d["attn"]["out"]["bias"], d["pos_embedding"]):
+        assert not zeroed.any()
 
 
 def test_surface_at_origin_is_the_loss_and_matches_a_quadratic():

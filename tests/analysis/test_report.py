@@ -34,11 +34,13 @@ def test_model_keys_and_table_columns():
 
 
 def test_settings_are_validated():
-    with pytest.raises(ConfigError, match="landscape_grid"):
+    with pytest.raises(ConfigError, match="landscape_grid=20"):
         suite.Settings(landscape_grid=20)
+    with pytest.raises(ConfigError, match="landscape_grid=7 .* x = 0.5"):  # odd, but 0.5 is no grid point
+        suite.Settings(landscape_grid=7)
     with pytest.raises(ConfigError, match="hessian_batches"):
         suite.Settings(hessian_batches=0)
-    assert suite.QUICK.landscape_grid % 2 == 1
+    assert suite.QUICK.landscape_grid % 4 == 1
 
 
 def test_binary_without_workdir_exits_2_with_one_line():
@@ -85,3 +87,37 @@ def test_figures_and_rows_from_results(tmp_path):
     assert noise_09["ours"] == {"resnet": "-5.0", "vit_positional": "-5.0"}
     fourier_att = next(r for r in rows if r["claim"].startswith("Fourier: attention"))
     assert fourier_att["ours"] == {"resnet": "no attention", "vit_positional": "-0.50 (1 layers)"}
+
+
+def test_two_runs_of_one_model_stop_the_report_before_any_training(tmp_path):
+    # one model key is one results file and one column: the second would overwrite the first
+    with pytest.raises(ConfigError, match=r"two runs of the same model \(resnet\)"):
+        pk22_report.run(str(tmp_path / "pk22"), models=["resnet", "vit_vanilla", "resnet"], quick=True)
+    assert not (tmp_path / "pk22").exists()
+
+
+def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monkeypatch):
+    import threading
+
+    from etils import epath
+
+    config = ConfigDict({"model": {"name": "vit", "attention": "positional", "variant": "XS/2"}})
+    monkeypatch.setattr(pk22_report.checkpoint, "load_run", lambda run_dir: (None, None, config))
+    measured = []
+
+    def measure(model, variables, config, settings, key, name):
+        measured.append(settings)
+        r = _fake_results(True)
+        return {**r, "seconds_by_program": {}, "hessian": {**r["hessian"], "max": 3.0}}
+
+    monkeypatch.setattr(pk22_report.suite, "measure", measure)
+    (tmp_path / "results").mkdir()
+    one = lambda settings, seed, run_dir="run": pk22_report.measure_one(  # noqa: E731
+        epath.Path(tmp_path), run_dir, settings, seed, None, threading.Lock())
+    assert one(suite.QUICK, 0)[0] == "vit_positional" and len(measured) == 1
+    one(suite.QUICK, 0)
+    assert len(measured) == 1  # the same run, settings and seed: read back
+    for settings, seed, run_dir in ((suite.QUICK, 1, "run"), (suite.Settings(noise_eps=0.5), 1, "run"),
+                                    (suite.Settings(noise_eps=0.5), 1, "other_run")):
+        one(settings, seed, run_dir)
+    assert len(measured) == 4  # another seed, other settings, another run: each measured again
