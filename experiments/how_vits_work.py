@@ -21,7 +21,8 @@ _MODELS = flags.DEFINE_list("models", ["resnet", "vit_vanilla", "alternet", "vit
 _QUICK = flags.DEFINE_bool("quick", False, "Short training and small measurements (a smoke run).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the measurements (mini-batches, directions, noise).")
 _HESSIAN_BATCHES = flags.DEFINE_integer("hessian_batches", None, "Mini-batches of the Hessian spectrum.")
-_LANDSCAPE_GRID = flags.DEFINE_integer("landscape_grid", None, "Points per axis of the landscape (4k + 1: 5, 9, .., 21).")
+_LANDSCAPE_GRID = flags.DEFINE_integer("landscape_grid", None,
+                                       "Points per axis of the landscape (4k + 1: 5, 9, .., 21).")
 _NOISE_EPS = flags.DEFINE_float("noise_eps", None, "Noise amplitude, in normalised input units.")
 
 

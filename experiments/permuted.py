@@ -54,8 +54,6 @@ def main(argv):
     from posattn.plots import vision as plots
     from posattn.vision import setup, sweep
 
-    _INITIALIZE_DISTRIBUTED()  # before any computation (docs/distributed.md)
-
     if not _WORKDIR.value:
         raise ConfigError("--workdir=DIR is required")
     dataset = _DATASET.value
@@ -70,6 +68,7 @@ def main(argv):
         raise ConfigError(f"--seeds={_SEEDS.value} must be at least 1 and --cnn_seeds >= 0")
     if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax, tfds)
         logging.set_verbosity(logging.ERROR)
+    _INITIALIZE_DISTRIBUTED()  # before any computation (docs/distributed.md)
     models = list(dict.fromkeys(MODELS[m] for m in names))
     seeds = {m: _SEEDS.value if m == "vit" else (_CNN_SEEDS.value or _SEEDS.value) for m in models}
     steps = {"vit": _VIT_STEPS.value, "cnn": _CNN_STEPS.value}

@@ -31,7 +31,8 @@ def attention_row(band: dict, seeds: int) -> dict:
     return {"claim": f"attention mass on relevant tokens (relevant queries) rises (Prop. 2), band over {seeds} seeds",
             "paper": "0.54 -> 0.91 by iteration 50, then flat",
             "ours": (f"{mean[0]:.2f} -> {mean[i50]:.2f} (it. {step[i50]}) -> {mean[-1]:.2f} (it. {step[-1]}); "
-                     f"10-90% band at the end [{band['q10'][-1]:.2f}, {band['q90'][-1]:.2f}], min {band['min'][-1]:.2f}"),
+                     f"10-90% band at the end [{band['q10'][-1]:.2f}, {band['q90'][-1]:.2f}], "
+                     f"min {band['min'][-1]:.2f}"),
             "verdict": ("reproduced" if ok else "not reproduced (no rise)" if mean[-1] <= mean[0] else
                         f"not reproduced (< {ATTENTION_TARGET})")}
 

@@ -117,8 +117,9 @@ def resolve(config, num_devices: int = 1) -> Setup:
 
     Unknown dataset, model, variant, attention or pooling, a patch size that does not divide the image,
     a batch that does not divide by the devices, an unknown compute dtype, a non-positive step count, a
-    seed outside [0, 2**31), optimiser numbers out of range, augmentation settings out of range, a block size that does not divide the
-    image. The splits are opened later, on first use.
+    seed outside [0, 2**31), optimiser numbers out of range, augmentation settings out of range, a
+    block size that does not divide the image or a negative permutation seed. The splits are opened
+    later, on first use.
     """
     check_choice(config.compute_dtype, COMPUTE_DTYPES, "compute_dtype")
     _check_loop_fields(config, num_devices)
