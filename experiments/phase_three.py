@@ -17,6 +17,7 @@ from absl import flags
 from posattn import cli, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.plots import theory as figures
+from posattn.theory import population
 from posattn.theory.population import reduced
 from posattn.theory.presets import get_preset
 
@@ -34,15 +35,21 @@ def main(argv):
     try:
         qs = [float(q) for q in _Q.value]
     except ValueError:
-        raise ConfigError(f"--q={','.join(_Q.value)}: give probabilities, e.g. --q=0.4,0.1") from None
+        qs = []
+    if not qs:
+        raise ConfigError(f"--q={','.join(_Q.value)}: give probabilities, e.g. --q=0.4,0.1")
+    # every problem before any work: q outside [0, 1] is a ConfigError, and so is a preset whose data
+    # have no exact population dynamics (Figure 2's Gaussian CNN data)
+    configs = {q: dataclasses.replace(base, q=q) for q in qs}
+    for cfg in configs.values():
+        population.check_config(cfg, "multiset")
     steps = _STEPS.value or gd.steps
     if steps < 1:
         raise ConfigError(f"--steps={steps} must be positive")
     workdir = _WORKDIR.value
     workdir_lib.check(workdir)  # writable, before any work
     runs, rows = {}, []
-    for q in qs:
-        cfg = dataclasses.replace(base, q=q)  # validated: q outside [0, 1] is a ConfigError
+    for q, cfg in configs.items():
         start = reduced.ReducedState(*(jnp.float32(x) for x in (_ALPHA0, 0.0, 0.0, 0.0)))
         states, risks = reduced.reduced_trajectory(start, cfg, gd.a0, gd.lr, gd.lr_A, steps)
         alpha = np.asarray(states.alpha)

@@ -47,3 +47,15 @@ def test_binaries_refuse_an_unwritable_workdir_before_any_work(binary, tmp_path)
     assert out.returncode == 2 and out.stderr == (
         f"error: --workdir={tmp_path}/file/run cannot be written (Not a directory): choose a writable "
         "directory\n"), out.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--preset=fig2"], "dataset='gaussian_cnn' has no exact population risk"),
+    (["--q="], "--q=: give probabilities"),
+    (["--q=0.4,2"], "q=2.0 is a probability"),
+])
+def test_phase_three_refuses_problems_it_cannot_run_before_any_work(args, words, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "experiments.phase_three", f"--workdir={tmp_path}/run", *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, env=envs.devices(1))
+    assert out.returncode == 2 and out.stderr.startswith("error: ") and words in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()

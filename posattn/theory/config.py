@@ -124,6 +124,7 @@ class GDConfig:
       eval_every: steps between two history entries (they are one compiled `lax.scan` apart).
       n_test: size of the fixed test set used in the history; the final test error uses `n_final_test`.
       a0: initial value of A's diagonal, which stays frozen (A^(0) = a0 I; `presets` says why a0 > 0).
+        The presets take sqrt(d) of their TheoryConfig; set it with d when changing d.
       v_init: "random" v^(0) ~ N(0, v_std^2 I_d), or "aligned" v^(0) = v_std * sqrt(d) w* (on span(w*)).
       v_std: scale of v^(0).
     """

@@ -20,7 +20,7 @@ TIE_TOLERANCE = 1e-3
 def label_disagrees(X, y, cfg: TheoryConfig, task: Task) -> jax.Array:
     """bool (n,): y f*(X) <= 0, the label disagrees with f* (ties f* = 0 included, up to rounding).
     A real-valued f* (Figure 2's CNN) has no ties to round, so no tolerance."""
-    tolerance = TIE_TOLERANCE if dataset(cfg).INTEGER_LABELLING else 0.0
+    tolerance = TIE_TOLERANCE if dataset(cfg).integer_labelling(cfg) else 0.0
     return y * labelling_function(X, cfg, task) <= tolerance
 
 
@@ -38,7 +38,7 @@ def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000,
     Returns {"test_error": P[y F(X) <= 0], "label_noise_rate": P[y f*(X) <= 0], "f_star_not_yC_rate":
     P[f*(X) != y C]}: the second is the share of samples whose label disagrees with the labelling
     function (its floor for a model that learns f*); the third is for integer-valued f* only (NaN
-    otherwise, e.g. on Figure 2's data, whose f* is a CNN).
+    otherwise: isotropic noise, or Figure 2's data, whose f* is a CNN).
     """
     chunk = min(chunk, n)
     if n % chunk:
@@ -50,7 +50,7 @@ def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000,
 def _errors(key, params, task: Task, *, cfg: TheoryConfig, n: int, chunk: int):
     def one(k, params, task):
         X, y = sample(k, cfg, task, chunk)
-        not_yC = (f_star_is_not_yC(X, y, cfg, task).mean() if dataset(cfg).INTEGER_LABELLING
+        not_yC = (f_star_is_not_yC(X, y, cfg, task).mean() if dataset(cfg).integer_labelling(cfg)
                   else jnp.float32(jnp.nan))
         return jnp.stack([classification_error(forward(params, X, cfg), y),
                           label_disagrees(X, y, cfg, task).mean(), not_yC])

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from posattn.errors import ConfigError
 from posattn.mesh import DATA
 from posattn.theory.config import TheoryConfig
 from posattn.theory import one_pass_kernel
@@ -155,6 +156,10 @@ def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfi
     CPU with one device per core (docs/decisions.md) this is what runs the pass on every core.
     The gradient is the full one (A's diagonal included), as `jax.grad` gives it.
     """
+    per_device = X.shape[0] // (1 if mesh is None else mesh.devices.size)
+    if num_tiles is not None and (num_tiles < 1 or per_device % num_tiles):
+        raise ConfigError(f"num_tiles={num_tiles} does not divide the {per_device} samples per device into "
+                          "whole tiles")
     w = jnp.ones(X.shape[0], X.dtype) if weight is None else weight.astype(X.dtype)
     return _risk_and_grad(params, X, y, w, cfg, num_tiles, mesh, transposed=False)
 

@@ -35,7 +35,9 @@ ENV = "POSATTN_CPU_KERNEL"
 SOURCE = pathlib.Path(__file__).with_name("one_pass_kernel.cc")
 # -ffast-math lets the compiler vectorise the sums and call glibc's vector exp and log1p; it is given
 # to the compile only: linked with it, loading the library set flush-to-zero for the whole process
-# under GCC 12 (docs/decisions.md).
+# under GCC 12 (docs/decisions.md). It also assumes finite numbers: on a step that overflows, the
+# kernel's loss and dM are +-inf (and dv may stay finite) where jax.grad gives NaN; either way the
+# run drivers stop on the non-finite loss of the next evaluation (`gd.NonFiniteLoss`).
 COMPILE_FLAGS = ("-std=c++17", "-O3", "-ffast-math", "-fPIC")
 
 

@@ -82,12 +82,15 @@ def run_summary(preset: str, per_seed: list[dict], gd: GDConfig, seconds: float)
 
 def summary_lines(s: dict) -> list[str]:
     """The lines printed at the end of a run."""
-    failed = [f"{r['phase']} {r['statement']}" for r in s["phases"]["statements"] if not r["holds"]]
+    named = lambda holds: [f"{r['phase']} {r['statement']}" for r in s["phases"]["statements"]  # noqa: E731
+                           if r["holds"] is holds]
+    failed, unmeasured = named(False), named(None)
     lines = [*phases.statement_lines(s["phases"]),
              f"patch association: {s['patch_association']} (step {s['patch_association_step']}); test "
              f"error {100 * s['test_error']:.2f}% vs label noise {100 * s['label_noise_rate']:.2f}%; "
              f"phases in order: {s['phases']['in_order']}"
-             + (f" (not: {'; '.join(failed)})" if failed else "") + f"; {s['seconds']:.1f}s"]
+             + (f" (not: {'; '.join(failed)})" if failed else "")
+             + (f" (not measured: {'; '.join(unmeasured)})" if unmeasured else "") + f"; {s['seconds']:.1f}s"]
     if "seeds" in s:
         agg = s["seeds"]
         lines.append(f"{agg['count']} seeds: patch association in {agg['patch_association']}, phases in "
@@ -120,7 +123,7 @@ def summary_markdown(s: dict, theory: TheoryConfig, gd: GDConfig) -> str:
         f"{p['phases']['III']} | in this order |",
         *[f"| phase {r['phase']}: {r['statement']} | {phases.VERDICTS[r['holds']]}: {phases.format_measured(r['measured'])} | "
           f"{r['paper']} |" for r in p["statements"]],
-        f"| phases in order (every statement holds) | {p['in_order']} | yes |",
+        f"| phases in order (every statement holds; I.b where a GLM reference exists) | {p['in_order']} | yes |",
         f"| wall time | {s['seconds']:.1f}s | |",
         "",
         "Figures: `attention.png` (A beside the true sets), `dynamics.png` (phases shaded), "

@@ -1,4 +1,5 @@
 """Samplers of Assumption 1 and Figure 2: statistics that would fail on a wrong generator."""
+import dataclasses
 import math
 
 import jax
@@ -115,8 +116,12 @@ def test_final_test_error_is_taken_on_exactly_the_samples_asked_for():
     got = evaluation.test_errors(key, params, cfg, task, 300)
     assert float(got["label_noise_rate"]) == float(evaluation.label_disagrees(X, y, cfg, task).mean())
     assert float(got["test_error"]) == float((~(y * forward(params, X, cfg) > 0)).mean())
+    assert 0 < float(got["f_star_not_yC_rate"]) < 0.5
     with pytest.raises(ConfigError, match="multiple"):
         evaluation.test_errors(key, {"A": jnp.zeros((16, 16)), "v": task.w_star}, cfg, task, 15_000)
+    # isotropic noise moves every <w*, X_i> off the integers: f* = yC is no event there
+    iso = dataclasses.replace(cfg, noise="isotropic")
+    assert math.isnan(float(evaluation.test_errors(key, params, iso, task, 300)["f_star_not_yC_rate"]))
 
 
 def test_sample_is_jittable_and_vmappable_over_keys():

@@ -22,7 +22,7 @@ def _majority_flip_module():
         return X, jnp.where(flip, -y, y)
 
     return types.SimpleNamespace(
-        INTEGER_LABELLING=True, check=lambda cfg: None, make_labeller=lambda key, cfg: None,
+        integer_labelling=structured.integer_labelling, check=lambda cfg: None, make_labeller=lambda key, cfg: None,
         labelling_function=structured.labelling_function, sample=sample)
 
 

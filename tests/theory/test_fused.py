@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from posattn import mesh as mesh_lib
+from posattn.errors import ConfigError
 from posattn.theory import TheoryConfig, fused, make_task, one_pass_kernel, sample
 from posattn.theory.fused import (empirical_risk_and_grad, tile_count, tiled, tiled_risk,
                                   tiled_risk_and_grad)
@@ -58,16 +59,20 @@ def test_matches_autodiff_of_the_plain_model(n, num_tiles, path):
     assert float(jnp.abs(got[1]["A"]).max()) > 0 and float(jnp.abs(got[1]["v"]).max()) > 0
 
 
-# D = 9 and 21: the kernel's odd last row of the mix and its padding of D x D to whole register tiles.
+# D = 9 and 21: the kernel's odd last row of the mix and its padding of D x D to whole register tiles;
+# d = 7 and 3: rows of patches shorter than, and not a multiple of, its vector lanes; n = 77: a partial
+# last block of samples.
 @pytest.mark.parametrize("change", [dict(activation="quintic"), dict(temperature=False),
                                     dict(scale_by_D=False), dict(D=9, C=3, partition="random"),
-                                    dict(D=21, C=3, partition="random")])
+                                    dict(D=21, C=3, partition="random"),
+                                    dict(D=9, C=3, d=7, partition="random"),
+                                    dict(D=21, C=3, d=3, partition="random")])
 def test_matches_autodiff_under_the_model_options(change, path):
     cfg = dataclasses.replace(CFG, **change)
-    params, X, y, _ = _problem(cfg)
+    params, X, y, _ = _problem(cfg, n=77)
     params = {**params, "v": params["v"] / 3}  # keep the quintic's margins moderate
     want = jax.value_and_grad(empirical_risk)(params, X, y, cfg)
-    _assert_round_off(empirical_risk_and_grad(params, X, y, cfg, num_tiles=6), want)
+    _assert_round_off(empirical_risk_and_grad(params, X, y, cfg, num_tiles=7), want)
 
 
 def test_the_kernels_baseline_instance_gives_the_same():
@@ -78,7 +83,7 @@ import dataclasses, jax
 from posattn.theory import fused
 from tests.theory import test_fused as t
 assert fused.uses_kernel(jax.numpy.float32)
-for cfg in [t.CFG, dataclasses.replace(t.CFG, D=9, C=3, partition="random", activation="quintic")]:
+for cfg in [t.CFG, dataclasses.replace(t.CFG, D=9, C=3, d=5, partition="random", activation="quintic")]:
     params, X, y, weight = t._problem(cfg, n=77)
     params = {**params, "v": params["v"] / 3}
     want = jax.value_and_grad(t.empirical_risk)(params, X, y, cfg, weight)
@@ -143,3 +148,9 @@ def test_tile_count():
     assert tile_count(20_000, 9_216, tile_bytes=1 << 20) == 160  # 125 samples a tile (113.8 fit 1 MiB)
     assert tile_count(96, 512, tile_bytes=2048) == 24
     assert tile_count(20_011, 4_000) == 1  # a prime count: one tile, the plain two reads
+
+
+def test_tiles_that_do_not_divide_the_samples_are_refused():
+    params, X, y, _ = _problem(n=77)
+    with pytest.raises(ConfigError, match="num_tiles=6 does not divide the 77 samples per device"):
+        fused.empirical_risk_and_grad(params, X, y, CFG, num_tiles=6)

@@ -105,6 +105,8 @@ def test_each_phase_statement_can_fail():
     # A plateau far from the GLM's error, or no GLM error to compare with.
     assert holds(glm_error=0.3)["I the phase-I model errs at the GLM's level"] is False
     assert holds(glm_error=None)["I the phase-I model errs at the GLM's level"] is None
+    # ... which leaves I.b out of the order (a diverged run's unmeasured statements do not: below)
+    assert detect_phases(_history(**STORY), logit_scale=1.0, glm_error=None)["in_order"]
     # alpha halves while A separates; alpha falls in phase III (what the q = 0.4 presets do).
     assert holds(alpha=[0.01, 0.5, 0.8, 0.9, 0.9, 0.9, 0.6, 0.45, 0.5, 0.5])[
         "II gamma - rho grows while alpha is nearly constant"] is False

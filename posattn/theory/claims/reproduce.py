@@ -129,10 +129,13 @@ def glm_claim(key, plan: Plan):
     t0 = time.perf_counter()
     params, losses = glm.fit_glm(streams["fit"], X, y, steps=plan.glm_steps)
     train_error = float(classification_error(glm.glm_forward(params, X), y))
-    test_error = float(glm.glm_test_error(streams["test"], params, cfg, task, min(plan.n_final_test, 50_000)))
+    test = glm.glm_test_error(streams["test"], params, cfg, task, min(plan.n_final_test, 50_000))
+    oracle = {against: float(glm.oracle_error(streams["oracle"], cfg, task, against=against))
+              for against in ("labels", "f_star")}  # the same draws
     return {"preset": plan.glm_preset, "N": N, "adam_steps": plan.glm_steps,
-            "final_train_risk": float(losses[-1]), "train_error": train_error, "test_error": test_error,
-            "oracle_error": float(glm.oracle_error(streams["oracle"], cfg, task)), "bound": 0.125,
+            "final_train_risk": float(losses[-1]), "train_error": train_error,
+            "test_error": float(test["test_error"]), "f_star_error": float(test["f_star_error"]),
+            "oracle_error": oracle["labels"], "oracle_f_star_error": oracle["f_star"], "bound": 0.125,
             "seconds": time.perf_counter() - t0}, {}
 
 

@@ -6,8 +6,9 @@ A dataset is a module that provides
   sample(key, cfg, task, n) -> (X_NxDxd, y_N) data points, jittable with cfg and n static
   labelling_function(X_NxDxd, cfg, task) -> f*(X) (N,)
   check(cfg) -> None                          raise ConfigError for settings it cannot use
-  INTEGER_LABELLING: bool                     f* takes integer values, so ties f* = 0 are exact
-                                              and its value yC can be reported (Assumption 1)
+  integer_labelling(cfg) -> bool              f* takes integer values, so ties f* = 0 are exact
+                                              and its value yC can be reported (Assumption 1 with
+                                              the paper's noise)
 `posattn.theory.data` holds what every dataset shares (the partition, w*, `Task`) and dispatches to the
 module. Adding a dataset is its module here and one line in `REGISTRY`.
 """

@@ -12,7 +12,10 @@ import jax.numpy as jnp
 from posattn.errors import ConfigError
 from posattn.theory import data
 
-INTEGER_LABELLING = False  # f* is real-valued: no ties to round, no value yC to report
+
+def integer_labelling(cfg) -> bool:
+    """f* is real-valued: no ties to round, no value yC to report."""
+    return False
 
 
 def check(cfg) -> None:

@@ -9,7 +9,11 @@ import jax.numpy as jnp
 
 from posattn.theory import data
 
-INTEGER_LABELLING = True
+
+def integer_labelling(cfg) -> bool:
+    """f* = sum of the per-set sums of <w*, X_i> is an integer (0, +-C, ...) under the paper's noise,
+    orthogonal to w*; isotropic noise adds N(0, s^2) to every <w*, X_i>."""
+    return cfg.noise == "orthogonal"
 
 
 def check(cfg) -> None:
