@@ -185,7 +185,7 @@ POSATTN_INLINE void OnePassW(const Problem& p, Sums* out) {
 // An AVX2 + FMA instance beside the baseline (SSE2) one, chosen at run time, so that the library built
 // on one x86-64 machine runs on any other.
 __attribute__((target("arch=x86-64-v3"))) void OnePassAvx2(const Problem& p, Sums* out) { OnePassW<8>(p, out); }
-void OnePass(const Problem& p, Sums* out) {
+bool UseAvx2() {
   static const bool avx2 = [] {
     // POSATTN_CPU_KERNEL=baseline keeps to the baseline instance (to test it on an AVX2 machine).
     const char* mode = std::getenv("POSATTN_CPU_KERNEL");
@@ -193,9 +193,11 @@ void OnePass(const Problem& p, Sums* out) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }();
-  avx2 ? OnePassAvx2(p, out) : OnePassW<4>(p, out);
+  return avx2;
 }
+void OnePass(const Problem& p, Sums* out) { UseAvx2() ? OnePassAvx2(p, out) : OnePassW<4>(p, out); }
 #else
+bool UseAvx2() { return false; }
 void OnePass(const Problem& p, Sums* out) { OnePassW<4>(p, out); }
 #endif
 
@@ -250,6 +252,9 @@ ffi::Error OnePassImpl(ffi::Buffer<ffi::F32> X, ffi::Buffer<ffi::F32> y, ffi::Bu
 }
 
 }  // namespace
+
+// The vector lanes of the instance this process runs (8: AVX2, 4: the baseline), for the tests.
+extern "C" int PosattnOnePassLanes() { return UseAvx2() ? 8 : 4; }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PosattnOnePass, OnePassImpl,
                               ffi::Ffi::Bind()

@@ -66,12 +66,22 @@ def _build() -> pathlib.Path:
 
 
 @functools.cache
+def _library() -> ctypes.CDLL:
+    return ctypes.cdll.LoadLibrary(str(_build()))
+
+
+def lanes() -> int:
+    """The float32 vector lanes of the kernel's instance in this process: 8 (AVX2), 4 (the baseline)."""
+    return _library().PosattnOnePassLanes()
+
+
+@functools.cache
 def available() -> bool:
     """Whether the kernel is built and registered with XLA for the CPU (module docstring)."""
     if os.environ.get(ENV, "").strip().lower() in ("off", "0", "false", "no"):
         return False
     try:
-        library = ctypes.cdll.LoadLibrary(str(_build()))
+        library = _library()
     except subprocess.CalledProcessError as e:
         reason = (e.stderr or "").strip().splitlines()[-1:] or [f"exit status {e.returncode}"]
         logging.warning("posattn: the CPU kernel of the one-pass step did not compile (%s); "

@@ -37,12 +37,22 @@ def _assert_round_off(got, want):
     np.testing.assert_allclose(got[0], want[0], rtol=2e-6)
 
 
+def _expected_lanes():
+    """8 where the CPU has AVX2 and FMA (Linux's /proc/cpuinfo says), else 4; either where it cannot tell."""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return one_pass_kernel.lanes()
+    return 8 if {"avx2", "fma"} <= set(flags) else 4
+
+
 @pytest.fixture(params=["cpu kernel", "XLA tile loop"])
 def path(request, monkeypatch):
     """Samples as they come run through the CPU kernel where it is built (as here: the test fails if the
     kernel did not build, and the warning says why), else through XLA's tile loop: both are tested."""
     if request.param == "cpu kernel":
         assert one_pass_kernel.available() and fused.uses_kernel(jnp.float32)
+        assert one_pass_kernel.lanes() == _expected_lanes()
     else:
         monkeypatch.setattr(fused, "uses_kernel", lambda dtype: False)
     return request.param
@@ -82,7 +92,7 @@ def test_the_kernels_baseline_instance_gives_the_same():
 import dataclasses, jax
 from posattn.theory import fused
 from tests.theory import test_fused as t
-assert fused.uses_kernel(jax.numpy.float32)
+assert fused.uses_kernel(jax.numpy.float32) and fused.one_pass_kernel.lanes() == 4
 for cfg in [t.CFG, dataclasses.replace(t.CFG, D=9, C=3, d=5, partition="random", activation="quintic")]:
     params, X, y, weight = t._problem(cfg, n=77)
     params = {**params, "v": params["v"] / 3}
