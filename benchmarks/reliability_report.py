@@ -16,7 +16,10 @@ def _chain_figures(result: dict, count: int) -> str:
     events = result["events"]
     restarts = events[1:]
     ok = sum(e["resumed_ok"] for e in restarts)
-    return (f"{count} signals; {ok}/{len(restarts)} restarts resumed from the newest checkpoint on disk; "
+    # a signal sent after its launch had already finished (the chain reached its last step early) tests nothing
+    landed = sum("mode" in e and not e.get("finished_first") for e in events)
+    return (f"{count} signals, {landed} of them to a running run; {ok}/{len(restarts)} restarts resumed from "
+            f"the newest checkpoint on disk; "
             f"final state bitwise equal to the uninterrupted run: {result['bitwise'][0]} "
             f"({result['bitwise'][1]} arrays: parameters, Adam moments, step)")
 

@@ -15,10 +15,11 @@ Measured in one process, interleaved round by round so that all see the same mac
   loss, autograd, A's diagonal frozen), eager on the CPU;
 - GEMV: one pass over X, X @ v (jax: `--chunk` passes in one compiled loop; PyTorch: eager; the
   faster of the two), the floor of any step that reads X from memory once;
-- where ours spends the time above the floor, by three probes that walk ours' tiles per device
-  (`posattn.theory.fused.tiled`) without the loss: "tiles, X_j v" takes each tile out of X and
+- where XLA's tile loop (ours before the CPU kernel, and ours on accelerators) spends the time above
+  the floor, by three probes that walk its tiles per device (`posattn.theory.fused.tiled`) without the
+  loss: "tiles, X_j v" takes each tile out of X and
   multiplies v by it (the copy and the loop), "tiles, both products" adds the second product X_j z_j
-  from cache (ours adds the loss and its gradient per tile to that: the floor of this tile loop),
+  from cache (the tile loop adds the loss and its gradient per tile to that: its floor),
   and "one tile, both products" takes both products on each device's first tile only, as often:
   their arithmetic alone, X never leaving the cache.
 Each figure is the minimum over `--rounds` rounds (the least disturbed by other jobs; the medians are

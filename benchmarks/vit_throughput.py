@@ -16,7 +16,7 @@ donations).
 FLOPs: the analytic count of `posattn.vision.models.flops` (matmul FLOPs; one training step = 3
 forward passes, forward + backward, the usual convention of MFU), with XLA's cost analysis of the
 compiled step beside it as a check (XLA also counts elementwise work and the optimiser). Model-FLOPs
-utilisation = analytic FLOPs / median step time / the dense bf16 peak of the device (`PEAK_TFLOPS`),
+utilisation = analytic FLOPs / median step time / the dense bf16 peak of the device (`PEAK_TFLOPS_*`),
 so only for bf16 runs on a device listed there.
 
 The peer (`--peer=timm`, the default): `timm.models.vision_transformer.VisionTransformer` of the same
@@ -27,7 +27,8 @@ on the same device as JAX (CUDA when torch sees it, else the CPU). Its images/s 
 same number of timed steps after three warm-up steps; the first step (which compiles) is reported
 apart. If `torch.compile` fails, the peer runs eager and the output says so. torch and timm are the
 benchmark-only `bench` extra (`pip install -e ".[bench]"`); without them the peer's columns say "not
-installed". With the peer on, JAX allocates GPU memory as it needs it instead of taking 75% of it at
+installed", and where torch would run on another platform than JAX (a CPU-only torch beside a GPU JAX,
+or the reverse) "not comparable". With the peer on, JAX allocates GPU memory as it needs it instead of taking 75% of it at
 start (XLA_PYTHON_CLIENT_PREALLOCATE=false), so that both frameworks fit on one card.
 
 Goals (issue 17): positional attention at least 1.25x vanilla's images/s at the same shape; our vanilla
@@ -64,8 +65,11 @@ SHAPES = {  # name -> (variant, image side, classes, batch flag)
     "ImageNet ViT-Ti/16": ("Ti/16", 224, 1000, "batch_imagenet"),
     "ImageNet ViT-S/16": ("S/16", 224, 1000, "batch_imagenet"),
 }
-# Dense bf16 peak TFLOP/s of the accelerators whose device_kind names them.
-PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "TPU v4": 275.0, "TPU v5": 197.0}
+# Dense bf16 peak TFLOP/s by device_kind. A TPU's kind is matched whole ("TPU v5" is v5p, "TPU v5 lite"
+# v5e); a GPU's by the first name in this order that it contains, so that an H100 PCIe card is not
+# given the SXM card's peak. A card without a peak here (H100 NVL) gets no MFU rather than another's.
+PEAK_TFLOPS_TPU = {"TPU v4": 275.0, "TPU v5 lite": 197.0, "TPU v5": 459.0, "TPU v6 lite": 918.0}
+PEAK_TFLOPS_GPU = (("H100 PCIe", 756.0), ("H100 NVL", None), ("H100", 989.0), ("H200", 989.0), ("A100", 312.0))
 # Issue 17's goals.
 GOAL_POSITIONAL_SPEEDUP = 1.25
 GOAL_VANILLA_OVER_TIMM = 1.0
@@ -173,7 +177,7 @@ def _mfu(flops: float, step_s: float, dtype):
     kind = jax.devices()[0].device_kind
     if dtype != jnp.bfloat16:
         return None
-    peak = next((v for k, v in PEAK_TFLOPS.items() if k in kind), None)
+    peak = PEAK_TFLOPS_TPU.get(kind, next((v for k, v in PEAK_TFLOPS_GPU if k in kind), None))
     return None if peak is None else flops / step_s / (peak * 1e12)
 
 
@@ -253,7 +257,7 @@ def goals(results: dict) -> list[str]:
     mfu = "; ".join(f"{a} {_verdict(r[a]['mfu'], GOAL_MFU, percent, 'n/a') if r else 'not measured'}"
                     for a in ("vanilla", "positional"))
     if r and r["vanilla"]["mfu"] is None:
-        mfu += " (MFU needs a bfloat16 run on a device of PEAK_TFLOPS: not measured)"
+        mfu += " (MFU needs a bfloat16 run on a device of PEAK_TFLOPS_*: not measured)"
     return [f"- positional attention at least {GOAL_POSITIONAL_SPEEDUP}x vanilla's images/s: {pos}.",
             f"- our vanilla ViT at least as fast as timm + torch.compile (ours / timm): {peer}.",
             f"- {GOAL_MFU_SHAPE} at {100 * GOAL_MFU:.0f}% MFU or more: {mfu}."]
@@ -268,6 +272,19 @@ def _peer_line() -> str:
     return f"timm peer: timm {timm.__version__}, torch {torch.__version__}, {torch.get_num_threads()} threads."
 
 
+def _peer_missing() -> str | None:
+    """Why the timm peer is not timed (its columns' text), or None when it is: it must be installed and
+    run on the platform JAX runs on, else "ours / timm" would compare two devices."""
+    if FLAGS.peer == "none":
+        return "off"
+    if torch is None:
+        return "not installed"
+    torch_on = "gpu" if torch.cuda.is_available() else "cpu"
+    if jax.default_backend() != torch_on:
+        return f"not comparable (JAX on {jax.default_backend()}, torch on {torch_on})"
+    return None
+
+
 def main(argv):
     del argv
     if FLAGS.peer == "timm" and torch is not None:
@@ -275,11 +292,12 @@ def main(argv):
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     dtype = jnp.dtype(FLAGS.dtype)
     print(_peer_line(), flush=True)
+    peer_missing = _peer_missing()
     rows, ratios, results, peer_notes = [], [], {}, []
     for name in SHAPES:
         batch = getattr(FLAGS, SHAPES[name][3])
         r = measure(name, batch, dtype)
-        r["timm"] = measure_timm(name, batch, dtype) if FLAGS.peer == "timm" and torch is not None else None
+        r["timm"] = None if peer_missing else measure_timm(name, batch, dtype)
         results[name] = r
         v, p, t = r["vanilla"], r["positional"], r["timm"]
         ratio = p["images_per_s"] / v["images_per_s"]
@@ -297,8 +315,7 @@ def main(argv):
             if attention == "timm":
                 continue
             mfu = "n/a" if m["mfu"] is None else f"{100 * m['mfu']:.1f}%"
-            timm_ips = "not installed" if FLAGS.peer == "timm" and t is None else (
-                "off" if t is None else f"{t['images_per_s']:.1f}")
+            timm_ips = peer_missing or f"{t['images_per_s']:.1f}"
             vs_timm = f"{m['images_per_s'] / t['images_per_s']:.2f}x" if t and attention == "vanilla" else ""
             row = (f"| {name} | {batch} | {attention} | {m['images_per_s']:.1f} | {m['step_ms']:.1f} | "
                    f"{m['peak_mb']:.0f} | {m['gflops']:.1f} | {m['xla_gflops']:.1f} | {mfu} | {timm_ips} | "

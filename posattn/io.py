@@ -9,6 +9,7 @@ import json
 
 import jax
 import numpy as np
+from absl import logging
 from etils import epath
 
 
@@ -52,5 +53,13 @@ def append_jsonl(path, obj) -> None:
 
 
 def read_jsonl(path) -> list[dict]:
-    """Every record of a JSON-lines file, in order."""
-    return [json.loads(line) for line in epath.Path(path).read_text().splitlines() if line.strip()]
+    """Every record of a JSON-lines file, in order. A last line that does not parse is the append that
+    a kill or a full disk cut short: it is left out, with a warning (a bad line before it raises)."""
+    lines = [line for line in epath.Path(path).read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines[:-1]]
+    if lines:
+        try:
+            records.append(json.loads(lines[-1]))
+        except json.JSONDecodeError:
+            logging.warning("%s: its last line is cut short (%d characters), left out", path, len(lines[-1]))
+    return records

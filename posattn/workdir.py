@@ -31,6 +31,20 @@ def checkpoint_bytes(abstract_state) -> int:
     return int(tree_bytes(abstract_state) * (1 + CHECKPOINT_OVERHEAD))
 
 
+def checkpoint_copies(keep: int, saves: int, saved: int = 0) -> int:
+    """How many more checkpoints the disk must hold at once for a run that keeps the `keep` newest
+    (all, if keep <= 0) of its `saves` saves: those kept, and the next one while it is written (before
+    the oldest is deleted), less the `saved` ones already on the disk."""
+    kept = min(keep, saves) if keep > 0 else saves
+    return max(1, min(kept + 1, saves) - saved)
+
+
+def saved_checkpoints(workdir) -> int:
+    """The checkpoints already in `workdir`/checkpoints (their space is taken)."""
+    path = epath.Path(workdir) / "checkpoints"
+    return sum(p.name.isdigit() for p in path.iterdir()) if path.exists() else 0
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
@@ -42,12 +56,13 @@ def free_bytes(path) -> int | None:
     return shutil.disk_usage(os.fspath(path)).free
 
 
-def check(workdir, need_bytes: int = 0) -> epath.Path:
+def check(workdir, need_bytes: int = 0, need_what: str = "one checkpoint") -> epath.Path:
     """Create `workdir` if needed and raise ConfigError unless a file can be written there and its disk
-    has `need_bytes` free; the workdir's path.
+    has `need_bytes` free (for `need_what`, which the message names); the workdir's path.
 
     The probe is a real write (an empty file, removed at once): permission bits do not tell whether root
-    can write, or whether the disk is mounted read-only.
+    can write, or whether the disk is mounted read-only. Any failure of the probe is refused, not only
+    an OSError: a gs:// path read through TensorFlow's file system raises TensorFlow's own errors.
     """
     path = epath.Path(workdir)
     probe = path / f".write_probe.{os.getpid()}.{jax.process_index()}"
@@ -55,13 +70,14 @@ def check(workdir, need_bytes: int = 0) -> epath.Path:
         path.mkdir(parents=True, exist_ok=True)
         probe.write_text("")
         probe.unlink()
-    except OSError as e:
-        reason = e.strerror or type(e).__name__
+    except Exception as e:  # noqa: BLE001 - whatever the file system raises, the workdir is unusable
+        first_line = (str(e).splitlines() or [""])[0]
+        reason = getattr(e, "strerror", None) or f"{type(e).__name__}: {first_line}"
         room = " with room for the checkpoints" if need_bytes else ""
         raise ConfigError(f"--workdir={workdir} cannot be written ({reason}): choose a writable "
                           f"directory{room}") from e
     free = free_bytes(path)
     if free is not None and free < need_bytes:
-        raise ConfigError(f"--workdir={workdir} has {_mib(free)} free, one checkpoint needs about "
+        raise ConfigError(f"--workdir={workdir} has {_mib(free)} free, {need_what} needs about "
                           f"{_mib(need_bytes)}: free space there or choose another --workdir")
     return path

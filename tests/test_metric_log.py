@@ -3,8 +3,10 @@ import json
 import struct
 
 import numpy as np
+import pytest
 from tensorboardX.proto import event_pb2
 
+from posattn import io
 from posattn.metric_log import TENSORBOARD_DIR, MetricLog, from_theory, paired_test_metrics
 
 
@@ -61,3 +63,15 @@ def test_a_run_that_continues_from_a_step_drops_the_records_after_it(tmp_path):
     starts = [e.step for e in events(tmp_path / TENSORBOARD_DIR)
               if e.HasField("session_log") and e.session_log.status == event_pb2.SessionLog.START]
     assert starts == [4]
+
+
+def test_a_record_cut_short_by_a_kill_is_left_out_when_the_run_resumes(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "train_loss": 1.0}\n{"step": 2, "train_lo')
+    log = MetricLog(tmp_path, start_step=2)
+    log.write({"step": 3, "train_loss": 0.5})
+    log.close()
+    lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [1, 3]
+    (tmp_path / "bad.jsonl").write_text('{"step": 1\n{"step": 2}\n')  # not at the end: an error
+    with pytest.raises(json.JSONDecodeError):
+        io.read_jsonl(tmp_path / "bad.jsonl")

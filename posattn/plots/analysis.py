@@ -84,14 +84,15 @@ def feature_variance(results: dict) -> Figure:
 
 
 def noise_robustness(results: dict) -> Figure:
-    """PK22 Fig. 5: accuracy drop under band-limited noise against its frequency, all models."""
+    """PK22 Fig. 5: the change of test accuracy under band-limited noise (negative: a drop) against the
+    noise frequency, all models."""
     fig = Figure(figsize=(5, 3.5), layout="constrained")
     ax = fig.subplots()
     for label, r in results.items():
         ax.plot(r["noise"]["frequencies_pi"], r["noise"]["drop_points"], marker="o", label=label)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xlabel("noise frequency (x pi)")
-    ax.set_ylabel("accuracy drop (points)")
+    ax.set_ylabel("accuracy with noise - without (points)")
     ax.legend(fontsize=8)
     return fig
 

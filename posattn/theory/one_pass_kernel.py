@@ -71,7 +71,8 @@ def _library() -> ctypes.CDLL:
 
 
 def lanes() -> int:
-    """The float32 vector lanes of the kernel's instance in this process: 8 (AVX2), 4 (the baseline)."""
+    """The float32 vector lanes of the kernel's instance in this process: 8 (AVX2), 4 (the baseline).
+    Builds the kernel if need be: call it where `available()`."""
     return _library().PosattnOnePassLanes()
 
 

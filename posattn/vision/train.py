@@ -201,7 +201,10 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hyper["seed"]), repl)
     num_params = models.param_count(abstract_state["params"])
     # Before any work: a workdir that cannot take a checkpoint stops the run now, not at its first save.
-    workdir = workdir_lib.check(workdir, workdir_lib.checkpoint_bytes(abstract_state))
+    saves = 1 + (config.total_steps // config.checkpoint_every if config.checkpoint_every else 0)
+    copies = workdir_lib.checkpoint_copies(config.keep_checkpoints, saves, workdir_lib.saved_checkpoints(workdir))
+    need = "one checkpoint" if copies == 1 else f"{copies} checkpoints (those kept and the next)"
+    workdir = workdir_lib.check(workdir, copies * workdir_lib.checkpoint_bytes(abstract_state), need)
     # A workdir that holds a run is resumed only by the same run: checked (on every process, so all
     # stop together) before config.json is rewritten, so a refused command leaves the record intact.
     mngr = checkpoint.manager(str(workdir), keep=config.keep_checkpoints)

@@ -13,6 +13,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from etils import epath
 
 from benchmarks import injections
 from posattn import workdir as workdir_lib
@@ -121,6 +122,29 @@ def test_a_workdir_that_cannot_take_a_checkpoint_stops_the_run_before_any_work(t
     with pytest.raises(ConfigError, match=r"has 0.0 MiB free, one checkpoint needs about 0.2 MiB") as err:
         run(tiny_digits(), tmp_path / "full")
     assert "\n" not in str(err.value) and list((tmp_path / "full").iterdir()) == []  # nothing written
+
+
+def test_a_probe_that_fails_with_a_file_systems_own_error_is_one_line_too(tmp_path, monkeypatch):
+    class PermissionDeniedError(Exception):  # as TensorFlow's file system raises for gs:// paths
+        pass
+
+    def refuse(self, text):
+        raise PermissionDeniedError("no write access to bucket\nmore detail")
+
+    monkeypatch.setattr(type(epath.Path(tmp_path)), "write_text", refuse)
+    with pytest.raises(ConfigError, match=r"cannot be written \(PermissionDeniedError: no write access to "
+                                          r"bucket\): choose a writable directory$"):
+        workdir_lib.check(tmp_path / "run")
+
+
+def test_the_free_space_asked_for_is_the_checkpoints_kept_and_the_next(tmp_path):
+    assert workdir_lib.checkpoint_copies(keep=3, saves=10) == 4  # 3 kept, and the 4th while it is written
+    assert workdir_lib.checkpoint_copies(keep=3, saves=10, saved=3) == 1  # a resume: 3 are on the disk
+    assert workdir_lib.checkpoint_copies(keep=0, saves=5) == 5  # every save kept
+    assert workdir_lib.checkpoint_copies(keep=3, saves=1) == 1  # only the final one
+    (tmp_path / "checkpoints" / "4").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "6.orbax-checkpoint-tmp-1").mkdir()
+    assert workdir_lib.saved_checkpoints(tmp_path) == 1 and workdir_lib.saved_checkpoints(tmp_path / "no") == 0
 
 
 def test_checkpoint_bytes_counts_every_array_of_the_state():
