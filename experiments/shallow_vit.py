@@ -57,7 +57,9 @@ def _define_config_flags():
                 float if float in typing.get_args(f.type) else str)
             define = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_boolean,
                       str: flags.DEFINE_string}[kind]
-            define(f.name, None, f"{cls.__name__}.{f.name} (default {f.default})")
+            optional = type(None) in typing.get_args(f.type)  # None means another field's value
+            define(f.name, None, f"{cls.__name__}.{f.name} (default {f.default}"
+                   + ("; its None cannot be given as a flag: pass the value it stands for)" if optional else ")"))
 
 
 _define_config_flags()
