@@ -1,9 +1,11 @@
 """The summary rows, the settings' validation and the binary's handling of bad input."""
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
+from etils import epath
 from ml_collections import ConfigDict
 
 from posattn.analysis import claims, pk22_report, suite
@@ -97,10 +99,6 @@ def test_two_runs_of_one_model_stop_the_report_before_any_training(tmp_path):
 
 
 def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monkeypatch):
-    import threading
-
-    from etils import epath
-
     config = ConfigDict({"model": {"name": "vit", "attention": "positional", "variant": "XS/2"}})
     monkeypatch.setattr(pk22_report.checkpoint, "load_run", lambda run_dir: (None, None, config))
     measured = []

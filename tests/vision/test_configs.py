@@ -3,6 +3,7 @@ data), documents itself; the binary turns bad configs into one line on stderr an
 import importlib.util
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -77,7 +78,7 @@ def test_config_arguments_select_attention_model_block_and_local():
 def test_optimiser_numbers_out_of_range_are_refused(field, value, message):
     c, _ = load_config("digits", "local")
     c.optimizer[field] = value
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         setup_lib.resolve(c, 1)
 
 
