@@ -4,7 +4,8 @@ backward pass and optimiser, each beside timm's, in one process.
     python -m benchmarks.vit_split                      # ViT-S/16 at batch 8, float32, on this machine
 
 The GEMMs are the step's matrix shapes as one jitted `x @ y` against torch's `x @ y` on the same
-arrays. The split times our jitted forward, forward and backward, and whole step (`vit_throughput`'s)
+arrays, and the attention's two batched products as the model writes them (`jnp.einsum` against
+`torch.einsum` of the same layout). The split times our jitted forward, forward and backward, and whole step (`vit_throughput`'s)
 of the vanilla ViT against timm's ViT of the same shape (`vit_throughput.timm_model`) under
 `torch.compile`: forward without gradients, forward and backward, then AdamW with clipping. Each figure
 is the minimum over `--calls` calls after one warm-up. Writes its section of docs/benchmarks.md.
@@ -50,6 +51,24 @@ def gemm_rows(width: int, mlp: int, tokens: int, calls: int) -> list[str]:
         theirs = fastest_ms(lambda: ta @ tb, 5 * calls)
         gflop = 2 * m * k * n / 1e9
         rows.append(f"| {m} x {k} x {n} | {gflop / ours * 1e3:.0f} | {gflop / theirs * 1e3:.0f} | "
+                    f"{ours / theirs:.2f} |")
+    return rows
+
+
+def attention_rows(batch: int, tokens: int, heads: int, head_dim: int, calls: int) -> list[str]:
+    """The attention's two batched products per block, as `posattn.vision.models.attention` writes
+    them (heads inside the token layout), against torch's einsum of the same layout."""
+    rng = np.random.default_rng(0)
+    q, k = (rng.standard_normal((batch, tokens, heads, head_dim)).astype(np.float32) for _ in range(2))
+    s = rng.standard_normal((batch, heads, tokens, tokens)).astype(np.float32)
+    gflop = 2 * batch * heads * tokens * tokens * head_dim / 1e9
+    rows = []
+    for name, spec, a, b in (("Q K^T", "bnhk,bmhk->bhnm", q, k), ("S V", "bhnm,bmhk->bnhk", s, k)):
+        product = jax.jit(functools.partial(jnp.einsum, spec))
+        ja, jb, ta, tb = jnp.asarray(a), jnp.asarray(b), torch.from_numpy(a), torch.from_numpy(b)
+        ours = fastest_ms(lambda: product(ja, jb).block_until_ready(), 5 * calls)
+        theirs = fastest_ms(lambda: torch.einsum(spec, ta, tb), 5 * calls)
+        rows.append(f"| {name} (`{spec}`) | {gflop / ours * 1e3:.0f} | {gflop / theirs * 1e3:.0f} | "
                     f"{ours / theirs:.2f} |")
     return rows
 
@@ -106,7 +125,8 @@ def main(argv):
     del argv
     shape, patch = vt.models.parse_variant(FLAGS.split_variant)
     tokens = FLAGS.split_batch * (224 // patch) ** 2
-    gemms = gemm_rows(shape.width, shape.mlp_dim, tokens, FLAGS.calls)
+    gemms = gemm_rows(shape.width, shape.mlp_dim, tokens, FLAGS.calls) + attention_rows(
+        FLAGS.split_batch, tokens // FLAGS.split_batch, shape.num_heads, shape.width // shape.num_heads, FLAGS.calls)
     split = split_rows(FLAGS.split_variant, FLAGS.split_batch, FLAGS.calls)
     body = "\n".join([
         f"ViT-{FLAGS.split_variant} (vanilla), batch {FLAGS.split_batch}, float32; minimum of {FLAGS.calls} "
@@ -114,7 +134,8 @@ def main(argv):
         f"{torch.get_num_threads()} threads.", "",
         f"Command: `python -m benchmarks.vit_split --split_variant={FLAGS.split_variant} "
         f"--split_batch={FLAGS.split_batch} --calls={FLAGS.calls}`", "",
-        "| GEMM (tokens x in x out) | ours GFLOP/s | torch GFLOP/s | ours / torch time |", "|---|---|---|---|",
+        "| matrix product (tokens x in x out, or the attention's per block) | ours GFLOP/s | torch GFLOP/s | "
+        "ours / torch time |", "|---|---|---|---|",
         *gemms, "",
         "| part | ours (ms) | timm + torch.compile (ms) | ours / timm time |", "|---|---|---|---|", *split])
     print(body, flush=True)
