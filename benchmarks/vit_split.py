@@ -40,19 +40,22 @@ def fastest_ms(fn, calls: int) -> float:
     return 1e3 * min(times)
 
 
+def product_row(label: str, ours_fn, torch_fn, a: np.ndarray, b: np.ndarray, gflop: float, calls: int) -> str:
+    """One matrix product of the same float32 arrays in both frameworks: a row of GFLOP/s and time ratio."""
+    ja, jb, ta, tb = jnp.asarray(a), jnp.asarray(b), torch.from_numpy(a), torch.from_numpy(b)
+    ours = fastest_ms(lambda: ours_fn(ja, jb).block_until_ready(), 5 * calls)
+    theirs = fastest_ms(lambda: torch_fn(ta, tb), 5 * calls)
+    return f"| {label} | {gflop / ours * 1e3:.0f} | {gflop / theirs * 1e3:.0f} | {ours / theirs:.2f} |"
+
+
 def gemm_rows(width: int, mlp: int, tokens: int, calls: int) -> list[str]:
     """The step's matrix products (QKV, attention output, MLP in and out) in both frameworks."""
-    rows = []
-    matmul = jax.jit(lambda x, y: x @ y)
-    for m, k, n in ((tokens, width, 3 * width), (tokens, width, width), (tokens, width, mlp), (tokens, mlp, width)):
-        a, b = (np.random.default_rng(0).standard_normal(s).astype(np.float32) for s in ((m, k), (k, n)))
-        ja, jb, ta, tb = jnp.asarray(a), jnp.asarray(b), torch.from_numpy(a), torch.from_numpy(b)
-        ours = fastest_ms(lambda: matmul(ja, jb).block_until_ready(), 5 * calls)
-        theirs = fastest_ms(lambda: ta @ tb, 5 * calls)
-        gflop = 2 * m * k * n / 1e9
-        rows.append(f"| {m} x {k} x {n} | {gflop / ours * 1e3:.0f} | {gflop / theirs * 1e3:.0f} | "
-                    f"{ours / theirs:.2f} |")
-    return rows
+    rng, matmul = np.random.default_rng(0), jax.jit(lambda x, y: x @ y)
+    return [product_row(f"{m} x {k} x {n}", matmul, lambda x, y: x @ y,
+                        rng.standard_normal((m, k)).astype(np.float32),
+                        rng.standard_normal((k, n)).astype(np.float32), 2 * m * k * n / 1e9, calls)
+            for m, k, n in ((tokens, width, 3 * width), (tokens, width, width), (tokens, width, mlp),
+                            (tokens, mlp, width))]
 
 
 def attention_rows(batch: int, tokens: int, heads: int, head_dim: int, calls: int) -> list[str]:
@@ -62,15 +65,9 @@ def attention_rows(batch: int, tokens: int, heads: int, head_dim: int, calls: in
     q, k = (rng.standard_normal((batch, tokens, heads, head_dim)).astype(np.float32) for _ in range(2))
     s = rng.standard_normal((batch, heads, tokens, tokens)).astype(np.float32)
     gflop = 2 * batch * heads * tokens * tokens * head_dim / 1e9
-    rows = []
-    for name, spec, a, b in (("Q K^T", "bnhk,bmhk->bhnm", q, k), ("S V", "bhnm,bmhk->bnhk", s, k)):
-        product = jax.jit(functools.partial(jnp.einsum, spec))
-        ja, jb, ta, tb = jnp.asarray(a), jnp.asarray(b), torch.from_numpy(a), torch.from_numpy(b)
-        ours = fastest_ms(lambda: product(ja, jb).block_until_ready(), 5 * calls)
-        theirs = fastest_ms(lambda: torch.einsum(spec, ta, tb), 5 * calls)
-        rows.append(f"| {name} (`{spec}`) | {gflop / ours * 1e3:.0f} | {gflop / theirs * 1e3:.0f} | "
-                    f"{ours / theirs:.2f} |")
-    return rows
+    return [product_row(f"{name} (`{spec}`)", jax.jit(functools.partial(jnp.einsum, spec)),
+                        functools.partial(torch.einsum, spec), a, b, gflop, calls)
+            for name, spec, a, b in (("Q K^T", "bnhk,bmhk->bhnm", q, k), ("S V", "bhnm,bmhk->bnhk", s, k))]
 
 
 def split_rows(variant: str, batch: int, calls: int) -> list[str]:

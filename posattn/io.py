@@ -45,11 +45,20 @@ def write_json(path, obj) -> None:
     write_text(path, json.dumps(jsonable(obj), indent=2, sort_keys=True) + "\n")
 
 
+def _jsonl_line(obj) -> str:
+    return json.dumps(jsonable(obj), sort_keys=True) + "\n"
+
+
 def append_jsonl(path, obj) -> None:
     """Append `obj` as one line of JSON (a metrics record)."""
     if is_writer():
         with epath.Path(path).open("a") as f:
-            f.write(json.dumps(jsonable(obj), sort_keys=True) + "\n")
+            f.write(_jsonl_line(obj))
+
+
+def write_jsonl(path, records) -> None:
+    """`records` as JSON lines, the whole file written atomically (`write_text`)."""
+    write_text(path, "".join(_jsonl_line(r) for r in records))
 
 
 def read_jsonl(path) -> list[dict]:

@@ -17,7 +17,6 @@ regime's own names into this schema; `MetricLog` writes a record to both files (
 TensorBoard (`tensorboard --logdir WORKDIR`) reads the events in WORKDIR/tensorboard/; they are written
 by tensorboardX, for local workdirs (an `etils.epath` URL such as gs:// gets the JSON lines only).
 """
-import json
 import math
 import numbers
 
@@ -64,8 +63,7 @@ class MetricLog:
         if fresh:
             io.write_text(self.path, "")
         elif start_step is not None and io.is_writer() and epath.Path(self.path).exists():
-            kept = [r for r in io.read_jsonl(self.path) if r["step"] <= start_step]
-            io.write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+            io.write_jsonl(self.path, [r for r in io.read_jsonl(self.path) if r["step"] <= start_step])
         self._events = None
         if io.is_writer() and _is_local(workdir):
             from tensorboardX import SummaryWriter  # imported here: only a writing process needs it
