@@ -40,7 +40,8 @@ def _assert_round_off(got, want):
 def _expected_lanes():
     """8 where the CPU has AVX2 and FMA (Linux's /proc/cpuinfo says), else 4; either where it cannot tell."""
     try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+        with open("/proc/cpuinfo") as info:
+            flags = next(line for line in info if line.startswith("flags")).split()
     except (OSError, StopIteration):
         return one_pass_kernel.lanes()
     return 8 if {"avx2", "fma"} <= set(flags) else 4
