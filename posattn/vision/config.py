@@ -38,6 +38,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.name = "vit"
     c.model.variant = "Ti/4"
     c.model.patch_size = 0
+    # A ViT of one's own shape: each non-zero value replaces the variant's (0 keeps it).
+    c.model.width = 0
+    c.model.depth = 0
+    c.model.num_heads = 0
+    c.model.mlp_dim = 0
     c.model.attention = "positional"
     c.model.pos_shared = True
     c.model.pos_add = False

@@ -267,9 +267,26 @@ def test_patch_size_overrides_the_variant():
     assert params["pos_embedding"].shape == (4, 32)
 
 
+def test_a_shape_of_ones_own_overrides_the_variant_field_by_field():
+    # test/2 is width 32, depth 2, 2 heads, MLP 64: each non-zero field replaces one of them.
+    params = _init(_model(width=48, depth=3, num_heads=3, mlp_dim=40))["params"]
+    blocks = sorted(k for k in params if k.startswith("block"))
+    assert len(blocks) == 3
+    assert params["embedding"]["kernel"].shape[-1] == 48
+    mlp_kernels = [leaf.shape for path, leaf in jax.tree_util.tree_leaves_with_path(params[blocks[0]])
+                   if "kernel" in jax.tree_util.keystr(path) and 40 in leaf.shape]
+    assert mlp_kernels, "the MLP's hidden size is not 40"
+    # depth alone: the variant's width stays
+    assert _init(_model(depth=1))["params"]["embedding"]["kernel"].shape[-1] == 32
+
+
 @pytest.mark.parametrize(
     "fields, message",
     [
+        (dict(width=30, num_heads=4), "does not divide"),
+        (dict(depth=-1), "model.depth must be an integer >= 0"),
+        (dict(mlp_dim=1.5), "model.mlp_dim must be an integer"),
+        (dict(name="resnet18", width=64), "model.width sets a ViT's shape"),
         (dict(name="resnet50"), "model name"),
         (dict(variant="Q/4"), "variant"),
         (dict(variant="Ti"), "variant"),

@@ -36,11 +36,12 @@ from posattn.errors import ConfigError, check_choice
 from posattn.vision.models import alternet, resnet, vgg, vit
 from posattn.vision.models.attention import ATTENTIONS
 from posattn.vision.models.sown import INTERMEDIATES, STEM, attention_block, block_feature, is_feature
-from posattn.vision.models.variants import NAMED_VARIANTS, VIT_SHAPES, ViTShape, parse_variant
+from posattn.vision.models.variants import (NAMED_VARIANTS, SHAPE_FIELDS, VIT_SHAPES, ViTShape, override_shape,
+                                           parse_variant)
 
 __all__ = [
     "ATTENTIONS", "MODELS", "MODEL_FIELDS", "NAMED_VARIANTS", "VIT_SHAPES", "ViTShape", "attention_maps",
-    "block_feature", "create_model", "features", "param_count", "parse_variant",
+    "block_feature", "create_model", "features", "override_shape", "param_count", "parse_variant",
 ]
 
 # config name -> constructor of the model from the config's model fields.
@@ -54,6 +55,7 @@ MODELS = {
 MODEL_FIELDS = {
     "name": "vit", "variant": "Ti/4", "patch_size": 0, "attention": "positional", "pos_shared": True,
     "pos_add": False, "pos_init_std": 1.0, "pool": "gap", "dropout": 0.0,
+    "width": 0, "depth": 0, "num_heads": 0, "mlp_dim": 0,
 }
 _DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
 
@@ -73,7 +75,7 @@ def create_model(model_cfg, *, num_classes: int, image_size: int, channels: int,
     """The classifier that `model_cfg` (the `config.model` ConfigDict or a dict) names, validated.
 
     Fields (`MODEL_FIELDS`): name (a key of `MODELS`); for the ViT also variant ("Ti/16", ...),
-    patch_size (0 = the variant's), attention (a key of `ATTENTIONS`), pos_shared, pos_add,
+    patch_size, width, depth, num_heads and mlp_dim (each 0 = the variant's), attention (a key of `ATTENTIONS`), pos_shared, pos_add,
     pos_init_std (std of the initial P), pool (gap | cls); dropout for all. Missing fields take the
     defaults of the shared config; an unknown field is a ConfigError naming the nearest valid one.
     """
@@ -85,6 +87,10 @@ def create_model(model_cfg, *, num_classes: int, image_size: int, channels: int,
                               f"(valid: {', '.join(MODEL_FIELDS)})")
     fields = {**MODEL_FIELDS, **given}
     build = MODELS[check_choice(fields["name"], MODELS, "model name")]
+    shaped = [name for name in SHAPE_FIELDS if fields[name] and fields["name"] != "vit"]
+    if shaped:  # a ResNet, VGG or AlterNet would ignore them: say so rather than train another model
+        raise ConfigError(f"model.{shaped[0]} sets a ViT's shape; model {fields['name']!r} takes its shape "
+                          f"from model.variant: leave model.{shaped[0]} at 0")
     for what, value in (("image_size", image_size), ("channels", channels)):
         if int(value) < 1:
             raise ConfigError(f"{what} must be a positive integer, got {value!r}")

@@ -1,4 +1,6 @@
-"""Named ViT variants: "<family>/<patch size>", e.g. "Ti/16" = ViT-Ti with 16 x 16 patches.
+"""Named ViT variants: "<family>/<patch size>", e.g. "Ti/16" = ViT-Ti with 16 x 16 patches; any field
+of a variant's shape can be overridden (`override_shape`), so a ViT of one's own width, depth, heads
+and MLP size needs no new family.
 
 Widths, depths, heads and MLP sizes of Ti, S and B are those of the ViT paper (Dosovitskiy et al. 2021)
 and DeiT (Touvron et al. 2021). "test" is a tiny model for unit tests and "XS" is sized for the 8 x 8
@@ -40,3 +42,19 @@ def parse_variant(variant: str) -> tuple[ViTShape, int]:
             f"{sorted(VIT_SHAPES)}, e.g. one of {', '.join(NAMED_VARIANTS)}"
         )
     return VIT_SHAPES[family], int(patch)
+
+
+SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(ViTShape))
+
+
+def override_shape(shape: ViTShape, **given: int) -> ViTShape:
+    """`shape` with every field of `given` (width, depth, num_heads, mlp_dim) that is not 0 replaced:
+    0 keeps the variant's value, as `model.patch_size = 0` keeps its patch. A negative or non-integer
+    value is a ConfigError; whether the result is a valid ViT (heads dividing the width) is the ViT's
+    own check."""
+    for name, value in given.items():
+        if name not in SHAPE_FIELDS:
+            raise ConfigError(f"unknown ViT shape field {name!r}: use {', '.join(SHAPE_FIELDS)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"model.{name} must be an integer >= 0 (0 = the variant's), got {value!r}")
+    return dataclasses.replace(shape, **{name: value for name, value in given.items() if value})

@@ -29,7 +29,7 @@ import flax.linen as nn
 from posattn.errors import ConfigError, check_choice
 from posattn.vision.models.attention import ATTENTIONS
 from posattn.vision.models.checks import check_classifier_fields
-from posattn.vision.models.variants import parse_variant
+from posattn.vision.models.variants import SHAPE_FIELDS, override_shape, parse_variant
 from posattn.vision.models.sown import INTERMEDIATES, attention_weights, block_feature
 
 _KERNEL_INIT = nn.initializers.xavier_uniform()
@@ -202,9 +202,11 @@ class ViT(nn.Module):
 
 def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) -> ViT:
     """The `MODELS` constructor: a ViT from the config's model fields; variant "<family>/<patch>"
-    gives the shape, a non-zero patch_size overrides its patch."""
+    gives the shape, and a non-zero patch_size, width, depth, num_heads or mlp_dim overrides that
+    part of it (e.g. variant "S/16" with depth 6: a 6-block ViT-S)."""
     del channels
     shape, variant_patch = parse_variant(fields["variant"])
+    shape = override_shape(shape, **{name: fields[name] for name in SHAPE_FIELDS})
     patch_size = int(fields["patch_size"])
     if patch_size < 0:
         raise ConfigError(f"model.patch_size must be >= 0 (0 = the variant's), got {patch_size}")
