@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
-from posattn import cli, io, workdir as workdir_lib
+from posattn import cli, io, ownership
 from posattn.errors import ConfigError
 from posattn.plots import theory as figures
 from posattn.theory import population
@@ -47,7 +47,8 @@ def main(argv):
     if steps < 1:
         raise ConfigError(f"--steps={steps} must be positive")
     workdir = _WORKDIR.value
-    workdir_lib.check(workdir)  # writable, before any work
+    # its own, writable and locked, before any work
+    ownership.claim(workdir, "phase_three", {"preset": _PRESET.value, "q": qs, "steps": steps})
     runs, rows = {}, []
     for q, cfg in configs.items():
         start = reduced.ReducedState(*(jnp.float32(x) for x in (_ALPHA0, 0.0, 0.0, 0.0)))

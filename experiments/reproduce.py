@@ -15,7 +15,7 @@ import time
 
 from absl import flags
 
-from posattn import cli, io, mesh as mesh_lib, workdir as workdir_lib
+from posattn import cli, io, mesh as mesh_lib, ownership
 from posattn.plots import theory as figures
 from posattn.theory import keys
 from posattn.theory.claims import report, reproduce
@@ -32,7 +32,8 @@ def main(argv):
     del argv
     plan = reproduce.QUICK if FLAGS.quick else reproduce.Plan()
     workdir = FLAGS.workdir
-    workdir_lib.check(workdir)  # writable, before any work
+    # its own, writable and locked, before any work
+    ownership.claim(workdir, "reproduce", {"seed": FLAGS.seed, "quick": FLAGS.quick})
 
     def write_figures(claim_figures):
         for name, figure in claim_figures.items():

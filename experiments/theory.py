@@ -23,7 +23,7 @@ import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
-from posattn import cli, io, mesh as mesh_lib, workdir as workdir_lib
+from posattn import cli, io, mesh as mesh_lib, ownership
 from posattn.errors import ConfigError
 from posattn.plots import theory as figures
 from posattn.theory import data, gd as gd_lib, keys, population, presets, run_report
@@ -50,7 +50,7 @@ def main(argv):
     if config.seeds < 1 or (config.seeds > 1 and gd.risk == "population_exact"):
         raise ConfigError(f"seeds={config.seeds}: use seeds >= 1 (and 1 with risk=population_exact)")
     workdir = _WORKDIR.value
-    workdir_lib.check(workdir)  # writable, before any work
+    ownership.claim(workdir, "theory", config)  # its own, writable and locked, before any work
     path = lambda name: os.path.join(workdir, name)
     io.write_json(path("config.json"), {
         "preset": config.preset, "seed": config.seed, "seeds": config.seeds,

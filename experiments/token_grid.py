@@ -16,7 +16,7 @@ import time
 
 from absl import flags
 
-from posattn import cli, io, workdir as workdir_lib
+from posattn import cli, io, ownership
 from posattn.errors import ConfigError
 from posattn.plots import token_grid as plots
 from posattn.vision import grid_experiment, grid_report
@@ -69,10 +69,11 @@ def main(argv):
                                                       pool=FLAGS.pool)
                for kind in kinds for R in Rs}
     workdir = FLAGS.workdir
-    workdir_lib.check(workdir)  # writable, before any training
-    io.write_json(os.path.join(workdir, "config.json"), {
-        "Rs": Rs, "attentions": kinds, "ks": ks, "seed": FLAGS.seed, "quick": FLAGS.quick,
-        "cells": {grid_experiment.cell_name(R, k): c.to_dict() for (R, k), c in configs.items()}})
+    config = {"Rs": Rs, "attentions": kinds, "ks": ks, "seed": FLAGS.seed, "quick": FLAGS.quick,
+              "cells": {grid_experiment.cell_name(R, k): c.to_dict() for (R, k), c in configs.items()}}
+    # its own (its cells resume), writable and locked, before any training
+    ownership.claim(workdir, "token_grid", config, resumes=True)
+    io.write_json(os.path.join(workdir, "config.json"), config)
     metrics_path = os.path.join(workdir, "metrics.jsonl")
     io.write_text(metrics_path, "")
     t0, cells = time.perf_counter(), []
