@@ -68,7 +68,6 @@ def write_report(r: dict, command: str, s: dict) -> str:
     term_ok = sum(e["status"] == 143 and e["stderr_lines"] == 1 and e["stderr_last"].startswith("stopped:")
                   for e in term_events)
     bad = r["bad_inputs"]
-    bad_ok = sum(b["status"] == 2 and b["one_line"] and not b["left"] for b in bad)
     lines = [
         "# Reliability: the fault drill (issue 18)",
         "",
@@ -95,8 +94,7 @@ def write_report(r: dict, command: str, s: dict) -> str:
             f"{w['what']}: exit {w['status']} after {w['seconds']:.0f} s, "
             f"{'one line' if w['one_line'] else 'NOT one line'}, left {w['left'] or 'nothing'}"
             for w in r["workdir"]) + ".",
-        f"- Bad inputs: {bad_ok}/{len(bad)} exit 2 with one line and leave nothing written "
-        f"(binaries: {', '.join(sorted({b['binary'] for b in bad}))}).",
+        bad_inputs.summary_line(bad),
         "- NaN: " + "; ".join(
             f"{n['what']}: stopped at step {n['stopped_at']}, checkpoints left {n['checkpoints_left']}, "
             f"summary written: {n['summary_written']}" for n in r["nan"]) + ".",
@@ -134,12 +132,9 @@ def write_report(r: dict, command: str, s: dict) -> str:
         *[f"| {w['what']} | {w['status']} | {w['one_line']} | {w['seconds']:.1f} | {w['left'] or 'none'} | "
           f"`{w['message']}` |" for w in r["workdir"]],
         "",
-        "## 5. Bad flags and configs, every binary",
+        f"## {bad_inputs.SECTION}",
         "",
-        "Files left: created or changed in the case's workdir (a fresh path, or a copy of a finished run for "
-        "the resume cases).",
-        "",
-        bad_inputs.table(bad),
+        bad_inputs.section(bad, command),
         "",
         "## 6. NaN at a chosen step",
         "",

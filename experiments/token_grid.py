@@ -68,6 +68,8 @@ def main(argv):
                                                       steps=flag("steps"), variant=FLAGS.variant,
                                                       pool=FLAGS.pool)
                for kind in kinds for R in Rs}
+    for config in configs.values():  # every cell's config, before the workdir is touched
+        grid_experiment.check_cell(config)
     workdir = FLAGS.workdir
     config = {"Rs": Rs, "attentions": kinds, "ks": ks, "seed": FLAGS.seed, "quick": FLAGS.quick,
               "cells": {grid_experiment.cell_name(R, k): c.to_dict() for (R, k), c in configs.items()}}

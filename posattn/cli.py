@@ -233,15 +233,9 @@ def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
         return ownership.FAILED, 2, "error", str(e)
     if isinstance(e, RunStopped):
         return ownership.INTERRUPTED, e.exit_status, "stopped", str(e)
-    if isinstance(e, KeyboardInterrupt):  # Ctrl-C, or SIGTERM while a workdir is claimed
-        signum = signal.SIGTERM if isinstance(e, ownership.Terminated) else signal.SIGINT
-        workdir = ownership.held_workdir()
-        if workdir is None:
-            return ownership.INTERRUPTED, 128 + signum, "stopped", f"{signum.name} before any work: nothing written"
-        again = "resume it" if ownership.resumes() else "run it again from the start"
-        return (ownership.INTERRUPTED, 128 + signum, "stopped",
-                f"{signum.name}: the run in {workdir} did not finish ({ownership.MARKER} says interrupted); "
-                f"rerun the same command to {again}")
+    if isinstance(e, KeyboardInterrupt):  # Ctrl-C before the workdir is claimed (`ownership` then stops it)
+        return ownership.INTERRUPTED, 128 + signal.SIGINT, "stopped", (
+            f"SIGINT: {ownership.interrupted_line('SIGINT', ownership.held_workdir(), False, False)}")
     text = str(e)
     if isinstance(e, MemoryError) or (isinstance(e, jax.errors.JaxRuntimeError) and (
             "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())):
@@ -253,9 +247,9 @@ def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
 
 def run(main) -> None:
     """`absl.app.run(main)` with bad flags, missing or broken config files, `ConfigError` and running out
-    of memory turned into one line and exit 2, a `RunStopped` into its line and exit status, SIGINT and
-    SIGTERM (once a workdir is claimed, `posattn.ownership`) into one line and 130 or 143; the claimed
-    workdir's marker records how the run ended. JAX's persistent compilation cache is on
+    of memory turned into one line and exit 2, a `RunStopped` into its line and exit status, SIGINT into
+    one line and 130 (once a workdir is claimed, `posattn.ownership` ends SIGINT and SIGTERM itself);
+    the claimed workdir's marker records how the run ended. JAX's persistent compilation cache is on
     (`enable_compilation_cache`, `--compilation_cache`)."""
 
     def guarded(argv):
@@ -267,10 +261,12 @@ def run(main) -> None:
             raise
         except BaseException as e:
             outcome = _outcome(e)
-            ownership.release(outcome[0] if outcome else ownership.FAILED, outcome[3] if outcome else repr(e))
-            if outcome is None:
+            if outcome is None:  # a bug: recorded, and its traceback kept
+                ownership.release(ownership.FAILED, f"{type(e).__name__}: {e}")
                 raise
-            fail(outcome[3], outcome[1], prefix=outcome[2])
+            status, exit_status, prefix, message = outcome
+            ownership.release(status, message)
+            fail(message, exit_status, prefix=prefix)
         ownership.release(ownership.COMPLETE)
 
     app.run(guarded, flags_parser=_parse_flags)

@@ -26,10 +26,15 @@ their outputs with the same results (every seed is in the config). A config is c
 (nested dicts flattened to dotted names); `may_change` names the fields a binary lets a resumed run
 change (`posattn.vision.resume.RESUMABLE` for train_images), which the fingerprint leaves out.
 
-While a claim is held, SIGTERM raises `Terminated` (a KeyboardInterrupt, like Ctrl-C's), so a long run
-stops with one line and a marker that says `interrupted` instead of dying silently; the image trainer
-installs its own handler while it trains (save, then stop). On a multi-process run only process 0
-locks and writes the marker, every process checks it, and JAX's preemption service keeps SIGTERM.
+While a claim is held, SIGINT and SIGTERM end the process at the next Python instruction (a call into
+compiled code finishes first) with the marker saying `interrupted`, one line on stderr and exit status
+130 or 143, instead of a traceback or a silent death; the image trainer installs its own handlers while
+it trains (save, then stop). The process ends at once (`os._exit`) rather than by raising into the
+running code: a KeyboardInterrupt can land inside JAX's callbacks, where it is swallowed (the run goes
+on) or leaves XLA's threads running into the interpreter's shutdown (a segfault). The files a run
+writes are whole or absent (`posattn.io`), so nothing is left half-written. A SIGINT ignored by the
+parent (a background job) stays ignored. On a multi-process run only process 0 locks and writes the
+marker, every process checks it, and JAX's preemption service keeps SIGTERM.
 """
 import dataclasses
 import datetime
@@ -54,11 +59,6 @@ RUNNING, COMPLETE, INTERRUPTED, FAILED = "running", "complete", "interrupted", "
 _OWN_FILES = (MARKER, LOCK)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM while a claim is held: raised in the main thread, between bytecodes, like Ctrl-C's
-    KeyboardInterrupt, so that every `finally` runs and the binary ends with one line (exit 143)."""
-
-
 @dataclasses.dataclass
 class _Claim:
     path: epath.Path
@@ -71,18 +71,30 @@ class _Claim:
     created: list                 # directories the claim created, innermost first
     lock_fd: int | None = None
     lock_before: bytes = b""      # the lock file's content (the previous holder's pid) as found
-    sigterm: object = None        # the SIGTERM handler to restore
+    handlers: dict = dataclasses.field(default_factory=dict)  # {signal: the handler to restore}
 
 
 _held: _Claim | None = None
+
+
+def _reachable(workdir) -> epath.Path:
+    """`workdir` as a path (`check_path`) whose file system answers: ConfigError in one line if not
+    (e.g. gs:// without gcsfs installed: an ImportError; a file system's own error)."""
+    path = epath.Path(check_path(workdir))
+    try:
+        path.exists()
+    except Exception as e:  # noqa: BLE001 - whatever the file system raises, the workdir is out of reach
+        raise ConfigError(f"--workdir={workdir} cannot be reached ({type(e).__name__}: {_first_line(e)}): "
+                          "install what it names, or choose a directory this machine can reach") from e
+    return path
 
 
 def check_path(workdir, flag: str = "workdir") -> str:
     """`workdir` as given, or ConfigError if it is empty or whitespace (`--workdir=` passes absl's
     required=True and would write into the current directory, or into /); `flag` names it."""
     if workdir is None or not str(workdir).strip():
-        raise ConfigError(f"--{flag}={'' if workdir is None else workdir!r} is empty: give a directory, e.g. "
-                          f"--{flag}=/tmp/run")
+        what = "is empty" if not workdir else "is only whitespace"
+        raise ConfigError(f"--{flag} {what}: give a directory, e.g. --{flag}=/tmp/run")
     return str(workdir)
 
 
@@ -179,12 +191,7 @@ def _describe(marker: dict, locked_by: str | None) -> str:
 def check(workdir, binary: str, config, *, may_change=(), resumes: bool = False) -> dict | None:
     """Raise ConfigError unless `binary` with `config` may run in `workdir` (the rules of the module
     docstring); read only, so a refusal touches nothing. Returns the workdir's marker (None if none)."""
-    path = epath.Path(check_path(workdir))
-    try:
-        path.exists()
-    except Exception as e:  # noqa: BLE001 - e.g. gs:// without gcsfs: ImportError; the file system's own
-        raise ConfigError(f"--workdir={workdir} cannot be reached ({type(e).__name__}: {_first_line(e)}): "
-                          "install what it names, or choose a directory this machine can write") from e
+    path = _reachable(workdir)
     marker = read_marker(path)
     again = "resume it" if resumes else "run it again"
     if marker is None:  # a new workdir, or a run made outside the binaries (or before markers)
@@ -305,14 +312,34 @@ def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False)
         if fd is not None:
             os.close(fd)
         raise
-    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
-        held.sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
     _held = held
+    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                held.handlers[signum] = signal.signal(signum, _stop)
     return path
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated("SIGTERM")
+def _stop(signum, frame):
+    """SIGINT or SIGTERM while the claim is held: record the run as interrupted, say so in one line and
+    end the process now, with 128 + signum (the module docstring says why at once)."""
+    name, held = signal.Signals(signum).name, _held
+    recorded = release(INTERRUPTED, name)
+    line = "the run was ending" if held is None else interrupted_line(name, held.workdir, recorded, held.resumes)
+    sys.stdout.flush()
+    sys.stderr.write(f"stopped: {name}: {line}\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+def interrupted_line(signal_name: str, workdir: str | None, recorded: bool, resumes: bool) -> str:
+    """What a run that SIGINT or SIGTERM stopped says (after "stopped: SIGNAL: ")."""
+    if workdir is None:
+        return "before the run had a workdir: nothing was written"
+    if not recorded:
+        return f"before the run wrote anything: {workdir} is as it was"
+    again = "resume it" if resumes else "run it again from the start"
+    return f"the run in {workdir} did not finish ({MARKER} says interrupted); rerun the same command to {again}"
 
 
 def held_workdir() -> str | None:
@@ -320,28 +347,25 @@ def held_workdir() -> str | None:
     return None if _held is None else _held.workdir
 
 
-def resumes() -> bool:
-    """Whether the binary holding the claim continues its run when rerun (False if no claim)."""
-    return _held is not None and _held.resumes
-
-
-def release(status: str, message: str | None = None) -> None:
+def release(status: str, message: str | None = None) -> bool:
     """End this process's claim (if any): record `status` (complete, interrupted, failed) and `message`
-    in the marker and drop the lock. A run that wrote nothing in its workdir leaves it as it was found:
-    the previous marker back, or, for a new workdir, no marker, no lock and no directories created."""
+    in the marker and drop the lock; whether the marker records it. A run that ended before it wrote
+    anything in its workdir leaves it as it was found (and returns False): the previous marker back,
+    or, for a new workdir, no marker, no lock and no directories created."""
     global _held
     held, _held = _held, None
     if held is None:
-        return
-    if held.sigterm is not None:
-        signal.signal(signal.SIGTERM, held.sigterm)
+        return False
+    for signum, handler in held.handlers.items():
+        signal.signal(signum, handler)
     try:
-        if io.is_writer():
-            if status != COMPLETE and _listing(held.path) == held.listing:
-                _restore(held)
-            else:
-                io.write_json(held.path / MARKER, {**held.record, "status": status, "ended": _now(),
-                                                   "message": message})
+        if not io.is_writer():
+            return True
+        if status != COMPLETE and _listing(held.path) == held.listing:
+            _restore(held)
+            return False
+        io.write_json(held.path / MARKER, {**held.record, "status": status, "ended": _now(), "message": message})
+        return True
     finally:
         if held.lock_fd is not None:
             os.close(held.lock_fd)
@@ -366,7 +390,7 @@ def check_run(workdir, binary: str) -> None:
     """ConfigError unless `workdir` holds a run of `binary` to read (e.g. posemb_similarity reading a
     train_images run): its marker names `binary`, or, without a marker, it has a readable config.json
     (a run made by `posattn.vision.train` outside the binaries, e.g. a cell of a sweep)."""
-    marker = read_marker(check_path(workdir))
+    marker = read_marker(_reachable(workdir))
     if marker is not None and marker["binary"] != binary:
         raise ConfigError(f"--workdir={workdir} holds a {marker['binary']} run, not a {binary} run: give the "
                           f"workdir of a {binary} run")
