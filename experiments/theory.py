@@ -11,7 +11,9 @@ field can be overridden with `--config.FIELD=VALUE`: seed, seeds (runs seed, see
 compiled call; figures show the first), overlay_N, theory.* (`TheoryConfig`) and gd.* (`GDConfig`).
 Writes into --workdir: config.json, metrics.jsonl and tensorboard/ (docs/metrics.md), attention.png,
 dynamics.png, test_error.png, summary.json and summary.md; with --config.gd.risk=population_exact also
-overlay.png (GD on (E) at each overlay_N from the same start, beside the exact (P) run).
+overlay.png (GD on (E) at each overlay_N from the same start, beside the exact (P) run). The workdir is
+the run's own (workdir.json, `posattn.ownership`): the same command on it runs again from the start, and
+any other config or binary is refused.
 """
 import dataclasses
 import os

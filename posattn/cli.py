@@ -234,8 +234,7 @@ def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
     if isinstance(e, RunStopped):
         return ownership.INTERRUPTED, e.exit_status, "stopped", str(e)
     if isinstance(e, KeyboardInterrupt):  # Ctrl-C before the workdir is claimed (`ownership` then stops it)
-        return ownership.INTERRUPTED, 128 + signal.SIGINT, "stopped", (
-            f"SIGINT: {ownership.interrupted_line('SIGINT', ownership.held_workdir(), False, False)}")
+        return ownership.INTERRUPTED, 128 + signal.SIGINT, "stopped", "SIGINT before the run wrote anything"
     text = str(e)
     if isinstance(e, MemoryError) or (isinstance(e, jax.errors.JaxRuntimeError) and (
             "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())):

@@ -324,27 +324,18 @@ def _stop(signum, frame):
     """SIGINT or SIGTERM while the claim is held: record the run as interrupted, say so in one line and
     end the process now, with 128 + signum (the module docstring says why at once)."""
     name, held = signal.Signals(signum).name, _held
-    recorded = release(INTERRUPTED, name)
-    line = "the run was ending" if held is None else interrupted_line(name, held.workdir, recorded, held.resumes)
+    if held is None:  # it arrived as the run was releasing its workdir: it has finished
+        line = "as the run was ending"
+    elif not release(INTERRUPTED, name):
+        line = f"before the run wrote anything: {held.workdir} is as it was"
+    else:
+        again = "resume it" if held.resumes else "run it again from the start"
+        line = (f"the run in {held.workdir} did not finish ({MARKER} says interrupted); rerun the same command to "
+                f"{again}")
     sys.stdout.flush()
     sys.stderr.write(f"stopped: {name}: {line}\n")
     sys.stderr.flush()
     os._exit(128 + signum)
-
-
-def interrupted_line(signal_name: str, workdir: str | None, recorded: bool, resumes: bool) -> str:
-    """What a run that SIGINT or SIGTERM stopped says (after "stopped: SIGNAL: ")."""
-    if workdir is None:
-        return "before the run had a workdir: nothing was written"
-    if not recorded:
-        return f"before the run wrote anything: {workdir} is as it was"
-    again = "resume it" if resumes else "run it again from the start"
-    return f"the run in {workdir} did not finish ({MARKER} says interrupted); rerun the same command to {again}"
-
-
-def held_workdir() -> str | None:
-    """The workdir this process has claimed, as given (None if none)."""
-    return None if _held is None else _held.workdir
 
 
 def release(status: str, message: str | None = None) -> bool:

@@ -64,6 +64,13 @@ def test_another_binary_or_config_is_refused_and_nothing_changes(tmp_path, binar
     assert files(path) == before
 
 
+def test_a_run_without_its_config_json_still_refuses_another_seed(tmp_path):
+    path = finished(tmp_path)
+    (path / "config.json").unlink()
+    with pytest.raises(ConfigError, match=r"of another config \(seed 0 -> 7\)"):
+        ownership.claim(path, "train_images", {**CONFIG, "seed": 7}, resumes=True)
+
+
 def test_fields_a_resumed_run_may_change_are_not_the_config(tmp_path):
     path = finished(tmp_path)
     changed = {**CONFIG, "optimizer": {"lr": 0.2}}

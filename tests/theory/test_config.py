@@ -68,7 +68,7 @@ def test_an_image_config_is_no_theory_config():
     from posattn.theory.presets import configs_from
     from tpu_configs import digits
 
-    with pytest.raises(ConfigError, match="the config has no preset, seed, seeds, overlay_N, theory, gd"):
+    with pytest.raises(ConfigError, match="the config has no preset, seeds, overlay_N, theory, gd: a theory config"):
         configs_from(digits.get_config())
     config = get_config()
     with config.gd.unlocked():
