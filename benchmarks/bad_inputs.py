@@ -65,6 +65,8 @@ class Case:
     signal: str = ""      # "SIGINT" or "SIGTERM": sent once the run holds its workdir (3 s later)
     holder: str = ""      # another process holding the workdir first: "lock" (the lock alone), or "same"
                           # (the same binary, `LONG` settings)
+    fails_running: bool = False  # the fault shows only once the run is under way: it ends with a marker
+                                 # that says failed (a corrected command may then take the workdir)
 
     @property
     def expected(self) -> int:
@@ -118,7 +120,7 @@ def _cases_numbers() -> list[Case]:
         Case("permuted", ("--local", "--vit_steps=3000000000", "--workdir={w}"), "steps beyond int32"),
         Case("token_grid", ("--steps=3000000000", "--workdir={w}"), "steps beyond int32"),
         Case("theory", ("--config.gd.N=3000000000", "--workdir={w}"), "gd.N beyond int32"),
-        Case("theory", ("--config.gd.N=1000000000", "--workdir={w}"), "gd.N=1e9: out of memory"),
+        Case("theory", ("--config.gd.N=1000000000", "--workdir={w}"), "gd.N=1e9: out of memory", fails_running=True),
         Case("theory", ("--config.gd.lr=inf", "--workdir={w}"), "gd.lr=inf"),
         Case("theory", ("--config.gd.a0=nan", "--workdir={w}"), "gd.a0=nan"),
         Case("theory", ("--config.theory.noise_std=inf", "--workdir={w}"), "theory.noise_std=inf"),
@@ -128,7 +130,8 @@ def _cases_numbers() -> list[Case]:
         Case("phase_three", ("--steps=3000000000", "--workdir={w}"), "steps beyond int32"),
         Case("phase_three", ("--q=nan", "--workdir={w}"), "q=nan"),
         Case("how_vits_work", ("--noise_eps=nan", "--workdir={w}"), "noise_eps=nan"),
-        Case("reproduce", ("--seed=-1", "--workdir={w}"), "negative seed"),
+        Case("reproduce", ("--seed=99999999999999999999", "--workdir={w}"), "seed beyond 64 bits"),
+        Case("theory", ("--config.seed=99999999999999999999", "--workdir={w}"), "seed beyond 64 bits"),
     ]
 
 
@@ -341,16 +344,18 @@ def run_case(case: Case, root: pathlib.Path, i: int, refs: dict, env: dict) -> d
             "holder": case.holder, "command": " ".join(args), "status": proc.returncode, "expected": case.expected,
             "stderr_lines": len(lines), "one_line": len(lines) == 1, "traceback": "Traceback" in stderr,
             "message": lines[-1] if lines else "", "left": changed, "outside": outside,
-            "marker": _marker_status(workdir), "seconds_to_stop": seconds_to_stop,
+            "marker": _marker_status(workdir), "seconds_to_stop": seconds_to_stop, "fails_running": case.fails_running,
             "names_holder": holder_pid is None or f"pid {holder_pid}" in stderr}
 
 
 def ok(r: dict) -> bool:
     """The case ended as it must: its exit status, one line, no traceback, nothing touched outside its
-    workdir, and inside it nothing (a refusal; a first process of the same binary writes its own) or a
-    marker that says interrupted (a signal)."""
+    workdir, and inside it nothing (a refusal; a first process of the same binary writes its own), a
+    marker that says interrupted (a signal) or one that says failed (a fault found once under way)."""
     if r["signal"]:  # interrupted: it says so, or it had written nothing and left the workdir as it was
         inside = r["marker"] == "interrupted" or not r["left"]
+    elif r.get("fails_running"):
+        inside = r["marker"] == "failed"
     else:
         inside = not r["left"] or r["holder"] == "same"
     return (r["status"] == r["expected"] and r["one_line"] and not r["traceback"] and not r["outside"]
@@ -392,11 +397,13 @@ def run_all(root: pathlib.Path, finished_run: pathlib.Path | None, env: dict, sa
 def counts(results: list[dict]) -> str:
     """The drill's figures in one sentence."""
     n = len(results)
-    refused = [r for r in results if not r["signal"]]
+    refused = [r for r in results if not r["signal"] and not r.get("fails_running")]
+    failed = [r for r in results if r.get("fails_running")]
     signals = [r for r in results if r["signal"]]
     return (f"{sum(map(ok, results))}/{n} cases end as they must ({len(refused)} refusals: exit 2 "
             f"{sum(r['status'] == 2 for r in refused)}, one line {sum(r['one_line'] for r in refused)}, nothing written "
-            f"{sum(not r['left'] for r in refused)}; {len(signals)} signals: exit 130/143 "
+            f"{sum(not r['left'] for r in refused)}; {len(failed)} found once under way: exit 2 with one line and a "
+            f"marker that says failed {sum(map(ok, failed))}; {len(signals)} signals: exit 130/143 "
             f"{sum(r['status'] == r['expected'] for r in signals)}, one line {sum(r['one_line'] for r in signals)}, "
             f"marker interrupted {sum(r['marker'] == 'interrupted' for r in signals)}, workdir as it was (nothing "
             f"written yet) {sum(r['marker'] is None and not r['left'] for r in signals)}); tracebacks "
@@ -411,6 +418,8 @@ def table(results: list[dict]) -> str:
         message = r["message"].replace("|", "\\|")
         message = message if len(message) <= 140 else message[:137] + "..."
         left = ", ".join(r["left"][:4]) + (", ..." if len(r["left"]) > 4 else "") or "none"
+        if r.get("fails_running"):
+            left = f"marker: {r['marker']}; {left}"
         if r.get("signal"):
             left = f"marker: {r['marker']}" + (f", stopped {r['seconds_to_stop']:.1f} s after the signal"
                                                if r["seconds_to_stop"] is not None else "")

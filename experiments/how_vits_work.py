@@ -12,7 +12,7 @@ pk22_*.png and summary.md (PK22's claims and numbers beside ours).
 from absl import flags, logging
 
 from posattn import cli
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, check_seed
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the results, figures and trained runs.")
 _RUNS = flags.DEFINE_list("runs", [], "Workdirs of trained posattn.vision runs; none = train the defaults.")
@@ -42,6 +42,7 @@ def main(argv):
     overrides = {"hessian_batches": _HESSIAN_BATCHES.value, "landscape_grid": _LANDSCAPE_GRID.value,
                  "noise_eps": _NOISE_EPS.value}
     settings = dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+    check_seed(_SEED.value, "--seed")
     for run in _RUNS.value:
         ownership.check_run(run, "train_images")
     # its own (its trained runs resume), writable and locked, before any work

@@ -31,6 +31,7 @@ def main(argv):
     mesh_lib.use_cpu_cores()  # first, before JAX starts: one CPU device per core (docs/decisions.md)
     del argv
     plan = reproduce.QUICK if FLAGS.quick else reproduce.Plan()
+    key = keys.seed_key(FLAGS.seed)
     workdir = FLAGS.workdir
     # its own, writable and locked, before any work
     ownership.claim(workdir, "reproduce", {"seed": FLAGS.seed, "quick": FLAGS.quick})
@@ -40,7 +41,7 @@ def main(argv):
             figures.write_png(figure, os.path.join(workdir, name))
 
     t0 = time.perf_counter()
-    records, seconds = reproduce.run_claims(keys.seed_key(FLAGS.seed), plan, on_figures=write_figures)
+    records, seconds = reproduce.run_claims(key, plan, on_figures=write_figures)
     total = time.perf_counter() - t0
     results = {"seed": FLAGS.seed, "quick": FLAGS.quick, "plan": dataclasses.asdict(plan),
                "seconds": seconds, **records}

@@ -134,13 +134,13 @@ def main(argv):
     noisy = dataclasses.replace(tokens, noisy_tokens=FLAGS.sparsify_noisy_tokens)
     clean = dataclasses.replace(tokens, tau=0.0, noisy_tokens=0)
     population.check_config(clean)
+    keys = grid.seed_keys(FLAGS.seed, g["seeds"])
     workdir = FLAGS.workdir
     config = {"tokens": dataclasses.asdict(tokens), "model": dataclasses.asdict(model), "sgd": dataclasses.asdict(sgd),
               "grids": g, "seed": FLAGS.seed, "quick": FLAGS.quick, "sparsify_noisy_tokens": FLAGS.sparsify_noisy_tokens}
     ownership.claim(workdir, "shallow_vit", config)  # its own, writable and locked, before any work
     io.write_json(os.path.join(workdir, "config.json"), {**config, "jax_devices": [str(d) for d in jax.devices()]})
     print(f"{tokens}\n{model}\n{sgd}\ngrids {g}", flush=True)
-    keys = grid.seed_keys(FLAGS.seed, g["seeds"])
     R = g["seeds"]
     n_map = len(g["n_stars"]) * len(g["Ns"])
     n_sweeps = (len(g["taus"]) + len(g["init_errors"])) * len(g["Ns"])

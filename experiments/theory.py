@@ -51,6 +51,8 @@ def main(argv):
         sizes = presets.overlay_sizes(config)  # checked now, not after the long (P) run
     if config.seeds < 1 or (config.seeds > 1 and gd.risk == "population_exact"):
         raise ConfigError(f"seeds={config.seeds}: use seeds >= 1 (and 1 with risk=population_exact)")
+    seeds = list(range(config.seed, config.seed + config.seeds))
+    key = keys.seed_key(config.seed)
     workdir = _WORKDIR.value
     ownership.claim(workdir, "theory", config)  # its own, writable and locked, before any work
     path = lambda name: os.path.join(workdir, name)
@@ -61,8 +63,6 @@ def main(argv):
     })
     print(f"preset {config.preset}: {theory}\n{gd}\non {jax.device_count()} device(s)", flush=True)
 
-    seeds = list(range(config.seed, config.seed + config.seeds))
-    key = keys.seed_key(config.seed)
     progress = run_report.Progress(workdir, gd.steps)
     t0 = time.perf_counter()
     if config.seeds == 1:

@@ -17,7 +17,7 @@ import time
 from absl import flags
 
 from posattn import cli, io, ownership
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, check_seed
 from posattn.plots import token_grid as plots
 from posattn.vision import grid_experiment, grid_report
 from posattn.vision.data import token_grid
@@ -55,6 +55,7 @@ def _check_flags() -> tuple[list[int], list[str], list[int]]:
             raise ConfigError(f"--attentions: unknown attention {kind!r}; use {', '.join(ATTENTIONS)}")
     if not 0 <= FLAGS.max_pruned < token_grid.SLOTS:
         raise ConfigError(f"--max_pruned={FLAGS.max_pruned} must lie in [0, {token_grid.SLOTS - 1}]")
+    check_seed(FLAGS.seed, "--seed")
     if flag("steps") is not None and flag("steps") < 1:
         raise ConfigError(f"--steps={flag('steps')} must be positive")
     return Rs, kinds, list(range(FLAGS.max_pruned + 1))

@@ -40,6 +40,13 @@ INT32_MAX = 2**31 - 1  # JAX's default integer: a larger count overflows where i
 _BOOLS = (bool, np.bool_)
 
 
+def check_seed(seed, what: str = "seed") -> int:
+    """`seed` if it is an integer JAX can make a key of (int64: [-2**63, 2**63)), else ConfigError."""
+    if isinstance(seed, _BOOLS) or not isinstance(seed, numbers.Integral) or not -2**63 <= seed < 2**63:
+        raise ConfigError(f"{what}={seed!r}: give an integer in [-2**63, 2**63)")
+    return seed
+
+
 def check_field_types(config) -> None:
     """Raise ConfigError unless every field of the dataclass instance `config` holds a value of its
     annotated type: `int` an integer (not a bool, nor 16.0 or "16") of at most `INT32_MAX`; `float` a
