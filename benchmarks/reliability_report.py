@@ -47,16 +47,33 @@ HOW = """## How the trainer survives each fault
 - **Workdir**: `posattn/workdir.py`, `check(workdir, need_bytes)`: a real write probe (permission bits do
   not tell whether root can write or whether the disk is read-only) and, on local disks, free space for one
   checkpoint (the abstract state's bytes plus 10%), before any data is read or anything compiled.
+- **A workdir belongs to one run (every binary)**: `posattn/ownership.py`. Once its flags are checked, a
+  binary claims its workdir: `workdir.json` records the binary, its config (and the config's
+  fingerprint), a status (`running`, `complete`, `interrupted`, `failed`), the pid and the command, and an
+  advisory `flock` on `workdir.lock` is held for the whole run. Refused with one line, exit 2 and nothing
+  touched: an empty or blank `--workdir`; a workdir that holds another binary's run or a run of another
+  config (a `failed` run may be replaced by a corrected config of the same binary; train_images lets the
+  fields of `resume.RESUMABLE` change); a directory of other files; a damaged config.json; a workdir
+  another process holds (the line names its pid). The OS drops the lock when the process dies, SIGKILL
+  included, so no lock is ever stale; a gs:// workdir is not locked (a warning says so). The same binary
+  with the same config continues: train_images and the sweeps resume, the others run again from the
+  start. A run that ends before it writes anything leaves its workdir as it found it.
+- **SIGINT and SIGTERM (every binary)**: once a binary holds its workdir, either signal ends it at the next
+  Python instruction (a compiled call finishes first) with one line (`stopped: SIGINT: the run in DIR did
+  not finish (workdir.json says interrupted); rerun the same command to ...`), exit 130 or 143, and
+  workdir.json saying `interrupted`; the process ends at once, since a KeyboardInterrupt raised into JAX
+  was swallowed by its garbage-collection callback or crashed the interpreter's shutdown. The image
+  trainer keeps its own SIGTERM handler while it trains (save, then stop).
 - **NaN**: image regime: the loss, gradient norm and parameter norm are checked before every log and
   checkpoint (`train.NonFiniteLoss`, exit 2), so no checkpoint holds a broken state; theory regime:
   `posattn.theory.gd.fit`/`fit_seeds` raise `gd.NonFiniteLoss` (exit 2) naming the first GD step with a
   non-finite loss (the chunk of `eval_every` steps that produced it is replayed one step at a time).
 
-Limits: a SIGKILL loses the steps since the last checkpoint (`checkpoint_every`); a SIGTERM before the
-trainer has checked its workdir (imports, config) ends the process at once (nothing is lost: no step has
-run); the pod path of the preemption notice is JAX's service and was not exercised here (no pod);
-`theory.gd.fit_grid` (one compiled call for a sweep) has no per-chunk NaN stop; the workdir check is wired
-into the image trainer (and so the image sweeps); the theory binaries write small files only.
+Limits: a SIGKILL loses the steps since the last checkpoint (`checkpoint_every`); a SIGTERM before a
+binary holds its workdir (imports, config) ends the process at once (nothing is lost: nothing was
+written); the pod path of the preemption notice is JAX's service and was not exercised here (no pod);
+`theory.gd.fit_grid` (one compiled call for a sweep) has no per-chunk NaN stop; the theory binaries do not
+resume: an interrupted run is run again from the start.
 """
 
 
@@ -68,7 +85,6 @@ def write_report(r: dict, command: str, s: dict) -> str:
     term_ok = sum(e["status"] == 143 and e["stderr_lines"] == 1 and e["stderr_last"].startswith("stopped:")
                   for e in term_events)
     bad = r["bad_inputs"]
-    bad_ok = sum(b["status"] == 2 and b["one_line"] and not b["left"] for b in bad)
     lines = [
         "# Reliability: the fault drill (issue 18)",
         "",
@@ -95,8 +111,7 @@ def write_report(r: dict, command: str, s: dict) -> str:
             f"{w['what']}: exit {w['status']} after {w['seconds']:.0f} s, "
             f"{'one line' if w['one_line'] else 'NOT one line'}, left {w['left'] or 'nothing'}"
             for w in r["workdir"]) + ".",
-        f"- Bad inputs: {bad_ok}/{len(bad)} exit 2 with one line and leave nothing written "
-        f"(binaries: {', '.join(sorted({b['binary'] for b in bad}))}).",
+        bad_inputs.summary_line(bad),
         "- NaN: " + "; ".join(
             f"{n['what']}: stopped at step {n['stopped_at']}, checkpoints left {n['checkpoints_left']}, "
             f"summary written: {n['summary_written']}" for n in r["nan"]) + ".",
@@ -134,12 +149,9 @@ def write_report(r: dict, command: str, s: dict) -> str:
         *[f"| {w['what']} | {w['status']} | {w['one_line']} | {w['seconds']:.1f} | {w['left'] or 'none'} | "
           f"`{w['message']}` |" for w in r["workdir"]],
         "",
-        "## 5. Bad flags and configs, every binary",
+        f"## {bad_inputs.SECTION}",
         "",
-        "Files left: created or changed in the case's workdir (a fresh path, or a copy of a finished run for "
-        "the resume cases).",
-        "",
-        bad_inputs.table(bad),
+        bad_inputs.section(bad, command),
         "",
         "## 6. NaN at a chosen step",
         "",

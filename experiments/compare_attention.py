@@ -20,7 +20,7 @@ import jax
 from absl import flags, logging
 from ml_collections import config_flags
 
-from posattn import cli, workdir as workdir_lib
+from posattn import cli, ownership
 from posattn.errors import ConfigError
 
 ATTENTIONS = ("vanilla", "positional")
@@ -60,7 +60,9 @@ def main(argv):
     configs = sweep.attention_cell_configs(_CONFIG.value, _SEEDS.value, ATTENTIONS)
     for c in configs.values():
         setup.resolve(c, jax.device_count())  # every cell's batch divides by this run's devices
-    workdir_lib.check(_WORKDIR.value)  # writable, before any training
+    # its own (its cells resume), writable and locked, before any training
+    ownership.claim(_WORKDIR.value, "compare_attention", {"config": _CONFIG.value, "seeds": _SEEDS.value},
+                    resumes=True)
     acc = {a: [] for a in ATTENTIONS}
     for (attention, seed), c in configs.items():
         acc[attention].append(sweep.run_cell(c, os.path.join(_WORKDIR.value, f"{attention}-seed{seed}"))

@@ -12,7 +12,7 @@ pk22_*.png and summary.md (PK22's claims and numbers beside ours).
 from absl import flags, logging
 
 from posattn import cli
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, check_seed
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the results, figures and trained runs.")
 _RUNS = flags.DEFINE_list("runs", [], "Workdirs of trained posattn.vision runs; none = train the defaults.")
@@ -29,18 +29,26 @@ _NOISE_EPS = flags.DEFINE_float("noise_eps", None, "Noise amplitude, in normalis
 def main(argv):
     if len(argv) > 1:
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
-    if not _WORKDIR.value:
+    if _WORKDIR.value is None:
         raise ConfigError("--workdir=DIR is required")
     if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax); --verbosity=0 shows them
         logging.set_verbosity(logging.ERROR)
     import dataclasses
 
-    from posattn.analysis import pk22_report, suite  # after flag parsing: bad flags fail before jax starts
+    from posattn import ownership  # after flag parsing: bad flags fail before jax starts
+    from posattn.analysis import pk22_report, suite
 
     settings = suite.QUICK if _QUICK.value else suite.Settings()
     overrides = {"hessian_batches": _HESSIAN_BATCHES.value, "landscape_grid": _LANDSCAPE_GRID.value,
                  "noise_eps": _NOISE_EPS.value}
     settings = dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+    check_seed(_SEED.value, "--seed")
+    for run in _RUNS.value:
+        ownership.check_run(run, "train_images")
+    # its own (its trained runs resume), writable and locked, before any work
+    ownership.claim(_WORKDIR.value, "how_vits_work", {"runs": _RUNS.value, "models": _MODELS.value,
+                                                      "quick": _QUICK.value, "seed": _SEED.value,
+                                                      "settings": dataclasses.asdict(settings)}, resumes=True)
     pk22_report.run(_WORKDIR.value, runs=_RUNS.value, models=_MODELS.value, quick=_QUICK.value,
                     settings=settings, seed=_SEED.value)
 

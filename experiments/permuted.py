@@ -19,7 +19,7 @@ import os
 import jax
 from absl import flags, logging
 
-from posattn import cli, workdir as workdir_lib
+from posattn import cli, ownership
 from posattn.errors import ConfigError
 
 DATASETS = {  # dataset -> (config file, image side, paper numbers of Figure 5 or None)
@@ -79,7 +79,10 @@ def main(argv):
     for c in configs.values():  # all validated up front
         setup.resolve(c, jax.device_count())  # every cell's batch divides by this run's devices
 
-    workdir_lib.check(_WORKDIR.value)  # writable, before any training
+    # its own (its cells resume), writable and locked, before any training
+    ownership.claim(_WORKDIR.value, "permuted", {name: flags.FLAGS[name].value for name in (
+        "dataset", "block_sizes", "models", "seeds", "cnn_seeds", "data_dir", "vit_steps", "cnn_steps",
+        "cnn_batch", "local")}, resumes=True)
     acc = {m: {} for m in models}
     for (m, g, s), c in configs.items():
         out = sweep.run_cell(c, os.path.join(_WORKDIR.value, f"{m}-g{g}-seed{s}"))

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags
 
-from posattn import cli, io, workdir as workdir_lib
-from posattn.errors import ConfigError
+from posattn import cli, io, ownership
+from posattn.errors import INT32_MAX, ConfigError
 from posattn.plots import theory as figures
 from posattn.theory import population
 from posattn.theory.population import reduced
@@ -44,10 +44,11 @@ def main(argv):
     for cfg in configs.values():
         population.check_config(cfg, "multiset")
     steps = _STEPS.value or gd.steps
-    if steps < 1:
-        raise ConfigError(f"--steps={steps} must be positive")
+    if not 1 <= steps <= INT32_MAX:
+        raise ConfigError(f"--steps={steps} must lie in [1, {INT32_MAX:,}]")
     workdir = _WORKDIR.value
-    workdir_lib.check(workdir)  # writable, before any work
+    # its own, writable and locked, before any work
+    ownership.claim(workdir, "phase_three", {"preset": _PRESET.value, "q": qs, "steps": steps})
     runs, rows = {}, []
     for q, cfg in configs.items():
         start = reduced.ReducedState(*(jnp.float32(x) for x in (_ALPHA0, 0.0, 0.0, 0.0)))

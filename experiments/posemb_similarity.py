@@ -17,7 +17,7 @@ import os
 import numpy as np
 from absl import flags, logging
 
-from posattn import cli, workdir as workdir_lib
+from posattn import cli, ownership, workdir as workdir_lib
 from posattn.errors import ConfigError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A trained ViT run (train_images workdir).")
@@ -45,8 +45,10 @@ def chosen_patches(text: str, grid_hw) -> list[int]:
 def main(argv):
     if len(argv) > 1:
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
-    if not _WORKDIR.value:
+    if _WORKDIR.value is None:
         raise ConfigError("--workdir=TRAINED_RUN is required")
+    ownership.check_run(_WORKDIR.value, "train_images")
+    out = _WORKDIR.value if _OUT.value is None else ownership.check_path(_OUT.value, "out")
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
     from posattn import io
@@ -82,8 +84,11 @@ def main(argv):
             # un-permuted: the neighbours no training image showed side by side; as trained, the same
             # count of pairs adjacent only in the permuted layout (the control)
             stats[f"{name}, across blocks"] = posemb.neighbour_statistic(sim, grid, across_blocks=g // patch)
-    out = _OUT.value or _WORKDIR.value
-    workdir_lib.check(out)
+    if os.path.realpath(out) == os.path.realpath(_WORKDIR.value):  # two files beside the run's own
+        workdir_lib.check(out)
+    else:  # a workdir of its own
+        ownership.claim(out, "posemb_similarity", {"run": os.path.abspath(_WORKDIR.value), "block": _BLOCK.value,
+                                                   "threshold": _THRESHOLD.value, "patches": _PATCHES.value})
     plots.similarity_maps_figure(maps, chosen_patches(_PATCHES.value, grid), grid, _THRESHOLD.value).savefig(
         os.path.join(out, "posemb_similarity.png"), dpi=120)
     result = {"run": os.path.abspath(_WORKDIR.value), "grid": list(grid), "patch_size": patch,

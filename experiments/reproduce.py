@@ -15,7 +15,7 @@ import time
 
 from absl import flags
 
-from posattn import cli, io, mesh as mesh_lib, workdir as workdir_lib
+from posattn import cli, io, mesh as mesh_lib, ownership
 from posattn.plots import theory as figures
 from posattn.theory import keys
 from posattn.theory.claims import report, reproduce
@@ -31,15 +31,17 @@ def main(argv):
     mesh_lib.use_cpu_cores()  # first, before JAX starts: one CPU device per core (docs/decisions.md)
     del argv
     plan = reproduce.QUICK if FLAGS.quick else reproduce.Plan()
+    key = keys.seed_key(FLAGS.seed)
     workdir = FLAGS.workdir
-    workdir_lib.check(workdir)  # writable, before any work
+    # its own, writable and locked, before any work
+    ownership.claim(workdir, "reproduce", {"seed": FLAGS.seed, "quick": FLAGS.quick})
 
     def write_figures(claim_figures):
         for name, figure in claim_figures.items():
             figures.write_png(figure, os.path.join(workdir, name))
 
     t0 = time.perf_counter()
-    records, seconds = reproduce.run_claims(keys.seed_key(FLAGS.seed), plan, on_figures=write_figures)
+    records, seconds = reproduce.run_claims(key, plan, on_figures=write_figures)
     total = time.perf_counter() - t0
     results = {"seed": FLAGS.seed, "quick": FLAGS.quick, "plan": dataclasses.asdict(plan),
                "seconds": seconds, **records}

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from absl import flags
 
-from posattn import cli, io, workdir as workdir_lib
+from posattn import cli, io, ownership
 from posattn.errors import ConfigError
 from posattn.plots import shallow as plots
 from posattn.shallow import dynamics, grid, phase_map, population, report, sparsify
@@ -134,14 +134,13 @@ def main(argv):
     noisy = dataclasses.replace(tokens, noisy_tokens=FLAGS.sparsify_noisy_tokens)
     clean = dataclasses.replace(tokens, tau=0.0, noisy_tokens=0)
     population.check_config(clean)
-    workdir = FLAGS.workdir
-    workdir_lib.check(workdir)  # writable, before any work
-    io.write_json(os.path.join(workdir, "config.json"), {
-        "tokens": dataclasses.asdict(tokens), "model": dataclasses.asdict(model), "sgd": dataclasses.asdict(sgd),
-        "grids": g, "seed": FLAGS.seed, "quick": FLAGS.quick, "sparsify_noisy_tokens": FLAGS.sparsify_noisy_tokens,
-        "jax_devices": [str(d) for d in jax.devices()]})
-    print(f"{tokens}\n{model}\n{sgd}\ngrids {g}", flush=True)
     keys = grid.seed_keys(FLAGS.seed, g["seeds"])
+    workdir = FLAGS.workdir
+    config = {"tokens": dataclasses.asdict(tokens), "model": dataclasses.asdict(model), "sgd": dataclasses.asdict(sgd),
+              "grids": g, "seed": FLAGS.seed, "quick": FLAGS.quick, "sparsify_noisy_tokens": FLAGS.sparsify_noisy_tokens}
+    ownership.claim(workdir, "shallow_vit", config)  # its own, writable and locked, before any work
+    io.write_json(os.path.join(workdir, "config.json"), {**config, "jax_devices": [str(d) for d in jax.devices()]})
+    print(f"{tokens}\n{model}\n{sgd}\ngrids {g}", flush=True)
     R = g["seeds"]
     n_map = len(g["n_stars"]) * len(g["Ns"])
     n_sweeps = (len(g["taus"]) + len(g["init_errors"])) * len(g["Ns"])

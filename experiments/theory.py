@@ -11,7 +11,9 @@ field can be overridden with `--config.FIELD=VALUE`: seed, seeds (runs seed, see
 compiled call; figures show the first), overlay_N, theory.* (`TheoryConfig`) and gd.* (`GDConfig`).
 Writes into --workdir: config.json, metrics.jsonl and tensorboard/ (docs/metrics.md), attention.png,
 dynamics.png, test_error.png, summary.json and summary.md; with --config.gd.risk=population_exact also
-overlay.png (GD on (E) at each overlay_N from the same start, beside the exact (P) run).
+overlay.png (GD on (E) at each overlay_N from the same start, beside the exact (P) run). The workdir is
+the run's own (workdir.json, `posattn.ownership`): the same command on it runs again from the start, and
+any other config or binary is refused.
 """
 import dataclasses
 import os
@@ -23,7 +25,7 @@ import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
-from posattn import cli, io, mesh as mesh_lib, workdir as workdir_lib
+from posattn import cli, io, mesh as mesh_lib, ownership
 from posattn.errors import ConfigError
 from posattn.plots import theory as figures
 from posattn.theory import data, gd as gd_lib, keys, population, presets, run_report
@@ -49,8 +51,10 @@ def main(argv):
         sizes = presets.overlay_sizes(config)  # checked now, not after the long (P) run
     if config.seeds < 1 or (config.seeds > 1 and gd.risk == "population_exact"):
         raise ConfigError(f"seeds={config.seeds}: use seeds >= 1 (and 1 with risk=population_exact)")
+    seeds = list(range(config.seed, config.seed + config.seeds))
+    key = keys.seed_key(config.seed)
     workdir = _WORKDIR.value
-    workdir_lib.check(workdir)  # writable, before any work
+    ownership.claim(workdir, "theory", config)  # its own, writable and locked, before any work
     path = lambda name: os.path.join(workdir, name)
     io.write_json(path("config.json"), {
         "preset": config.preset, "seed": config.seed, "seeds": config.seeds,
@@ -59,8 +63,6 @@ def main(argv):
     })
     print(f"preset {config.preset}: {theory}\n{gd}\non {jax.device_count()} device(s)", flush=True)
 
-    seeds = list(range(config.seed, config.seed + config.seeds))
-    key = keys.seed_key(config.seed)
     progress = run_report.Progress(workdir, gd.steps)
     t0 = time.perf_counter()
     if config.seeds == 1:

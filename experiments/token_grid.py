@@ -16,8 +16,8 @@ import time
 
 from absl import flags
 
-from posattn import cli, io, workdir as workdir_lib
-from posattn.errors import ConfigError
+from posattn import cli, io, ownership
+from posattn.errors import ConfigError, check_seed
 from posattn.plots import token_grid as plots
 from posattn.vision import grid_experiment, grid_report
 from posattn.vision.data import token_grid
@@ -55,6 +55,7 @@ def _check_flags() -> tuple[list[int], list[str], list[int]]:
             raise ConfigError(f"--attentions: unknown attention {kind!r}; use {', '.join(ATTENTIONS)}")
     if not 0 <= FLAGS.max_pruned < token_grid.SLOTS:
         raise ConfigError(f"--max_pruned={FLAGS.max_pruned} must lie in [0, {token_grid.SLOTS - 1}]")
+    check_seed(FLAGS.seed, "--seed")
     if flag("steps") is not None and flag("steps") < 1:
         raise ConfigError(f"--steps={flag('steps')} must be positive")
     return Rs, kinds, list(range(FLAGS.max_pruned + 1))
@@ -68,11 +69,14 @@ def main(argv):
                                                       steps=flag("steps"), variant=FLAGS.variant,
                                                       pool=FLAGS.pool)
                for kind in kinds for R in Rs}
+    for config in configs.values():  # every cell's config, before the workdir is touched
+        grid_experiment.check_cell(config)
     workdir = FLAGS.workdir
-    workdir_lib.check(workdir)  # writable, before any training
-    io.write_json(os.path.join(workdir, "config.json"), {
-        "Rs": Rs, "attentions": kinds, "ks": ks, "seed": FLAGS.seed, "quick": FLAGS.quick,
-        "cells": {grid_experiment.cell_name(R, k): c.to_dict() for (R, k), c in configs.items()}})
+    config = {"Rs": Rs, "attentions": kinds, "ks": ks, "seed": FLAGS.seed, "quick": FLAGS.quick,
+              "cells": {grid_experiment.cell_name(R, k): c.to_dict() for (R, k), c in configs.items()}}
+    # its own (its cells resume), writable and locked, before any training
+    ownership.claim(workdir, "token_grid", config, resumes=True)
+    io.write_json(os.path.join(workdir, "config.json"), config)
     metrics_path = os.path.join(workdir, "metrics.jsonl")
     io.write_text(metrics_path, "")
     t0, cells = time.perf_counter(), []

@@ -27,14 +27,20 @@ _INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()
 def main(argv):
     if len(argv) > 1:
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
-    if _CONFIG.value is None or not _WORKDIR.value:
+    if _CONFIG.value is None or _WORKDIR.value is None:
         raise ConfigError("both --config=tpu_configs/NAME.py[:ARG] and --workdir=DIR are required")
     if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax, tfds); --verbosity=0 shows them
         logging.set_verbosity(logging.ERROR)
-    from posattn import io  # after flag parsing: a bad flag fails fast, before jax starts
-    from posattn.vision import train
+    import jax  # after flag parsing: a bad flag fails fast, before jax starts
+
+    from posattn import io, ownership
+    from posattn.vision import resume, setup, train
 
     _INITIALIZE_DISTRIBUTED()
+    setup.resolve(_CONFIG.value, jax.device_count())  # the whole config, before the workdir is touched
+    # its own (or an unmarked run of this config), writable and locked; the trainer's own check of the
+    # fields a resumed run may change follows (`posattn.vision.resume`)
+    ownership.claim(_WORKDIR.value, "train_images", _CONFIG.value, may_change=resume.RESUMABLE, resumes=True)
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     if io.is_writer():  # the curves of the whole record (a resumed run's included)
         from posattn.plots import theory as theory_figures, vision as figures

@@ -1,21 +1,27 @@
 """Entry-point plumbing shared by the absl binaries in `experiments/`.
 
-Bad input (a flag that does not parse, a config file that does not exist, a `ConfigError` raised while
-loading or validating a config) ends the program with one line on stderr and exit status 2, never a
-traceback; a `RunStopped` (a run that saved its work and stopped early, e.g. on SIGTERM) ends with one
-line and its own exit status; anything else is a bug and keeps its traceback. `load_config` and `int_list` read what
-binaries take besides `--config` flags: config files named in their own flags, and lists of integers.
+Bad input (a flag that does not parse; a config file that does not exist, does not compile, raises,
+has no get_config or returns no ConfigDict; a `ConfigError` raised while loading or validating a config
+or claiming the workdir; running out of memory) ends the program with one line on stderr and exit
+status 2, never a traceback; a `RunStopped` (a run that saved its work and stopped early, e.g. on
+SIGTERM) ends with one line and its own exit status, and so do SIGINT (130) and SIGTERM (143, once the
+binary holds its workdir: `posattn.ownership`); anything else is a bug and keeps its traceback. The
+workdir's marker records how the run ended. `load_config` and `int_list` read what binaries take besides
+`--config` flags: config files named in their own flags, and lists of integers.
 """
 import importlib.util
 import os
 import pathlib
+import signal
 import sys
+import traceback
 
 import jax
+import ml_collections
 from absl import app, flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
-from posattn import mesh
+from posattn import mesh, ownership
 from posattn.errors import ConfigError, RunStopped
 
 
@@ -56,14 +62,42 @@ def define_distributed_flags():
 
 
 def load_config(path: str, arg: str | None = None):
-    """`get_config(arg)` of a config file such as "tpu_configs/digits.py" (`find_config_file`)."""
+    """`get_config(arg)` (`get_config()` when arg is None, as ml_collections calls it) of a config file
+    such as "tpu_configs/digits.py" (`find_config_file`); ConfigError, in one line naming the file, for
+    a file that is missing, does not compile, raises while it loads or in get_config, defines no
+    get_config, or whose get_config returns no ml_collections.ConfigDict."""
     file = pathlib.Path(find_config_file(path))
     if not file.is_file():
         raise ConfigError(f"config file {path} not found: use one of tpu_configs/*.py")
+    call = "get_config()" if arg is None else f"get_config({arg!r})"
     spec = importlib.util.spec_from_file_location(file.stem, file)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
+    _config_file_step(file, path, "loading it", lambda: spec.loader.exec_module(module))
+    if not callable(getattr(module, "get_config", None)):
+        raise ConfigError(f"config file {path} defines no get_config(arg): a config file returns its "
+                          "ml_collections.ConfigDict from get_config (e.g. tpu_configs/digits.py)")
+    config = _config_file_step(file, path, call, lambda: module.get_config() if arg is None else
+                               module.get_config(arg))
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ConfigError(f"config file {path}: {call} returned {type(config).__name__}, not an "
+                          "ml_collections.ConfigDict: end get_config with `return config`")
+    return config
+
+
+def _config_file_step(file: pathlib.Path, path: str, what: str, step):
+    """`step()`, with whatever the config file's own code raises (a ConfigError aside) as a ConfigError
+    naming the file, its line and `what` was running."""
+    try:
+        return step()
+    except ConfigError:
+        raise
+    except SyntaxError as e:
+        raise ConfigError(f"config file {path}, line {e.lineno}: {e.msg} (it does not compile)") from e
+    except Exception as e:  # noqa: BLE001 - whatever the file's code raises, it is the file's fault
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == str(file)]
+        where = f", line {lines[-1]}" if lines else ""
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise ConfigError(f"config file {path}{where}: {what} raised {type(e).__name__}: {first}") from e
 
 
 def int_list(text: str, what: str) -> list[int]:
@@ -138,6 +172,10 @@ def _resolve_config_files(argv) -> list[str]:
         if not os.path.isfile(found):
             where = "" if os.path.isabs(path) else f" (relative to the current directory {os.getcwd()})"
             fail(f"--{name}={value}: config file {path!r} not found{where}")
+        try:  # here, in one line, rather than as ml_collections' traceback while the flags parse
+            load_config(found, arg if colon else None)
+        except ConfigError as e:
+            fail(e)
         if found != path:
             _replace_flag_value(argv, name, f"{found}{colon}{arg}")
     return argv
@@ -188,17 +226,46 @@ def enable_compilation_cache(setting: str | None = None) -> str | None:
     return path
 
 
+def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
+    """How a binary that raised `e` ends: (marker status, exit status, prefix, one-line message), or
+    None for a bug (its traceback is kept)."""
+    if isinstance(e, ConfigError):
+        return ownership.FAILED, 2, "error", str(e)
+    if isinstance(e, RunStopped):
+        return ownership.INTERRUPTED, e.exit_status, "stopped", str(e)
+    if isinstance(e, KeyboardInterrupt):  # Ctrl-C before the workdir is claimed (`ownership` then stops it)
+        return ownership.INTERRUPTED, 128 + signal.SIGINT, "stopped", "SIGINT before the run wrote anything"
+    text = str(e)
+    if isinstance(e, MemoryError) or (isinstance(e, jax.errors.JaxRuntimeError) and (
+            "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())):
+        first = (text.strip().splitlines() or [type(e).__name__])[0]
+        return (ownership.FAILED, 2, "error", f"out of memory ({first}): choose smaller sizes (batch, samples "
+                "N, model) or a device with more memory")
+    return None
+
+
 def run(main) -> None:
-    """`absl.app.run(main)` with bad flags, missing config files and `ConfigError` turned into exit 2,
-    and JAX's persistent compilation cache on (`enable_compilation_cache`, `--compilation_cache`)."""
+    """`absl.app.run(main)` with bad flags, missing or broken config files, `ConfigError` and running out
+    of memory turned into one line and exit 2, a `RunStopped` into its line and exit status, SIGINT into
+    one line and 130 (once a workdir is claimed, `posattn.ownership` ends SIGINT and SIGTERM itself);
+    the claimed workdir's marker records how the run ended. JAX's persistent compilation cache is on
+    (`enable_compilation_cache`, `--compilation_cache`)."""
 
     def guarded(argv):
         enable_compilation_cache(flags.FLAGS.compilation_cache)
         try:
-            return main(argv)
-        except ConfigError as e:
-            fail(e)
-        except RunStopped as e:
-            fail(e, e.exit_status, prefix="stopped")
+            main(argv)
+        except SystemExit as e:
+            ownership.release(ownership.COMPLETE if not e.code else ownership.FAILED)
+            raise
+        except BaseException as e:
+            outcome = _outcome(e)
+            if outcome is None:  # a bug: recorded, and its traceback kept
+                ownership.release(ownership.FAILED, f"{type(e).__name__}: {e}")
+                raise
+            status, exit_status, prefix, message = outcome
+            ownership.release(status, message)
+            fail(message, exit_status, prefix=prefix)
+        ownership.release(ownership.COMPLETE)
 
     app.run(guarded, flags_parser=_parse_flags)

@@ -1,6 +1,14 @@
-"""The error type that means "the user asked for something invalid", the check of a name, and the
-exception of a run that stopped on purpose before its end."""
+"""The error type that means "the user asked for something invalid", the checks that raise it (a name,
+the types of a config dataclass's fields), and the exception of a run that stopped on purpose before
+its end."""
+import dataclasses
 import difflib
+import math
+import numbers
+import types
+import typing
+
+import numpy as np
 
 
 class ConfigError(ValueError):
@@ -26,3 +34,60 @@ def check_choice(value, allowed, what: str):
     near = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.0)
     hint = f"did you mean {near[0]!r}? " if near else ""
     raise ConfigError(f"unknown {what} {value!r}: {hint}(valid: {', '.join(map(repr, allowed))})")
+
+
+INT32_MAX = 2**31 - 1  # JAX's default integer: a larger count overflows where it becomes an array
+_BOOLS = (bool, np.bool_)
+
+
+def check_seed(seed, what: str = "seed") -> int:
+    """`seed` if it is an integer JAX can make a key of (int64: [-2**63, 2**63)), else ConfigError."""
+    if isinstance(seed, _BOOLS) or not isinstance(seed, numbers.Integral) or not -2**63 <= seed < 2**63:
+        raise ConfigError(f"{what}={seed!r}: give an integer in [-2**63, 2**63)")
+    return seed
+
+
+def check_field_types(config) -> None:
+    """Raise ConfigError unless every field of the dataclass instance `config` holds a value of its
+    annotated type: `int` an integer (not a bool, nor 16.0 or "16") of at most `INT32_MAX`; `float` a
+    finite real number (an int will do); `bool` True or False; `str` and `Literal[...]` a string;
+    `X | None` None or an X. The message names the class, the field and the value, and says what would do.
+
+    Called first in the `__post_init__` of the library's frozen config dataclasses, so that the range
+    checks after it compare numbers, and no NaN, inf or fractional count reaches a compiled program.
+    """
+    hints = typing.get_type_hints(type(config))
+    for field in dataclasses.fields(config):
+        value, kind = getattr(config, field.name), hints[field.name]
+        options = typing.get_args(kind) if isinstance(kind, types.UnionType) else (kind,)
+        if value is None and type(None) in options:
+            continue
+        kind = next(k for k in options if k is not type(None))
+        kind = str if typing.get_origin(kind) is typing.Literal else kind
+        name = f"{type(config).__name__}.{field.name}={value!r}"
+        or_none = " or None" if type(None) in options else ""
+        if kind is bool:
+            ok, want = isinstance(value, _BOOLS), "True or False"
+        elif kind in (int, float):
+            number = numbers.Integral if kind is int else numbers.Real
+            ok = isinstance(value, number) and not isinstance(value, _BOOLS)
+            want = "an integer" if kind is int else "a number"
+        else:
+            ok, want = isinstance(value, typing.get_origin(kind) or kind), f"a {kind.__name__}"
+        if not ok:
+            whole = _whole(value) if kind is int and not isinstance(value, _BOOLS) else None
+            raise ConfigError(f"{name}: give {want}{or_none} (got a {type(value).__name__}"
+                              + ("" if whole is None else f"; e.g. {field.name}={whole}") + ")")
+        if kind is int and abs(int(value)) > INT32_MAX:
+            raise ConfigError(f"{name}: give at most {INT32_MAX:,} (JAX counts in int32)")
+        if kind is float and not math.isfinite(float(value)):
+            raise ConfigError(f"{name}: give a finite number{or_none}")
+
+
+def _whole(value) -> int | None:
+    """The integer that `value` (16.0, "16") spells, else None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() else None

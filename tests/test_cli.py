@@ -1,14 +1,17 @@
-"""What every binary goes through (`posattn.cli.run`): the persistent compilation cache switch, and the
-workdir check before any work."""
+"""What every binary goes through (`posattn.cli.run`): the persistent compilation cache switch, the
+workdir check and claim before any work, broken config files, out of memory and signals in one line."""
+import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
 import jax
 import pytest
 
-from posattn import cli
+from posattn import cli, ownership
+from posattn.errors import ConfigError
 from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -59,3 +62,84 @@ def test_phase_three_refuses_problems_it_cannot_run_before_any_work(args, words,
                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=envs.devices(1))
     assert out.returncode == 2 and out.stderr.startswith("error: ") and words in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
+def run_binary(binary, *args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", f"experiments.{binary}", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env=envs.devices(1, PYTHONPATH=str(ROOT)))
+
+
+@pytest.mark.parametrize("binary, workdir", [("theory", ""), ("phase_three", "  ")])
+def test_an_empty_workdir_is_refused_and_nothing_is_written(binary, workdir, tmp_path):
+    out = run_binary(binary, f"--workdir={workdir}", cwd=tmp_path)
+    what = "is empty" if not workdir else "is only whitespace"
+    assert out.returncode == 2 and out.stderr == (f"error: --workdir {what}: give a directory, e.g. "
+                                                  "--workdir=/tmp/run\n"), out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_theory_refuses_the_workdir_of_another_binarys_run_and_leaves_every_byte(tmp_path):
+    ownership.claim(tmp_path, "train_images", {"seed": 0})
+    for name in ("config.json", "metrics.jsonl", "summary.json"):
+        (tmp_path / name).write_text('{"step": 4}\n')
+    ownership.release(ownership.COMPLETE)
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    out = run_binary("theory", f"--workdir={tmp_path}")
+    assert out.returncode == 2 and out.stderr == (f"error: --workdir={tmp_path} holds a train_images run "
+                                                  "(complete): theory does not overwrite it; use a new --workdir\n")
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+BROKEN = {
+    "raises": ('raise RuntimeError("boom")\n', "line 1: loading it raised RuntimeError: boom"),
+    "syntax": ("def get_config(arg=None):\n    return {\n", "line 2: '{' was never closed (it does not compile)"),
+    "none": ("def get_config(arg=None):\n    config = 1\n", "get_config() returned NoneType, not an "
+             "ml_collections.ConfigDict: end get_config with `return config`"),
+    "no_get_config": ("CONFIG = 1\n", "defines no get_config(arg)"),
+    "get_config_raises": ("def get_config(arg=None):\n    return {}['x']\n", "line 2: get_config() raised KeyError"),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_a_broken_config_file_is_one_configerror_naming_it(name, tmp_path):
+    text, words = BROKEN[name]
+    (tmp_path / "c.py").write_text(text)
+    with pytest.raises(ConfigError) as e:
+        cli.load_config(str(tmp_path / "c.py"))
+    assert str(e.value).startswith(f"config file {tmp_path / 'c.py'}") and words in str(e.value), str(e.value)
+
+
+def test_the_binaries_load_a_broken_config_file_into_one_line(tmp_path):
+    (tmp_path / "c.py").write_text(BROKEN["none"][0])
+    out = run_binary("theory", f"--config={tmp_path}/c.py", f"--workdir={tmp_path}/run")
+    assert out.returncode == 2 and out.stderr.startswith("error: config file") and out.stderr.count("\n") == 1
+    assert BROKEN["none"][1] in out.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_theory_ends_a_signal_with_one_line_and_a_workdir_that_says_interrupted(sig, status, tmp_path):
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # if ignored here, the child would be too
+    try:
+        run = subprocess.Popen([sys.executable, "-m", "experiments.theory", f"--workdir={tmp_path}", "--config.gd.N=100",
+                                "--config.gd.steps=1000000", "--config.gd.n_test=100", "--config.gd.n_final_test=100"],
+                               cwd=ROOT, env=envs.devices(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    for line in run.stdout:  # GD is under way
+        if line.startswith("step"):
+            break
+    run.send_signal(sig)
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == status and stderr == (
+        f"stopped: {sig.name}: the run in {tmp_path} did not finish (workdir.json says interrupted); rerun the same "
+        "command to run it again from the start\n"), stderr
+    assert json.loads((tmp_path / "workdir.json").read_text())["status"] == "interrupted"
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_running_out_of_memory_is_one_line():
+    program = ("from posattn import cli\ndef main(argv):\n    raise MemoryError()\ncli.run(main)\n")
+    out = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 2 and out.stderr == ("error: out of memory (MemoryError): choose smaller sizes (batch, "
+                                                  "samples N, model) or a device with more memory\n"), out.stderr

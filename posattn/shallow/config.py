@@ -11,7 +11,7 @@ import dataclasses
 import math
 from typing import Literal
 
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, check_field_types
 
 ATTENTIONS = ("softmax", "none")
 SUCCESS = ("error", "hinge")
@@ -55,6 +55,7 @@ class TokenConfig:
     theorem_margin: bool = True
 
     def __post_init__(self):
+        check_field_types(self)
         _check(self.M >= 3, f"M={self.M}: need at least 3 patterns (two discriminative, one irrelevant)")
         _check(self.d >= self.M, f"d={self.d} must be >= M={self.M}: the M patterns are orthonormal in R^d")
         _check(self.L >= 2, f"L={self.L}: need at least 2 tokens per sample")
@@ -110,6 +111,7 @@ class ModelConfig:
     w_o_std: float = 0.1
 
     def __post_init__(self):
+        check_field_types(self)
         _check(self.attention in ATTENTIONS, f"attention={self.attention!r}: choose one of {ATTENTIONS}")
         _check(self.m >= 2 and self.m % 2 == 0,
                f"m={self.m}: need an even number of neurons, half with a_i = +1/sqrt(m), half -1/sqrt(m)")
@@ -152,6 +154,7 @@ class SGDConfig:
     eps: float = 0.01
 
     def __post_init__(self):
+        check_field_types(self)
         _check(self.N >= 1, f"N={self.N}: the number of training samples must be positive")
         _check(self.batch >= 1, f"batch={self.batch} must be positive")
         _check(self.steps >= 1, f"steps={self.steps} must be positive")

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posattn.errors import check_seed
 from posattn.shallow import metrics, train
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
 from posattn.shallow.data import sample
@@ -91,5 +92,5 @@ def run_cells(keys_R: jax.Array, cells: Cell, *, tokens: TokenConfig, model: Mod
 
 
 def seed_keys(seed: int, R: int) -> jax.Array:
-    """R independent run keys from one integer seed."""
-    return jax.random.split(jax.random.PRNGKey(seed), R)
+    """R independent run keys from one integer seed (ConfigError for one JAX cannot take)."""
+    return jax.random.split(jax.random.PRNGKey(check_seed(seed)), R)

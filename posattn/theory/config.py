@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import Literal
 
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, check_field_types
 
 PARTITIONS = ("grid", "random")
 NOISES = ("orthogonal", "isotropic")
@@ -62,6 +62,7 @@ class TheoryConfig:
     cnn_shared_filter: bool = False
 
     def __post_init__(self):
+        check_field_types(self)
         _check(self.D >= 2, f"D={self.D}: need at least 2 patches")
         _check(self.C >= 2, f"C={self.C}: a set needs at least 2 patches for patch association to mean "
                f"more than the diagonal")
@@ -145,6 +146,7 @@ class GDConfig:
     v_std: float = 0.02
 
     def __post_init__(self):
+        check_field_types(self)
         _check(self.risk in RISKS, f"risk={self.risk!r}: choose one of {RISKS}")
         _check(self.population_method in POPULATION_METHODS,
                f"population_method={self.population_method!r}: choose one of {POPULATION_METHODS}")

@@ -10,11 +10,13 @@ traced inline like any other function.
 """
 import functools
 import math
+import numbers
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from posattn.errors import ConfigError
 from posattn.theory.config import TheoryConfig
 
 
@@ -83,7 +85,21 @@ def labelling_function(X: jax.Array, cfg: TheoryConfig, task: Task) -> jax.Array
     return dataset(cfg).labelling_function(X, cfg, task)
 
 
+def check_task(cfg: TheoryConfig, task: Task) -> None:
+    """ConfigError unless `task` is a task of `cfg`'s shapes (sets (L, C), w* (d,)), as `make_task(key,
+    cfg)` draws it: a task of another config would index patches that do not exist."""
+    sets, w = tuple(jnp.shape(task.sets)), tuple(jnp.shape(task.w_star))
+    if sets != (cfg.L, cfg.C) or w != (cfg.d,):
+        raise ConfigError(f"the task has sets {sets} and w* {w}, but the config needs sets ({cfg.L}, {cfg.C}) "
+                          f"and w* ({cfg.d},) (D={cfg.D}, C={cfg.C}, d={cfg.d}): draw it with "
+                          "make_task(key, cfg) for this config")
+
+
 @functools.partial(jax.jit, static_argnames=("cfg", "n"))
 def sample(key: jax.Array, cfg: TheoryConfig, task: Task, n: int):
-    """Draw n data points (X (n, D, d), y (n,)) of `cfg.dataset`; vmappable over `key`."""
+    """Draw n data points (X (n, D, d), y (n,)) of `cfg.dataset`; vmappable over `key`. ConfigError
+    (while tracing) for n that is not a positive integer or a task of another config (`check_task`)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ConfigError(f"n={n!r}: draw a positive integer number of samples")
+    check_task(cfg, task)
     return dataset(cfg).sample(key, cfg, task, n)

@@ -7,13 +7,15 @@ derive the same bits from either, so these streams reproduce every number drawn 
 """
 import jax
 
+from posattn.errors import check_seed
+
 FINAL_TEST = 7  # fold_in index of a run's final test set: the fresh samples of `evaluation.test_errors`
 GLM_REFERENCE = 8  # fold_in index of the samples of the phase-I GLM reference (`glm.phase_one_reference`)
 
 
 def seed_key(seed: int) -> jax.Array:
-    """The typed key of an integer seed."""
-    return jax.random.key(seed)
+    """The typed key of an integer seed; ConfigError for one JAX cannot take (`errors.check_seed`)."""
+    return jax.random.key(check_seed(seed))
 
 
 def seed_keys(seed: int, n: int) -> jax.Array:

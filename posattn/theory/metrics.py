@@ -5,7 +5,16 @@ All functions are pure and jittable; they take the task because S_1..S_L and w* 
 import jax
 import jax.numpy as jnp
 
+from posattn.errors import ConfigError
 from posattn.theory.data import Task, same_set_mask
+
+
+def check_attention_matrix(A: jax.Array, task: Task) -> None:
+    """ConfigError unless A is the D x D attention matrix of Eq. (T) for `task`'s D patches."""
+    D = task.sets.size
+    if jnp.shape(A) != (D, D):
+        raise ConfigError(f"A has shape {jnp.shape(A)}: the attention matrix of Eq. (T) is D x D = ({D}, {D}) "
+                          f"for this task's {D} patches")
 
 
 def patch_association(A: jax.Array, task: Task):
@@ -14,8 +23,9 @@ def patch_association(A: jax.Array, task: Task):
     The diagonal is included (the definition's "C largest entries" of row i). A row passes when every
     entry inside its set is strictly larger than every entry outside it, so ties count as failure.
 
-    Returns (rows bool (D,), verdict bool scalar: all rows pass).
+    Returns (rows bool (D,), verdict bool scalar: all rows pass). ConfigError if A is not D x D.
     """
+    check_attention_matrix(A, task)
     mask = same_set_mask(task.sets)
     lowest_inside = jnp.where(mask, A, jnp.inf).min(axis=1)
     highest_outside = jnp.where(mask, -jnp.inf, A).max(axis=1)
@@ -26,6 +36,7 @@ def patch_association(A: jax.Array, task: Task):
 @jax.jit  # run op by op, its half-dozen small programs each compiled on first use
 def top_c_overlap(A: jax.Array, task: Task) -> jax.Array:
     """Mean share of row i's C largest entries that fall in its own set (chance: C / D)."""
+    check_attention_matrix(A, task)
     C = task.sets.shape[1]
     top = jnp.argsort(-A, axis=1)[:, :C]
     mask = same_set_mask(task.sets)
@@ -37,6 +48,7 @@ def off_diagonal_overlap(A: jax.Array, task: Task) -> jax.Array:
     """Mean share of row i's C - 1 largest off-diagonal entries that fall in S_l(i) minus i (chance:
     (C - 1) / (D - 1)). The frozen diagonal a0 sits in every row's top C once a0 is large, which would
     add 1 / C to `top_c_overlap` whatever GD learnt; this counts only the entries GD moves."""
+    check_attention_matrix(A, task)
     D, C = A.shape[0], task.sets.shape[1]
     eye = jnp.eye(D, dtype=bool)
     top = jnp.argsort(-jnp.where(eye, -jnp.inf, A), axis=1)[:, :C - 1]
@@ -45,6 +57,7 @@ def off_diagonal_overlap(A: jax.Array, task: Task) -> jax.Array:
 
 def within_across_means(A: jax.Array, task: Task):
     """Mean off-diagonal entry of A within sets (gamma of the proof sketch) and across sets (rho)."""
+    check_attention_matrix(A, task)
     mask = same_set_mask(task.sets)
     off_diagonal = ~jnp.eye(A.shape[0], dtype=bool)
     within = mask & off_diagonal

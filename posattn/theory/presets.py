@@ -91,8 +91,22 @@ def get_config(arg: str | None = None) -> config_dict.ConfigDict:
 
 
 def configs_from(config: config_dict.ConfigDict) -> tuple[TheoryConfig, GDConfig]:
-    """The (TheoryConfig, GDConfig) of a config of `get_config`, validated on construction."""
-    return TheoryConfig(**config.theory.to_dict()), GDConfig(**config.gd.to_dict())
+    """The (TheoryConfig, GDConfig) of a config of `get_config`, validated on construction; ConfigError
+    for a config of another shape (e.g. an image config file given to the theory binary)."""
+    missing = [k for k in ("preset", "seed", "seeds", "overlay_N", "theory", "gd") if k not in config]
+    if missing:
+        raise ConfigError(f"the config has no {', '.join(missing)}: a theory config comes from "
+                          f"posattn/theory/presets.py[:PRESET] (fields preset, seed, seeds, overlay_N, theory.*, "
+                          f"gd.*), not from a file with fields {', '.join(sorted(config.keys()))}")
+    sections = {}
+    for name, cls in (("theory", TheoryConfig), ("gd", GDConfig)):
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(config[name].keys()) - fields)
+        if unknown:
+            raise ConfigError(f"{name}.{unknown[0]} is not a field of {cls.__name__} (its fields: "
+                              f"{', '.join(sorted(fields))})")
+        sections[name] = cls(**config[name].to_dict())
+    return sections["theory"], sections["gd"]
 
 
 def overlay_sizes(config: config_dict.ConfigDict) -> list[int]:

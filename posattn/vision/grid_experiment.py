@@ -46,16 +46,23 @@ def cell_name(R: int, attention: str) -> str:
     return f"{attention}_R{R}"
 
 
-def run_cell(config, workdir: str, ks, *, seed: int = 0) -> dict:
-    """Train `config` in `workdir` (resuming from its checkpoint if any), then its slot metrics on the
-    test grids: {"R", "alpha_star", "alpha_conf", "attention", "test_accuracy", "train_accuracy",
-    "seconds", "relevant_mass", "chance_mass", "accuracy_attention_pruned", ...} (see
-    `slot_attention.evaluate`)."""
+def check_cell(config):
+    """The resolved setup of a cell's config (`posattn.vision.setup.resolve`), or ConfigError, also
+    for a ViT whose patch is not one slot of the grid."""
     setup = resolve(config)
     patch = setup.model.patch_size
     if setup.image_shape[0] != token_grid.SIDE * patch:
         raise ConfigError(f"the ViT's patch ({patch}) must be a slot's side ({setup.image_shape[0]} / "
                           f"{token_grid.SIDE}) so that a token is a slot: pick the variant's patch accordingly")
+    return setup
+
+
+def run_cell(config, workdir: str, ks, *, seed: int = 0) -> dict:
+    """Train `config` in `workdir` (resuming from its checkpoint if any), then its slot metrics on the
+    test grids: {"R", "alpha_star", "alpha_conf", "attention", "test_accuracy", "train_accuracy",
+    "seconds", "relevant_mass", "chance_mass", "accuracy_attention_pruned", ...} (see
+    `slot_attention.evaluate`)."""
+    setup = check_cell(config)
     state, summary = train.train(config, workdir)
     R = int(config.dataset.rpartition("/")[2])
     _, confusion, _ = token_grid.slot_counts(R)

@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
 
-from posattn.errors import ConfigError, check_choice
+from posattn.errors import INT32_MAX, ConfigError, check_choice
 from posattn.vision import losses, models
 from posattn.vision.data import augment, datasets, pipeline
 from posattn.vision.data.permutation import BlockPermutation
@@ -85,6 +85,11 @@ class Setup:
 
 
 def _check_loop_fields(config, num_devices: int) -> None:
+    counts = {f: config[f] for f in ("total_steps", "log_every", "eval_every", "checkpoint_every",
+                                     "global_batch_size", "eval_batch_size")}
+    for field, value in {**counts, "optimizer.warmup_steps": config.optimizer.warmup_steps}.items():
+        if value > INT32_MAX:  # the step and the schedule run in int32 on the device
+            raise ConfigError(f"{field}={value} must be at most {INT32_MAX:,} (JAX counts in int32)")
     for field in ("total_steps", "log_every"):
         if config[field] <= 0:
             raise ConfigError(f"{field}={config[field]} must be a positive integer")

@@ -60,6 +60,8 @@ def test_knobs_can_be_traced_and_vmapped():
     (dict(d=4, M=6), "d=4 must be >= M=6"),
     (dict(tau=-1.0), "tau=-1.0"),
     (dict(noisy_tokens=40), "noisy_tokens=40"),
+    (dict(L=30.0), "TokenConfig.L=30.0: give an integer"),
+    (dict(tau=float("inf")), "TokenConfig.tau=inf: give a finite number"),
 ])
 def test_bad_configs_say_what_to_change(kwargs, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(")):

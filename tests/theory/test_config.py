@@ -1,9 +1,10 @@
 """Invalid configurations are refused at construction with a message that says what is wrong."""
+import numpy as np
 import pytest
 
 from posattn.errors import ConfigError
 from posattn.theory import GDConfig, TheoryConfig
-from posattn.theory.presets import PRESETS, get_preset
+from posattn.theory.presets import PRESETS, get_config, get_preset
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -40,6 +41,40 @@ def test_gd_config_rejects(kwargs, words):
     with pytest.raises(ConfigError) as e:
         GDConfig(**kwargs)
     assert words in str(e.value)
+
+
+@pytest.mark.parametrize("cls, kwargs, words", [
+    (GDConfig, dict(steps=2.5), "GDConfig.steps=2.5: give an integer"),
+    (GDConfig, dict(a0=float("nan")), "GDConfig.a0=nan: give a finite number"),
+    (GDConfig, dict(lr=float("inf")), "GDConfig.lr=inf: give a finite number"),
+    (GDConfig, dict(lr_A=float("inf")), "GDConfig.lr_A=inf: give a finite number or None"),
+    (GDConfig, dict(N=3_000_000_000), "GDConfig.N=3000000000: give at most 2,147,483,647"),
+    (TheoryConfig, dict(D="16"), "TheoryConfig.D='16': give an integer (got a str; e.g. D=16)"),
+    (TheoryConfig, dict(D=16.0), "TheoryConfig.D=16.0: give an integer (got a float; e.g. D=16)"),
+    (TheoryConfig, dict(noise_std=float("inf")), "TheoryConfig.noise_std=inf: give a finite number or None"),
+    (TheoryConfig, dict(temperature=1), "TheoryConfig.temperature=1: give True or False"),
+])
+def test_types_and_finiteness_are_checked_at_construction(cls, kwargs, words):
+    with pytest.raises(ConfigError) as e:
+        cls(**kwargs)
+    assert str(e.value).startswith(words), str(e.value)
+
+
+def test_numpy_numbers_are_numbers():
+    assert TheoryConfig(D=np.int64(16), q=np.float32(0.5)).L == 4 and GDConfig(lr=1).lr == 1
+
+
+def test_an_image_config_is_no_theory_config():
+    from posattn.theory.presets import configs_from
+    from tpu_configs import digits
+
+    with pytest.raises(ConfigError, match="the config has no preset, seeds, overlay_N, theory, gd: a theory config"):
+        configs_from(digits.get_config())
+    config = get_config()
+    with config.gd.unlocked():
+        config.gd.extra = 1  # a field the dataclass lacks
+    with pytest.raises(ConfigError, match="gd.extra is not a field of GDConfig"):
+        configs_from(config)
 
 
 def test_presets_are_valid_and_unknown_is_refused():

@@ -134,6 +134,16 @@ def test_sample_is_jittable_and_vmappable_over_keys():
     assert not np.allclose(np.asarray(X[0]), np.asarray(X[1]))
 
 
+def test_sample_refuses_a_count_that_is_no_positive_integer_and_another_configs_task():
+    task = make_task(jax.random.key(0), CFG)
+    with pytest.raises(ConfigError, match="n=-5: draw a positive integer number of samples"):
+        sample(jax.random.key(1), CFG, task, -5)
+    other = make_task(jax.random.key(0), TheoryConfig(D=36, C=4, d=32))
+    with pytest.raises(ConfigError, match=r"the task has sets \(9, 4\) and w\* \(32,\), but the config needs "
+                                          r"sets \(4, 4\)"):
+        sample(jax.random.key(1), CFG, other, 5)
+
+
 def test_figure2_gaussian_data_is_labelled_by_the_cnn():
     cfg = TheoryConfig(D=16, C=4, d=16, dataset="gaussian_cnn", cnn_width=2)
     task = make_task(jax.random.key(0), cfg)

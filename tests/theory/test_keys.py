@@ -2,7 +2,9 @@
 `PRNGKey(0)` streams, written out), and one run's streams are independent of each other."""
 import jax
 import numpy as np
+import pytest
 
+from posattn.errors import ConfigError
 from posattn.theory import keys
 from posattn.theory.claims.reproduce import CLAIMS
 
@@ -24,3 +26,9 @@ def test_streams_are_typed_and_distinct():
     assert len({tuple(BITS(k)) for k in streams.values()}) == len(streams)
     seeds = keys.consecutive_seed_keys(3, 2)
     assert BITS(seeds[0]) == BITS(keys.seed_key(3)) and BITS(seeds[1]) == BITS(keys.seed_key(4))
+
+
+@pytest.mark.parametrize("seed", [2**63, -2**63 - 1, 1.5, True])
+def test_a_seed_jax_cannot_take_is_refused_in_one_line(seed):
+    with pytest.raises(ConfigError, match=r"give an integer in \[-2\*\*63, 2\*\*63\)"):
+        keys.seed_key(seed)

@@ -1,6 +1,9 @@
 """Patch association (Definition 2.2) and the phase detector on hand-built inputs."""
 import jax.numpy as jnp
 import numpy as np
+import pytest
+
+from posattn.errors import ConfigError
 
 from posattn.theory import grid_sets, patch_association, top_c_overlap, within_across_means
 from posattn.theory.metrics import off_diagonal_overlap
@@ -17,6 +20,14 @@ def test_block_matrix_has_patch_association():
     assert bool(ok) and np.asarray(rows).all()
     assert float(top_c_overlap(A, TASK)) == 1.0
     assert float(off_diagonal_overlap(A, TASK)) == 1.0
+
+
+def test_an_attention_matrix_that_is_not_d_by_d_is_refused():
+    with pytest.raises(ConfigError, match=r"A has shape \(16, 15\): the attention matrix of Eq. \(T\) is D x D = "
+                                          r"\(16, 16\)"):
+        patch_association(jnp.ones((16, 15)), TASK)
+    with pytest.raises(ConfigError, match="A has shape"):
+        top_c_overlap(jnp.ones((4, 4)), TASK)
 
 
 def test_a_large_diagonal_counts_in_top_c_but_not_off_it():

@@ -82,6 +82,13 @@ def test_optimiser_numbers_out_of_range_are_refused(field, value, message):
         setup_lib.resolve(c, 1)
 
 
+def test_a_step_count_beyond_int32_is_refused():
+    c, _ = load_config("digits", "local")
+    c.total_steps = 3_000_000_000
+    with pytest.raises(ConfigError, match="total_steps=3000000000 must be at most 2,147,483,647"):
+        setup_lib.resolve(c, 1)
+
+
 def test_negative_permutation_seed_is_refused():
     c, _ = load_config("digits", "local")
     c.permute_block, c.permute_seed = 4, -1

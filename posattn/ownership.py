@@ -1,0 +1,390 @@
+"""A workdir belongs to one run of one binary, held by one process at a time (docs/reliability.md).
+
+Every binary of `experiments/` checks its flags, then calls `claim(workdir, binary, config)` before its
+first write. The claim
+
+1. refuses an empty or whitespace `--workdir` (it would write into the current directory, or into /);
+2. reads the workdir's marker, `workdir.json` (the binary, its config and the config's fingerprint, a
+   status, the pid), and refuses a workdir that holds another binary's run or a run of another config
+   (a run whose marker says `failed` may be replaced by another config of the same binary: the
+   corrected relaunch). A workdir without a marker is taken if it is empty, or if its config.json
+   records this very config (a run made by `posattn.vision.train` outside the binaries, or before
+   markers); any other files are refused: a run never overwrites another. A refusal touches nothing;
+3. takes an advisory lock (`fcntl.flock` on `workdir.lock`) for the rest of the process: a second
+   process on the same workdir is refused, naming the first's pid. The OS drops the lock when the
+   process ends, however it ends (SIGKILL included), so no lock is ever stale. `flock` needs a local
+   (or NFS) file system: a gs:// or other remote workdir is not locked (a warning says so), and one
+   run at a time is then the user's to ensure;
+4. writes the marker with status `running`; `release`, which `posattn.cli.run` calls as the binary
+   ends, records `complete`, `interrupted` (SIGTERM, SIGINT, a `RunStopped`) or `failed`. A marker left
+   `running` while no process holds the lock is a run that was killed. A run that ends having written
+   nothing (refused by a later check, interrupted at once) leaves the workdir as it found it.
+
+The same binary with the same config continues: binaries that resume, resume; the others (theory,
+reproduce, phase_three, shallow_vit, posemb_similarity's --out) run again from the start, rewriting
+their outputs with the same results (every seed is in the config). A config is compared field by field
+(nested dicts flattened to dotted names); `may_change` names the fields a binary lets a resumed run
+change (`posattn.vision.resume.RESUMABLE` for train_images), which the fingerprint leaves out.
+
+While a claim is held, SIGINT and SIGTERM end the process at the next Python instruction (a call into
+compiled code finishes first) with the marker saying `interrupted`, one line on stderr and exit status
+130 or 143, instead of a traceback or a silent death; the image trainer installs its own handlers while
+it trains (save, then stop). The process ends at once (`os._exit`) rather than by raising into the
+running code: a KeyboardInterrupt can land inside JAX's callbacks, where it is swallowed (the run goes
+on) or leaves XLA's threads running into the interpreter's shutdown (a segfault). The files a run
+writes are whole or absent (`posattn.io`), so nothing is left half-written. A SIGINT ignored by the
+parent (a background job) stays ignored. On a multi-process run only process 0 locks and writes the
+marker, every process checks it, and JAX's preemption service keeps SIGTERM.
+"""
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import shlex
+import signal
+import sys
+import threading
+
+import jax
+from absl import logging
+from etils import epath
+
+from posattn import io, workdir as workdir_lib
+from posattn.errors import ConfigError
+from posattn.vision.resume import differing_fields
+
+MARKER, LOCK = "workdir.json", "workdir.lock"
+RUNNING, COMPLETE, INTERRUPTED, FAILED = "running", "complete", "interrupted", "failed"
+_OWN_FILES = (MARKER, LOCK)
+
+
+@dataclasses.dataclass
+class _Claim:
+    path: epath.Path
+    workdir: str
+    binary: str
+    resumes: bool
+    record: dict
+    before: bytes | None          # the marker as the claim found it (None: there was none)
+    listing: dict                 # the workdir's entries as the claim found them (`_listing`)
+    created: list                 # directories the claim created, innermost first
+    lock_fd: int | None = None
+    lock_before: bytes = b""      # the lock file's content (the previous holder's pid) as found
+    handlers: dict = dataclasses.field(default_factory=dict)  # {signal: the handler to restore}
+
+
+_held: _Claim | None = None
+
+
+def _reachable(workdir) -> epath.Path:
+    """`workdir` as a path (`check_path`) whose file system answers: ConfigError in one line if not
+    (e.g. gs:// without gcsfs installed: an ImportError; a file system's own error)."""
+    path = epath.Path(check_path(workdir))
+    try:
+        path.exists()
+    except Exception as e:  # noqa: BLE001 - whatever the file system raises, the workdir is out of reach
+        raise ConfigError(f"--workdir={workdir} cannot be reached ({type(e).__name__}: {_first_line(e)}): "
+                          "install what it names, or choose a directory this machine can reach") from e
+    return path
+
+
+def check_path(workdir, flag: str = "workdir") -> str:
+    """`workdir` as given, or ConfigError if it is empty or whitespace (`--workdir=` passes absl's
+    required=True and would write into the current directory, or into /); `flag` names it."""
+    if workdir is None or not str(workdir).strip():
+        what = "is empty" if not workdir else "is only whitespace"
+        raise ConfigError(f"--{flag} {what}: give a directory, e.g. --{flag}=/tmp/run")
+    return str(workdir)
+
+
+def _is_local(path) -> bool:
+    return "://" not in str(path)
+
+
+def _flat_config(config) -> dict:
+    """The config as plain JSON (dicts, lists, numbers, strings), as the marker stores it; nested
+    ml_collections.ConfigDicts as their dicts."""
+    as_json = lambda x: json.loads(x.to_json_best_effort()) if hasattr(x, "to_json_best_effort") else str(x)
+    return json.loads(json.dumps(io.jsonable(config) if isinstance(config, dict) else config, sort_keys=True,
+                                 default=as_json))
+
+
+def fingerprint(config: dict, may_change=()) -> str:
+    """SHA-256 (16 hex digits) of the config's fields, leaving out `may_change`."""
+    kept = {k: v for k, v in _dotted(config).items() if k not in may_change}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _dotted(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        out.update(_dotted(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
+
+
+def read_marker(workdir) -> dict | None:
+    """The marker of `workdir` (None if it has none); ConfigError if it is not a marker."""
+    path = epath.Path(workdir) / MARKER
+    try:
+        if not path.exists():
+            return None
+        marker = json.loads(path.read_text())
+    except Exception as e:  # noqa: BLE001 - unreadable for whatever reason: the workdir is not ours to take
+        raise ConfigError(f"--workdir={workdir}: its {MARKER} cannot be read ({type(e).__name__}: "
+                          f"{_first_line(e)}): restore it, or use a new --workdir") from e
+    if not isinstance(marker, dict) or not {"binary", "config", "status"} <= marker.keys():
+        raise ConfigError(f"--workdir={workdir}: its {MARKER} is not a posattn marker (no binary, config and "
+                          "status): restore it, or use a new --workdir")
+    return marker
+
+
+def read_config_json(workdir) -> dict | None:
+    """The JSON object of `workdir`/config.json (None if there is none); ConfigError, naming the fault,
+    if it is empty, cut short or not a JSON object, so that no reader of the run meets a traceback."""
+    path = epath.Path(workdir) / "config.json"
+    try:
+        if not path.exists():
+            return None
+        record = json.loads(path.read_text())
+    except Exception as e:  # noqa: BLE001 - JSONDecodeError, UnicodeDecodeError, the file system's own
+        raise ConfigError(f"--workdir={workdir}: its config.json is damaged ({type(e).__name__}: "
+                          f"{_first_line(e)}): restore it from a copy, or use a new --workdir") from e
+    if not isinstance(record, dict):
+        raise ConfigError(f"--workdir={workdir}: its config.json holds a {type(record).__name__}, not a "
+                          "config: restore it from a copy, or use a new --workdir")
+    return record
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0]
+
+
+def _listing(path: epath.Path) -> dict:
+    """{name: (size, mtime in ns)} of the workdir's entries, its own files left out: what a run wrote
+    shows as a change (a file rewritten, an entry added to a directory changes its mtime). Names alone
+    on a remote file system."""
+    if not path.is_dir():
+        return {}
+    names = [p.name for p in path.iterdir()
+             if p.name not in _OWN_FILES and not p.name.startswith(".write_probe.")]
+    if not _is_local(path):
+        return dict.fromkeys(names)
+    stats = {name: os.stat(os.path.join(path, name), follow_symlinks=False) for name in names}
+    return {name: (s.st_size, s.st_mtime_ns) for name, s in stats.items()}
+
+
+def _lock_holder(path: epath.Path) -> str:
+    try:
+        return (path / LOCK).read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _describe(marker: dict, locked_by: str | None) -> str:
+    status = marker["status"]
+    if status == RUNNING:
+        status = f"running, pid {locked_by}" if locked_by else "killed while running"
+    return f"a {marker['binary']} run ({status})"
+
+
+def check(workdir, binary: str, config, *, may_change=(), resumes: bool = False) -> dict | None:
+    """Raise ConfigError unless `binary` with `config` may run in `workdir` (the rules of the module
+    docstring); read only, so a refusal touches nothing. Returns the workdir's marker (None if none)."""
+    path = _reachable(workdir)
+    marker = read_marker(path)
+    again = "resume it" if resumes else "run it again"
+    if marker is None:  # a new workdir, or a run made outside the binaries (or before markers)
+        entries = sorted(_listing(path))
+        stored = read_config_json(path) if entries else None
+        if entries and stored is None:
+            shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+            raise ConfigError(f"--workdir={workdir} holds files ({shown}) but no {MARKER} or config.json: not a run "
+                              f"{binary} can continue; use a new or empty --workdir")
+        if entries and (diffs := _differences(stored, config, may_change)):
+            raise ConfigError(f"--workdir={workdir} holds a run whose config.json is another config ({diffs}): "
+                              f"rerun with that config to {again}, or use a new --workdir")
+        return None
+    read_config_json(path)  # a damaged record stops the run before anything is changed
+    what = _describe(marker, _lock_holder(path) if _is_locked(path) else None)
+    if marker["binary"] != binary:
+        raise ConfigError(f"--workdir={workdir} holds {what}: {binary} does not overwrite it; use a new "
+                          "--workdir")
+    diffs = _differences(marker["config"], config, may_change)
+    if diffs and marker["status"] != FAILED:
+        raise ConfigError(f"--workdir={workdir} holds {what} of another config ({diffs}): rerun with its "
+                          f"config ({MARKER}) to {again}, or use a new --workdir")
+    return marker
+
+
+def _differences(stored: dict, config, may_change) -> str:
+    """The fields (at most 4 shown) where `config` differs from the `stored` record, leaving out
+    `may_change`, as "field old -> new; ..."; "" if none."""
+    diffs = [f"{k} {old!r} -> {new!r}" for k, (old, new) in differing_fields(stored, _flat_config(config)).items()
+             if k not in may_change]
+    return "; ".join(diffs[:4]) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
+
+
+def _is_locked(path: epath.Path) -> bool:
+    """Whether another process holds the workdir's lock (False where locks are not used)."""
+    if not _is_local(path) or not (path / LOCK).exists():
+        return False
+    import fcntl
+
+    fd = os.open(os.fspath(path / LOCK), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a shared lock taken here
+
+
+def _lock(path: epath.Path, workdir: str) -> tuple[int | None, bytes]:
+    """Take the workdir's lock for this process and write our pid in it: (its descriptor, what it held
+    before); ConfigError naming the holder if another process has it. No descriptor where locks are not
+    used (a remote workdir: a warning)."""
+    if not _is_local(path):
+        logging.warning("%s is not a local directory: it is not locked, so make sure one process at a time "
+                        "runs in it", workdir)
+        return None, b""
+    import fcntl
+
+    fd = os.open(os.fspath(path / LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(f"--workdir={workdir} is in use by another process (pid {_lock_holder(path)}): wait "
+                          "for it to end or stop it, or use another --workdir") from None
+    before = os.pread(fd, 64, 0)
+    _write_lock(fd, f"{os.getpid()}\n".encode())
+    return fd, before
+
+
+def _write_lock(fd: int, content: bytes) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, content, 0)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _created_dirs(path: epath.Path) -> list:
+    """The directories `path` and its missing parents, innermost first, that creating it will add."""
+    out = []
+    while not path.exists() and path != path.parent:
+        out.append(path)
+        path = path.parent
+    return out
+
+
+def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False) -> epath.Path:
+    """Make `workdir` the workdir of this process's run of `binary` with `config` (a dict or an
+    ml_collections.ConfigDict): `check`, create it (writable: `posattn.workdir.check`), lock it and
+    write the marker (status running); its path. ConfigError, with nothing touched, if refused.
+
+    `may_change`: dotted config fields a resumed run may change. `resumes`: the binary continues a run
+    when rerun (rather than running it again), as its messages then say.
+    One claim per process; `release` ends it.
+    """
+    global _held
+    if _held is not None:
+        raise RuntimeError(f"this process already holds {_held.workdir}: one claim per process")
+    marker = check(workdir, binary, config, may_change=may_change, resumes=resumes)
+    path = epath.Path(workdir)
+    writer = io.is_writer()
+    created = _created_dirs(path) if writer else []
+    path = workdir_lib.check(workdir)  # created, and writable
+    fd, lock_before = _lock(path, workdir) if writer else (None, b"")
+    try:
+        marker = check(workdir, binary, config, may_change=may_change, resumes=resumes)  # again, locked
+        before = (path / MARKER).read_bytes() if marker is not None else None
+        record = {"binary": binary, "config": _flat_config(config),
+                  "fingerprint": fingerprint(_flat_config(config), may_change), "status": RUNNING,
+                  "pid": os.getpid(), "command": shlex.join(sys.orig_argv), "started": _now(), "ended": None,
+                  "message": None}
+        held = _Claim(path, workdir, binary, resumes, record, before, _listing(path), created, fd, lock_before)
+        io.write_json(path / MARKER, record)
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
+    _held = held
+    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                held.handlers[signum] = signal.signal(signum, _stop)
+    return path
+
+
+def _stop(signum, frame):
+    """SIGINT or SIGTERM while the claim is held: record the run as interrupted, say so in one line and
+    end the process now, with 128 + signum (the module docstring says why at once)."""
+    name, held = signal.Signals(signum).name, _held
+    if held is None:  # it arrived as the run was releasing its workdir: it has finished
+        line = "as the run was ending"
+    elif not release(INTERRUPTED, name):
+        line = f"before the run wrote anything: {held.workdir} is as it was"
+    else:
+        again = "resume it" if held.resumes else "run it again from the start"
+        line = (f"the run in {held.workdir} did not finish ({MARKER} says interrupted); rerun the same command to "
+                f"{again}")
+    sys.stdout.flush()
+    sys.stderr.write(f"stopped: {name}: {line}\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+def release(status: str, message: str | None = None) -> bool:
+    """End this process's claim (if any): record `status` (complete, interrupted, failed) and `message`
+    in the marker and drop the lock; whether the marker records it. A run that ended before it wrote
+    anything in its workdir leaves it as it was found (and returns False): the previous marker back,
+    or, for a new workdir, no marker, no lock and no directories created."""
+    global _held
+    held, _held = _held, None
+    if held is None:
+        return False
+    for signum, handler in held.handlers.items():
+        signal.signal(signum, handler)
+    try:
+        if not io.is_writer():
+            return True
+        if status != COMPLETE and _listing(held.path) == held.listing:
+            _restore(held)
+            return False
+        io.write_json(held.path / MARKER, {**held.record, "status": status, "ended": _now(), "message": message})
+        return True
+    finally:
+        if held.lock_fd is not None:
+            os.close(held.lock_fd)
+
+
+def _restore(held: _Claim) -> None:
+    if held.before is not None:
+        io.write_text(held.path / MARKER, held.before.decode())
+        if held.lock_fd is not None:
+            _write_lock(held.lock_fd, held.lock_before)
+        return
+    for name in _OWN_FILES:
+        (held.path / name).unlink(missing_ok=True)
+    for directory in held.created:  # innermost first; only if still empty
+        try:
+            directory.rmdir()
+        except OSError:
+            break
+
+
+def check_run(workdir, binary: str) -> None:
+    """ConfigError unless `workdir` holds a run of `binary` to read (e.g. posemb_similarity reading a
+    train_images run): its marker names `binary`, or, without a marker, it has a readable config.json
+    (a run made by `posattn.vision.train` outside the binaries, e.g. a cell of a sweep)."""
+    marker = read_marker(_reachable(workdir))
+    if marker is not None and marker["binary"] != binary:
+        raise ConfigError(f"--workdir={workdir} holds a {marker['binary']} run, not a {binary} run: give the "
+                          f"workdir of a {binary} run")
+    if read_config_json(workdir) is None:
+        raise ConfigError(f"--workdir={workdir} has no config.json: it holds no {binary} run (give the workdir "
+                          f"of a finished {binary} run)")
