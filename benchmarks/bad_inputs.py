@@ -108,7 +108,8 @@ def _cases_config_files() -> list[Case]:
     return [Case(b, (f"--config={{c}}/{name}.py", *rest), f"config file: {name.replace('_', ' ')}")
             for b, rest in takes.items() for name in CONFIG_FILES] + [
         Case("theory", (DIGITS, "--workdir={w}"), "an image config file"),
-        Case("train_images", ("--config=posattn/theory/presets.py", "--workdir={w}"), "a theory config file")]
+        *[Case(b, ("--config=posattn/theory/presets.py", *rest), "a theory config file")
+          for b, rest in takes.items() if b != "theory"]]
 
 
 def _cases_numbers() -> list[Case]:
