@@ -14,6 +14,7 @@ drill's other directories, the top of the file system), and for signals the stat
 records. `benchmarks.faults` runs the same cases as its section 5.
 """
 import dataclasses
+import datetime
 import hashlib
 import json
 import os
@@ -108,7 +109,8 @@ def _cases_config_files() -> list[Case]:
     return [Case(b, (f"--config={{c}}/{name}.py", *rest), f"config file: {name.replace('_', ' ')}")
             for b, rest in takes.items() for name in CONFIG_FILES] + [
         Case("theory", (DIGITS, "--workdir={w}"), "an image config file"),
-        Case("train_images", ("--config=posattn/theory/presets.py", "--workdir={w}"), "a theory config file")]
+        *[Case(b, ("--config=posattn/theory/presets.py", *rest), "a theory config file")
+          for b, rest in takes.items() if b != "theory"]]
 
 
 def _cases_numbers() -> list[Case]:
@@ -433,10 +435,10 @@ def table(results: list[dict]) -> str:
 SECTION = "5. Bad input, every binary (issues 18 and 31)"
 
 
-def section(results: list[dict], command: str) -> str:
-    """docs/reliability.md's section of this drill."""
+def section(results: list[dict], command: str, when: str = "") -> str:
+    """docs/reliability.md's section of this drill (`when`: the date and length of the run)."""
     return "\n".join([
-        f"Written by `{command}`. {counts(results)}.", "",
+        f"Written by `{command}`{when}. {counts(results)}.", "",
         "Each case runs the binary from an empty current directory on a workdir prepared for it ('workdir "
         "at start': a new path; a copy of a finished train_images (`image`) or theory run; `other config`, a "
         "workdir whose workdir.json records a run of the same binary with another config; `new dir` held by "
@@ -473,10 +475,12 @@ def main(argv):
     results = run_all(root / "cases", None, environment(str(root / "jax_cache")), only=FLAGS.only)
     command = ("python -m benchmarks.bad_inputs " + " ".join(sys.argv[1:])).strip()
     (root / "bad_inputs.json").write_text(json.dumps(results, indent=2))
-    print(f"{counts(results)}; {(time.monotonic() - t0) / 60:.1f} min")
+    when = (f" on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
+            f"({(time.monotonic() - t0) / 60:.1f} min, {os.cpu_count()} CPU cores)")
+    print(f"{counts(results)};{when}")
     if FLAGS.write:
         doc = ROOT / "docs" / "reliability.md"
-        update_section(SECTION, section(results, command), str(doc))
+        update_section(SECTION, section(results, command, when), str(doc))
         text = doc.read_text()
         lines = [summary_line(results) if line.startswith(("- Bad input", "- Bad inputs")) else line
                  for line in text.splitlines()]

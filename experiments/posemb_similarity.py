@@ -49,6 +49,11 @@ def main(argv):
         raise ConfigError("--workdir=TRAINED_RUN is required")
     ownership.check_run(_WORKDIR.value, "train_images")
     out = _WORKDIR.value if _OUT.value is None else ownership.check_path(_OUT.value, "out")
+    if os.path.realpath(out) == os.path.realpath(_WORKDIR.value):  # two files beside the run's own
+        workdir_lib.check(out)
+    else:  # a workdir of its own
+        ownership.claim(out, "posemb_similarity", {"run": os.path.abspath(_WORKDIR.value), "block": _BLOCK.value,
+                                                   "threshold": _THRESHOLD.value, "patches": _PATCHES.value})
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
     from posattn import io
@@ -84,11 +89,6 @@ def main(argv):
             # un-permuted: the neighbours no training image showed side by side; as trained, the same
             # count of pairs adjacent only in the permuted layout (the control)
             stats[f"{name}, across blocks"] = posemb.neighbour_statistic(sim, grid, across_blocks=g // patch)
-    if os.path.realpath(out) == os.path.realpath(_WORKDIR.value):  # two files beside the run's own
-        workdir_lib.check(out)
-    else:  # a workdir of its own
-        ownership.claim(out, "posemb_similarity", {"run": os.path.abspath(_WORKDIR.value), "block": _BLOCK.value,
-                                                   "threshold": _THRESHOLD.value, "patches": _PATCHES.value})
     plots.similarity_maps_figure(maps, chosen_patches(_PATCHES.value, grid), grid, _THRESHOLD.value).savefig(
         os.path.join(out, "posemb_similarity.png"), dpi=120)
     result = {"run": os.path.abspath(_WORKDIR.value), "grid": list(grid), "patch_size": patch,

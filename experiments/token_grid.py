@@ -14,7 +14,7 @@ token_grid_pruning.png, and each cell's training run in <attention>_R<R>/ (resum
 import os
 import time
 
-from absl import flags
+from absl import flags, logging
 
 from posattn import cli, io, ownership
 from posattn.errors import ConfigError, check_seed
@@ -63,6 +63,8 @@ def _check_flags() -> tuple[list[int], list[str], list[int]]:
 
 def main(argv):
     del argv
+    if not FLAGS["verbosity"].present:  # quiet library logs (orbax's at every save); --verbosity=0 shows them
+        logging.set_verbosity(logging.ERROR)
     Rs, kinds, ks = _check_flags()
     base = cli.load_config(FLAGS.config)
     configs = {(R, kind): grid_experiment.cell_config(base, family=FLAGS.family, R=R, attention=kind,

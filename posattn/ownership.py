@@ -13,8 +13,8 @@ first write. The claim
 3. takes an advisory lock (`fcntl.flock` on `workdir.lock`) for the rest of the process: a second
    process on the same workdir is refused, naming the first's pid. The OS drops the lock when the
    process ends, however it ends (SIGKILL included), so no lock is ever stale. `flock` needs a local
-   (or NFS) file system: a gs:// or other remote workdir is not locked (a warning says so), and one
-   run at a time is then the user's to ensure;
+   (or NFS) file system: a gs:// or other remote workdir is not locked (a note on stdout says so), and
+   one run at a time is then the user's to ensure;
 4. writes the marker with status `running`; `release`, which `posattn.cli.run` calls as the binary
    ends, records `complete`, `interrupted` (SIGTERM, SIGINT, a `RunStopped`) or `failed`. A marker left
    `running` while no process holds the lock is a run that was killed. A run that ends having written
@@ -47,7 +47,6 @@ import sys
 import threading
 
 import jax
-from absl import logging
 from etils import epath
 
 from posattn import io, workdir as workdir_lib
@@ -246,8 +245,8 @@ def _lock(path: epath.Path, workdir: str) -> tuple[int | None, bytes]:
     before); ConfigError naming the holder if another process has it. No descriptor where locks are not
     used (a remote workdir: a warning)."""
     if not _is_local(path):
-        logging.warning("%s is not a local directory: it is not locked, so make sure one process at a time "
-                        "runs in it", workdir)
+        print(f"note: {workdir} is not a local directory: it is not locked, so make sure one process at a time "
+              "runs in it", flush=True)
         return None, b""
     import fcntl
 

@@ -98,8 +98,8 @@ def check_task(cfg: TheoryConfig, task: Task) -> None:
 @functools.partial(jax.jit, static_argnames=("cfg", "n"))
 def sample(key: jax.Array, cfg: TheoryConfig, task: Task, n: int):
     """Draw n data points (X (n, D, d), y (n,)) of `cfg.dataset`; vmappable over `key`. ConfigError
-    (while tracing) for n that is not a positive integer or a task of another config (`check_task`)."""
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise ConfigError(f"n={n!r}: draw a positive integer number of samples")
+    (while tracing) for n that is not an integer >= 0 or a task of another config (`check_task`)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise ConfigError(f"n={n!r}: draw an integer number of samples >= 0")
     check_task(cfg, task)
     return dataset(cfg).sample(key, cfg, task, n)

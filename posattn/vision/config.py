@@ -71,6 +71,23 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+def check_schema(config) -> None:
+    """ConfigError unless `config` has the sections and fields of `base_config()` (e.g. a theory config
+    file given to an image binary), naming the missing ones."""
+    def missing(c, base, prefix=""):
+        for key, value in base.items():
+            if key not in c:
+                yield f"{prefix}{key}"
+            elif isinstance(value, ml_collections.ConfigDict) and isinstance(c[key], ml_collections.ConfigDict):
+                yield from missing(c[key], value, f"{prefix}{key}.")
+
+    absent = list(missing(config, base_config()))
+    if absent:
+        shown = ", ".join(absent[:6]) + (f" and {len(absent) - 6} more" if len(absent) > 6 else "")
+        raise ConfigError(f"the config has no {shown}: an image config builds on posattn.vision.config.base_config() "
+                          "(e.g. tpu_configs/digits.py)")
+
+
 def small_image_recipe(dataset: str, num_train: int, *, epochs: int = 200, batch: int = 512,
                        eval_batch: int = 1000) -> ml_collections.ConfigDict:
     """The recipe for the 32 x 32 datasets (JSL22 Figures 5 and 7): ViT-Ti/4-like, AdamW

@@ -13,7 +13,7 @@ import os
 import ml_collections
 
 from posattn.errors import ConfigError
-from posattn.vision import slot_attention, train
+from posattn.vision import config as config_lib, slot_attention, train
 from posattn.vision.data import token_grid
 from posattn.vision.setup import resolve
 from posattn.vision.state import model_variables
@@ -27,6 +27,7 @@ def cell_config(base: ml_collections.ConfigDict, *, family: str, R: int, attenti
                 pool: str | None = None) -> ml_collections.ConfigDict:
     """`base` (the tpu_configs/token_grid.py config) for dataset "<family>/R" and one attention kind;
     `steps`, `variant` and `pool` override the recipe's when given."""
+    config_lib.check_schema(base)
     c = ml_collections.ConfigDict(base.to_dict())
     c.dataset = f"{family}/{R}"
     c.model.attention = attention

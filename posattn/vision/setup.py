@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from posattn.errors import INT32_MAX, ConfigError, check_choice
-from posattn.vision import losses, models
+from posattn.vision import config as config_lib, losses, models
 from posattn.vision.data import augment, datasets, pipeline
 from posattn.vision.data.permutation import BlockPermutation
 
@@ -124,8 +124,9 @@ def resolve(config, num_devices: int = 1) -> Setup:
     a batch that does not divide by the devices, an unknown compute dtype, a non-positive step count, a
     seed outside [0, 2**31), optimiser numbers out of range, augmentation settings out of range, a
     block size that does not divide the image or a negative permutation seed. The splits are opened
-    later, on first use.
+    later, on first use. A config without the fields of `config.base_config()` is refused first.
     """
+    config_lib.check_schema(config)
     check_choice(config.compute_dtype, COMPUTE_DTYPES, "compute_dtype")
     _check_loop_fields(config, num_devices)
     settings = augment.Settings.from_config(config.augment)

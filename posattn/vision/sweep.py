@@ -14,7 +14,7 @@ import numpy as np
 
 from posattn import cli
 from posattn.errors import ConfigError
-from posattn.vision import resume, train
+from posattn.vision import config as config_lib, resume, train
 
 
 def run_cell(config, workdir: str, say=print) -> dict:
@@ -65,6 +65,7 @@ def permuted_cell_config(dataset: str, config_file: str, model: str, g: int, see
 
 def attention_cell_configs(base, seeds: int, attentions=("vanilla", "positional")) -> dict:
     """{(attention, seed): config}: a ViT config with model.attention and seed set (Figures 6/7)."""
+    config_lib.check_schema(base)
     if base.model.name != "vit":
         raise ConfigError(f"model.name={base.model.name!r}: compare_attention compares ViTs; use a ViT config")
     out = {}

@@ -89,6 +89,13 @@ def test_a_step_count_beyond_int32_is_refused():
         setup_lib.resolve(c, 1)
 
 
+def test_a_config_of_another_schema_is_refused_naming_what_it_lacks():
+    from posattn.theory.presets import get_config
+
+    with pytest.raises(ConfigError, match="the config has no augment, checkpoint_every, compute_dtype"):
+        setup_lib.resolve(get_config(), 1)
+
+
 def test_negative_permutation_seed_is_refused():
     c, _ = load_config("digits", "local")
     c.permute_block, c.permute_seed = 4, -1
