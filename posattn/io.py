@@ -83,15 +83,22 @@ def read_jsonl(path) -> list[dict]:
     return records
 
 
+def unused_path(path) -> epath.Path:
+    """`path`, or the first of PATH.1, PATH.2, ... that does not exist."""
+    path = epath.Path(path)
+    found, n = path, 1
+    while found.exists():
+        found, n = path.parent / f"{path.name}.{n}", n + 1
+    return found
+
+
 def move_aside(src, dest_dir) -> epath.Path:
     """Move `src` into folder `dest_dir` under its own name (NAME.1, NAME.2, ... if taken) and return
     where it went: process 0 moves, every process waits for it. Nothing is deleted."""
-    src, dest_dir = epath.Path(src), epath.Path(dest_dir)
-    dest, n = dest_dir / src.name, 1
-    while dest.exists():
-        dest, n = dest_dir / f"{src.name}.{n}", n + 1
+    src = epath.Path(src)
+    dest = unused_path(epath.Path(dest_dir) / src.name)
     if is_writer():
-        dest_dir.mkdir(parents=True, exist_ok=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
         src.rename(dest)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils

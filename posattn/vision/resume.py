@@ -51,14 +51,13 @@ def read_record(workdir) -> dict | None:
     path = epath.Path(workdir) / "config.json"
     if not path.exists():
         return None
+    fix = f"it records the config of the run in {workdir}: restore it, or use a new --workdir"
     try:
         stored = json.loads(path.read_text())
     except ValueError as e:
-        stored = e
+        raise ConfigError(f"{path} does not parse ({e}); {fix}") from None
     if not isinstance(stored, dict):
-        why = f"does not parse: {stored}" if isinstance(stored, Exception) else "is not a JSON object"
-        raise ConfigError(f"{path} {why}; it records the config of the run in {workdir}: restore it, or "
-                          "use a new --workdir")
+        raise ConfigError(f"{path} is not a JSON object; {fix}")
     return stored
 
 
@@ -105,7 +104,7 @@ def set_aside_failed_launch(workdir) -> epath.Path:
     written>/ (the same name on every process of a multi-process run); where they went."""
     workdir = epath.Path(workdir)
     launched = datetime.datetime.fromtimestamp((workdir / "config.json").stat().mtime, datetime.timezone.utc)
-    dest = workdir / f"{FAILED_PREFIX}{launched:%Y%m%d-%H%M%S}"
+    dest = io.unused_path(workdir / f"{FAILED_PREFIX}{launched:%Y%m%d-%H%M%S}")
     for name in RUN_OUTPUTS:
         if (workdir / name).exists():
             io.move_aside(workdir / name, dest)
