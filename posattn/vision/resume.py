@@ -86,17 +86,12 @@ def differing_fields(old: dict, new: dict) -> dict:
             if not (k in a and k in b and _same(a[k], b[k]))}
 
 
-def _refused(diffs: dict) -> list[str]:
-    return [f"{k} {old!r} -> {new!r}" for k, (old, new) in diffs.items()
-            if k not in RESUMABLE or (k in RESUME_CONDITIONS and not RESUME_CONDITIONS[k](old, new))]
-
-
 def failed_launch(stored: dict | None, config, checkpoint_step: int | None) -> bool:
-    """Whether the workdir holds a launch of another config (`stored`, its config.json) that stopped
-    before its first checkpoint: nothing trained is at stake, so `config` may start afresh there once
-    `set_aside_failed_launch` has moved what it left."""
-    return (stored is not None and checkpoint_step is None
-            and bool(_refused(differing_fields(stored, record(config)))))
+    """Whether the workdir holds a launch of another config (`stored`, its config.json; any field
+    differs) that stopped before its first checkpoint: nothing trained is at stake, so `config` may
+    start afresh there once `set_aside_failed_launch` has moved what it left (its metrics record of
+    what went wrong included)."""
+    return stored is not None and checkpoint_step is None and bool(differing_fields(stored, record(config)))
 
 
 def set_aside_failed_launch(workdir) -> epath.Path:
@@ -126,7 +121,8 @@ def check_resume(stored: dict | None, config, checkpoint_step: int | None, workd
                           f"total_steps={config.total_steps}: resume with --config.total_steps="
                           f"{checkpoint_step} or more, or use a new --workdir")
     diffs = {} if stored is None else differing_fields(stored, record(config))
-    refused = _refused(diffs)
+    refused = [f"{k} {old!r} -> {new!r}" for k, (old, new) in diffs.items()
+               if k not in RESUMABLE or (k in RESUME_CONDITIONS and not RESUME_CONDITIONS[k](old, new))]
     if refused:
         raise ConfigError(f"{workdir} holds a run with another config ({'; '.join(refused)}): rerun with "
                           "the values of its config.json to resume it, or use a new --workdir")

@@ -205,15 +205,16 @@ def test_a_cut_line_in_the_middle_of_metrics_jsonl_stops_the_resume_before_any_f
 
 def test_a_launch_that_stopped_before_its_first_checkpoint_is_set_aside_for_the_corrected_one(
         straight, tmp_path, capsys):
-    failing = tiny_digits(total_steps=6, checkpoint_every=3, log_every=3, seed=1, optimizer__lr=1e30)
+    failing = tiny_digits(total_steps=6, checkpoint_every=3, log_every=1, seed=1, optimizer__lr=1e30)
     with pytest.raises(train.NonFiniteLoss, match="at step 2; .*no checkpoint was saved"):
         run(failing, tmp_path)
     left = sorted(p.name for p in tmp_path.iterdir())
-    # the corrected command (another seed: not a change a resume allows) takes the workdir
+    # the corrected command (another seed: a change a resume would refuse) takes the workdir
     state, summary = run(tiny_digits(total_steps=6, checkpoint_every=3, log_every=3), tmp_path)
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("failed-")]
     assert len(aside) == 1 and sorted(p.name for p in aside[0].iterdir()) == left
     assert json.loads((aside[0] / "config.json").read_text())["seed"] == 1  # kept, not deleted
+    assert (aside[0] / "metrics.jsonl").read_text().count('"step": 1') == 1  # its record of what went wrong
     assert f"its files are set aside in {aside[0]}; starting afresh" in capsys.readouterr().out
     assert summary["resumed_from_step"] is None and steps_in(tmp_path) == [3, 6]
     assert_bitwise_equal(jax.device_get(state), straight[1])  # nothing of the failed launch leaked in
