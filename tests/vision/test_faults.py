@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -22,7 +23,6 @@ import time
 import jax
 import numpy as np
 import pytest
-import re
 from etils import epath
 
 from benchmarks import injections
