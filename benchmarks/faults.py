@@ -22,6 +22,9 @@ share one compilation cache (a restart then runs the same compiled program, as b
 5. >= 20 bad flags and configs across every binary (`benchmarks.bad_inputs`).
 6. A NaN injected at a chosen step (image regime; the theory regime when its binary can inject one):
    the step the run stops at and what it leaves.
+7. The trainer's checkpoint, resume and storage faults of issue 31 (`benchmarks.trainer_faults`): step
+   folders that are not checkpoints, a cut metrics line, a failed first launch then the corrected one,
+   SIGINT, a disk that turns read-only or fills up during the run.
 """
 import datetime
 import json
@@ -38,7 +41,7 @@ import jax
 import numpy as np
 from absl import app, flags, logging
 
-from benchmarks import bad_inputs
+from benchmarks import bad_inputs, trainer_faults
 from benchmarks.injections import damage_checkpoint, nan_at_step, theory_nan_at_step
 from benchmarks.reliability_report import write_report
 from benchmarks.report import machine
@@ -231,7 +234,7 @@ def unwritable(root: pathlib.Path, env: dict, say) -> list[dict]:
 
 def image_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
     """A NaN injected at --nan_step of the digits run (in this process, through `nan_at_step`), and the
-    binary with a NaN learning rate (NaN from step 1)."""
+    binary with a learning rate that diverges at once (lr=1e30: the warm-up's first step with lr > 0)."""
     from posattn import cli
     from posattn.vision import train
 
@@ -252,11 +255,11 @@ def image_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
     results = [{"what": f"params and loss set to NaN at step {FLAGS.nan_step} (in-process)",
                 "message": stopped, "stopped_at": _named_step(stopped), "checkpoints_left": saved_steps(workdir),
                 "summary_written": (workdir / "summary.json").exists(), "last_logged_step": metrics[-1]["step"]}]
-    workdir = root / "image_lr_nan"
-    done = subprocess.run(train_command(workdir, FLAGS.steps) + ["--config.optimizer.lr=nan"], cwd=ROOT, env=env,
+    workdir = root / "image_lr_huge"  # (a NaN learning rate is refused by the validation)
+    done = subprocess.run(train_command(workdir, FLAGS.steps) + ["--config.optimizer.lr=1e30"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     lines = done.stderr.strip().splitlines()
-    results.append({"what": "--config.optimizer.lr=nan (the binary)", "status": done.returncode,
+    results.append({"what": "--config.optimizer.lr=1e30 (the binary)", "status": done.returncode,
                     "one_line": len(lines) == 1, "message": lines[-1] if lines else "",
                     "stopped_at": _named_step(lines[-1] if lines else ""), "checkpoints_left": saved_steps(workdir),
                     "summary_written": (workdir / "summary.json").exists(),
@@ -343,6 +346,10 @@ def main(argv):
         say(f"  final state bitwise equal: {r[name]['bitwise']}")
     say("damaged checkpoints")
     r["damaged"] = damaged(reference, root / "damaged", env, say)
+    say("checkpoint, resume and storage faults")
+    r["trainer_faults"] = trainer_faults.run_all(
+        reference, root / "trainer", env, train_command=train_command, final_state=final_state,
+        bitwise_equal=bitwise_equal, steps=FLAGS.steps, every=FLAGS.checkpoint_every, rng=rng, say=say)
     say("unwritable workdirs")
     r["workdir"] = unwritable(root / "workdirs", env, say)
     say("bad inputs")

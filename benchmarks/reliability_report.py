@@ -1,5 +1,7 @@
 """docs/reliability.md from the results of the fault drill (`benchmarks.faults`)."""
-from benchmarks import bad_inputs
+import textwrap
+
+from benchmarks import bad_inputs, trainer_faults
 
 def _chain_table(events: list[dict], sig_name: str) -> str:
     rows = [f"| launch | on disk | resumed from | ended by | moment | saving at the signal | exit | last step "
@@ -26,24 +28,50 @@ def _chain_figures(result: dict, count: int) -> str:
 
 HOW = """## How the trainer survives each fault
 
-- **Preemption notice (SIGTERM)**: `posattn/vision/preemption.py`. On one process a handler records the
-  signal; the loop polls it at every step, saves a checkpoint at that step, appends
+- **Preemption notice (SIGTERM) and Ctrl-C (SIGINT)**: `posattn/vision/preemption.py`. On one process a
+  handler records the signal; the loop polls it at every step, saves a checkpoint at that step, appends
   `{"step": S, "preempted": true}` to metrics.jsonl and stops with `Preempted`: one line on stderr
   (`stopped: preemption notice (SIGTERM) at step S: saved checkpoint S in ...; rerun the same command to
-  resume from step S`) and **exit status 143** (= 128 + SIGTERM, what a shell reports for a process SIGTERM
-  ended), so a scheduler or a retry loop sees an unfinished run, distinct from 0 (finished) and 2 (bad
-  input). No summary.json is written. A notice that arrives during an evaluation or a save is honoured at
-  the next step; the evaluation of the stopping step is skipped. On a multi-process pod slice JAX's
-  preemption service (started by `jax.distributed.initialize`) catches the signal and every host saves at
+  resume from step S`, or `stopped: interrupted (SIGINT) at step S: ...`) and **exit status 143**
+  (SIGTERM) or **130** (SIGINT), 128 + the signal, what a shell reports for a process the signal ended,
+  so a scheduler or a retry loop sees an unfinished run, distinct from 0 (finished) and 2 (bad input).
+  No summary.json is written. A signal that arrives during an evaluation or a save is honoured at the
+  next step; the evaluation of the stopping step is skipped. On a multi-process pod slice JAX's
+  preemption service (started by `jax.distributed.initialize`) catches SIGTERM and every host saves at
   the step they agree on (`CheckpointManager.reached_preemption`); no Python handler is installed there.
-- **Damaged checkpoints**: `posattn/vision/checkpoint.py`. Every checkpoint carries the SHA-256 of its
-  arrays in orbax's per-step custom metadata; a restore recomputes it. A restart tries the checkpoints
-  newest first, says which one failed and why, moves it to `WORKDIR/checkpoints_unreadable/STEP` (kept,
-  never deleted; out of orbax's way so later saves and `keep_checkpoints` do not collide with it) and
-  resumes from the newest that restores; summary.json lists the moved ones. If none restores nothing is
-  moved (the cause may be the code, not the files) and the run stops with one line listing each step
-  (exit 2). A crash during a save leaves only orbax's temporary directory, which the next start removes.
-  Checkpoints written before the digest existed restore unchecked.
+- **Step folders that are not checkpoints**: `posattn/vision/checkpoint.py`, `survey`. A folder counts as
+  a checkpoint only once orbax committed it (the commit time orbax writes last into the step's
+  `_CHECKPOINT_METADATA`); an empty folder, one a save left unfinished, or orbax's temporary folder is
+  never tried (orbax decides how to read every step from the first one it opens: one empty folder made
+  every good step unreadable). A restart moves such folders to `WORKDIR/checkpoints_unreadable/STEP`
+  and says so; orbax's temporaries of an interrupted save are removed (with a line saying which).
+- **Damaged checkpoints**: `checkpoint.latest_good`. Every checkpoint carries the SHA-256 of its arrays
+  in orbax's per-step custom metadata; a restore recomputes it. A restart tries the committed
+  checkpoints newest first, says which one failed and why, moves it to `checkpoints_unreadable/STEP`
+  (kept, never deleted; out of orbax's way so later saves and `keep_checkpoints` do not collide with it)
+  and resumes from the newest that restores; summary.json lists the moved ones. If none restores nothing
+  is moved (the cause may be the code, not the files) and the run stops with one line listing each step
+  (exit 2), advising the code that saved them or a new workdir, never to move them away. Checkpoints
+  written before the digest existed restore unchecked.
+- **A resume checks everything first**: `posattn/vision/train.py`, `_preflight`: the workdir's
+  config.json against the command's config, metrics.jsonl (a line that does not parse before the last
+  is refused in one line naming it: only the last line can be an append cut short by a kill, which is
+  left out; anything else was written or altered by something else, and dropping records silently
+  would publish curves with holes), and the checkpoint fallback, all before any file changes; a refused
+  command leaves the workdir byte for byte as it was.
+- **A failed first launch**: `posattn/vision/resume.py`. A workdir whose run stopped before its first
+  checkpoint (out of memory, a diverged first step) trained nothing a resume could continue: a command
+  with another config moves that launch's files to `WORKDIR/failed-<launch time>/` (kept, not deleted),
+  says so and starts afresh. Out of memory itself is one line (`train.OutOfMemory`, exit 2) naming the
+  batch sizes; non-finite optimiser numbers are refused by the validation before anything is written.
+- **Saves that fail**: `posattn/vision/saving.py`. Orbax writes a checkpoint in background threads
+  while the next steps compute; `Saver` asks orbax at every step whether the save finished, and counts
+  a save as done only when its folder is committed on disk. A failed save (a full disk: ENOSPC; a disk
+  turned read-only: EROFS) stops the run at the first step that learns of it, with one line that names
+  the errno, the last complete checkpoint and what to do (free space, or make the workdir writable, then
+  rerun the same command); orbax's own tracebacks of it (one per thread) are left out unless
+  `--verbosity` is given. The checkpoint manager is closed on every way out of a run, so no save runs on
+  into the interpreter's shutdown.
 - **Workdir**: `posattn/workdir.py`, `check(workdir, need_bytes)`: a real write probe (permission bits do
   not tell whether root can write or whether the disk is read-only) and, on local disks, free space for one
   checkpoint (the abstract state's bytes plus 10%), before any data is read or anything compiled.
@@ -69,11 +97,15 @@ HOW = """## How the trainer survives each fault
   `posattn.theory.gd.fit`/`fit_seeds` raise `gd.NonFiniteLoss` (exit 2) naming the first GD step with a
   non-finite loss (the chunk of `eval_every` steps that produced it is replayed one step at a time).
 
-Limits: a SIGKILL loses the steps since the last checkpoint (`checkpoint_every`); a SIGTERM before a
-binary holds its workdir (imports, config) ends the process at once (nothing is lost: nothing was
-written); the pod path of the preemption notice is JAX's service and was not exercised here (no pod);
-`theory.gd.fit_grid` (one compiled call for a sweep) has no per-chunk NaN stop; the theory binaries do not
-resume: an interrupted run is run again from the start.
+Limits: a SIGKILL loses the steps since the last checkpoint (`checkpoint_every`); a SIGTERM or SIGINT
+before a binary holds its workdir (imports, config) ends the process at once (nothing is lost: nothing
+was written); the pod path of the preemption notice is JAX's service and was not exercised here (no
+pod), and on a pod a failed save is learnt at the next save (every host must stop at the same step), not
+at the next step; a save that fails in orbax's background write is learnt when that write ends, so the
+steps that computed meanwhile (the overlap that makes saving asynchronous) are lost with it; the full
+and read-only disks of section 7 are injected into orbax's save (`posattn/vision/fault_injection.py`),
+as a real one makes it fail, not mounted; `theory.gd.fit_grid` (one compiled call for a sweep) has no
+per-chunk NaN stop; the theory binaries do not resume: an interrupted run is run again from the start.
 """
 
 
@@ -86,16 +118,18 @@ def write_report(r: dict, command: str, s: dict) -> str:
                   for e in term_events)
     bad = r["bad_inputs"]
     lines = [
-        "# Reliability: the fault drill (issue 18)",
+        "# Reliability: the fault drill (issues 18 and 31)",
         "",
         f"Written by `{command}` on {r['date']} ({r['minutes']:.1f} min), {r['machine']}.",
         "",
         f"The run under test: `tpu_configs/digits.py` (ViT XS/2, batch 128) for {s['steps']} steps, a checkpoint "
         f"every {s['checkpoint_every']} steps (the last 3 kept), an evaluation every {s['eval_every']}; "
         "each launch is `python -m experiments.train_images` in a subprocess; all launches share one "
-        "compilation cache. How the trainer survives each fault: `posattn/vision/preemption.py` (SIGTERM), "
-        "`posattn/vision/checkpoint.py` (digests, fallback), `posattn/workdir.py` (the workdir check); "
-        "`tests/vision/test_faults.py` checks each in seconds.",
+        "compilation cache. How the trainer survives each fault: `posattn/vision/preemption.py` (SIGTERM, "
+        "SIGINT), `posattn/vision/checkpoint.py` (digests, fallback, folders that are not checkpoints), "
+        "`posattn/vision/resume.py` (the run a workdir holds, a failed first launch), `posattn/vision/saving.py` "
+        "(failed saves), `posattn/workdir.py` (the workdir check); `tests/vision/test_faults.py` checks each in "
+        "seconds.",
         "",
         "## Summary",
         "",
@@ -111,6 +145,8 @@ def write_report(r: dict, command: str, s: dict) -> str:
             f"{w['what']}: exit {w['status']} after {w['seconds']:.0f} s, "
             f"{'one line' if w['one_line'] else 'NOT one line'}, left {w['left'] or 'nothing'}"
             for w in r["workdir"]) + ".",
+        *([f"- Checkpoint, resume and storage faults (section 7): {trainer_faults.summary(r['trainer_faults'])}."]
+          if "trainer_faults" in r else []),
         bad_inputs.summary_line(bad),
         "- NaN: " + "; ".join(
             f"{n['what']}: stopped at step {n['stopped_at']}, checkpoints left {n['checkpoints_left']}, "
@@ -166,6 +202,17 @@ def write_report(r: dict, command: str, s: dict) -> str:
           f"{n['checkpoints_left']} | {n.get('files_left', 'n/a')} | {n['summary_written']} | "
           f"`{n['message'][:300]}` |" for n in r["nan"]],
     ]
+    if "trainer_faults" in r:
+        lines += ["", "## 7. Step folders that are not checkpoints, a cut metrics line, a failed first launch, "
+                  "SIGINT, failing saves", "", "```",
+                  textwrap.dedent(trainer_faults.__doc__.split("\n\n", 1)[1]).strip(), "```", "",
+                  "'one line, no traceback': every launch that failed printed one line on stderr (and a launch "
+                  "that finished, none); 'nothing lost': every committed checkpoint is still there or set "
+                  "aside (for a refusal: every file byte for byte), the failed launch's files are all in "
+                  "failed-*/, the stopped run's checkpoint is the one it resumed from; 'resumed from': the "
+                  "step the last launch resumed from; 'final state bitwise equal': the last launch's final "
+                  "state (parameters, Adam moments, step) against the uninterrupted run.", "",
+                  trainer_faults.table(r["trainer_faults"])]
     if r.get("notes"):  # hand-written context kept in drill.json (e.g. an earlier run's figures)
         lines += ["", "## Notes", "", "\n\n".join(r["notes"])]
     return "\n".join(lines) + "\n"

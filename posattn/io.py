@@ -12,6 +12,8 @@ import numpy as np
 from absl import logging
 from etils import epath
 
+from posattn.errors import ConfigError
+
 
 def is_writer() -> bool:
     """True on the process that writes files and prints (process 0 of a multi-process run)."""
@@ -63,12 +65,42 @@ def write_jsonl(path, records) -> None:
 
 def read_jsonl(path) -> list[dict]:
     """Every record of a JSON-lines file, in order. A last line that does not parse is the append that
-    a kill or a full disk cut short: it is left out, with a warning (a bad line before it raises)."""
-    lines = [line for line in epath.Path(path).read_text().splitlines() if line.strip()]
-    records = [json.loads(line) for line in lines[:-1]]
-    if lines:
+    a kill or a full disk cut short: it is left out, with a warning. A bad line before it cannot come
+    from an interrupted append (something else wrote or altered the file): ConfigError naming it, so
+    nothing is silently dropped from the record."""
+    lines = epath.Path(path).read_text().splitlines()
+    numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    records = []
+    for n, line in numbered:
         try:
-            records.append(json.loads(lines[-1]))
-        except json.JSONDecodeError:
-            logging.warning("%s: its last line is cut short (%d characters), left out", path, len(lines[-1]))
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if n == numbered[-1][0]:
+                logging.warning("%s: its last line is cut short (%d characters), left out", path, len(line))
+                continue
+            raise ConfigError(f"{path} line {n} (of {len(lines)}) is not a JSON record ({e.msg}): repair or "
+                              "delete that line, then rerun") from None
     return records
+
+
+def unused_path(path) -> epath.Path:
+    """`path`, or the first of PATH.1, PATH.2, ... that does not exist."""
+    path = epath.Path(path)
+    found, n = path, 1
+    while found.exists():
+        found, n = path.parent / f"{path.name}.{n}", n + 1
+    return found
+
+
+def move_aside(src, dest_dir) -> epath.Path:
+    """Move `src` into folder `dest_dir` under its own name (NAME.1, NAME.2, ... if taken) and return
+    where it went: process 0 moves, every process waits for it. Nothing is deleted."""
+    src = epath.Path(src)
+    dest = unused_path(epath.Path(dest_dir) / src.name)
+    if is_writer():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        src.rename(dest)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(f"posattn: moved {src} aside")
+    return dest

@@ -7,6 +7,7 @@ import pytest
 from tensorboardX.proto import event_pb2
 
 from posattn import io
+from posattn.errors import ConfigError
 from posattn.metric_log import TENSORBOARD_DIR, MetricLog, from_theory, paired_test_metrics
 
 
@@ -73,5 +74,6 @@ def test_a_record_cut_short_by_a_kill_is_left_out_when_the_run_resumes(tmp_path)
     lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [1, 3]
     (tmp_path / "bad.jsonl").write_text('{"step": 1\n{"step": 2}\n')  # not at the end: an error
-    with pytest.raises(json.JSONDecodeError):
+    with pytest.raises(ConfigError, match=r"bad.jsonl line 1 \(of 2\) is not a JSON record \(Expecting ',' "
+                                          r"delimiter\): repair or delete that line, then rerun$"):
         io.read_jsonl(tmp_path / "bad.jsonl")

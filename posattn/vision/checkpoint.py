@@ -5,9 +5,15 @@ The state is the plain dict {"step", "params", "batch_stats", "opt_state"}; it i
 renames it when complete, so a run killed mid-save leaves only the previous, complete checkpoints.
 Every checkpoint carries the SHA-256 of its arrays in orbax's per-step custom metadata, and a restore
 recomputes it: orbax alone restores a checkpoint with a flipped bit without complaint, so the digest is
-what tells a corrupted checkpoint from a good one. `restore_latest_good` (what a restarted run uses)
-falls back from a checkpoint that does not restore to the newest one that does, and moves the bad one
-aside to `WORKDIR/checkpoints_unreadable/STEP` (kept for inspection, never deleted, out of orbax's way).
+what tells a corrupted checkpoint from a good one.
+
+A step folder counts as a checkpoint only once orbax has committed it (`survey`): an empty folder, one a
+save left unfinished, or orbax's temporary folder of a save in progress is skipped, never tried, so it
+cannot make the good ones fail (orbax decides how to read every step from the first one it opens).
+`latest_good` (what a restarted run uses) falls back from a committed checkpoint that does not restore to
+the newest one that does; `set_aside` then moves the skipped folders to
+`WORKDIR/checkpoints_unreadable/STEP` (kept for inspection, never deleted, out of orbax's way). Saving
+during a run is `posattn.vision.saving`.
 Restoring takes an abstract state (`jax.ShapeDtypeStruct`s carrying the target shardings), so arrays
 land directly with the shardings of the current mesh, whatever the mesh of the run that saved them.
 
@@ -35,11 +41,16 @@ from posattn.vision.setup import Setup, build_model
 from posattn.vision.state import init_state, model_variables
 
 RUN_FILE = "run.json"
+CHECKPOINTS_DIR = "checkpoints"
 UNREADABLE_DIR = "checkpoints_unreadable"
+# Orbax's record of a step, in the step's folder; the save that completes the step writes its commit time
+# last (orbax >= 0.11, in both its atomic-rename and its commit-file modes).
+_STEP_METADATA = "_CHECKPOINT_METADATA"
 
 
 class CheckpointError(ConfigError):
-    """No checkpoint of a workdir restores: the user must decide (move them away, or use a new workdir)."""
+    """No checkpoint of a workdir restores: the user must decide (the code that saved them, or a new
+    workdir)."""
 
 
 def manager(workdir: str, *, keep: int = 0, read_only: bool = False) -> ocp.CheckpointManager:
@@ -57,8 +68,63 @@ def manager(workdir: str, *, keep: int = 0, read_only: bool = False) -> ocp.Chec
             cleanup_tmp_directories=True,  # leftovers of a save interrupted by a kill
             enable_async_checkpointing=True,
         )
-    root = str(workdir) if "://" in str(workdir) else os.path.abspath(workdir)  # gs://... stays as is
-    return ocp.CheckpointManager(epath.Path(root) / "checkpoints", options=options)
+    return ocp.CheckpointManager(checkpoints_dir(workdir), options=options)
+
+
+def checkpoints_dir(workdir) -> epath.Path:
+    """WORKDIR/checkpoints, absolute (a gs://... workdir stays as is)."""
+    root = str(workdir) if "://" in str(workdir) else os.path.abspath(workdir)
+    return epath.Path(root) / CHECKPOINTS_DIR
+
+
+@dataclasses.dataclass(frozen=True)
+class Survey:
+    """What a checkpoints folder holds: `complete` steps (ascending) that orbax committed, `incomplete`
+    step folders {step: why not a checkpoint}, and orbax's `temporary` folders of saves in progress when
+    a run stopped (the next writing manager removes them)."""
+
+    complete: tuple[int, ...] = ()
+    incomplete: dict = dataclasses.field(default_factory=dict)
+    temporary: tuple[str, ...] = ()
+
+    @property
+    def latest(self) -> int | None:
+        return self.complete[-1] if self.complete else None
+
+
+def _why_incomplete(step_dir: epath.Path) -> str | None:
+    """None if orbax committed the step folder, else why it is not a checkpoint."""
+    if not step_dir.is_dir():
+        return "is not a folder"
+    if not any(step_dir.iterdir()):
+        return "is an empty folder"
+    try:
+        committed = json.loads((step_dir / _STEP_METADATA).read_text()).get("commit_timestamp_nsecs")
+    except (OSError, ValueError, AttributeError):
+        committed = None
+    if not committed:
+        return "was never committed by orbax (a save that did not finish)"
+    return None
+
+
+def survey(directory) -> Survey:
+    """The steps of checkpoints folder `directory` (e.g. `checkpoints_dir(workdir)`), sorted into
+    committed checkpoints, step folders that are not checkpoints, and orbax's temporary folders. Reads
+    only; other names are not orbax's and are left out."""
+    directory = epath.Path(directory)
+    if not directory.is_dir():
+        return Survey()
+    complete, incomplete, temporary = [], {}, []
+    for path in directory.iterdir():
+        if ocp.path.atomicity.TMP_DIR_SUFFIX in path.name:
+            temporary.append(path.name)
+        elif path.name.isdigit():
+            why = _why_incomplete(path)
+            if why is None:
+                complete.append(int(path.name))
+            else:
+                incomplete[int(path.name)] = why
+    return Survey(tuple(sorted(complete)), dict(sorted(incomplete.items())), tuple(sorted(temporary)))
 
 
 def digest(host_state) -> str:
@@ -85,8 +151,10 @@ def save(mngr: ocp.CheckpointManager, state: dict) -> None:
               custom_metadata={"sha256": digest(host_state)})
 
 
-def _short(e: BaseException) -> str:
+def short_error(e: BaseException) -> str:
+    """`TYPE: first line` of an exception, without tensorstore's long details."""
     first = (str(e).strip().splitlines() or [""])[0]
+    first = first.split(". See full TensorStore details")[0].split(" [tensorstore_spec=")[0]
     return f"{type(e).__name__}: {first[:160]}" if first else type(e).__name__
 
 
@@ -96,23 +164,26 @@ def _restore_checked(mngr, abstract_state: dict, step: int) -> tuple[dict | None
         state = mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))
         saved = (mngr.metadata(step).custom_metadata or {}).get("sha256")
     except Exception as e:  # orbax and tensorstore raise many types for a damaged file
-        return None, f"does not restore ({_short(e)})"
+        return None, f"does not restore ({short_error(e)})"
     if saved is not None and digest(jax.device_get(state)) != saved:
         return None, "restores other arrays than were saved (SHA-256 mismatch: files altered after the save)"
     return state, None
 
 
 def restore(mngr: ocp.CheckpointManager, abstract_state: dict, step: int | None = None) -> dict | None:
-    """Checkpoint `step` (default: the most recent complete one), placed as `abstract_state` says and
-    checked against its digest.
+    """Checkpoint `step` (default: the most recent committed one, `survey`), placed as `abstract_state`
+    says and checked against its digest.
 
     None if the manager holds no checkpoint; CheckpointError (one line: the step and why) if it does
-    not restore or its arrays differ from what was saved. Checkpoints written before digests existed
-    restore unchecked.
+    not restore, is not a committed checkpoint, or its arrays differ from what was saved. Checkpoints
+    written before digests existed restore unchecked.
     """
-    step = mngr.latest_step() if step is None else step
+    found = survey(mngr.directory)
+    step = found.latest if step is None else step
     if step is None:
         return None
+    if step in found.incomplete:
+        raise CheckpointError(f"checkpoint {step} in {mngr.directory} {found.incomplete[step]}")
     state, why = _restore_checked(mngr, abstract_state, step)
     if why is not None:
         raise CheckpointError(f"checkpoint {step} in {mngr.directory} {why}")
@@ -121,52 +192,56 @@ def restore(mngr: ocp.CheckpointManager, abstract_state: dict, step: int | None 
 
 @dataclasses.dataclass(frozen=True)
 class Unreadable:
-    """A checkpoint a restart skipped: its step, why, and where it now lies."""
+    """A step folder a restart skipped: its step, why, and where it lies now (None: not moved yet)."""
 
     step: int
     reason: str
-    moved_to: str
+    moved_to: str | None = None
 
 
-def _move_aside(mngr: ocp.CheckpointManager, step: int) -> str:
-    """Move checkpoint `step` to WORKDIR/checkpoints_unreadable/STEP[.N] (process 0; all wait)."""
-    src = epath.Path(mngr.directory) / str(step)
-    dest_dir = epath.Path(mngr.directory).parent / UNREADABLE_DIR
-    dest, n = dest_dir / str(step), 1
-    while dest.exists():  # the same step may go bad again after a resume
-        dest, n = dest_dir / f"{step}.{n}", n + 1
-    if io.is_writer():
-        dest_dir.mkdir(parents=True, exist_ok=True)
-        src.rename(dest)
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        multihost_utils.sync_global_devices(f"posattn: moved checkpoint {step} aside")
-    return str(dest)
+def latest_good(mngr: ocp.CheckpointManager, abstract_state: dict) -> tuple[dict | None, list[Unreadable]]:
+    """(state of the newest committed checkpoint that restores and matches its digest, [the step
+    folders newer than it, and every step folder that is not a committed checkpoint, with why]).
 
-
-def restore_latest_good(mngr: ocp.CheckpointManager, abstract_state: dict) -> tuple[dict | None, list]:
-    """(state of the newest checkpoint that restores and matches its digest, [Unreadable newer ones]).
-
-    (None, []) when there is no checkpoint. Newer checkpoints that fail are moved aside (`_move_aside`)
-    so the run continues from the good one and its later saves do not collide with them. If none
-    restores, nothing is moved (the cause may be the code, e.g. a changed model, not the files) and
-    CheckpointError lists each step and why.
+    Reads only: nothing is moved (`set_aside` does, once the caller decided to go on). (None, [those
+    not committed]) when no checkpoint is committed. If committed ones exist and none restores,
+    CheckpointError lists each step and why (the cause may be the code, e.g. a changed model, not the
+    files).
     """
+    found = survey(mngr.directory)
+    skipped = [Unreadable(step, why) for step, why in found.incomplete.items()]
     failures = []
-    for step in sorted(mngr.all_steps(), reverse=True):
+    for step in reversed(found.complete):
         state, why = _restore_checked(mngr, abstract_state, step)
-        if why is not None:
-            failures.append((step, why))
-            continue
-        skipped = [Unreadable(s, why, _move_aside(mngr, s)) for s, why in failures]
-        if skipped:
-            mngr.reload()
-        return state, skipped
+        if why is None:
+            return state, sorted(skipped + [Unreadable(s, w) for s, w in failures], key=lambda u: -u.step)
+        failures.append((step, why))
     if failures:
         raise CheckpointError(f"no checkpoint in {mngr.directory} restores ("
                               + "; ".join(f"step {s} {why}" for s, why in failures)
-                              + "): move them out of the way to start from step 0, or use a new --workdir")
-    return None, []
+                              + "); nothing was changed: resume with the code that saved them (a changed "
+                              "model or optimiser cannot read them), or start afresh in a new --workdir")
+    return None, skipped
+
+
+def set_aside(directory, skipped: list[Unreadable]) -> list[Unreadable]:
+    """Move the `skipped` step folders of checkpoints folder `directory` to the sibling
+    checkpoints_unreadable/ (`io.move_aside`): out of orbax's way, so later saves and `keep_checkpoints` do
+    not collide with them. The same records, with where each now lies."""
+    directory = epath.Path(directory)
+    dest_dir = directory.parent / UNREADABLE_DIR
+    return [dataclasses.replace(u, moved_to=str(io.move_aside(directory / str(u.step), dest_dir)))
+            for u in skipped]
+
+
+def restore_latest_good(mngr: ocp.CheckpointManager, abstract_state: dict) -> tuple[dict | None, list]:
+    """`latest_good`, then the skipped folders `set_aside` and the manager reloaded: (state or None,
+    [Unreadable, each with where it was moved])."""
+    state, skipped = latest_good(mngr, abstract_state)
+    skipped = set_aside(mngr.directory, skipped)
+    if skipped:
+        mngr.reload()
+    return state, skipped
 
 
 def abstract_like(state_shapes, sharding) -> dict:
@@ -190,11 +265,8 @@ def abstract_state(model, image_shape, config, sharding) -> dict:
 def restore_state(workdir, model, image_shape, config, *, step: int | None = None, devices=None) -> dict:
     """The train state saved in `workdir` (its latest checkpoint, or `step`), replicated over `devices`."""
     abstract = abstract_state(model, image_shape, config, replicated(data_mesh(devices)))
-    mngr = manager(str(workdir), read_only=True)
-    try:
+    with manager(str(workdir), read_only=True) as mngr:
         state = restore(mngr, abstract, step)
-    finally:
-        mngr.close()
     if state is None:
         raise ConfigError(f"no checkpoint in {workdir}/checkpoints: train first")
     return state

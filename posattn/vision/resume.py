@@ -1,14 +1,24 @@
 """Which run a workdir holds, and which changes of its config a resumed run may make.
 
 A workdir records the config of its run in config.json (`record`); a run started on it again must be
-the same run (`check_resume`), apart from the fields in `RESUMABLE`.
+the same run (`check_resume`), apart from the fields in `RESUMABLE`. A launch that stopped before its
+first checkpoint (out of memory, a diverged first step) trained nothing that a resume could continue:
+another config may then start afresh in the same workdir, once what the failed launch wrote is set aside
+in WORKDIR/failed-<its start time>/ (`set_aside_failed_launch`), kept, not deleted.
 """
+import datetime
 import json
 import math
 
 from etils import epath
 
+from posattn import io
 from posattn.errors import ConfigError
+
+# What a run writes in its workdir (experiments/train_images.py adds curves.png).
+RUN_OUTPUTS = ("config.json", "run.json", "metrics.jsonl", "summary.json", "curves.png", "tensorboard",
+               "checkpoints", "checkpoints_unreadable")
+FAILED_PREFIX = "failed-"
 
 
 def _clipping_stays_on_or_off(old, new) -> bool:
@@ -36,9 +46,19 @@ def record(config) -> dict:
 
 
 def read_record(workdir) -> dict | None:
-    """The config a workdir's config.json records, None if it has none."""
+    """The config a workdir's config.json records, None if it has none; ConfigError (one line) if it is
+    not a JSON object."""
     path = epath.Path(workdir) / "config.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    fix = f"it records the config of the run in {workdir}: restore it, or use a new --workdir"
+    try:
+        stored = json.loads(path.read_text())
+    except ValueError as e:
+        raise ConfigError(f"{path} does not parse ({e}); {fix}") from None
+    if not isinstance(stored, dict):
+        raise ConfigError(f"{path} is not a JSON object; {fix}")
+    return stored
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
@@ -66,6 +86,26 @@ def differing_fields(old: dict, new: dict) -> dict:
             if not (k in a and k in b and _same(a[k], b[k]))}
 
 
+def failed_launch(stored: dict | None, config, checkpoint_step: int | None) -> bool:
+    """Whether the workdir holds a launch of another config (`stored`, its config.json; any field
+    differs) that stopped before its first checkpoint: nothing trained is at stake, so `config` may
+    start afresh there once `set_aside_failed_launch` has moved what it left (its metrics record of
+    what went wrong included)."""
+    return stored is not None and checkpoint_step is None and bool(differing_fields(stored, record(config)))
+
+
+def set_aside_failed_launch(workdir) -> epath.Path:
+    """Move the `RUN_OUTPUTS` of a failed launch into WORKDIR/failed-<UTC time its config.json was
+    written>/ (the same name on every process of a multi-process run); where they went."""
+    workdir = epath.Path(workdir)
+    launched = datetime.datetime.fromtimestamp((workdir / "config.json").stat().mtime, datetime.timezone.utc)
+    dest = io.unused_path(workdir / f"{FAILED_PREFIX}{launched:%Y%m%d-%H%M%S}")
+    for name in RUN_OUTPUTS:
+        if (workdir / name).exists():
+            io.move_aside(workdir / name, dest)
+    return dest
+
+
 def check_resume(stored: dict | None, config, checkpoint_step: int | None, workdir) -> list[str]:
     """Raise ConfigError unless `config` may continue the run recorded in `workdir`; list the changes.
 
@@ -81,10 +121,9 @@ def check_resume(stored: dict | None, config, checkpoint_step: int | None, workd
                           f"total_steps={config.total_steps}: resume with --config.total_steps="
                           f"{checkpoint_step} or more, or use a new --workdir")
     diffs = {} if stored is None else differing_fields(stored, record(config))
-    changes = {k: f"{k} {old!r} -> {new!r}" for k, (old, new) in diffs.items()}
-    refused = [changes[k] for k, (old, new) in diffs.items()
+    refused = [f"{k} {old!r} -> {new!r}" for k, (old, new) in diffs.items()
                if k not in RESUMABLE or (k in RESUME_CONDITIONS and not RESUME_CONDITIONS[k](old, new))]
     if refused:
         raise ConfigError(f"{workdir} holds a run with another config ({'; '.join(refused)}): rerun with "
                           "the values of its config.json to resume it, or use a new --workdir")
-    return list(changes.values())
+    return [f"{k} {old!r} -> {new!r}" for k, (old, new) in diffs.items()]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import numbers
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -84,47 +86,51 @@ class Setup:
                                  label_smoothing=float(self.config.label_smoothing))
 
 
+def _check_count(config, field: str, low: int, what: str, prefix: str = "") -> None:
+    value = config[field]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= INT32_MAX:
+        # step counts, the seed and batch sizes enter the compiled programs as int32
+        raise ConfigError(f"{prefix}{field}={value!r} must be {what} below 2**31")
+
+
+def _check_number(opt, field: str, ok, what: str) -> None:
+    value = opt[field]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not ok(value):
+        raise ConfigError(f"optimizer.{field}={value!r} must be {what}")
+
+
 def _check_loop_fields(config, num_devices: int) -> None:
-    counts = {f: config[f] for f in ("total_steps", "log_every", "eval_every", "checkpoint_every",
-                                     "global_batch_size", "eval_batch_size")}
-    for field, value in {**counts, "optimizer.warmup_steps": config.optimizer.warmup_steps}.items():
-        if value > INT32_MAX:  # the step and the schedule run in int32 on the device
-            raise ConfigError(f"{field}={value} must be at most {INT32_MAX:,} (JAX counts in int32)")
     for field in ("total_steps", "log_every"):
-        if config[field] <= 0:
-            raise ConfigError(f"{field}={config[field]} must be a positive integer")
+        _check_count(config, field, 1, "a positive integer")
     for field in ("eval_every", "checkpoint_every"):
-        if config[field] < 0:
-            raise ConfigError(f"{field}={config[field]} must be >= 0 (0 = only at the end)")
+        _check_count(config, field, 0, "an integer >= 0 (0 = only at the end)")
     for field in ("global_batch_size", "eval_batch_size"):
-        if config[field] <= 0 or config[field] % num_devices:
+        _check_count(config, field, 1, f"a positive multiple of the {num_devices} devices")
+        if config[field] % num_devices:
             raise ConfigError(f"{field}={config[field]} does not divide by the {num_devices} devices; "
                               f"use a positive multiple of {num_devices}")
-    if not 0 <= config.seed < 2**31:  # the train step takes it as an int32 argument
-        raise ConfigError(f"seed={config.seed} must lie in [0, 2**31)")
+    _check_count(config, "seed", 0, "an integer >= 0")  # the train step takes it as an int32 argument
     if not 0.0 <= config.label_smoothing < 1.0:
         raise ConfigError(f"label_smoothing={config.label_smoothing} must lie in [0, 1)")
     opt = config.optimizer
-    if opt.lr <= 0:  # (a NaN passes: the run stops at its first step, as a diverged run does)
-        raise ConfigError(f"optimizer.lr={opt.lr} must be positive")
-    for field in ("warmup_steps", "weight_decay"):
-        if opt[field] < 0:
-            raise ConfigError(f"optimizer.{field}={opt[field]} must be >= 0")
-    if (opt.grad_clip or 0) < 0:
-        raise ConfigError(f"optimizer.grad_clip={opt.grad_clip} must be >= 0 (0 = no clipping)")
+    _check_number(opt, "lr", lambda v: v > 0, "a positive finite number")
+    _check_count(opt, "warmup_steps", 0, "an integer >= 0", prefix="optimizer.")
+    _check_number(opt, "weight_decay", lambda v: v >= 0, "a finite number >= 0")
+    if opt.grad_clip is not None:
+        _check_number(opt, "grad_clip", lambda v: v >= 0, "a finite number >= 0 (0 = no clipping)")
     for field in ("b1", "b2"):
-        if not 0.0 <= opt[field] < 1.0:
-            raise ConfigError(f"optimizer.{field}={opt[field]} must lie in [0, 1) (Adam's decay rate)")
+        _check_number(opt, field, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (Adam's decay rate)")
 
 
 def resolve(config, num_devices: int = 1) -> Setup:
     """Validate everything the run will use, before any heavy work; raise ConfigError on the first fault.
 
     Unknown dataset, model, variant, attention or pooling, a patch size that does not divide the image,
-    a batch that does not divide by the devices, an unknown compute dtype, a non-positive step count, a
-    seed outside [0, 2**31), optimiser numbers out of range, augmentation settings out of range, a
-    block size that does not divide the image or a negative permutation seed. The splits are opened
-    later, on first use. A config without the fields of `config.base_config()` is refused first.
+    a batch that does not divide by the devices, an unknown compute dtype, a step count, batch size or
+    seed that is not an integer in range (below 2**31: they are int32 in the programs), optimiser
+    numbers that are not finite or out of range, augmentation settings out of range, a block size that
+    does not divide the image or a negative permutation seed. The splits are opened later, on first
+    use. A config without the fields of `config.base_config()` is refused first.
     """
     config_lib.check_schema(config)
     check_choice(config.compute_dtype, COMPUTE_DTYPES, "compute_dtype")

@@ -11,11 +11,18 @@ pipeline's (seed, step) determinism a resumed run ends with bitwise the same par
 uninterrupted one.
 
 Faults (docs/reliability.md): the workdir is checked (writable, room for one checkpoint) before any
-work; a restart falls back from a checkpoint that does not restore to the newest one that does
-(`checkpoint.restore_latest_good`); a preemption notice (SIGTERM) saves at the current step and stops
-with `preemption.Preempted` (exit status 143 in the binary); a non-finite loss stops with
-`NonFiniteLoss` before any checkpoint holds it.
+work; everything a resume needs (its config, its metrics record, a checkpoint that restores) is checked
+before any file of the workdir changes, so a refused command leaves it as it was; a restart skips step
+folders orbax never committed and falls back from a checkpoint that does not restore to the newest one
+that does (`checkpoint.latest_good`), setting both aside; a launch that stopped before its first
+checkpoint is set aside for another config (`resume.set_aside_failed_launch`); a preemption notice
+(SIGTERM) or Ctrl-C (SIGINT) saves at the current step and stops with `preemption.Preempted` (exit
+status 143 or 130 in the binary); a save that fails (full or read-only disk) stops the run at once with
+`saving.SaveFailed`; a non-finite loss stops with `NonFiniteLoss` before any checkpoint holds it.
+The checkpoint manager is closed on every way out, so no save is left running into the interpreter's
+shutdown.
 """
+import contextlib
 import json
 import math
 import time
@@ -30,7 +37,7 @@ from posattn import compile_options, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
-from posattn.vision import checkpoint, models, optim, preemption, resume
+from posattn.vision import checkpoint, models, optim, preemption, resume, saving
 from posattn.vision.data import augment
 from posattn.vision.setup import Setup, resolve
 from posattn.vision.state import init_state, model_variables
@@ -38,6 +45,27 @@ from posattn.vision.state import init_state, model_variables
 
 class NonFiniteLoss(ConfigError):
     """The loss (or gradient norm) became NaN or inf: the run stops; its recipe needs changing."""
+
+
+class OutOfMemory(ConfigError):
+    """The run's programs do not fit the devices' memory: the run stops; its batch or model must shrink."""
+
+
+@contextlib.contextmanager
+def _out_of_memory_stops(config, mesh, workdir):
+    """XLA's RESOURCE_EXHAUSTED (a batch too large for the devices) as one `OutOfMemory` line."""
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        last = checkpoint.survey(checkpoint.checkpoints_dir(workdir)).latest
+        kept = ("nothing was saved, so the corrected command may reuse this --workdir" if last is None else
+                f"the last checkpoint, step {last}, stays in {workdir}/checkpoints")
+        raise OutOfMemory(f"out of memory ({str(e).splitlines()[0][:160]}): global_batch_size="
+                          f"{config.global_batch_size} and eval_batch_size={config.eval_batch_size} over "
+                          f"{mesh.devices.size} devices do not fit; lower them (or use more devices, a smaller "
+                          f"model or compute_dtype='bfloat16'); {kept}") from e
 
 
 def step_hyperparameters(config) -> dict[str, np.ndarray]:
@@ -140,17 +168,17 @@ def _eta(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def _check_finite(pending: list, mngr, workdir) -> list:
+def _check_finite(pending: list, saver: saving.Saver, workdir) -> list:
     """Pull the per-step metrics since the last check; stop at the first non-finite loss or update.
 
-    Runs before every checkpoint, so a checkpoint never holds a broken state. On a stop, the saves in
-    flight complete first, and the message says where the run can resume from.
+    Runs before every checkpoint, so a checkpoint never holds a broken state. On a stop, the save in
+    flight completes first, and the message says where the run can resume from.
     """
     pulled = jax.device_get(pending)
     for step, m in pulled:
         if not all(math.isfinite(m[k]) for k in ("loss", "grad_norm", "param_norm")):
-            mngr.wait_until_finished()
-            last = mngr.latest_step()
+            saver.wait(step)
+            last = checkpoint.survey(saver.mngr.directory).latest
             hint = ("no checkpoint was saved before it" if last is None else
                     f"the last good checkpoint (step {last}) stays in {workdir}/checkpoints: rerun the "
                     "same command with a lower --config.optimizer.lr (or a lower non-zero "
@@ -160,17 +188,6 @@ def _check_finite(pending: list, mngr, workdir) -> list:
     return [m for _, m in pulled]
 
 
-def _stop_preempted(mngr, workdir, step: int, log: MetricLog) -> None:
-    """Finish the save of `step` and raise Preempted with how to resume (no summary.json is written:
-    the run is unfinished)."""
-    mngr.wait_until_finished()
-    mngr.close()
-    log.write({"step": step, "preempted": True})
-    log.close()
-    raise preemption.Preempted(f"preemption notice (SIGTERM) at step {step}: saved checkpoint {step} in "
-                               f"{workdir}/checkpoints; rerun the same command to resume from step {step}")
-
-
 def _mean(window: list) -> dict:
     return {k: float(np.mean([m[k] for m in window])) for k in window[0]}
 
@@ -178,12 +195,34 @@ def _mean(window: list) -> dict:
 # ---------------------------------------------------------------------------------- the run
 
 
+def _preflight(config, workdir, abstract_state) -> dict:
+    """Everything a run on `workdir` needs to know before it changes any file there, checked: which run
+    the workdir holds (a refused config raises ConfigError), whether its metrics record reads
+    (ConfigError naming a damaged line), the newest checkpoint that restores (CheckpointError if none
+    of several does) and the step folders to skip. Reads only."""
+    found = checkpoint.survey(checkpoint.checkpoints_dir(workdir))
+    stored = resume.read_record(workdir)
+    failed = resume.failed_launch(stored, config, found.latest)
+    plan = {"failed_launch": failed, "temporary": () if failed else found.temporary,
+            "changes": resume.check_resume(None if failed else stored, config, found.latest, workdir),
+            "state": None, "skipped": []}
+    if failed:  # what it left is set aside whole
+        return plan
+    if (workdir / "metrics.jsonl").exists():
+        io.read_jsonl(workdir / "metrics.jsonl")
+    with checkpoint.manager(str(workdir), read_only=True) as reader:
+        plan["state"], plan["skipped"] = checkpoint.latest_good(reader, abstract_state)
+    return plan
+
+
 def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     """Train and evaluate as `config` says, in (and resuming from) `workdir`: (final state, summary).
 
     A workdir that already records a run is resumed only with the same config, up to the fields
     `resume.RESUMABLE` lets change, and a total_steps that reaches its checkpoint's step; anything else
-    raises ConfigError before config.json is rewritten (`resume.check_resume`).
+    raises ConfigError before any file of the workdir changes (`resume.check_resume`). A workdir whose
+    run stopped before its first checkpoint takes another config: what that launch left is set aside
+    in WORKDIR/failed-<time>/.
 
     `devices` (default: all devices of all processes) lets a test run the same code on a sub-mesh.
     Over several processes, `posattn.mesh.initialize_distributed` must have run first, before any
@@ -205,38 +244,44 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     copies = workdir_lib.checkpoint_copies(config.keep_checkpoints, saves, workdir_lib.saved_checkpoints(workdir))
     need = "one checkpoint" if copies == 1 else f"{copies} checkpoints (those kept and the next)"
     workdir = workdir_lib.check(workdir, copies * workdir_lib.checkpoint_bytes(abstract_state), need)
-    # A workdir that holds a run is resumed only by the same run: checked (on every process, so all
-    # stop together) before config.json is rewritten, so a refused command leaves the record intact.
-    mngr = checkpoint.manager(str(workdir), keep=config.keep_checkpoints)
-    # From here a preemption notice is recorded (it was harmless before: nothing new to save) and
-    # honoured at the next step; the caller's SIGTERM handler is restored on the way out.
-    with preemption.Watcher(mngr) as watcher:
-        try:
-            changes = resume.check_resume(resume.read_record(workdir), config, mngr.latest_step(), workdir)
-            # A checkpoint found in the workdir always wins: the newest that restores intact.
-            state, skipped = checkpoint.restore_latest_good(mngr, abstract_state)
-        except ConfigError:
-            mngr.close()
-            raise
+    # From here a stop request (SIGTERM, SIGINT) is recorded and honoured at the next step, with a save;
+    # the caller's handlers are restored on the way out. The checkpoint manager and the metrics log are
+    # closed on every way out (`closing`), so no save runs on into the interpreter's shutdown.
+    with (preemption.Watcher() as watcher, saving.orbax_errors_reported(),
+          _out_of_memory_stops(config, mesh, workdir), contextlib.ExitStack() as closing):
+        # On every process, so all stop together; nothing in the workdir has changed if it raises.
+        plan = _preflight(config, workdir, abstract_state)
+        if plan["failed_launch"]:
+            where = resume.set_aside_failed_launch(workdir)
+            _say(f"{workdir} held a launch of another config that stopped before its first checkpoint: its "
+                 f"files are set aside in {where}; starting afresh")
+        skipped = checkpoint.set_aside(checkpoint.checkpoints_dir(workdir), plan["skipped"])
+        mngr = checkpoint.manager(str(workdir), keep=config.keep_checkpoints)  # removes orbax's temporaries
+        closing.callback(saving.close, mngr)
         io.write_json(workdir / "config.json", resume.record(config))
         checkpoint.write_run_record(workdir, setup)
         if io.is_writer():  # a summary of an earlier, shorter run of this workdir no longer holds
             (workdir / "summary.json").unlink(missing_ok=True)
-        for bad in skipped:
-            _say(f"checkpoint {bad.step} {bad.reason}: moved to {bad.moved_to}, resuming from the newest "
-                 "checkpoint that restores")
 
+        state = plan["state"]
         resumed_from = None if state is None else int(jax.device_get(state["step"]))
+        for bad in skipped:
+            _say(f"checkpoint {bad.step} {bad.reason}: moved to {bad.moved_to}, "
+                 + ("starting from step 0" if resumed_from is None else f"resuming from step {resumed_from}"))
+        if plan["temporary"]:
+            _say(f"removed {', '.join(plan['temporary'])} from {mngr.directory}: orbax's unfinished saves, "
+                 "left by a run stopped while saving")
         state = init_fn(hyper["seed"]) if state is None else state
         start = int(jax.device_get(state["step"]))
         # metrics.jsonl and TensorBoard, one schema with the theory regime; the records of steps after
         # `start` (run again now) are dropped
         log = MetricLog(workdir, start_step=start)
+        closing.callback(log.close)
         model_name = config.model.name
         if model_name == "vit":
             model_name = f"ViT {config.model.variant} ({config.model.attention} attention)"
         resumed = "" if resumed_from is None else f"; resumed from step {start}"
-        resumed += f"; changed from its config.json: {', '.join(changes)}" if changes else ""
+        resumed += f"; changed from its config.json: {', '.join(plan['changes'])}" if plan["changes"] else ""
         _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
              f"{jax.process_count()} processes{resumed}")
 
@@ -245,6 +290,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
         eval_step = jax.jit(make_eval_step(setup), in_shardings=(repl, batch_shard, repl), out_shardings=repl,
                             donate_argnums=(2,))
 
+        saver = saving.Saver(mngr, workdir)
         total, batch_size = config.total_steps, config.global_batch_size
         batches = setup.train_batches(start_step=start)
         pending, window, train_metrics, evals = [], [], {}, {}
@@ -260,16 +306,17 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
                 _say(f"step {step}/{total}  compiled and ran the first step in {t_go - t_run:.1f}s")
             else:
                 log_steps += 1
+            saver.poll(step)  # a save that failed stops the run now, not at the next save
             is_last = step == total
             # Polled at every step (on a pod, every host must reach the agreed step); a notice during
             # an evaluation or a save is honoured at the next step. The stop saves and skips the eval.
-            stop = not is_last and watcher.reached(step)
+            stop = not is_last and watcher.reached(step, mngr)
             do_log = step % config.log_every == 0 or is_last
             do_eval = not stop and (is_last or (config.eval_every and step % config.eval_every == 0))
             do_ckpt = stop or is_last or (config.checkpoint_every and step % config.checkpoint_every == 0)
             if not (do_log or do_eval or do_ckpt):
                 continue
-            window += _check_finite(pending, mngr, workdir)  # waits for the pending steps to finish
+            window += _check_finite(pending, saver, workdir)  # waits for the pending steps to finish
             pending = []
             dt = time.perf_counter() - t_go
             timed_seconds, log_seconds = timed_seconds + dt, log_seconds + dt
@@ -284,16 +331,18 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
                      f"acc {train_metrics['accuracy']:.3f}  lr {train_metrics['lr']:.2e}  "
                      f"{'?' if images_per_second is None else f'{images_per_second:,.0f}'} img/s  ETA {eta}")
             if do_ckpt:
-                checkpoint.save(mngr, state)
+                saver.save(state, step)
             if do_eval:
                 evals = evaluate(eval_step, state, setup, mesh)
                 log.write(paired_test_metrics({"step": step, **evals}))
                 _say(f"step {step}/{total}  test accuracy {evals['test_accuracy']:.4f}  "
                      f"test loss {evals['test_loss']:.4f}")
-            if stop:
-                _stop_preempted(mngr, workdir, step, log)
+            if stop:  # the save of `step` completes first; no summary.json: the run is unfinished
+                saver.wait(step)
+                log.write({"step": step, "preempted": True})
+                raise watcher.stopped(step, mngr.directory)
             t_go = time.perf_counter()
-        mngr.wait_until_finished()
+        saver.wait(total)
         if not evals:  # nothing left to train (the checkpoint was already final): evaluate it
             evals = evaluate(eval_step, state, setup, mesh)
         seconds = time.perf_counter() - t_run
@@ -314,8 +363,6 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
         }
         io.write_json(workdir / "summary.json", summary)
         _say("summary: " + json.dumps(summary, sort_keys=True))
-        mngr.close()
-        log.close()
         return state, summary
 
 

@@ -69,23 +69,30 @@ def test_config_arguments_select_attention_model_block_and_local():
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("lr", -1e-3, "optimizer.lr=-0.001 must be positive"),
-    ("warmup_steps", -5, "optimizer.warmup_steps=-5 must be >= 0"),
-    ("weight_decay", -1.0, "optimizer.weight_decay=-1.0 must be >= 0"),
-    ("grad_clip", -1.0, "optimizer.grad_clip=-1.0 must be >= 0 (0 = no clipping)"),
-    ("b2", 1.5, "optimizer.b2=1.5 must lie in [0, 1)"),
+    ("lr", -1e-3, "optimizer.lr=-0.001 must be a positive finite number"),
+    ("lr", float("inf"), "optimizer.lr=inf must be a positive finite number"),
+    ("lr", float("nan"), "optimizer.lr=nan must be a positive finite number"),
+    ("warmup_steps", -5, "optimizer.warmup_steps=-5 must be an integer >= 0 below 2**31"),
+    ("weight_decay", -1.0, "optimizer.weight_decay=-1.0 must be a finite number >= 0"),
+    ("weight_decay", float("nan"), "optimizer.weight_decay=nan must be a finite number >= 0"),
+    ("grad_clip", -1.0, "optimizer.grad_clip=-1.0 must be a finite number >= 0 (0 = no clipping)"),
+    ("grad_clip", float("inf"), "optimizer.grad_clip=inf must be a finite number >= 0 (0 = no clipping)"),
+    ("b2", 1.5, "optimizer.b2=1.5 must be a number in [0, 1)"),
+    ("b1", float("nan"), "optimizer.b1=nan must be a number in [0, 1)"),
 ])
-def test_optimiser_numbers_out_of_range_are_refused(field, value, message):
+def test_optimiser_numbers_out_of_range_or_not_finite_are_refused(field, value, message):
     c, _ = load_config("digits", "local")
     c.optimizer[field] = value
     with pytest.raises(ConfigError, match=re.escape(message)):
         setup_lib.resolve(c, 1)
 
 
-def test_a_step_count_beyond_int32_is_refused():
+@pytest.mark.parametrize("field,value", [("total_steps", 3_000_000_000), ("checkpoint_every", 2**31),
+                                         ("global_batch_size", 2**31), ("seed", -1)])
+def test_counts_that_do_not_fit_the_programs_int32_are_refused(field, value):
     c, _ = load_config("digits", "local")
-    c.total_steps = 3_000_000_000
-    with pytest.raises(ConfigError, match="total_steps=3000000000 must be at most 2,147,483,647"):
+    c[field] = value
+    with pytest.raises(ConfigError, match=re.escape(f"{field}={value} must be ") + ".* below 2\\*\\*31$"):
         setup_lib.resolve(c, 1)
 
 

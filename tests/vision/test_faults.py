@@ -1,14 +1,24 @@
 """Faults the image trainer survives (fast versions of benchmarks/faults.py's drill): a preemption
-notice saves and resumes bitwise; a corrupted latest checkpoint falls back to the newest good one and is
-moved aside, not deleted; a workdir that cannot take a checkpoint stops the run before any work; a NaN
-injected at a chosen step stops the run at that step; a stopped run ends the binary with one line."""
+notice or an interrupt saves and resumes bitwise; a corrupted latest checkpoint falls back to the newest
+good one and is moved aside, not deleted; a step folder orbax never committed is skipped and set aside;
+a resume checks everything before it changes a file; a launch that stopped before its first checkpoint
+is set aside for the corrected one; a failed save stops the run at once; a workdir that cannot take a
+checkpoint stops the run before any work; a NaN injected at a chosen step stops the run at that step;
+out of memory and a stopped run end the binary with one line.
+
+The tests that read damaged checkpoints or fail saves turn an unraisable exception (an orbax coroutine
+or thread left behind) into a failure."""
+import errno
 import json
+import logging
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -19,12 +29,13 @@ from benchmarks import injections
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, replicated
-from posattn.vision import checkpoint, preemption, train
+from posattn.vision import checkpoint, fault_injection, preemption, saving, train
 from posattn.vision.setup import Setup
 from tests.vision.test_train import tiny_digits
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ONE = jax.devices()[:1]
+no_leaks = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 
 
 def run(config, workdir):
@@ -50,23 +61,29 @@ def straight(tmp_path_factory):
     return workdir, jax.device_get(state)
 
 
+def signal_at_step(monkeypatch, signum: int, at: int) -> None:
+    """Send `signum` to this process as the batch of step `at` is drawn."""
+    original = Setup.train_batches
+
+    def batches_with_a_signal(self, start_step=0, **processes):
+        for step, batch in enumerate(original(self, start_step, **processes), start_step + 1):
+            if step == at:
+                os.kill(os.getpid(), signum)
+            yield batch
+
+    monkeypatch.setattr(Setup, "train_batches", batches_with_a_signal)
+
+
+@no_leaks
 def test_sigterm_saves_at_the_current_step_and_the_restart_ends_bitwise_equal(straight, tmp_path, monkeypatch,
                                                                             capsys):
     config = tiny_digits(total_steps=6, checkpoint_every=3, log_every=3)
     handler = signal.getsignal(signal.SIGTERM)
-    original = Setup.train_batches
-
-    def batches_with_a_notice(self, start_step=0, **processes):  # SIGTERM as step 2's batch is drawn
-        for step, batch in enumerate(original(self, start_step, **processes), start_step + 1):
-            if step == 2:
-                os.kill(os.getpid(), signal.SIGTERM)
-            yield batch
-
-    monkeypatch.setattr(Setup, "train_batches", batches_with_a_notice)
-    with pytest.raises(preemption.Preempted, match=r"at step 2: saved checkpoint 2 .* rerun the same "
-                                                   r"command to resume from step 2") as err:
+    signal_at_step(monkeypatch, signal.SIGTERM, 2)
+    with pytest.raises(preemption.Preempted, match=r"^preemption notice \(SIGTERM\) at step 2: saved checkpoint 2 "
+                                                   r".* rerun the same command to resume from step 2$") as err:
         run(config, tmp_path)
-    assert err.value.exit_status == 143 and "\n" not in str(err.value)
+    assert err.value.exit_status == 143
     assert signal.getsignal(signal.SIGTERM) is handler  # the caller's handler is back
     assert steps_in(tmp_path) == [2] and not (tmp_path / "summary.json").exists()  # nothing looks done
     monkeypatch.undo()
@@ -83,6 +100,17 @@ def test_sigterm_saves_at_the_current_step_and_the_restart_ends_bitwise_equal(st
     assert_bitwise_equal(jax.device_get(state), straight[1])
 
 
+def test_sigint_is_a_stop_request_too_it_saves_and_exits_130_not_a_keyboardinterrupt(tmp_path, monkeypatch):
+    handler = signal.getsignal(signal.SIGINT)
+    signal_at_step(monkeypatch, signal.SIGINT, 2)
+    with pytest.raises(preemption.Preempted, match=r"^interrupted \(SIGINT\) at step 2: saved checkpoint 2 .* "
+                                                   r"rerun the same command to resume from step 2$") as err:
+        run(tiny_digits(total_steps=6, checkpoint_every=3, log_every=3), tmp_path)
+    assert err.value.exit_status == 130 and steps_in(tmp_path) == [2]
+    assert signal.getsignal(signal.SIGINT) is handler  # Ctrl-C raises KeyboardInterrupt again outside the run
+
+
+@no_leaks
 @pytest.mark.parametrize("damage", ["truncate", "bitflip"])
 def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_good_one_and_is_kept(straight, tmp_path,
                                                                                   damage):
@@ -101,6 +129,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_good_one_and_is_ke
     assert (workdir / "checkpoints_unreadable" / "6").is_dir() and steps_in(workdir) == [3]
 
 
+@no_leaks
 def test_no_checkpoint_restores_nothing_is_moved_and_the_error_lists_each(straight, tmp_path):
     workdir = pathlib.Path(shutil.copytree(straight[0], tmp_path / "run"))
     for step in (3, 6):
@@ -112,6 +141,149 @@ def test_no_checkpoint_restores_nothing_is_moved_and_the_error_lists_each(straig
     mngr.close()
     assert "\n" not in str(err.value) and steps_in(workdir) == [3, 6]
     assert not (workdir / "checkpoints_unreadable").exists()
+    # the advice keeps the checkpoints: never "move them away to start from step 0"
+    assert "nothing was changed" in str(err.value) and "step 0" not in str(err.value)
+    assert "TensorStore details" not in str(err.value)
+
+
+def _uncommitted_copy(workdir: pathlib.Path, step: int, new: int) -> None:
+    """Checkpoint `step` copied to `new` without orbax's commit record: the files a save left unfinished
+    (on a file system where orbax writes in place, e.g. gs://, an interrupted save looks like this)."""
+    dest = workdir / "checkpoints" / str(new)
+    shutil.copytree(workdir / "checkpoints" / str(step), dest)
+    (dest / "commit_success.txt").unlink()
+    metadata = json.loads((dest / "_CHECKPOINT_METADATA").read_text())
+    del metadata["commit_timestamp_nsecs"]
+    (dest / "_CHECKPOINT_METADATA").write_text(json.dumps(metadata))
+
+
+@no_leaks
+def test_step_folders_orbax_never_committed_are_skipped_not_counted_against_the_good_ones(straight, tmp_path):
+    workdir = pathlib.Path(shutil.copytree(straight[0], tmp_path / "run"))
+    (workdir / "checkpoints" / "35").mkdir()  # a stray folder above the good steps 3 and 6
+    _uncommitted_copy(workdir, 6, 9)
+    (workdir / "checkpoints" / "12.orbax-checkpoint-tmp-1").mkdir()  # a save in progress when killed
+    found = checkpoint.survey(workdir / "checkpoints")
+    assert found.complete == (3, 6) and found.temporary == ("12.orbax-checkpoint-tmp-1",)
+    assert found.incomplete == {9: "was never committed by orbax (a save that did not finish)",
+                                35: "is an empty folder"}
+    abstract = checkpoint.abstract_like(straight[1], replicated(data_mesh(ONE)))
+    with checkpoint.manager(str(workdir), read_only=True) as reader:
+        assert int(checkpoint.restore(reader, abstract)["step"]) == 6  # the newest committed one
+        with pytest.raises(checkpoint.CheckpointError, match="checkpoint 35 .* is an empty folder"):
+            checkpoint.restore(reader, abstract, step=35)
+        state, skipped = checkpoint.latest_good(reader, abstract)
+    assert int(state["step"]) == 6 and [(u.step, u.moved_to) for u in skipped] == [(35, None), (9, None)]
+    assert (workdir / "checkpoints" / "35").is_dir()  # reading moved nothing
+
+
+@no_leaks
+def test_a_restart_resumes_from_the_newest_committed_checkpoint_past_a_stray_folder(straight, tmp_path, capsys):
+    workdir = pathlib.Path(shutil.copytree(straight[0], tmp_path / "run"))
+    (workdir / "checkpoints" / "35").mkdir()
+    (workdir / "checkpoints" / "12.orbax-checkpoint-tmp-1").mkdir()
+    state, summary = run(tiny_digits(total_steps=6, checkpoint_every=3, log_every=3), workdir)
+    out = capsys.readouterr().out
+    assert f"checkpoint 35 is an empty folder: moved to {workdir}/checkpoints_unreadable/35, resuming from " \
+           "step 6" in out
+    assert "removed 12.orbax-checkpoint-tmp-1 from" in out
+    assert summary["resumed_from_step"] == 6 and [m["step"] for m in summary["checkpoints_moved_aside"]] == [35]
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["3", "6"]
+    assert_bitwise_equal(jax.device_get(state), straight[1])
+
+
+def test_a_cut_line_in_the_middle_of_metrics_jsonl_stops_the_resume_before_any_file_changes(straight, tmp_path):
+    workdir = pathlib.Path(shutil.copytree(straight[0], tmp_path / "run"))
+    lines = (workdir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (workdir / "metrics.jsonl").write_text(lines[0][:30] + "\n" + "".join(lines[1:]))
+    before = {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=rf"^{workdir}/metrics.jsonl line 1 \(of {len(lines)}\) is not a JSON "
+                                          r"record \(.*\): repair or delete that line, then rerun$"):
+        run(tiny_digits(total_steps=9, checkpoint_every=3, log_every=3), workdir)
+    assert {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()} == before  # summary.json too
+
+
+def test_a_launch_that_stopped_before_its_first_checkpoint_is_set_aside_for_the_corrected_one(
+        straight, tmp_path, capsys):
+    failing = tiny_digits(total_steps=6, checkpoint_every=3, log_every=1, seed=1, optimizer__lr=1e30)
+    with pytest.raises(train.NonFiniteLoss, match="at step 2; .*no checkpoint was saved"):
+        run(failing, tmp_path)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    # the corrected command (another seed: a change a resume would refuse) takes the workdir
+    state, summary = run(tiny_digits(total_steps=6, checkpoint_every=3, log_every=3), tmp_path)
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("failed-")]
+    assert len(aside) == 1 and sorted(p.name for p in aside[0].iterdir()) == left
+    assert json.loads((aside[0] / "config.json").read_text())["seed"] == 1  # kept, not deleted
+    assert (aside[0] / "metrics.jsonl").read_text().count('"step": 1') == 1  # its record of what went wrong
+    assert f"its files are set aside in {aside[0]}; starting afresh" in capsys.readouterr().out
+    assert summary["resumed_from_step"] is None and steps_in(tmp_path) == [3, 6]
+    assert_bitwise_equal(jax.device_get(state), straight[1])  # nothing of the failed launch leaked in
+
+
+@no_leaks
+def test_a_save_that_fails_in_the_background_stops_the_run_at_the_first_step_that_learns_of_it(
+        tmp_path, caplog):
+    logging.getLogger("absl").setLevel(logging.ERROR)  # as the binaries run: quiet library logs
+    try:
+        with fault_injection.failing_saves(errno.ENOSPC, at="background"), saving.orbax_errors_reported():
+            mngr = checkpoint.manager(str(tmp_path), keep=2)
+            saver = saving.Saver(mngr, tmp_path)
+            saver.save({"step": np.int32(3), "w": np.arange(4.0)}, 3)
+            for _ in range(1000):
+                if not mngr.is_saving_in_progress():
+                    break
+                time.sleep(0.01)
+            with pytest.raises(saving.SaveFailed, match=re.escape(
+                    "saving checkpoint 3 failed (No space left on device, errno 28); the run stopped at step 4, "
+                    f"no checkpoint was saved before it: free space on the disk of {tmp_path}, then rerun the "
+                    "same command to start again")):
+                saver.poll(4)
+            saving.close(mngr)  # after the failure too, with no thread left running
+    finally:
+        logging.getLogger("absl").setLevel(logging.NOTSET)
+    assert not [r for r in caplog.records if "orbax" in r.pathname and r.levelno >= logging.ERROR]
+    assert checkpoint.survey(tmp_path / "checkpoints").complete == ()  # the tmp folder is not a checkpoint
+
+
+@no_leaks
+def test_a_failed_final_save_stops_with_one_line_and_the_rerun_resumes_bitwise(straight, tmp_path, capsys):
+    config = tiny_digits(total_steps=6, checkpoint_every=3, log_every=3)
+    with fault_injection.failing_saves(errno.ENOSPC, from_step=6, at="background"):
+        with pytest.raises(saving.SaveFailed, match=r"^saving checkpoint 6 failed \(No space left on device, "
+                                                    r"errno 28\); the run stopped at step 6, the last complete "
+                                                    r"checkpoint, step 3, stays in .*resume from step 3$"):
+            run(config, tmp_path)
+    assert steps_in(tmp_path) == [3] and not (tmp_path / "summary.json").exists()
+    state, summary = run(config, tmp_path)
+    assert "removed 6.orbax-checkpoint-tmp" in capsys.readouterr().out
+    assert summary["resumed_from_step"] == 3 and steps_in(tmp_path) == [3, 6]
+    assert_bitwise_equal(jax.device_get(state), straight[1])
+
+
+@no_leaks
+def test_a_save_refused_by_a_read_only_disk_stops_the_run_with_no_step_after_it(tmp_path):
+    config = tiny_digits(total_steps=6, checkpoint_every=3, log_every=1)
+    with fault_injection.failing_saves(errno.EROFS, from_step=3, at="start"):
+        with pytest.raises(saving.SaveFailed, match=r"^saving checkpoint 3 failed \(Read-only file system, "
+                                                    r"errno 30\); the run stopped at step 3, no checkpoint was "
+                                                    rf"saved before it: make {tmp_path} writable again"):
+            run(config, tmp_path)
+    logged = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [1, 2, 3] and steps_in(tmp_path) == []
+
+
+def test_out_of_memory_stops_the_run_with_one_line(tmp_path, monkeypatch):
+    def make_train_step(setup):
+        def step(state, batch, hyper):
+            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 9 bytes.\nmore")
+        return step
+
+    monkeypatch.setattr(train, "make_train_step", make_train_step)
+    with pytest.raises(train.OutOfMemory, match=r"^out of memory \(RESOURCE_EXHAUSTED: Out of memory allocating 9 "
+                                                r"bytes.\): global_batch_size=16 and eval_batch_size=16 over 1 "
+                                                r"devices do not fit; .*nothing was saved, so the corrected command "
+                                                r"may reuse this --workdir$"):
+        run(tiny_digits(), tmp_path)
 
 
 def test_a_workdir_that_cannot_take_a_checkpoint_stops_the_run_before_any_work(tmp_path, monkeypatch):
@@ -163,10 +335,12 @@ def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(tmp_path, monkeypat
     assert logged == [1, 2, 3]  # nothing is logged from the broken step on
 
 
-def test_a_stopped_run_ends_the_binary_with_one_line_and_its_exit_status():
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stopped_run_ends_the_binary_with_one_line_and_its_exit_status(signum, status):
     program = ("from posattn import cli\nfrom posattn.vision.preemption import Preempted\n"
-               "def main(argv):\n    raise Preempted('notice at step 7: rerun to resume')\ncli.run(main)\n")
+               f"def main(argv):\n    raise Preempted('notice at step 7: rerun to resume', {int(signum)})\n"
+               "cli.run(main)\n")
     done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
-    assert done.returncode == 143
+    assert done.returncode == status
     assert done.stderr == "stopped: notice at step 7: rerun to resume\n"

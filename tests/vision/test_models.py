@@ -314,3 +314,24 @@ def test_images_of_the_wrong_size_are_rejected():
     variables = _init(model)
     with pytest.raises(ValueError, match="built for"):
         model.apply(variables, _images(9, size=16))
+
+
+@pytest.mark.parametrize("name", ["vit", "resnet18", "vgg16"])
+def test_images_of_other_channels_are_refused_in_one_line(name):
+    model = _model(name=name, channels=1)
+    variables = jax.eval_shape(lambda: model.init(jax.random.key(0), _images(6, channels=1)))
+    with pytest.raises(ConfigError, match=r"images of shape \(4, 8, 8, 3\) have 3 channels, the model was "
+                                          r"built for 1: convert the images, or build the model with "
+                                          r"channels=3") as err:
+        jax.eval_shape(lambda v: model.apply(v, _images(9)), variables)  # flax: a parameter shape error
+    assert "\n" not in str(err.value)  # (pytest matches JAX's traceback note too)
+
+
+def test_a_model_name_alone_builds_it_and_sizes_must_be_positive_integers():
+    model = create_model("resnet18", num_classes=10, image_size=2, channels=3)
+    assert (type(model).__name__, model.channels) == ("ResNet18", 3)
+    for bad in (2.5, "8", 0):
+        with pytest.raises(ConfigError, match=f"image_size must be a positive integer, got {bad!r}$"):
+            create_model("resnet18", num_classes=10, image_size=bad, channels=3)
+    with pytest.raises(ConfigError, match="model_cfg=None: give a model name or a dict of model fields"):
+        create_model(None, num_classes=10, image_size=8, channels=3)

@@ -168,3 +168,11 @@ def test_sweep_reads_back_a_cell_only_of_the_same_config(tmp_path, monkeypatch):
     assert sweep.run_cell(c, str(tmp_path), say=lambda _: None) == {"steps": 2, "test_accuracy": 0.5}
     assert sweep.run_cell(_short(model__attention="vanilla"), str(tmp_path), say=lambda _: None) == {
         "trained": True}
+
+
+def test_a_launch_without_a_checkpoint_is_a_failed_launch_for_any_other_config():
+    stored = resume.record(_short())
+    assert not resume.failed_launch(stored, _short(), None)  # the same run starts again
+    assert resume.failed_launch(stored, _short(optimizer__lr=1e-4), None)  # even a change a resume allows
+    assert not resume.failed_launch(stored, _short(seed=1), 2)  # a checkpoint: a resume, refused or not
+    assert not resume.failed_launch(None, _short(seed=1), None)

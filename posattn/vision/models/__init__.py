@@ -26,6 +26,7 @@ What the models compute on the way, by name (flax `sow`; free unless asked for):
 """
 import collections
 import difflib
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -72,13 +73,20 @@ def _compute_dtype(dtype):
 
 def create_model(model_cfg, *, num_classes: int, image_size: int, channels: int,
                  dtype=jnp.float32) -> nn.Module:
-    """The classifier that `model_cfg` (the `config.model` ConfigDict or a dict) names, validated.
+    """The classifier that `model_cfg` (the `config.model` ConfigDict, a dict, or only a model name such
+    as "resnet18") names, validated, for images of `image_size` x `image_size` x `channels`.
 
     Fields (`MODEL_FIELDS`): name (a key of `MODELS`); for the ViT also variant ("Ti/16", ...),
     patch_size, width, depth, num_heads and mlp_dim (each 0 = the variant's), attention (a key of `ATTENTIONS`), pos_shared, pos_add,
     pos_init_std (std of the initial P), pool (gap | cls); dropout for all. Missing fields take the
-    defaults of the shared config; an unknown field is a ConfigError naming the nearest valid one.
+    defaults of the shared config; an unknown field is a ConfigError naming the nearest valid one. The
+    model refuses (ConfigError) images of other channels (and for the ViT, another size).
     """
+    if isinstance(model_cfg, str):
+        model_cfg = {"name": model_cfg}
+    if not hasattr(model_cfg, "items"):
+        raise ConfigError(f"model_cfg={model_cfg!r}: give a model name or a dict of model fields, e.g. "
+                          "{'name': 'vit', 'variant': 'Ti/4'}")
     given = dict(model_cfg.items())
     for key in given:
         if key not in MODEL_FIELDS:
@@ -92,7 +100,7 @@ def create_model(model_cfg, *, num_classes: int, image_size: int, channels: int,
         raise ConfigError(f"model.{shaped[0]} sets a ViT's shape; model {fields['name']!r} takes its shape "
                           f"from model.variant: leave model.{shaped[0]} at 0")
     for what, value in (("image_size", image_size), ("channels", channels)):
-        if int(value) < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ConfigError(f"{what} must be a positive integer, got {value!r}")
     return build(fields, num_classes=num_classes, image_size=image_size, channels=channels,
                  dtype=_compute_dtype(dtype))

@@ -37,7 +37,7 @@ import flax.linen as nn
 
 from posattn.errors import ConfigError, check_choice
 from posattn.vision.models.attention import ATTENTIONS
-from posattn.vision.models.checks import check_classifier_fields
+from posattn.vision.models.checks import check_classifier_fields, check_images
 from posattn.vision.models.resnet import batch_norm, block_conv
 from posattn.vision.models.sown import INTERMEDIATES, STEM, attention_weights, block_feature
 
@@ -157,6 +157,7 @@ class AlterNet(nn.Module):
     pos_init_std: float = 1.0
     dropout: float = 0.0
     dtype: Any = jnp.float32
+    channels: int | None = None  # of the images it takes (None: any); `create_model` sets it
 
     def __post_init__(self):
         check_classifier_fields(self.num_classes, self.dropout)
@@ -171,6 +172,7 @@ class AlterNet(nn.Module):
 
     @nn.compact
     def __call__(self, images_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
+        check_images(images_BxHxWxC, self.channels)
         x = nn.Conv(self.stage_features[0], (3, 3), padding=1, use_bias=False, dtype=self.dtype,
                     kernel_init=_CONV_INIT, name="stem_conv")(images_BxHxWxC)
         self.sow(INTERMEDIATES, STEM, x)
@@ -198,8 +200,8 @@ class AlterNet(nn.Module):
 def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) -> AlterNet:
     """The `MODELS` constructor: variant "<size>[/<msas>]" (see `parse_variant`), attention,
     pos_init_std and dropout from the config's model fields; the ViT's other fields do not apply."""
-    del image_size, channels
+    del image_size
     widths, msas = parse_variant(fields["variant"])
     return AlterNet(num_classes=num_classes, stage_features=widths, stage_msa=msas,
                     attention=fields["attention"], pos_init_std=float(fields["pos_init_std"]),
-                    dropout=float(fields["dropout"]), dtype=dtype)
+                    dropout=float(fields["dropout"]), dtype=dtype, channels=channels)

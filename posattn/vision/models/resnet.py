@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
-from posattn.vision.models.checks import check_classifier_fields
+from posattn.vision.models.checks import check_classifier_fields, check_images
 from posattn.vision.models.sown import INTERMEDIATES, STEM, block_feature
 
 # He initialisation (fan-out), the usual choice for ReLU networks with batch norm.
@@ -69,6 +69,7 @@ class ResNet18(nn.Module):
     dtype: Any = jnp.float32
     stage_features: tuple[int, ...] = (64, 128, 256, 512)
     blocks_per_stage: int = 2
+    channels: int | None = None  # of the images it takes (None: any); `create_model` sets it
 
     def __post_init__(self):
         check_classifier_fields(self.num_classes, self.dropout)
@@ -76,6 +77,7 @@ class ResNet18(nn.Module):
 
     @nn.compact
     def __call__(self, images_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
+        check_images(images_BxHxWxC, self.channels)
         x = nn.Conv(
             self.stage_features[0], (3, 3), padding=1, use_bias=False, dtype=self.dtype,
             kernel_init=_CONV_INIT, name="stem_conv",
@@ -98,5 +100,5 @@ class ResNet18(nn.Module):
 
 def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) -> ResNet18:
     """The `MODELS` constructor: a ResNet-18 from the config's model fields (it runs on any image size)."""
-    del image_size, channels
-    return ResNet18(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype)
+    del image_size
+    return ResNet18(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype, channels=channels)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
-from posattn.vision.models.checks import check_classifier_fields
+from posattn.vision.models.checks import check_classifier_fields, check_images
 from posattn.vision.models.resnet import batch_norm
 from posattn.vision.models.sown import INTERMEDIATES, STEM, block_feature
 
@@ -33,6 +33,7 @@ class VGG16(nn.Module):
     dropout: float = 0.0
     dtype: Any = jnp.float32
     layers: tuple[int | str, ...] = VGG16_LAYERS
+    channels: int | None = None  # of the images it takes (None: any); `create_model` sets it
 
     def __post_init__(self):
         check_classifier_fields(self.num_classes, self.dropout)
@@ -40,6 +41,7 @@ class VGG16(nn.Module):
 
     @nn.compact
     def __call__(self, images_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
+        check_images(images_BxHxWxC, self.channels)
         x = images_BxHxWxC
         conv_index = 0
         for layer in self.layers:
@@ -62,5 +64,5 @@ class VGG16(nn.Module):
 
 def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) -> VGG16:
     """The `MODELS` constructor: a VGG-16-BN from the config's model fields (it runs on any image size)."""
-    del image_size, channels
-    return VGG16(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype)
+    del image_size
+    return VGG16(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype, channels=channels)

@@ -28,7 +28,7 @@ import flax.linen as nn
 
 from posattn.errors import ConfigError, check_choice
 from posattn.vision.models.attention import ATTENTIONS
-from posattn.vision.models.checks import check_classifier_fields
+from posattn.vision.models.checks import check_classifier_fields, check_images
 from posattn.vision.models.variants import SHAPE_FIELDS, override_shape, parse_variant
 from posattn.vision.models.sown import INTERMEDIATES, attention_weights, block_feature
 
@@ -102,6 +102,7 @@ class ViT(nn.Module):
     dropout: float = 0.0
     dtype: Any = jnp.float32
     pos_init_std: float = 1.0
+    channels: int | None = None  # of the images it takes (None: any); `create_model` sets it
 
     def __post_init__(self):
         check_classifier_fields(self.num_classes, self.dropout)
@@ -130,11 +131,7 @@ class ViT(nn.Module):
     @nn.compact
     def __call__(self, images_BxHxWxC: jax.Array, train: bool = False,
                  keep_BxN: jax.Array | None = None) -> jax.Array:
-        if images_BxHxWxC.shape[1:3] != (self.image_size, self.image_size):
-            raise ValueError(
-                f"images are {images_BxHxWxC.shape[1:3]}, the model was built for "
-                f"{(self.image_size, self.image_size)}"
-            )
+        check_images(images_BxHxWxC, self.channels, (self.image_size, self.image_size))
         p = self.patch_size
         x_BxhxwxD = nn.Conv(
             self.width, (p, p), strides=(p, p), padding="VALID", dtype=self.dtype, name="embedding"
@@ -204,7 +201,6 @@ def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) ->
     """The `MODELS` constructor: a ViT from the config's model fields; variant "<family>/<patch>"
     gives the shape, and a non-zero patch_size, width, depth, num_heads or mlp_dim overrides that
     part of it (e.g. variant "S/16" with depth 6: a 6-block ViT-S)."""
-    del channels
     shape, variant_patch = parse_variant(fields["variant"])
     shape = override_shape(shape, **{name: fields[name] for name in SHAPE_FIELDS})
     patch_size = int(fields["patch_size"])
@@ -225,4 +221,5 @@ def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) ->
         dropout=float(fields["dropout"]),
         dtype=dtype,
         pos_init_std=float(fields["pos_init_std"]),
+        channels=channels,
     )
