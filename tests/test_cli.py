@@ -125,8 +125,8 @@ def test_theory_ends_a_signal_with_one_line_and_a_workdir_that_says_interrupted(
                                cwd=ROOT, env=envs.devices(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     finally:
         signal.signal(signal.SIGINT, previous)
-    for line in run.stdout:  # GD is under way
-        if line.startswith("step"):
+    for line in run.stdout:  # the run holds its workdir and has written its config (GD compiles next)
+        if line.startswith("preset"):
             break
     run.send_signal(sig)
     _, stderr = run.communicate(timeout=120)
