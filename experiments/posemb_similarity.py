@@ -60,10 +60,9 @@ def main(argv):
     from posattn.analysis import posemb
     from posattn.plots import vision as plots
     from posattn.vision import checkpoint
-    from posattn.vision.data import datasets
     from posattn.vision.data.permutation import block_permutation
 
-    model, variables, config = checkpoint.load_run(_WORKDIR.value)
+    model, variables, config, preprocess = checkpoint.load_run(_WORKDIR.value)
     if config.model.name != "vit":
         raise ConfigError(f"the run trained {config.model.name!r}: positional embeddings need a ViT run")
     params = variables["params"]
@@ -71,7 +70,7 @@ def main(argv):
         raise ConfigError(f"--block={_BLOCK.value}: the run has one positional embedding P shared by all "
                           "blocks (model.pos_shared or vanilla attention); --block picks a block's P only "
                           "in a run with model.pos_shared=False")
-    side = datasets.image_shape(config.dataset, config.get("image_size", 0))[0]
+    side = preprocess.info.image_shape[0]
     patch = model.patch_size
     grid = (side // patch, side // patch)
     P = posemb.patch_embedding(params, grid, cls=config.model.pool == "cls", block=_BLOCK.value)

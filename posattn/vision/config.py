@@ -22,8 +22,13 @@ def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.dataset = "digits"
-    c.data_dir = ml_collections.FieldReference(None, field_type=str)
-    c.image_size = 0
+    c.data_dir = ml_collections.FieldReference(None, field_type=str)  # tfds data directory
+    c.idx_dir = ml_collections.FieldReference(None, field_type=str)  # IDX files of fashion_mnist
+    c.image_size = 0  # 0: the dataset's own side (a dataset of varying image sizes must set one)
+    # per-channel statistics on the [0, 1] scale that normalise the inputs; empty: the dataset's own
+    # (known constants, else computed from the training split); a run records those it used
+    c.channel_mean = ()
+    c.channel_std = ()
     c.permute_block = 0
     c.permute_seed = 0
 
@@ -163,10 +168,10 @@ def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.model.variant = "test/2" if c.model.name == "vit" else c.model.variant
     c.model.patch_size = 0
     if c.dataset != "digits":
-        side = datasets.image_shape(c.dataset, c.image_size)[0]
-        c.image_size = 16
         if c.get("permute_block"):
+            side = c.image_size or datasets.image_shape(c.dataset)[0]
             c.permute_block = max(1, c.permute_block * 16 // side)
+        c.image_size = 16
     c.augment.randaugment_layers = min(c.augment.randaugment_layers, 1)
     c.global_batch_size = 16
     c.eval_batch_size = 16

@@ -17,12 +17,12 @@ from posattn.errors import ConfigError
 from posattn.vision import config as config_lib, resume, train
 
 
-def run_cell(config, workdir: str, say=print) -> dict:
+def run_cell(config, workdir: str, say=print, *, dataset=None) -> dict:
     """The summary of `config` trained in `workdir`: read back if finished, trained (or resumed) if not.
 
     A summary is read back only when the workdir's config.json is `config` to the last field and the run
     reached its total_steps; otherwise training runs, and refuses (ConfigError) a workdir that holds a run
-    of another config.
+    of another config. `dataset` (one of your own arrays, named by config.dataset) as in `train.train`.
     """
     path, stored = os.path.join(workdir, "summary.json"), resume.read_record(workdir)
     if os.path.exists(path) and stored is not None:
@@ -32,7 +32,7 @@ def run_cell(config, workdir: str, say=print) -> dict:
                 and not resume.differing_fields(stored, resume.record(config))):
             return summary
     say(f"== {workdir}")
-    return train.train_and_evaluate(config, workdir)
+    return train.train_and_evaluate(config, workdir, dataset=dataset)
 
 
 def permuted_cell_config(dataset: str, config_file: str, model: str, g: int, seed: int, *, local: bool,

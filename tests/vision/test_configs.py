@@ -120,7 +120,7 @@ def run_binary(*overrides, workdir):
 @pytest.mark.parametrize("override,message", [
     ("--config.model.patch_size=3", "patch size 3 does not divide the image size 8"),
     ("--config.global_batch_size=12", "global_batch_size=12 does not divide by the 8 devices"),
-    ("--config.dataset=mnist", "unknown dataset 'mnist'"),
+    ("--config.dataset=no_such_set", "unknown dataset 'no_such_set'"),
     ("--config.model.name=alexnet", "unknown model name 'alexnet'"),
     ("--config.model.attention=linear", "unknown attention 'linear'"),
     ("--config.dataset=cifar10", "tfds build cifar10 --file_format=array_record"),
