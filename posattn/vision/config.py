@@ -43,7 +43,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.name = "vit"
     c.model.variant = "Ti/4"
     c.model.patch_size = 0
-    # A ViT of one's own shape: each non-zero value replaces the variant's (0 keeps it).
+    # A ViT of one's own shape: each non-zero value replaces the variant's (0 keeps it); width is also
+    # the channels of ResNet-18's and VGG-16's first stage (0: the published 64).
     c.model.width = 0
     c.model.depth = 0
     c.model.num_heads = 0
