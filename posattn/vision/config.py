@@ -127,12 +127,25 @@ def recipe_config(dataset: str, arg: str | None, **recipe) -> ml_collections.Con
     return apply_common_args(small_image_recipe(dataset, **recipe), args)
 
 
+# Tokens that name a model (and, for the ViT, its attention) in one word.
+ALIASES = {"vit_positional": {"model": "vit", "attention": "positional"},
+           "vit_vanilla": {"model": "vit", "attention": "vanilla"},
+           "resnet": {"model": "resnet18"}, "vgg": {"model": "vgg16"}}
+
+
 def parse_arg(arg: str | None, *, allowed=("attention", "model", "block", "local")) -> dict:
-    """Split a config argument such as "vanilla,local" into {"attention": "vanilla", "local": True}."""
+    """Split a config argument such as "vanilla,local" into {"attention": "vanilla", "local": True}.
+
+    Tokens: an attention kind, a model name or an alias of `ALIASES` (vit_positional, vit_vanilla, resnet,
+    vgg), an integer (block), `local` (a CPU smoke run) and `accel` (a config's accelerator-sized run).
+    """
     out = {"local": False}
     for token in [t.strip() for t in (arg or "").split(",") if t.strip()]:
-        if token == "local":
-            kind, value = "local", True
+        if token in ALIASES and all(kind in allowed for kind in ALIASES[token]):
+            out.update(ALIASES[token])
+            continue
+        if token in ("local", "accel"):
+            kind, value = token, True
         elif token in ATTENTIONS:
             kind, value = "attention", token
         elif token in MODELS:

@@ -89,6 +89,12 @@ def test_spread_reports_median_and_iqr_in_percent():
     assert s["mean"] == pytest.approx(93.0) and s["n"] == 4
 
 
+def test_gap_is_the_difference_of_means_with_its_standard_error_in_points():
+    g = sweep.gap([0.90, 0.92, 0.94], [0.91, 0.95])  # vars 4 and 8 points^2
+    assert g["mean"] == pytest.approx(1.0) and g["median"] == pytest.approx(1.0)
+    assert g["stderr"] == pytest.approx(np.sqrt(4 / 3 + 8 / 2))
+
+
 def _run(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
                           env=envs.devices(1, PYTHONPATH=str(ROOT)))
@@ -135,6 +141,7 @@ def test_compare_attention_end_to_end_on_digits(tmp_path):
     assert set(summary["accuracy"]) == {"vanilla", "positional"}
     table = (cmp_dir / "summary.md").read_text()
     assert "needs data" in table and "90.54" in table and (cmp_dir / "compare.png").stat().st_size > 0
+    assert "positional - vanilla (digits): " in table and summary["gap"]["stderr"] == 0.0  # one seed each
 
 
 @pytest.mark.parametrize("args, message", [
