@@ -201,6 +201,7 @@ def get(name: str, *, data_dir: str | None = None, idx_dir: str | None = None) -
 
 
 def check_split(split: str) -> None:
+    """ConfigError unless `split` is "train" or "test"."""
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
 
