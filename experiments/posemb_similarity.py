@@ -58,11 +58,11 @@ def main(argv):
                                                    "threshold": _THRESHOLD.value, "patches": _PATCHES.value})
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
+    import optax
+
     from posattn import io
     from posattn.analysis import posemb
     from posattn.plots import vision as plots
-    import optax
-
     from posattn.vision import checkpoint
     from posattn.vision.data.permutation import block_permutation
     from posattn.vision.state import init_state
@@ -84,7 +84,8 @@ def main(argv):
                                                           block=_BLOCK.value), "as trained": P}
     stats = {}
     g = config.get("permute_block", 0)
-    if g and g < side:
+    permuted = bool(g) and g < side
+    if permuted:
         perm = block_permutation((side, side), g, config.permute_seed)
         panels["un-permuted"] = posemb.unpermute_embedding(P, g, patch, perm)
     maps = {}
@@ -93,7 +94,7 @@ def main(argv):
         sim = posemb.cosine_similarity(emb.reshape(grid[0] * grid[1], -1))
         stats[name] = {"rank_correlation": posemb.distance_rank_correlation(sim, grid),
                        **posemb.neighbour_statistic(sim, grid)}
-        if name != "at initialisation" and g and g < side and g > patch:  # (with g = patch every neighbour pair is across blocks)
+        if permuted and name != "at initialisation" and g > patch:  # (g = patch: every pair is across blocks)
             # un-permuted: the neighbours no training image showed side by side; as trained, the same
             # count of pairs adjacent only in the permuted layout (the control)
             stats[f"{name}, across blocks"] = posemb.neighbour_statistic(sim, grid, across_blocks=g // patch)

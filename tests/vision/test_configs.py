@@ -79,7 +79,7 @@ def test_fashion_mnist_has_an_argument_per_model_on_cpu_and_accelerator(arg, mod
         assert c.model.name == model and c.model.attention == (attention or "positional")
         assert c.total_steps > c.optimizer.warmup_steps > 0 and c.dataset == "fashion_mnist"
     assert f"fashion_mnist.py:{arg}" in doc
-    assert (cpu.model.variant, cpu.model.width, cpu.compute_dtype) == ("XS/4", 8, "float32")
+    assert (cpu.model.variant, cpu.model.width, cpu.compute_dtype) == ("XS/4", 0 if model == "vit" else 8, "float32")
     assert (accel.model.variant, accel.model.width, accel.global_batch_size) == ("Ti/4", 0, 512)
     permuted, _ = load_config("fashion_mnist", f"{arg},14")  # Figure 5: blocks of whole 7 x 7 patches
     assert (permuted.permute_block, permuted.model.patch_size) == (14, 7)
