@@ -4,11 +4,15 @@ by one fixed random permutation (the same for train and test, and for every seed
   python -m experiments.permuted --dataset=digits --block_sizes=2,4,8 --models=vit,resnet,vgg \
       --seeds=3 --cnn_seeds=3 --vit_steps=500 --cnn_steps=80 --cnn_batch=32 \
       --workdir=/tmp/permuted-digits
+  python -m experiments.permuted --dataset=fashion_mnist --block_sizes=7,14,28 --models=vit,resnet \
+      --seeds=2 --workdir=/tmp/permuted-fashion
   python -m experiments.permuted --dataset=cifar100 --block_sizes=2,4,8,16,32 \
       --models=vit,resnet,vgg --seeds=3 --workdir=$WORKDIR --data_dir=$TFDS_DATA_DIR
 
 digits: tpu_configs/digits.py (ViT XS/2, 16 patches of 2 x 2; g = 8 is the unpermuted image), with no
-random crop (docs/decisions.md, Recipes: the committed digits runs were made without it). cifar100: the paper's protocol,
+random crop (docs/decisions.md, Recipes: the committed digits runs were made without it). fashion_mnist:
+tpu_configs/fashion_mnist.py's CPU settings (ViT XS with patch 7, so that g = 7 and 14 move whole
+patches; ResNet-18 and VGG-16 at width 8; g = 28 unpermuted). cifar100: the paper's protocol,
 tpu_configs/permuted_cifar100.py (ViT-Ti/4 body with patch 2, ResNet-18, VGG-16; g = 32 unpermuted).
 Every (model, g, seed) is one train_images run in WORKDIR/MODEL-gG-seedS (resumable); WORKDIR gets
 summary.json (`accuracy[model][g]`: mean, std, median, quartiles, values over seeds, in %),
@@ -24,6 +28,7 @@ from posattn.errors import ConfigError
 
 DATASETS = {  # dataset -> (config file, image side, paper numbers of Figure 5 or None)
     "digits": ("tpu_configs/digits.py", 8, None),
+    "fashion_mnist": ("tpu_configs/fashion_mnist.py", 28, None),
     "cifar100": ("tpu_configs/permuted_cifar100.py", 32, {
         "resnet18": {2: 57.3, 4: 66.2, 8: 73.2, 16: 78.4, 32: 79.9},
         "vgg16": {2: 46.7, 4: 57.0, 8: 66.6, 16: 72.9, 32: 76.2},
@@ -39,7 +44,7 @@ _SEEDS = flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1 per (model, g).")
 _CNN_SEEDS = flags.DEFINE_integer("cnn_seeds", 0, "Seeds of the CNNs if fewer (0 = --seeds).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()  # one process per host of a cluster
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "tfds data directory (cifar100).")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "tfds data directory (cifar100, fashion_mnist from tfds).")
 _VIT_STEPS = flags.DEFINE_integer("vit_steps", 0, "Training steps of the ViT (0 = the config's).")
 _CNN_STEPS = flags.DEFINE_integer("cnn_steps", 0, "Training steps of the CNNs (0 = the config's).")
 _CNN_BATCH = flags.DEFINE_integer("cnn_batch", 0, "Batch size of the CNNs (0 = the config's).")

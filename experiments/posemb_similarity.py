@@ -5,12 +5,14 @@ r"""Positional-embedding similarity maps of a trained ViT, JSL22 Figures 1a and 
 TRAINED_RUN is a train_images workdir (config.json + checkpoints/), e.g. a cell of experiments.permuted.
 Writes into --out (default: the run's workdir) posemb_similarity.png, the cosine similarity of chosen
 patches' positional embeddings to every patch of the grid, with the paper's 0.55 threshold as a
-contour (docs/decisions.md, Analysis and figures); for a
-run on permuted pixels (config.permute_block > 0) a second row with the same maps after undoing the
-permutation. posemb_similarity.json holds the number: the mean similarity of grid neighbours
-(4-neighbours) against non-neighbours, on the grid as trained and un-permuted, with a shuffle test;
-for a permuted run also over the neighbours that straddle two pixel blocks alone (un-permuted: the
-true neighbours that the permutation separated; as trained: pairs adjacent only in the permuted layout).
+contour (docs/decisions.md, Analysis and figures): one row for P at initialisation (the run's own
+initial P, from its seed), one as trained, and for a run on permuted pixels (config.permute_block > 0)
+one with the trained maps after undoing the permutation. posemb_similarity.json holds the numbers per
+row: the rank correlation of similarity with grid distance over all pairs of patches (Spearman's rho;
+-1 = perfectly local, ~0 at initialisation), and the mean similarity of grid neighbours (4-neighbours)
+against non-neighbours with a shuffle test; for a permuted run also over the neighbours that straddle
+two pixel blocks alone (un-permuted: the true neighbours that the permutation separated; as trained:
+pairs adjacent only in the permuted layout).
 """
 import os
 
@@ -56,14 +58,16 @@ def main(argv):
                                                    "threshold": _THRESHOLD.value, "patches": _PATCHES.value})
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
+    import optax
+
     from posattn import io
     from posattn.analysis import posemb
     from posattn.plots import vision as plots
     from posattn.vision import checkpoint
-    from posattn.vision.data import datasets
     from posattn.vision.data.permutation import block_permutation
+    from posattn.vision.state import init_state
 
-    model, variables, config = checkpoint.load_run(_WORKDIR.value)
+    model, variables, config, preprocess = checkpoint.load_run(_WORKDIR.value)
     if config.model.name != "vit":
         raise ConfigError(f"the run trained {config.model.name!r}: positional embeddings need a ViT run")
     params = variables["params"]
@@ -71,21 +75,26 @@ def main(argv):
         raise ConfigError(f"--block={_BLOCK.value}: the run has one positional embedding P shared by all "
                           "blocks (model.pos_shared or vanilla attention); --block picks a block's P only "
                           "in a run with model.pos_shared=False")
-    side = datasets.image_shape(config.dataset, config.get("image_size", 0))[0]
-    patch = model.patch_size
+    shape = preprocess.info.image_shape
+    side, patch = shape[0], model.patch_size
     grid = (side // patch, side // patch)
+    initial = init_state(model, shape, config.seed, optax.identity())["params"]  # the run's own initial P
     P = posemb.patch_embedding(params, grid, cls=config.model.pool == "cls", block=_BLOCK.value)
-    panels, stats = {"as trained": P}, {}
+    panels = {"at initialisation": posemb.patch_embedding(initial, grid, cls=config.model.pool == "cls",
+                                                          block=_BLOCK.value), "as trained": P}
+    stats = {}
     g = config.get("permute_block", 0)
-    if g and g < side:
+    permuted = bool(g) and g < side
+    if permuted:
         perm = block_permutation((side, side), g, config.permute_seed)
         panels["un-permuted"] = posemb.unpermute_embedding(P, g, patch, perm)
     maps = {}
     for name, emb in panels.items():
         maps[name] = posemb.similarity_maps(emb)  # whole range; the threshold is drawn as a contour
         sim = posemb.cosine_similarity(emb.reshape(grid[0] * grid[1], -1))
-        stats[name] = posemb.neighbour_statistic(sim, grid)
-        if len(panels) > 1 and g > patch:  # (with g = patch every neighbour pair is across blocks)
+        stats[name] = {"rank_correlation": posemb.distance_rank_correlation(sim, grid),
+                       **posemb.neighbour_statistic(sim, grid)}
+        if permuted and name != "at initialisation" and g > patch:  # (g = patch: every pair is across blocks)
             # un-permuted: the neighbours no training image showed side by side; as trained, the same
             # count of pairs adjacent only in the permuted layout (the control)
             stats[f"{name}, across blocks"] = posemb.neighbour_statistic(sim, grid, across_blocks=g // patch)
@@ -96,7 +105,8 @@ def main(argv):
               "statistic": stats}
     io.write_json(os.path.join(out, "posemb_similarity.json"), result)
     for name, s in stats.items():
-        print(f"{name}: neighbours {s['neighbour']:.3f} vs non-neighbours {s['non_neighbour']:.3f} "
+        rho = f"rank correlation with distance {s['rank_correlation']:+.3f}; " if "rank_correlation" in s else ""
+        print(f"{name}: {rho}neighbours {s['neighbour']:.3f} vs non-neighbours {s['non_neighbour']:.3f} "
               f"(gap {s['gap']:+.3f}, z {s['z']:.1f}, shuffle p {s['p_value']:.4f})")
 
 

@@ -79,7 +79,7 @@ def measure_one(workdir: epath.Path, run_dir: str, settings: suite.Settings, see
     """(model key, results) of one trained run: read from results/KEY.json when that file holds this
     run's results with these settings and seed, else measured (`suite.measure`) and written there and to
     metrics.jsonl."""
-    model, variables, config = checkpoint.load_run(run_dir)
+    model, variables, config, _ = checkpoint.load_run(run_dir)
     key = claims.model_key(config)
     path = workdir / "results" / f"{key}.json"
     # as results/KEY.json stores them (a JSON round trip turns tuples into lists)

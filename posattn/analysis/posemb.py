@@ -5,7 +5,8 @@ The learned positional embedding P (one row per patch) is compared by cosine sim
 patch grid, thresholded at 0.55, and finds that nearby patches have similar encodings. For a ViT
 trained on images whose g x g pixel blocks were permuted (Figure 5), the grid the model sees is the
 permuted one; undoing the permutation on P (`unpermute_embedding`) should bring back the original 2-D
-neighbourhoods. `neighbour_statistic` turns "neighbours are more similar" into numbers.
+neighbourhoods. `neighbour_statistic` turns "neighbours are more similar" into numbers, and
+`distance_rank_correlation` "similarity falls with distance" into one number over all pairs of patches.
 """
 import numpy as np
 
@@ -56,6 +57,20 @@ def grid_distances(grid_hw: tuple[int, int]) -> np.ndarray:
     h, w = grid_hw
     rows, cols = np.divmod(np.arange(h * w), w)
     return np.abs(rows[:, None] - rows[None]) + np.abs(cols[:, None] - cols[None])
+
+
+def distance_rank_correlation(sim_NxN: np.ndarray, grid_hw: tuple[int, int]) -> float:
+    """Spearman's rank correlation between the similarity of two patches' embeddings and their Euclidean
+    distance on the patch grid, over all pairs i < j: how local P is (JSL22 Figures 1a and 5c) as one
+    number. -1: similarity falls strictly with distance; about 0 for embeddings blind to position, as
+    i.i.d. P at initialisation (the spread of rho over pairs of a random P is then ~1 / sqrt(N^2 / 2))."""
+    from scipy import stats
+
+    h, w = grid_hw
+    rows, cols = np.divmod(np.arange(h * w), w)
+    dist = np.hypot(rows[:, None] - rows[None], cols[:, None] - cols[None])
+    i, j = np.triu_indices(h * w, k=1)
+    return float(stats.spearmanr(np.asarray(sim_NxN)[i, j], dist[i, j]).statistic)
 
 
 def neighbour_statistic(sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, shuffles: int = 2000,

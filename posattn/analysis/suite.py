@@ -133,13 +133,15 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
-def measure(model, variables, config, settings: Settings, key: jax.Array, *, name: str = "") -> dict:
+def measure(model, variables, config, settings: Settings, key: jax.Array, *, name: str = "",
+            dataset=None) -> dict:
     """Every PK22 measurement of one model; returns {tool: results}, all numbers and lists.
 
     Three programs (`forward_measures`, `hessian_spectrum`, `loss_landscape`), each compiled once, two
     at a time (`programs.compile_all`), then run; "seconds" holds each one's compile and run time.
+    `dataset` (one of your own arrays, named by config.dataset) replaces the lookup of config.dataset.
     """
-    setup = resolve(config, 1)
+    setup = resolve(config, 1, dataset)
     k_hess, k_noise, k_land, k_data = jax.random.split(key, 4)
     x_test, y_test = test_set(setup)
     # one draw of augmented training images: the Hessian's M mini-batches, then the landscape's batch

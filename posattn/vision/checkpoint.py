@@ -17,14 +17,16 @@ during a run is `posattn.vision.saving`.
 Restoring takes an abstract state (`jax.ShapeDtypeStruct`s carrying the target shardings), so arrays
 land directly with the shardings of the current mesh, whatever the mesh of the run that saved them.
 
-`load_run(workdir)` gives a trained run back as (model, variables, config) from the workdir alone: its
-config.json and run.json (the facts of the dataset the model was built for, written at train time), so
-analysis needs no prepared dataset.
+`load_run(workdir)` gives a trained run back as (model, variables, config, preprocess) from the workdir
+alone: its config.json and run.json (the dataset as the run read it: name, classes, image shape, split
+sizes and the channel statistics that normalised its inputs, written at train time), so analysis needs
+no prepared dataset, and a run trained on arrays of your own loads in a process that has none of them.
 """
 import dataclasses
 import hashlib
 import json
 import os
+from typing import NamedTuple
 
 import jax
 import ml_collections
@@ -37,7 +39,8 @@ from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, replicated
 from posattn.vision import optim
 from posattn.vision.data import datasets
-from posattn.vision.setup import Setup, build_model
+from posattn.vision.data.permutation import BlockPermutation
+from posattn.vision.setup import Preprocess, Setup, build_model
 from posattn.vision.state import init_state, model_variables
 
 RUN_FILE = "run.json"
@@ -250,10 +253,10 @@ def abstract_like(state_shapes, sharding) -> dict:
 
 
 def write_run_record(workdir, setup: Setup) -> None:
-    """run.json: what building the model needs beyond config.json (the dataset's classes and the image
-    shape), so that `load_run` needs no data."""
-    io.write_json(epath.Path(workdir) / RUN_FILE, {"num_classes": setup.info.num_classes,
-                                                   "image_shape": list(setup.image_shape)})
+    """run.json: the run's `DatasetInfo` (dataset name, classes, image shape, split sizes, channel
+    statistics), what building and feeding the model needs beyond config.json, so that `load_run` needs
+    no data."""
+    io.write_json(epath.Path(workdir) / RUN_FILE, dataclasses.asdict(setup.info))
 
 
 def abstract_state(model, image_shape, config, sharding) -> dict:
@@ -273,37 +276,70 @@ def restore_state(workdir, model, image_shape, config, *, step: int | None = Non
 
 
 def run_config(workdir) -> ml_collections.ConfigDict:
-    """The config a run in `workdir` was trained with (its config.json)."""
+    """The config a run in `workdir` was trained with (its config.json; JSON's lists back to the tuples
+    of the config's fields, e.g. channel_mean)."""
     path = epath.Path(workdir) / "config.json"
     if not path.exists():
         raise ConfigError(f"{path} not found: a run's workdir holds config.json and checkpoints/")
-    return ml_collections.ConfigDict(json.loads(path.read_text()))
+    return ml_collections.ConfigDict(json.loads(path.read_text(), object_hook=_lists_to_tuples))
+
+
+def _lists_to_tuples(record: dict) -> dict:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in record.items()}
+
+
+def _run_record(workdir, config) -> dict:
+    """run.json of `workdir`; for a workdir written before it existed, the dataset's classes and image
+    shape, known without its data."""
+    run_path = epath.Path(workdir) / RUN_FILE
+    run = json.loads(run_path.read_text()) if run_path.exists() else {
+        "num_classes": datasets.num_classes(config.dataset),
+        "image_shape": datasets.image_shape(config.dataset, config.get("image_size", 0))}
+    return {**run, "image_shape": tuple(run["image_shape"])}
 
 
 def restore_run(workdir, *, step: int | None = None, devices=None):
     """(model, train state, config) of checkpoint `step` (default: the latest) of the run in `workdir`,
-    replicated over `devices` (default: every device), from the workdir alone (no dataset needed).
-
-    Workdirs written before run.json existed load too: their classes are the dataset's, known
-    without its data.
-    """
+    replicated over `devices` (default: every device), from the workdir alone (no dataset needed)."""
     config = run_config(workdir)
-    run_path = epath.Path(workdir) / RUN_FILE
-    if run_path.exists():
-        run = json.loads(run_path.read_text())
-    else:
-        run = {"num_classes": datasets.num_classes(config.dataset),
-               "image_shape": datasets.image_shape(config.dataset, config.get("image_size", 0))}
-    model = build_model(config, run["num_classes"])
-    state = restore_state(workdir, model, tuple(run["image_shape"]), config, step=step, devices=devices)
+    run = _run_record(workdir, config)
+    model = build_model(config, run["num_classes"], run["image_shape"])
+    state = restore_state(workdir, model, run["image_shape"], config, step=step, devices=devices)
     return model, state, config
 
 
-def load_run(workdir, step: int | None = None):
-    """(model, variables, config) of a trained run, from its workdir alone (no dataset needed).
+def run_preprocess(workdir) -> Preprocess:
+    """The `setup.Preprocess` of the run in `workdir`: natural uint8 images -> its model's inputs (block
+    permutation and normalisation as recorded; no data needed)."""
+    config = run_config(workdir)
+    run = _run_record(workdir, config)
+    if "mean" not in run:  # recorded before the statistics were: the dataset's, where it is available
+        try:
+            run = {**dataclasses.asdict(datasets.dataset_info(
+                config.dataset, config.get("data_dir"), config.get("image_size", 0))), **run}
+        except ConfigError:
+            run = {"name": config.dataset, "num_train": 0, "num_test": 0, "mean": None, "std": None, **run}
+    info = datasets.DatasetInfo(**{f.name: tuple(run[f.name]) if isinstance(run[f.name], list) else run[f.name]
+                                   for f in dataclasses.fields(datasets.DatasetInfo)})
+    return Preprocess(info, BlockPermutation.of(info.image_shape[:2], config.get("permute_block", 0),
+                                                config.get("permute_seed", 0)))
+
+
+class Run(NamedTuple):
+    """A trained run as `load_run` gives it back."""
+
+    model: object  # flax Module: model.apply(variables, preprocess(images), train=False) -> logits
+    variables: dict
+    config: ml_collections.ConfigDict
+    preprocess: Preprocess  # natural uint8 images (B, H, W, C) -> the model's inputs
+
+
+def load_run(workdir, step: int | None = None) -> Run:
+    """(model, variables, config, preprocess) of a trained run, from its workdir alone (no dataset needed).
 
     variables: {"params"} (and "batch_stats" for the CNNs) of checkpoint `step` (default: the latest),
-    on the local devices, replicated; `model.apply(variables, images, train=False)` gives its logits.
+    on the local devices, replicated; `model.apply(variables, preprocess(images), train=False)` gives its
+    logits for a batch of natural uint8 images of the run's shape (preprocess.info.image_shape).
     """
     model, state, config = restore_run(workdir, step=step, devices=jax.local_devices())
-    return model, model_variables(state), config
+    return Run(model, model_variables(state), config, run_preprocess(workdir))

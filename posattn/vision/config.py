@@ -22,8 +22,13 @@ def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.dataset = "digits"
-    c.data_dir = ml_collections.FieldReference(None, field_type=str)
-    c.image_size = 0
+    c.data_dir = ml_collections.FieldReference(None, field_type=str)  # tfds data directory
+    c.idx_dir = ml_collections.FieldReference(None, field_type=str)  # IDX files of fashion_mnist
+    c.image_size = 0  # 0: the dataset's own side (a dataset of varying image sizes must set one)
+    # per-channel statistics on the [0, 1] scale that normalise the inputs; empty: the dataset's own
+    # (known constants, else computed from the training split); a run records those it used
+    c.channel_mean = ()
+    c.channel_std = ()
     c.permute_block = 0
     c.permute_seed = 0
 
@@ -38,7 +43,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.name = "vit"
     c.model.variant = "Ti/4"
     c.model.patch_size = 0
-    # A ViT of one's own shape: each non-zero value replaces the variant's (0 keeps it).
+    # A ViT of one's own shape: each non-zero value replaces the variant's (0 keeps it); width is also
+    # the channels of ResNet-18's and VGG-16's first stage (0: the published 64).
     c.model.width = 0
     c.model.depth = 0
     c.model.num_heads = 0
@@ -121,12 +127,25 @@ def recipe_config(dataset: str, arg: str | None, **recipe) -> ml_collections.Con
     return apply_common_args(small_image_recipe(dataset, **recipe), args)
 
 
+# Tokens that name a model (and, for the ViT, its attention) in one word.
+ALIASES = {"vit_positional": {"model": "vit", "attention": "positional"},
+           "vit_vanilla": {"model": "vit", "attention": "vanilla"},
+           "resnet": {"model": "resnet18"}, "vgg": {"model": "vgg16"}}
+
+
 def parse_arg(arg: str | None, *, allowed=("attention", "model", "block", "local")) -> dict:
-    """Split a config argument such as "vanilla,local" into {"attention": "vanilla", "local": True}."""
+    """Split a config argument such as "vanilla,local" into {"attention": "vanilla", "local": True}.
+
+    Tokens: an attention kind, a model name or an alias of `ALIASES` (vit_positional, vit_vanilla, resnet,
+    vgg), an integer (block), `local` (a CPU smoke run) and `accel` (a config's accelerator-sized run).
+    """
     out = {"local": False}
     for token in [t.strip() for t in (arg or "").split(",") if t.strip()]:
-        if token == "local":
-            kind, value = "local", True
+        if token in ALIASES and all(kind in allowed for kind in ALIASES[token]):
+            out.update(ALIASES[token])
+            continue
+        if token in ("local", "accel"):
+            kind, value = token, True
         elif token in ATTENTIONS:
             kind, value = "attention", token
         elif token in MODELS:
@@ -163,10 +182,10 @@ def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.model.variant = "test/2" if c.model.name == "vit" else c.model.variant
     c.model.patch_size = 0
     if c.dataset != "digits":
-        side = datasets.image_shape(c.dataset, c.image_size)[0]
-        c.image_size = 16
         if c.get("permute_block"):
+            side = c.image_size or datasets.image_shape(c.dataset)[0]
             c.permute_block = max(1, c.permute_block * 16 // side)
+        c.image_size = 16
     c.augment.randaugment_layers = min(c.augment.randaugment_layers, 1)
     c.global_batch_size = 16
     c.eval_batch_size = 16

@@ -35,7 +35,7 @@ def _clipping_stays_on_or_off(old, new) -> bool:
 # schedule from the resumed step on; it must still reach the checkpoint's step (`check_resume`).
 # eval_batch_size may change since every test example counts once whatever the batch.
 RESUMABLE = {"total_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
-             "eval_batch_size", "data_dir", "optimizer.lr", "optimizer.grad_clip"}
+             "eval_batch_size", "data_dir", "idx_dir", "optimizer.lr", "optimizer.grad_clip"}
 RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off}
 _ABSENT = "(absent)"
 
@@ -112,7 +112,7 @@ def check_resume(stored: dict | None, config, checkpoint_step: int | None, workd
     `stored` is the workdir's config.json (None if it has none), `checkpoint_step` the step of its latest
     checkpoint (None if it has none). total_steps must not lie below the checkpoint's step, and every field
     must be as stored except those `RESUMABLE` allows to change: total_steps, log_every, eval_every,
-    checkpoint_every, keep_checkpoints, eval_batch_size, data_dir, optimizer.lr and optimizer.grad_clip
+    checkpoint_every, keep_checkpoints, eval_batch_size, data_dir, idx_dir, optimizer.lr and optimizer.grad_clip
     (not switched on or off). Returns the allowed changes made, as "field old -> new", for the resume
     message.
     """

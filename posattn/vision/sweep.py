@@ -17,12 +17,12 @@ from posattn.errors import ConfigError
 from posattn.vision import config as config_lib, resume, train
 
 
-def run_cell(config, workdir: str, say=print) -> dict:
+def run_cell(config, workdir: str, say=print, *, dataset=None) -> dict:
     """The summary of `config` trained in `workdir`: read back if finished, trained (or resumed) if not.
 
     A summary is read back only when the workdir's config.json is `config` to the last field and the run
     reached its total_steps; otherwise training runs, and refuses (ConfigError) a workdir that holds a run
-    of another config.
+    of another config. `dataset` (one of your own arrays, named by config.dataset) as in `train.train`.
     """
     path, stored = os.path.join(workdir, "summary.json"), resume.read_record(workdir)
     if os.path.exists(path) and stored is not None:
@@ -32,7 +32,7 @@ def run_cell(config, workdir: str, say=print) -> dict:
                 and not resume.differing_fields(stored, resume.record(config))):
             return summary
     say(f"== {workdir}")
-    return train.train_and_evaluate(config, workdir)
+    return train.train_and_evaluate(config, workdir, dataset=dataset)
 
 
 def permuted_cell_config(dataset: str, config_file: str, model: str, g: int, seed: int, *, local: bool,
@@ -89,6 +89,16 @@ def spread(values) -> dict:
     }
 
 
+def gap(values_a, values_b) -> dict:
+    """b - a in points (values are fractions): the difference of the means over seeds, its standard error
+    sqrt(s_a^2 / n_a + s_b^2 / n_b) (sample variances; 0 with one value each) and the difference of
+    the medians."""
+    a, b = (100.0 * np.asarray(v, dtype=np.float64) for v in (values_a, values_b))
+    var = sum(v.var(ddof=1) / v.size for v in (a, b) if v.size > 1)
+    return {"mean": float(b.mean() - a.mean()), "stderr": float(np.sqrt(var)),
+            "median": float(np.median(b) - np.median(a))}
+
+
 # Names of the models in the tables.
 LABELS = {"vit": "ViT (positional attention)", "resnet18": "ResNet-18", "vgg16": "VGG-16"}
 
@@ -115,7 +125,8 @@ def permuted_table(summary: dict) -> str:
 
 
 def compare_table(summary: dict) -> str:
-    """Markdown: median (IQR) per attention kind, this run's dataset first, then the paper's rows."""
+    """Markdown: median (IQR) per attention kind, this run's dataset first, then the paper's rows; then
+    the gap positional - vanilla of this run (`gap`), where the summary has one."""
     acc, own = summary["accuracy"], summary["paper"].get(summary["dataset"], {})
     cell = lambda k: f"{acc[k]['median']:.2f} (IQR {acc[k]['iqr']:.2f})"  # noqa: E731
     lines = [
@@ -132,4 +143,9 @@ def compare_table(summary: dict) -> str:
                    f"--seeds={ref['seeds']} --workdir=DIR --config.data_dir=$TFDS_DATA_DIR`")
         lines.append(f"| {name} | needs data: {command} | needs data | {ref['vanilla']} | "
                      f"{ref['positional']} |")
+    if "gap" in summary:
+        g = summary["gap"]
+        lines += ["", f"positional - vanilla ({summary['dataset']}): {g['mean']:+.2f} ± {g['stderr']:.2f} points "
+                  f"(difference of the means ± its standard error over the seeds; of the medians "
+                  f"{g['median']:+.2f})"]
     return "\n".join(lines)

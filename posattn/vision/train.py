@@ -215,8 +215,11 @@ def _preflight(config, workdir, abstract_state) -> dict:
     return plan
 
 
-def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
+def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, dict]:
     """Train and evaluate as `config` says, in (and resuming from) `workdir`: (final state, summary).
+
+    `dataset` (e.g. `posattn.vision.data.arrays.from_arrays(...)`, named by config.dataset) replaces the
+    lookup of config.dataset by name.
 
     A workdir that already records a run is resumed only with the same config, up to the fields
     `resume.RESUMABLE` lets change, and a total_steps that reaches its checkpoint's step; anything else
@@ -229,7 +232,8 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
     computation (the binary calls it; docs/distributed.md).
     """
     mesh = data_mesh(devices)
-    setup = resolve(config, mesh.devices.size)
+    setup = resolve(config, mesh.devices.size, dataset)
+    setup.info  # the dataset's facts (its statistics may read the training split), before any file changes
     # Model, optimizer and the abstract state (shapes only: nothing is computed yet).
     repl, batch_shard = replicated(mesh), batch_sharding(mesh)
     # The seed and optimiser numbers, replicated arrays that every process holds (traced by the programs).
@@ -366,6 +370,7 @@ def train(config, workdir: str, *, devices=None) -> tuple[dict, dict]:
         return state, summary
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
-    """Run `config` in `workdir` (resuming from its latest checkpoint if any) and return the summary."""
-    return train(config, workdir)[1]
+def train_and_evaluate(config, workdir: str, *, dataset=None) -> dict:
+    """Run `config` in `workdir` (resuming from its latest checkpoint if any) and return the summary;
+    `dataset` as in `train`."""
+    return train(config, workdir, dataset=dataset)[1]

@@ -15,7 +15,7 @@ from posattn.errors import ConfigError
 from posattn.vision import setup as setup_lib, train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CONFIGS = ("digits", "cifar10", "cifar100", "svhn", "imagenet", "permuted_cifar100")
+CONFIGS = ("digits", "cifar10", "cifar100", "svhn", "imagenet", "permuted_cifar100", "fashion_mnist")
 
 
 def load_config(name: str, arg: str | None = None):
@@ -43,14 +43,15 @@ def test_local_config_runs_end_to_end_on_eight_devices(name, arg, tmp_path):
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_full_size_config_is_valid_and_documented(name):
+def test_full_size_config_is_valid_and_documented(name, tmp_path):
     c, doc = load_config(name)
+    c.idx_dir = str(tmp_path)  # (fashion_mnist: no IDX files there, tfds' mock data)
     with tfds.testing.mock_data(num_examples=20):
         setup = setup_lib.resolve(c, 8)
     assert setup.image_shape[0] % (c.model.patch_size or int(c.model.variant.split("/")[1])) == 0
     assert c.total_steps > c.optimizer.warmup_steps > 0
     assert f"--config=tpu_configs/{name}.py" in doc and "Hardware" in doc and "wall-clock" in doc
-    assert name == "digits" or "Paper (JSL22" in doc  # the accuracy the paper reports
+    assert name == "digits" or "Paper (JSL22" in doc or "Published baselines" in doc  # accuracies to expect
 
 
 def test_config_arguments_select_attention_model_block_and_local():
@@ -66,6 +67,22 @@ def test_config_arguments_select_attention_model_block_and_local():
     assert c.global_batch_size % 8 == 0 and c.image_size < 224 and c.model.variant == "test/2"
     with pytest.raises(ConfigError, match="unknown config argument 'locl'"):
         load_config("digits", "locl")
+
+
+@pytest.mark.parametrize("arg, model, attention", [
+    ("vit_positional", "vit", "positional"), ("vit_vanilla", "vit", "vanilla"), ("resnet", "resnet18", None),
+    ("vgg", "vgg16", None)])
+def test_fashion_mnist_has_an_argument_per_model_on_cpu_and_accelerator(arg, model, attention):
+    cpu, doc = load_config("fashion_mnist", arg)
+    accel, _ = load_config("fashion_mnist", f"{arg},accel")
+    for c in (cpu, accel):
+        assert c.model.name == model and c.model.attention == (attention or "positional")
+        assert c.total_steps > c.optimizer.warmup_steps > 0 and c.dataset == "fashion_mnist"
+    assert f"fashion_mnist.py:{arg}" in doc
+    assert (cpu.model.variant, cpu.model.width, cpu.compute_dtype) == ("XS/4", 0 if model == "vit" else 8, "float32")
+    assert (accel.model.variant, accel.model.width, accel.global_batch_size) == ("Ti/4", 0, 512)
+    permuted, _ = load_config("fashion_mnist", f"{arg},14")  # Figure 5: blocks of whole 7 x 7 patches
+    assert (permuted.permute_block, permuted.model.patch_size) == (14, 7)
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -120,7 +137,7 @@ def run_binary(*overrides, workdir):
 @pytest.mark.parametrize("override,message", [
     ("--config.model.patch_size=3", "patch size 3 does not divide the image size 8"),
     ("--config.global_batch_size=12", "global_batch_size=12 does not divide by the 8 devices"),
-    ("--config.dataset=mnist", "unknown dataset 'mnist'"),
+    ("--config.dataset=no_such_set", "unknown dataset 'no_such_set'"),
     ("--config.model.name=alexnet", "unknown model name 'alexnet'"),
     ("--config.model.attention=linear", "unknown attention 'linear'"),
     ("--config.dataset=cifar10", "tfds build cifar10 --file_format=array_record"),

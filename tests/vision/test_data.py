@@ -123,8 +123,8 @@ def test_eval_covers_digits_train_exactly_once(process_count):
 
 
 def test_invalid_configs_raise_config_error():
-    with pytest.raises(ConfigError, match="unknown dataset"):
-        datasets.dataset_info("mnist")
+    with pytest.raises(ConfigError, match="unknown dataset 'no_such_set'"):
+        datasets.dataset_info("no_such_set")
     with pytest.raises(ConfigError, match="unknown dataset"):
         resolve(make_config(dataset="cifar11")).train_batches(process_index=0, process_count=1)
     with pytest.raises(ConfigError, match="multiple of the process count 3"):

@@ -53,6 +53,18 @@ def test_neighbour_statistic_separates_smooth_from_random_embeddings():
     assert abs(r["gap"]) < 0.05 and r["p_value"] > 0.01
 
 
+def test_rank_correlation_with_distance_is_minus_one_for_local_and_near_zero_for_random_embeddings():
+    grid = (7, 7)
+    rows, cols = np.divmod(np.arange(49), 7)
+    # similarity a strictly decreasing function of the Euclidean distance: rho = -1 exactly
+    local = -np.hypot(rows[:, None] - rows[None], cols[:, None] - cols[None])
+    assert posemb.distance_rank_correlation(local, grid) == pytest.approx(-1.0)
+    smooth = posemb.cosine_similarity(_smooth_grid_embedding(*grid).reshape(49, -1))
+    assert posemb.distance_rank_correlation(smooth, grid) < -0.3
+    random = posemb.cosine_similarity(np.random.default_rng(0).normal(size=(49, 64)))
+    assert abs(posemb.distance_rank_correlation(random, grid)) < 0.1  # ~1 / sqrt(1176 pairs) = 0.03
+
+
 def test_similarity_maps_and_threshold():
     P = _smooth_grid_embedding(4, 4)
     maps = posemb.similarity_maps(P)
@@ -77,6 +89,12 @@ def test_spread_reports_median_and_iqr_in_percent():
     assert s["mean"] == pytest.approx(93.0) and s["n"] == 4
 
 
+def test_gap_is_the_difference_of_means_with_its_standard_error_in_points():
+    g = sweep.gap([0.90, 0.92, 0.94], [0.91, 0.95])  # vars 4 and 8 points^2
+    assert g["mean"] == pytest.approx(1.0) and g["median"] == pytest.approx(1.0)
+    assert g["stderr"] == pytest.approx(np.sqrt(4 / 3 + 8 / 2))
+
+
 def _run(*args, cwd=ROOT):
     return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
                           env=envs.devices(1, PYTHONPATH=str(ROOT)))
@@ -99,7 +117,8 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     result = json.loads((work / "vit-g2-seed0" / "posemb_similarity.json").read_text())
     # g = patch size: every neighbour pair straddles two blocks, so no separate across-block statistic
-    assert set(result["statistic"]) == {"as trained", "un-permuted"} and result["grid"] == [4, 4]
+    assert set(result["statistic"]) == {"at initialisation", "as trained", "un-permuted"} and result["grid"] == [4, 4]
+    assert all(-1 <= s["rank_correlation"] <= 1 for s in result["statistic"].values())
     assert result["permute_block"] == 2 and result["patch_size"] == 2
     assert (work / "vit-g2-seed0" / "posemb_similarity.png").stat().st_size > 0
     r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g2-seed0'}", "--block=1")
@@ -122,6 +141,7 @@ def test_compare_attention_end_to_end_on_digits(tmp_path):
     assert set(summary["accuracy"]) == {"vanilla", "positional"}
     table = (cmp_dir / "summary.md").read_text()
     assert "needs data" in table and "90.54" in table and (cmp_dir / "compare.png").stat().st_size > 0
+    assert "positional - vanilla (digits): " in table and summary["gap"]["stderr"] == 0.0  # one seed each
 
 
 @pytest.mark.parametrize("args, message", [

@@ -92,6 +92,17 @@ def test_parameter_count_of_options():
         assert len(counts) == 1
 
 
+@pytest.mark.parametrize("name, first, last", [("resnet18", "stem_conv", "stage4_block2"), ("vgg16", "conv1", "conv13")])
+def test_cnn_width_scales_every_stage(name, first, last):
+    params = jax.eval_shape(lambda: _model(name=name, width=16).init(jax.random.key(0), jnp.zeros((1, 8, 8, 3))))
+    params = params["params"]
+    assert params[first]["kernel"].shape[-1] == 16 and params["head"]["kernel"].shape == (128, 10)
+    last_kernel = params[last]["conv2"]["kernel"] if name == "resnet18" else params[last]["kernel"]
+    assert last_kernel.shape[-1] == 128  # 512 * 16 / 64
+    full = _shape_count(_model(name=name), 8)
+    assert 14 < full / param_count(params) < 17  # convolutions scale with width squared
+
+
 @pytest.mark.parametrize("pool, tokens", [("gap", 16), ("cls", 17)])
 @pytest.mark.parametrize("pos_shared", [True, False])
 def test_positional_embedding_structure(pool, tokens, pos_shared):
@@ -286,7 +297,8 @@ def test_a_shape_of_ones_own_overrides_the_variant_field_by_field():
         (dict(width=30, num_heads=4), "does not divide"),
         (dict(depth=-1), "model.depth must be an integer >= 0"),
         (dict(mlp_dim=1.5), "model.mlp_dim must be an integer"),
-        (dict(name="resnet18", width=64), "model.width sets a ViT's shape"),
+        (dict(name="resnet18", depth=4), "model.depth sets a ViT's shape"),
+        (dict(name="alternet", variant="XS", width=16), "model.width sets a ViT's shape"),
         (dict(name="resnet50"), "model name"),
         (dict(variant="Q/4"), "variant"),
         (dict(variant="Ti"), "variant"),
@@ -300,6 +312,7 @@ def test_a_shape_of_ones_own_overrides_the_variant_field_by_field():
         (dict(patch_size=5), "does not divide"),
         (dict(patch_size=-2), "patch_size"),
         (dict(dropout=1.5), "dropout"),
+        (dict(name="vgg16", width=-8), "model.width=-8 must be 0"),
         (dict(dtype="int8"), "dtype"),
         (dict(num_classes=0), "num_classes"),
     ],

@@ -91,8 +91,8 @@ def test_registry_serves_families_and_refuses_unknown_names():
     for bad in ("digit_grid/4", "digit_grid/x", "digit_grid"):
         with pytest.raises(ConfigError, match=r"digit_grid/R \(R = 5..9\)"):
             datasets.num_classes(bad)
-    with pytest.raises(ConfigError, match=r"unknown dataset 'mnist'; expected one of digits, .*digit_grid/R"):
-        datasets.dataset_info("mnist")
+    with pytest.raises(ConfigError, match=r"unknown dataset 'no_such_set': expected one of digits, .*digit_grid/R"):
+        datasets.dataset_info("no_such_set")
     with pytest.raises(ConfigError, match="not a dataset of token grids"):
         token_grid.grids("digits", "test")
 

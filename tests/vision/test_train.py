@@ -15,7 +15,7 @@ import tensorflow_datasets as tfds
 from posattn.errors import ConfigError
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
 from posattn.vision import checkpoint, optim, train
-from posattn.vision.data import augment, datasets, permutation
+from posattn.vision.data import datasets, permutation
 from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
 
@@ -154,9 +154,9 @@ def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path):
     split = datasets.open_split("digits", "test")
     images, labels = split.read(np.arange(split.num_examples))
     info = datasets.dataset_info("digits")
-    model, variables, config = checkpoint.load_run(tmp_path)
-    assert config.to_dict() == c.to_dict() and set(variables) == {"params"}
-    logits = model.apply(variables, augment.preprocess_eval(images, info), train=False)
+    model, variables, config, preprocess = checkpoint.load_run(tmp_path)
+    assert config.to_dict() == c.to_dict() and set(variables) == {"params"} and preprocess.info == info
+    logits = model.apply(variables, preprocess(images), train=False)
     direct = float(np.mean(np.argmax(np.asarray(logits), -1) == labels))
     assert summary["test_accuracy"] == pytest.approx(direct, abs=1e-9)
 
@@ -169,16 +169,18 @@ def test_a_run_loads_from_its_workdir_without_its_data(tmp_path, monkeypatch):
     monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "no_data"))
     with pytest.raises(ConfigError, match="not prepared"):  # the dataset really is out of reach now
         resolve(c, 1)
-    assert json.loads((tmp_path / "run.json").read_text()) == {"num_classes": 10, "image_shape": [16, 16, 3]}
+    assert json.loads((tmp_path / "run.json").read_text()) == {
+        "name": "cifar10", "num_classes": 10, "image_shape": [16, 16, 3], "num_train": 20, "num_test": 20,
+        "mean": list(datasets.KNOWN_STATS["cifar10"][0]), "std": list(datasets.KNOWN_STATS["cifar10"][1])}
     images = np.random.default_rng(0).standard_normal((3, 16, 16, 3)).astype(np.float32)
-    model, variables, config = checkpoint.load_run(tmp_path)
+    model, variables, config, _ = checkpoint.load_run(tmp_path)
     assert config.dataset == "cifar10" and model.num_classes == 10
     for a, b in zip(jax.tree.leaves(variables["params"]), jax.tree.leaves(state["params"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     logits = model.apply(variables, images, train=False)
     assert logits.shape == (3, 10) and np.isfinite(logits).all()
     (tmp_path / "run.json").unlink()  # a workdir written before run.json existed loads the same
-    model_old, variables_old, _ = checkpoint.load_run(tmp_path)
+    model_old, variables_old, *_ = checkpoint.load_run(tmp_path)
     np.testing.assert_array_equal(model_old.apply(variables_old, images, train=False), logits)
 
 

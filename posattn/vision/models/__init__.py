@@ -58,6 +58,9 @@ MODEL_FIELDS = {
     "pos_add": False, "pos_init_std": 1.0, "pool": "gap", "dropout": 0.0,
     "width": 0, "depth": 0, "num_heads": 0, "mlp_dim": 0,
 }
+# The CNNs whose model.width is the channels of their first stage (the later stages scale with it; 0:
+# the published 64), e.g. for CPU-sized runs.
+WIDTH_MODELS = ("resnet18", "vgg16")
 _DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
 
 
@@ -78,7 +81,8 @@ def create_model(model_cfg, *, num_classes: int, image_size: int, channels: int,
 
     Fields (`MODEL_FIELDS`): name (a key of `MODELS`); for the ViT also variant ("Ti/16", ...),
     patch_size, width, depth, num_heads and mlp_dim (each 0 = the variant's), attention (a key of `ATTENTIONS`), pos_shared, pos_add,
-    pos_init_std (std of the initial P), pool (gap | cls); dropout for all. Missing fields take the
+    pos_init_std (std of the initial P), pool (gap | cls); for ResNet-18 and VGG-16 width (channels of
+    the first stage, the others scaled with it; 0 = the published 64); dropout for all. Missing fields take the
     defaults of the shared config; an unknown field is a ConfigError naming the nearest valid one. The
     model refuses (ConfigError) images of other channels (and for the ViT, another size).
     """
@@ -95,7 +99,8 @@ def create_model(model_cfg, *, num_classes: int, image_size: int, channels: int,
                               f"(valid: {', '.join(MODEL_FIELDS)})")
     fields = {**MODEL_FIELDS, **given}
     build = MODELS[check_choice(fields["name"], MODELS, "model name")]
-    shaped = [name for name in SHAPE_FIELDS if fields[name] and fields["name"] != "vit"]
+    shaped = [name for name in SHAPE_FIELDS if fields[name] and fields["name"] != "vit"
+              and not (name == "width" and fields["name"] in WIDTH_MODELS)]
     if shaped:  # a ResNet, VGG or AlterNet would ignore them: say so rather than train another model
         raise ConfigError(f"model.{shaped[0]} sets a ViT's shape; model {fields['name']!r} takes its shape "
                           f"from model.variant: leave model.{shaped[0]} at 0")

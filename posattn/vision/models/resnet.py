@@ -4,6 +4,8 @@ A 3x3 stem with no max-pool, four stages of two BasicBlocks with 64-128-256-512 
 the start of stages 2-4), batch norm, global average pooling and one linear layer: 11,173,962 parameters
 for 10 classes. Convolutions have explicit padding 1, so an odd or 1-pixel feature map still halves to
 ceil(size / 2) and never below 1: the network runs on any image size (the 8x8 digits end at 1x1).
+`model.width` w scales every stage's channels by w / 64 (e.g. 16: 16-32-64-128, about 1/16 of the
+parameters and FLOPs), for CPU-sized runs.
 """
 import functools
 from typing import Any
@@ -12,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
+from posattn.errors import ConfigError
 from posattn.vision.models.checks import check_classifier_fields, check_images
 from posattn.vision.models.sown import INTERMEDIATES, STEM, block_feature
 
@@ -98,7 +101,18 @@ class ResNet18(nn.Module):
         return nn.Dense(self.num_classes, dtype=jnp.float32, name="head")(feat_BxC)
 
 
+def scale_width(width, layers: tuple) -> tuple:
+    """A CNN's channels per stage or layer (`layers`, "M" entries kept) for `model.width` w: the published
+    ones, whose first is 64, scaled by w / 64 (0: the published); ConfigError for a negative w."""
+    if int(width) < 0:
+        raise ConfigError(f"model.width={width} must be 0 (the published 64) or a positive number of "
+                          "channels of the first stage (the later stages scale with it)")
+    return tuple(c if c == "M" or not width else c * int(width) // 64 for c in layers)
+
+
 def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) -> ResNet18:
-    """The `MODELS` constructor: a ResNet-18 from the config's model fields (it runs on any image size)."""
+    """The `MODELS` constructor: a ResNet-18 from the config's model fields (it runs on any image size);
+    `width` sets the channels of the first stage (0: 64)."""
     del image_size
-    return ResNet18(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype, channels=channels)
+    return ResNet18(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype, channels=channels,
+                    stage_features=scale_width(fields["width"], ResNet18.stage_features))

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import flax.linen as nn
 
 from posattn.vision.models.checks import check_classifier_fields, check_images
-from posattn.vision.models.resnet import batch_norm
+from posattn.vision.models.resnet import batch_norm, scale_width
 from posattn.vision.models.sown import INTERMEDIATES, STEM, block_feature
 
 # Channels per conv layer; "M" is a 2x2 max-pool.
@@ -63,6 +63,8 @@ class VGG16(nn.Module):
 
 
 def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) -> VGG16:
-    """The `MODELS` constructor: a VGG-16-BN from the config's model fields (it runs on any image size)."""
+    """The `MODELS` constructor: a VGG-16-BN from the config's model fields (it runs on any image size);
+    `width` sets the channels of the first stage (0: 64), the others scale with it."""
     del image_size
-    return VGG16(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype, channels=channels)
+    return VGG16(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype, channels=channels,
+                 layers=scale_width(fields["width"], VGG16_LAYERS))

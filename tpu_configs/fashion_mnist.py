@@ -1,0 +1,77 @@
+r"""Fashion-MNIST (60,000 training and 10,000 test grayscale 28 x 28 images, 10 classes), offline: ViT with
+positional or vanilla attention, ResNet-18 or VGG-16, sized for a 2-core CPU (JSL22 Figures 5 and 7).
+
+Data: `apt-get install dataset-fashion-mnist` (the IDX files, read directly; elsewhere point
+--config.idx_dir or $POSATTN_FASHION_MNIST_DIR at them), or `tfds build fashion_mnist
+--file_format=array_record` (the same examples and labels through tfds).
+
+Commands:
+
+  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:vit_positional --workdir=DIR
+  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:vit_vanilla --workdir=DIR
+  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:resnet --workdir=DIR
+  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:vgg --workdir=DIR
+  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:vit_positional,accel --workdir=DIR
+  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:resnet,7 --workdir=DIR  # permuted
+  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:local --workdir=/tmp/smoke
+
+Hardware (CPU settings, the default): a 2-core CPU. Expected wall-clock on 2 otherwise idle cores, under
+10 minutes a run: ViT positional ~6 min, ViT vanilla ~8 min, ResNet-18 ~8 min, VGG-16 ~7 min, the
+ViT of a permuted run (patch 7) ~2 min. These are the CPU seconds (user + system) of a training step
+of 128 images, measured over 50 steps of each model (the difference of a 60- and a 10-step run with the
+compilation cache warm) on this project's shared 2-core machine: ViT positional 0.35, vanilla 0.48,
+ResNet-18 0.61, VGG-16 0.27, ViT patch 7 0.11; times the steps, plus ~40 CPU seconds of start-up,
+compilation and evaluation, halved for 2 cores. A busy machine takes proportionally longer (at a load
+average of 8 on 2 cores, the same steps ran 2-4 times slower).
+`accel`: one accelerator (an H100 or a TPU v4-8 slice), the recipe of tpu_configs/cifar10.py (ViT-Ti/4,
+ResNet-18 and VGG-16 at full width, 100 epochs at batch 512, bfloat16): about 30 minutes a run (an
+estimate scaled by image count and size from the estimates of cifar10.py and permuted_cifar100.py; not
+measured here).
+
+Expected test accuracy: measured: see docs/image_results.md. Published baselines (Xiao et al. 2017 and
+the dataset's benchmark page): a 2-conv net 91.6%, ResNet-18 94.9%, WRN-40-4 96.7%, humans 83.5%.
+
+CPU recipe: AdamW (lr 1e-3, weight decay 0.05), half an epoch of warm-up then cosine decay to 0 (so the
+training loss is flat over the last epoch), batch 128, 4 epochs for the ViT, 3 for ResNet-18, 6 for
+VGG-16, random crop after 2 pixels of padding and horizontal flip (clothes are near mirror-symmetric),
+label smoothing 0.1, float32, one evaluation at the end. ViT: XS (width 64, depth 4, 4 heads, MLP 128)
+with patch 4 (a 7 x 7 grid of 49 tokens, fine enough for Figure 1a's maps).
+CNNs: ResNet-18 and VGG-16 at width 8 (ResNet: 8-16-32-64 channels; ~1/64 of the published FLOPs).
+The argument G (an integer: 7, 14, or 28 = unpermuted) permutes g x g pixel blocks (JSL22 Figure 5) and
+gives the ViT patch 7 (a 4 x 4 grid), so that every block is whole patches and the ViT sees a fixed
+permutation of its tokens; `local` shrinks any of them to a smoke run of a few steps.
+"""
+from posattn.vision import config as cfg_lib
+
+NUM_TRAIN = 60_000
+# model -> epochs of the CPU settings (at batch 128), each under 10 minutes on 2 cores (see above);
+# `accel` trains 100 epochs at batch 512
+CPU_EPOCHS = {"vit": 4, "resnet18": 3, "vgg16": 6}
+CPU_WIDTH = 8  # channels of the CNNs' first stage on CPU (the published 64 under accel)
+
+
+def get_config(arg=None):
+    args = cfg_lib.parse_arg(arg, allowed=("attention", "model", "block", "local", "accel"))
+    model = args.get("model", "vit")
+    if args.get("accel"):
+        c = cfg_lib.small_image_recipe("fashion_mnist", NUM_TRAIN, epochs=100)
+        c.augment.crop_padding = 2
+    else:
+        c = cfg_lib.base_config()
+        c.dataset = "fashion_mnist"
+        c.model.variant = "XS/4"
+        c.model.width = CPU_WIDTH if model in ("resnet18", "vgg16") else 0  # (a ViT's: its variant's)
+        epochs, batch = CPU_EPOCHS.get(model, CPU_EPOCHS["resnet18"]), 128
+        c.global_batch_size, c.eval_batch_size = batch, 1000
+        c.total_steps = epochs * NUM_TRAIN // batch
+        c.optimizer.warmup_steps = NUM_TRAIN // batch // 2
+        c.augment.crop_padding = 2
+        c.augment.flip = True
+        c.label_smoothing = 0.1
+        c.log_every = 100
+        c.eval_every = 0  # once, at the end
+        c.checkpoint_every = 500
+    if "block" in args:  # JSL22 Figure 5: g x g blocks, whole patches of the ViT
+        c.permute_block, c.permute_seed = args["block"], 0
+        c.model.patch_size = 7
+    return cfg_lib.apply_common_args(c, args)
