@@ -88,6 +88,16 @@ def _compiled(gd: GDConfig) -> GDConfig:
     return dataclasses.replace(gd, **{name: getattr(defaults, name) for name in _NOT_COMPILED})
 
 
+def _optimizer(optimizer: optax.GradientTransformation | None, gd: GDConfig,
+               hyperparams: dict | None) -> tuple[optax.GradientTransformation, dict]:
+    """(optimiser, the hyperparameters its state starts from) of a driver's arguments: the default
+    optimiser starts from `gd`'s step sizes, overridden by `hyperparams`; another from `hyperparams`
+    alone (its own numbers where none)."""
+    if optimizer is None:
+        return optim.gradient_descent(), {**optim.gd_hyperparameters(gd), **(hyperparams or {})}
+    return optimizer, dict(hyperparams or {})
+
+
 def _check_not_traced(name: str, *trees) -> None:
     """A ConfigError when `name` (a driver that loops in Python) is called under `jax.jit` or
     `jax.vmap`, naming what to use instead."""
@@ -136,9 +146,8 @@ def draw_run(key, cfg: TheoryConfig, gd: GDConfig, *, n_train: int | None = None
             raise ConfigError(f"train= is the training set of the empirical risk (E); risk={gd.risk!r} "
                               "draws its own samples: pass risk='empirical'")
         train = _samples(*train, cfg, "train")
-    elif n_train is None:
-        train = sample(keys["train"], cfg, task, gd.N if gd.risk == "empirical" else 0)
     else:
+        n_train = (gd.N if gd.risk == "empirical" else 0) if n_train is None else n_train
         train = sample(keys["train"], cfg, task, n_train)
     if test is None:
         test = sample(keys["test"], cfg, task, gd.n_test)
@@ -165,13 +174,11 @@ def _started(run, optimizer, hyper: dict):
     return (init_state(params, optimizer, hyper), *rest)
 
 
-def _draw(key, task, params, train, test, hyper, *, cfg: TheoryConfig, gd: GDConfig, mesh, optimizer,
-          test_sampler):
+def _draw(key, task, params, train, test, *, cfg: TheoryConfig, gd: GDConfig, mesh, test_sampler):
     shards = mesh.devices.size
     run = draw_run(key, cfg, gd, shards=shards, task=task, params=params, train=train,
                    test=test_sampler or test)
-    run = _started(_laid_out(run, gd, shards), optimizer, hyper)
-    return jax.lax.with_sharding_constraint(run, _shardings(mesh))
+    return jax.lax.with_sharding_constraint(_laid_out(run, gd, shards), _shardings(mesh))
 
 
 @functools.lru_cache(maxsize=32)  # a loop of `fit` calls on one problem compiles once
@@ -326,9 +333,9 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransf
       arrives (progress reporting).
     Under `jax.jit` or `jax.vmap` it stops at once with a ConfigError naming what to use instead.
     """
-    _check_not_traced("fit", key, task, params, train, test if not callable(test) else None, hyperparams)
+    _check_not_traced("fit", key, task, params, train, test, hyperparams)
     hint = _divergence_hint(gd, optimizer)
-    optimizer, hyper = optim.hyperparameters_of(optimizer, gd, hyperparams)
+    optimizer, hyper = _optimizer(optimizer, gd, hyperparams)
     if init is not None:
         if task is not None or params is not None:
             raise ConfigError("init= continues a run from its own task and parameters: drop task= and "
@@ -337,20 +344,24 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransf
         task, params = init.task, init.params
     mesh = mesh_lib.data_mesh(devices)
     compiled = _compiled(gd)
-    draw = compile_options.jit_run_once(_draw, cfg=cfg, gd=compiled, mesh=mesh, optimizer=optimizer,
+    draw = compile_options.jit_run_once(_draw, cfg=cfg, gd=compiled, mesh=mesh,
                                         test_sampler=test if callable(test) else None)
+    # The optimiser's state starts in a program of its own: the draw serves every optimiser.
+    init_state_fn = compile_options.jit_run_once(init_state, optimizer=optimizer)
     chunk = make_chunk_fn(cfg, compiled, mesh, optimizer)
     test = None if callable(test) else test
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         # The chunk needs only the shapes of the draw, so its compile starts before the draw runs.
-        shapes = _placed(jax.eval_shape(draw, key, task, params, train, test, hyper), mesh)
+        shapes = jax.eval_shape(draw, key, task, params, train, test)
+        shapes = _placed((jax.eval_shape(init_state_fn, shapes[0], hyperparams=hyper), *shapes[1:]), mesh)
         compiling = _compile_ahead(pool, chunk, shapes[0], shapes[1:])
-        state, *data = draw(key, task, params, train, test, hyper)
+        params, *data = draw(key, task, params, train, test)
         if gd.risk == "population_exact":  # a start the chosen enumeration would get wrong ends here
-            population.check_start(state["params"], cfg, data[-1], gd.population_method)
-        if init is not None:
-            state = _continued(init, key, hyper, mesh)
-        start = _copy(state["params"]) if init is None else init.init_params
+            population.check_start(params, cfg, data[-1], gd.population_method)
+        if init is None:
+            start, state = _copy(params), init_state_fn(params, hyperparams=hyper)
+        else:
+            start, state = init.init_params, _continued(init, key, hyper, mesh)
         # A no-op for the arrays the draw placed; an empty training set (risks other than (E)) comes
         # out of the draw replicated, and the chunk's shardings want it split.
         state, *args = _placed((state, *data), mesh)
@@ -365,8 +376,8 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransf
 
 
 def _shardings(mesh):
-    """Where `fit` keeps (state, train, test, sample key, task) on `mesh`: the samples split over
-    "data", the rest replicated."""
+    """Where `fit` keeps (params or state, train, test, sample key, task) on `mesh`: the samples split
+    over "data", the rest replicated."""
     batch, rep = mesh_lib.batch_sharding(mesh), mesh_lib.replicated(mesh)
     return rep, batch, batch, rep, rep
 
@@ -435,9 +446,9 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.Gradien
     The result carries a leading seed axis on params, task and optimiser state, and history entries of
     shape (T, S).
     """
-    _check_not_traced("fit_seeds", keys, train, test if not callable(test) else None, hyperparams)
+    _check_not_traced("fit_seeds", keys, train, test, hyperparams)
     hint = _divergence_hint(gd, optimizer)
-    optimizer, hyper = optim.hyperparameters_of(optimizer, gd, hyperparams)
+    optimizer, hyper = _optimizer(optimizer, gd, hyperparams)
     hyper = _per_run(hyper, len(keys))
     if init is not None:
         _check_continues(init, keys, optimizer)
@@ -477,7 +488,7 @@ def fit_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, 
     The final entry holds `test_error` (on the seed's `gd.n_test` samples), `patch_association_share`,
     `loss`, `alpha`, ...
     """
-    optimizer, hyper = optim.hyperparameters_of(optimizer, gd, hyperparams)
+    optimizer, hyper = _optimizer(optimizer, gd, hyperparams)
     return _grid(keys, task, A_init, _per_run(hyper, len(keys)), _steps(gd.steps), cfg=cfg, gd=_compiled(gd),
                  sizes=tuple(int(n) for n in sizes), train_A=train_A, optimizer=optimizer)
 

@@ -29,7 +29,7 @@ def _preconditioned_sgd(lr, lr_A) -> optax.GradientTransformation:
 @functools.cache  # one object per process: compiled programs are keyed on the optimiser they run
 def gradient_descent() -> optax.GradientTransformation:
     """The default optimiser: plain GD with step size lr for v and lr_A for A, both in its state
-    (`hyperparameters`); it starts from `gd_hyperparameters(gd)` in the run drivers."""
+    (`opt_state.hyperparams`), where the run drivers put `gd_hyperparameters(gd)`."""
     return optax.inject_hyperparams(_preconditioned_sgd)(lr=GDConfig.lr, lr_A=GDConfig.lr_A)
 
 
@@ -50,13 +50,3 @@ def with_hyperparameters(opt_state, hyperparams: dict | None):
                           "build the optimiser with optax.inject_hyperparams so that its state holds them")
     new = {k: jnp.asarray(v, jnp.result_type(known[k])) for k, v in hyperparams.items()}
     return opt_state._replace(hyperparams={**known, **new})
-
-
-def hyperparameters_of(optimizer: optax.GradientTransformation | None, gd: GDConfig,
-                       hyperparams: dict | None) -> tuple[optax.GradientTransformation, dict]:
-    """(optimiser, the hyperparameters its state starts from) of a run driver's arguments: the default
-    optimiser starts from `gd`'s step sizes, overridden by `hyperparams`; another from `hyperparams`
-    alone (its own numbers where none)."""
-    if optimizer is None:
-        return gradient_descent(), {**gd_hyperparameters(gd), **(hyperparams or {})}
-    return optimizer, dict(hyperparams or {})

@@ -162,6 +162,8 @@ def test_adam_is_one_argument_and_a_run_continues_from_its_result():
         fit(jax.random.key(7), CFG, gd, optimizer=adam, init=half)
     with pytest.raises(ConfigError, match="another optimiser"):
         fit(key, CFG, gd, init=half)
+    with pytest.raises(ConfigError, match="build the optimiser with optax.inject_hyperparams"):
+        fit(key, CFG, gd, optimizer=adam, hyperparams={"learning_rate": 0.1})
 
 
 def test_fit_on_the_callers_arrays_is_fit_on_the_same_arrays_drawn():
@@ -170,10 +172,14 @@ def test_fit_on_the_callers_arrays_is_fit_on_the_same_arrays_drawn():
     streams = run_keys(key)
     train = sample(streams["train"], CFG, drawn.task, gd.N)
     test = sample(streams["test"], CFG, drawn.task, gd.n_test)
-    for given in (dict(train=train, test=test), dict(train=train, test=lambda k, n: sample(k, CFG, drawn.task, n))):
-        own = fit(key, CFG, gd, **given)
-        for name in ("loss", "test_loss", "test_error", "alpha"):
-            np.testing.assert_array_equal(own.history[name], drawn.history[name], err_msg=name)
+    own = fit(key, CFG, gd, train=train, test=test)
+    for name in ("loss", "test_loss", "test_error", "alpha"):
+        np.testing.assert_array_equal(own.history[name], drawn.history[name], err_msg=name)
+    # Runs vmapped together, each with its own training set (a leading run axis) and a test sampler.
+    many = fit_seeds(jnp.stack([key] * 4), CFG, gd, train=jax.tree.map(lambda a: jnp.stack([a] * 4), train),
+                     test=lambda k, n: sample(k, CFG, drawn.task, n))
+    np.testing.assert_allclose(many.history["loss"][:, 3], drawn.history["loss"], rtol=1e-5)
+    np.testing.assert_allclose(many.history["test_loss"][:, 3], drawn.history["test_loss"], rtol=1e-5)
     flipped = fit(key, CFG, gd, train=(train[0], -train[1]), test=test)  # the arrays are what it trains on
     assert not np.allclose(flipped.history["loss"][1:], drawn.history["loss"][1:])
     with pytest.raises(ConfigError, match=r"must be \(n, D, d\) = \(n, 16, 16\)"):
