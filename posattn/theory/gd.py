@@ -175,6 +175,11 @@ def _started(run, optimizer, hyper: dict):
 
 
 def _draw(key, task, params, train, test, *, cfg: TheoryConfig, gd: GDConfig, mesh, test_sampler):
+    """`draw_run`, laid out, with its arrays where `fit` keeps them on `mesh` (`_shardings`): compiled
+    as one program (`fit`). Run eagerly, its dozens of small operations each compiled on first use;
+    drawn on one device, the samples were then cut into shards by slicing programs that took XLA 1.6 s
+    to compile at the paper preset (docs/benchmarks.md). The draws are the same bits on any mesh (JAX's
+    threefry is partitionable)."""
     shards = mesh.devices.size
     run = draw_run(key, cfg, gd, shards=shards, task=task, params=params, train=train,
                    test=test_sampler or test)
@@ -303,9 +308,9 @@ def _check_continues(init: FitResult, key, optimizer) -> None:
         raise ConfigError("init= carries the state of another optimiser: pass the optimizer= it ran with")
 
 
-def _continued(init: FitResult, key, hyper: dict, mesh=None):
-    """The training state that `init` (checked by `_check_continues`) ended in, its optimiser's injected
-    hyperparameters set from `hyper`."""
+def _continued(init: FitResult, key, hyper: dict | None, mesh=None):
+    """The training state that `init` (checked by `_check_continues`) ended in, with its step sizes,
+    unless `hyper` (the caller's `hyperparams`) sets some."""
     step = jnp.full(jnp.shape(key), init.history["step"][-1], jnp.int32)  # one per seed in `fit_seeds`
     state = {"params": init.params, "opt_state": optim.with_hyperparameters(init.opt_state, hyper),
              "step": step}
@@ -324,7 +329,8 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransf
       the default's are "lr" and "lr_A"): like `gd`'s step counts they are arguments of the compiled
       chunk, so a loop over them compiles once.
     init: a `FitResult` of the same key and optimiser: the run goes on from its state for `gd.steps`
-      more steps, its history continued (the task and samples are redrawn from the key, as they were).
+      more steps, its history continued (the task and samples are redrawn from the key, as they were);
+      its step sizes are the run's (in its optimiser state) unless `hyperparams` sets them.
     task, params: default to draws from `key` (see `draw_run`).
     train: the caller's training set (X (n, D, d), y (n,)) of (E), in place of the n = `gd.N` drawn.
     test: the caller's test set (X, y), or a jittable sampler(key, n) -> (X, y), in place of the
@@ -361,7 +367,7 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransf
         if init is None:
             start, state = _copy(params), init_state_fn(params, hyperparams=hyper)
         else:
-            start, state = init.init_params, _continued(init, key, hyper, mesh)
+            start, state = init.init_params, _continued(init, key, hyperparams, mesh)
         # A no-op for the arrays the draw placed; an empty training set (risks other than (E)) comes
         # out of the draw replicated, and the chunk's shardings want it split.
         state, *args = _placed((state, *data), mesh)
@@ -460,16 +466,17 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.Gradien
         for s in range(len(keys)):
             population.check_start(jax.tree.map(lambda a: a[s], state["params"]), cfg,
                                    jax.tree.map(lambda a: a[s], args[-1]), gd.population_method)
+    history = None
     if init is not None:
-        state = _continued(init, keys, hyper)
+        state = _continued(init, keys, hyperparams and _per_run(hyperparams, len(keys)))
+        history = {**init.history, "step": np.repeat(init.history["step"][:, None], len(keys), 1)}
     start = _copy(state["params"]) if init is None else init.init_params
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         compiling = _compile_ahead(pool, chunk, state, args)
         state, history = _run_chunks(chunk, evaluate_fn, state, args, gd.steps, gd.eval_every, on_eval,
-                                     hint, compiling, None if init is None else init.history)
-    if history["step"].ndim == 2:
-        history["step"] = history["step"][:, 0]
+                                     hint, compiling, history)
+    history["step"] = history["step"][:, 0]  # the same for every run
     state = jax.device_get(state)
     return FitResult(state["params"], start, args[-1], history, time.perf_counter() - t0,
                      state["opt_state"], keys)

@@ -131,6 +131,10 @@ def test_a_sweep_over_learning_rates_compiles_once_and_vmaps_in_one_call(caplog)
     for i, lr in enumerate(LRS):
         np.testing.assert_allclose(many.history["loss"][:2, i], runs[lr].history["loss"][:2], rtol=1e-4)
     np.testing.assert_allclose(many.params["v"][0], runs[LRS[0]].params["v"], rtol=1e-4, atol=1e-6)
+    # Continued for 2 more steps, each run at its own step size still: at step 6, the 6-step run's.
+    more = fit_seeds(jnp.stack([key] * 4), CFG, dataclasses.replace(SWEEP_GD, steps=2), init=many)
+    np.testing.assert_array_equal(more.history["step"], [0, 3, 4, 6])
+    np.testing.assert_allclose(more.history["loss"][-1, 2], runs[LRS[2]].history["loss"][-1], rtol=1e-4)
 
 
 def test_adam_is_one_argument_and_a_run_continues_from_its_result():
