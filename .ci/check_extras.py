@@ -1,7 +1,8 @@
 """What the extras promise, checked in an environment that has them (`.ci/extras_floors`).
 
 [bench]: `benchmarks/theory_step.py`'s PyTorch peer computes the step it is compared with: one GD step of
-Eq. (T) on (E) equal to the library's (`jax.grad` of the plain model, `gd_update`) to float32 round-off;
+Eq. (T) on (E) equal to the library's (`jax.grad` of the plain model, the default optimiser's step) to
+float32 round-off;
 `benchmarks/vit_throughput.py`'s timm peer is a ViT of our vanilla ViT's shape (the same parameters, count
 for count, at every shape it times).
 [data]: `tfds build` (TensorFlow's builders) prepares a dataset in array_record format, and
@@ -21,7 +22,8 @@ from benchmarks import vit_throughput
 from benchmarks.theory_step import torch_step
 from posattn.theory import GDConfig, TheoryConfig, make_task, sample
 from posattn.theory.model import empirical_risk, init_params
-from posattn.theory.step import gd_update
+from posattn.theory.optim import gd_hyperparameters, gradient_descent
+from posattn.theory.step import descend, init_state
 
 BUILDER = '''
 import numpy as np
@@ -50,7 +52,8 @@ def check_bench() -> None:
     X, y = sample(jax.random.key(1), cfg, task, gd.N)
     params = init_params(jax.random.key(2), cfg, gd, task.w_star)
     loss, grads = jax.value_and_grad(empirical_risk)(params, X, y, cfg)
-    ours = gd_update(params, grads, gd.lr, gd.lr_A)
+    optimizer = gradient_descent()
+    ours = descend(init_state(params, optimizer, gd_hyperparameters(gd)), grads, optimizer)["params"]
     A_t = torch.tensor(np.asarray(params["A"]), requires_grad=True)
     v_t = torch.tensor(np.asarray(params["v"]), requires_grad=True)
     loss_t = torch_step(torch.from_numpy(np.array(X)), torch.from_numpy(np.array(y)), A_t, v_t,

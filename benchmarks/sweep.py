@@ -23,7 +23,8 @@ from posattn.theory import gd as gd_lib
 from posattn.theory import keys as keys_lib
 from posattn.theory.model import empirical_risk
 from posattn.theory.presets import get_preset
-from posattn.theory.step import evaluate, gd_update
+from posattn.theory.optim import gd_hyperparameters, gradient_descent
+from posattn.theory.step import descend, evaluate, init_state
 
 flags.DEFINE_integer("max_seeds", 1024, "largest sweep (seeds, powers of 4 from 1)")
 flags.DEFINE_integer("N", 256, "training samples per run")
@@ -34,16 +35,19 @@ FLAGS = flags.FLAGS
 
 
 def plain_sweep(keys, *, cfg, gd):
-    """`fit_grid` at one size with the step written as `jax.grad` of the plain model."""
+    """`fit_grid` at one size with the step written as `jax.grad` of the plain model (the library's
+    optimiser, `posattn.theory.optim.gradient_descent`)."""
+    optimizer = gradient_descent()
 
     def run(key):
         params, train, test, k, task = gd_lib.draw_run(key, cfg, gd, n_train=gd.N)
 
-        def one_step(params, _):
-            grads = jax.grad(empirical_risk)(params, train.X, train.y, cfg, train.weight)
-            return gd_update(params, grads, gd.lr, gd.lr_A), None
+        def one_step(state, _):
+            grads = jax.grad(empirical_risk)(state["params"], train.X, train.y, cfg, train.weight)
+            return descend(state, grads, optimizer), None
 
-        params = jax.lax.scan(one_step, params, None, length=gd.steps)[0]
+        state = init_state(params, optimizer, gd_hyperparameters(gd))
+        params = jax.lax.scan(one_step, state, None, length=gd.steps)[0]["params"]
         return evaluate(params, gd.steps, train, test, k, task, cfg=cfg, gd=gd)
 
     return jax.vmap(run)(keys)

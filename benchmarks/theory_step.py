@@ -42,7 +42,8 @@ from posattn.theory import GDConfig, TheoryConfig, fused, make_task, sample
 from posattn.theory.gd import make_chunk_fn
 from posattn.theory.model import empirical_risk, init_params
 from posattn.theory.presets import get_preset
-from posattn.theory.step import gd_update, make_batch
+from posattn.theory.optim import gd_hyperparameters, gradient_descent
+from posattn.theory.step import descend, init_state, make_batch
 
 flags.DEFINE_integer("chunk", 20, "GD steps per compiled call")
 flags.DEFINE_integer("rounds", 7, "interleaved timing rounds")
@@ -68,15 +69,16 @@ def torch_step(X, y, A, v, *, lr: float, lr_A: float, D: int, d: int):
     return loss
 
 
-def plain_chunk(cfg: TheoryConfig, gd: GDConfig):
-    """`--chunk` steps of `jax.grad` of the plain model in one compiled `lax.scan`."""
+def plain_chunk(cfg: TheoryConfig):
+    """`--chunk` steps of `jax.grad` of the plain model in one compiled `lax.scan`, the library's
+    optimiser (`posattn.theory.optim.gradient_descent`) on the training state `init_state` makes."""
+    optimizer = gradient_descent()
 
-    def chunk(params, X, y):
-        def one_step(params, _):
-            grads = jax.grad(empirical_risk)(params, X, y, cfg)
-            return gd_update(params, grads, gd.lr, gd.lr_A), None
+    def chunk(state, X, y):
+        def one_step(state, _):
+            return descend(state, jax.grad(empirical_risk)(state["params"], X, y, cfg), optimizer), None
 
-        return jax.lax.scan(one_step, params, None, length=FLAGS.chunk)[0]
+        return jax.lax.scan(one_step, state, None, length=FLAGS.chunk)[0]
 
     return jax.jit(chunk)
 
@@ -132,19 +134,21 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     tiles = fused.tiled(*train, shards)  # laid out once, as `fit` does without the kernel
     train, tiles, test = jax.device_put((train, tiles, test), mesh_lib.batch_sharding(mesh))
     params = init_params(jax.random.key(3), cfg, gd, task.w_star)
+    optimizer = gradient_descent()
+    state = jax.device_put(init_state(params, optimizer, gd_hyperparameters(gd)), mesh_lib.replicated(mesh))
     key = jax.random.key(4)
-    chunk = make_chunk_fn(cfg, gd, mesh)
-    ours_train = train if fused.uses_kernel(train.X.dtype) else tiles
+    chunk = make_chunk_fn(cfg, gd, mesh, optimizer)
+    ours_train = train if fused.uses_kernel(train.X.dtype, gd.implementation) else tiles
+    steps = jnp.asarray(FLAGS.chunk, jnp.int32)
     t0 = time.perf_counter()
-    compiled = chunk.lower(params, jnp.asarray(0), ours_train, test, key, task, FLAGS.chunk).compile()
+    compiled = chunk.lower(state, steps, ours_train, test, key, task).compile()
     compile_s = time.perf_counter() - t0
-    run = lambda compiled, train: compiled(jax.tree.map(jnp.copy, params), jnp.asarray(0), train, test,
-                                           key, task)[1]
+    # The chunk donates its state: each call gets a copy.
+    run = lambda compiled, train: compiled(jax.tree.map(jnp.copy, state), steps, train, test, key, task)[1]
     ours = lambda: run(compiled, ours_train)
-    tile_loop = compiled if ours_train is tiles else chunk.lower(params, jnp.asarray(0), tiles, test, key,
-                                                                 task, FLAGS.chunk).compile()
-    plain = plain_chunk(cfg, gd)
-    jax_plain = lambda: plain(params, train.X, train.y)
+    tile_loop = compiled if ours_train is tiles else chunk.lower(state, steps, tiles, test, key, task).compile()
+    plain = plain_chunk(cfg)
+    jax_plain = lambda: plain(state, train.X, train.y)
     X_flat = train.X.reshape(-1, cfg.d)
     gemv = jax.jit(gemv_loop)
     candidates = {"ours": lambda: seconds(ours, 1) / FLAGS.chunk,

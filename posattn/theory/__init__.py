@@ -1,15 +1,17 @@
 """JSL22's theory regime: the data of Assumption 1, the simplified ViT of Eq. (T), and how GD learns it.
 
-Core modules here (config, keys, data, model, step, gd, metrics, phases, evaluation, presets,
+Core modules here (config, keys, data, model, optim, step, gd, metrics, phases, evaluation, presets,
 run_report); the exact population risk in `population/`; the paper's other claims in `claims/`; their
 figures in `posattn.plots.theory`.
 """
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import (Task, grid_sets, labelling_function, make_task, same_set_mask, sample,
                                  set_index)
+from posattn.theory.datasets import register_dataset
 from posattn.theory.gd import fit, fit_grid, fit_seeds, fit_sizes
 from posattn.theory.metrics import (parameter_metrics, patch_association, top_c_overlap,
                                     within_across_means)
 from posattn.theory.model import attention, empirical_risk, forward, init_params, sigma
-from posattn.theory.step import gd_update, train_chunk
+from posattn.theory.optim import gradient_descent
+from posattn.theory.step import descend, init_state, train_chunk
 from posattn.theory.presets import PRESETS, get_preset

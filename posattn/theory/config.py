@@ -8,12 +8,15 @@ import dataclasses
 import math
 from typing import Literal
 
+import jax
+
 from posattn.errors import ConfigError, check_field_types
 
 PARTITIONS = ("grid", "random")
 NOISES = ("orthogonal", "isotropic")
 ACTIVATIONS = ("cubic", "quintic")
 RISKS = ("empirical", "population_mc", "population_exact")
+IMPLEMENTATIONS = ("auto", "xla", "cpu_kernel")  # how (E)'s one-pass step runs: `theory.fused`
 POPULATION_METHODS = ("multiset", "general")  # how "population_exact" computes (P): `theory.population`
 FINAL_TEST_CHUNK = 10_000  # fresh test samples drawn at a time (`evaluation.test_errors`)
 
@@ -23,6 +26,7 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+@jax.tree_util.register_static  # a pytree without leaves: passes through jax.jit and jax.vmap as is
 @dataclasses.dataclass(frozen=True)
 class TheoryConfig:
     """Data distribution (Definition 2.1, Assumption 1 of JSL22) and model (Eq. (T)).
@@ -106,6 +110,7 @@ class TheoryConfig:
         return 1.0 / math.sqrt(self.d) if self.noise_std is None else float(self.noise_std)
 
 
+@jax.tree_util.register_static
 @dataclasses.dataclass(frozen=True)
 class GDConfig:
     """Full-batch gradient descent on the empirical risk (E) or the population risk (P) (Section 3).
@@ -128,6 +133,12 @@ class GDConfig:
         The presets take sqrt(d) of their TheoryConfig; set it with d when changing d.
       v_init: "random" v^(0) ~ N(0, v_std^2 I_d), or "aligned" v^(0) = v_std * sqrt(d) w* (on span(w*)).
       v_std: scale of v^(0).
+      implementation: how a step of (E) runs its one pass over the samples (`posattn.theory.fused`):
+        "auto" (the CPU kernel for float32 samples on a CPU where it builds, else XLA's tile loop),
+        "xla" or "cpu_kernel". Same numbers up to float32 round-off; only the speed differs.
+
+    lr, lr_A, steps and eval_every reach the compiled programs as arguments (`posattn.theory.gd`):
+    runs that differ only in them compile once.
     """
 
     risk: Literal["empirical", "population_mc", "population_exact"] = "empirical"
@@ -144,6 +155,7 @@ class GDConfig:
     a0: float = math.sqrt(32)
     v_init: Literal["random", "aligned"] = "random"
     v_std: float = 0.02
+    implementation: Literal["auto", "xla", "cpu_kernel"] = "auto"
 
     def __post_init__(self):
         check_field_types(self)
@@ -161,3 +173,5 @@ class GDConfig:
                f"time, so give at most {FINAL_TEST_CHUNK:,} or a multiple of it")
         _check(self.v_init in ("random", "aligned"), f"v_init={self.v_init!r}: 'random' or 'aligned'")
         _check(self.v_std >= 0, f"v_std={self.v_std} must be >= 0")
+        _check(self.implementation in IMPLEMENTATIONS,
+               f"implementation={self.implementation!r}: choose one of {IMPLEMENTATIONS}")

@@ -21,9 +21,19 @@ once as `Tiles` (`tiled`): each tile transposed to (d, m D), its patches as colu
 products are a vector-matrix and a matrix-vector product over long rows, which XLA's CPU kernels
 take 8-23% faster a step than over the (m D, d) rows of X (docs/benchmarks.md, "The floor of any XLA
 tile loop"). `empirical_risk_and_grad` takes X as it comes; on a CPU it runs the same sums as a C++ kernel
-(`posattn.theory.one_pass_kernel`, where it is built: `uses_kernel`) that overlaps the read of X with
-the arithmetic, which no XLA tile loop does, and the run drivers then keep X as drawn. The tile loop
-stays the path on accelerators and the reference.
+(`posattn.theory.one_pass_kernel`, where it is built) that overlaps the read of X with the arithmetic,
+which no XLA tile loop does, and the run drivers then keep X as drawn. The tile loop stays the path on
+accelerators and the reference. Which one runs is the `implementation` argument (`IMPLEMENTATIONS`;
+`GDConfig.implementation` for the run drivers): "auto" (the default) takes the kernel for float32
+samples on a CPU backend where it is built, "xla" the tile loop, "cpu_kernel" the kernel or an error.
+
+Both are ordinary JAX functions: `jax.jit`, `jax.vmap`, `jax.grad`, `jax.jvp` and `jax.hessian` go
+through `empirical_risk` and `empirical_risk_and_grad` on any implementation. `empirical_risk` is a
+`jax.custom_jvp` whose derivative in the parameters is the gradient its forward pass already computes
+(so `jax.grad` of it costs one pass over X, as `empirical_risk_and_grad` does); a derivative in the
+samples (X, y, weight) is the plain model's. The kernel's sums carry their own rule: their derivative
+is that of the XLA tile loop's (the same function), so second derivatives (e.g. `jax.grad` through a
+GD step, `posattn.theory.step.train_chunk`) run through the tile loop.
 """
 import functools
 import math
@@ -31,12 +41,14 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 from jax.sharding import PartitionSpec as P
 
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, check_choice
 from posattn.mesh import DATA
-from posattn.theory.config import TheoryConfig
+from posattn.theory.config import IMPLEMENTATIONS, TheoryConfig
 from posattn.theory import one_pass_kernel
+from posattn.theory import model
 from posattn.theory.model import attention, logistic_loss, mix, sigma
 
 # X's bytes per tile: a tile is read from memory once and then again from cache, so it must fit in
@@ -112,12 +124,23 @@ def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None, trans
     return jax.lax.scan(one_tile, init, jnp.arange(k))[0]
 
 
-def uses_kernel(dtype) -> bool:
+def uses_kernel(dtype, implementation: str | None = "auto") -> bool:
     """Whether the one-pass sums of samples X (n, D, d) of `dtype` run in the CPU kernel
-    (`posattn.theory.one_pass_kernel`): float32 on a CPU backend where the kernel is built."""
-    return dtype == jnp.float32 and jax.default_backend() == "cpu" and one_pass_kernel.available()
+    (`posattn.theory.one_pass_kernel`): with "auto", float32 on a CPU backend where the kernel is built;
+    "cpu_kernel" asks for it (a ConfigError where it cannot run); "xla" never."""
+    implementation = check_choice(implementation or "auto", IMPLEMENTATIONS, "implementation")
+    if implementation == "xla":
+        return False
+    runs = dtype == jnp.float32 and jax.default_backend() == "cpu"
+    if implementation == "cpu_kernel" and not (runs and one_pass_kernel.available()):
+        raise ConfigError(f"implementation='cpu_kernel' needs float32 samples on a CPU backend where the "
+                          f"kernel builds (here: {jnp.dtype(dtype).name} samples, backend "
+                          f"{jax.default_backend()!r}, kernel built: {runs and one_pass_kernel.available()}); "
+                          "use implementation='xla' or 'auto'")
+    return runs and one_pass_kernel.available()
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5,))
 def _kernel_sums(S, v, X, y, w, cfg: TheoryConfig):
     """`_partial_sums` by the CPU kernel, which takes the mix's factor D inside its matrix M."""
     scale = cfg.D if cfg.scale_by_D else 1
@@ -125,10 +148,20 @@ def _kernel_sums(S, v, X, y, w, cfg: TheoryConfig):
     return loss, scale * dM, dv
 
 
-def _risk_and_grad(params, X, y, w, cfg: TheoryConfig, num_tiles, mesh, transposed: bool):
+@_kernel_sums.defjvp
+def _kernel_sums_jvp(cfg: TheoryConfig, primals, tangents):
+    """The kernel's sums at `primals`; their derivative is the XLA tile loop's (the same function, which
+    JAX can differentiate): only derivatives of the gradient (second order) take this path."""
+    _, derivative = jax.jvp(lambda *a: _partial_sums(*a, cfg=cfg, num_tiles=None, transposed=False),
+                            primals, tangents)
+    return _kernel_sums(*primals, cfg), derivative
+
+
+def _risk_and_grad(params, X, y, w, cfg: TheoryConfig, num_tiles, mesh, transposed: bool,
+                   implementation: str | None = "auto"):
     S, attention_vjp = jax.vjp(lambda A: attention(A, cfg), params["A"])
     v = params["v"]
-    if not transposed and uses_kernel(X.dtype):
+    if not transposed and uses_kernel(X.dtype, implementation):
         sums = functools.partial(_kernel_sums, cfg=cfg)
     else:
         sums = functools.partial(_partial_sums, cfg=cfg, num_tiles=num_tiles, transposed=transposed)
@@ -145,8 +178,19 @@ def _risk_and_grad(params, X, y, w, cfg: TheoryConfig, num_tiles, mesh, transpos
     return loss / total, {"A": dA, "v": dv / total}
 
 
+def _weights(X, weight):
+    return jnp.ones(X.shape[0], X.dtype) if weight is None else weight.astype(X.dtype)
+
+
+def _check_tiles(X, num_tiles, mesh):
+    per_device = X.shape[0] // (1 if mesh is None else mesh.devices.size)
+    if num_tiles is not None and (num_tiles < 1 or per_device % num_tiles):
+        raise ConfigError(f"num_tiles={num_tiles} does not divide the {per_device} samples per device into "
+                          "whole tiles")
+
+
 def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfig, weight=None,
-                            num_tiles: int | None = None, mesh=None):
+                            num_tiles: int | None = None, mesh=None, implementation: str | None = "auto"):
     """(R, dR/dparams) of the risk (E), `model.empirical_risk`, in one pass over X (module docstring).
 
     X (n, D, d), y (n,), weight (n,) or None as in `empirical_risk`; `num_tiles` (a divisor of the
@@ -154,21 +198,53 @@ def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfi
     With `mesh` (`posattn.mesh.data_mesh`, n a multiple of its size), each device takes its own block
     of samples through the tiles (`jax.shard_map`) and the partial sums are added over "data": on a
     CPU with one device per core (docs/decisions.md) this is what runs the pass on every core.
-    The gradient is the full one (A's diagonal included), as `jax.grad` gives it.
+    `implementation`: "auto", "xla" or "cpu_kernel" (module docstring). The gradient is the full one
+    (A's diagonal included), as `jax.grad` gives it; the pair is `jax.value_and_grad(empirical_risk)`.
     """
-    per_device = X.shape[0] // (1 if mesh is None else mesh.devices.size)
-    if num_tiles is not None and (num_tiles < 1 or per_device % num_tiles):
-        raise ConfigError(f"num_tiles={num_tiles} does not divide the {per_device} samples per device into "
-                          "whole tiles")
-    w = jnp.ones(X.shape[0], X.dtype) if weight is None else weight.astype(X.dtype)
-    return _risk_and_grad(params, X, y, w, cfg, num_tiles, mesh, transposed=False)
+    _check_tiles(X, num_tiles, mesh)
+    return _risk_and_grad(params, X, y, _weights(X, weight), cfg, num_tiles, mesh, False, implementation)
+
+
+def empirical_risk(params, X: jax.Array, y: jax.Array, cfg: TheoryConfig, weight=None,
+                   num_tiles: int | None = None, mesh=None, implementation: str | None = "auto") -> jax.Array:
+    """The risk (E), `model.empirical_risk`, by the one-pass step: arguments as `empirical_risk_and_grad`.
+
+    Its derivative in `params` is the gradient the pass computes (`jax.grad` of it is one pass over X);
+    in X, y or weight, the plain model's (module docstring).
+    """
+    _check_tiles(X, num_tiles, mesh)
+    return _one_pass_risk(params, X, y, _weights(X, weight), cfg, num_tiles, mesh, implementation)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5, 6, 7))
+def _one_pass_risk(params, X, y, w, cfg, num_tiles, mesh, implementation):
+    return _risk_and_grad(params, X, y, w, cfg, num_tiles, mesh, False, implementation)[0]
+
+
+def _one_pass_risk_jvp(cfg, num_tiles, mesh, implementation, primals, tangents):
+    """dR = <dR/dparams, dparams> with the gradient of the forward pass, plus the plain model's
+    derivative along the samples' tangents where they have any (`symbolic_zeros`: none is computed
+    for a sample argument that is not differentiated)."""
+    params, X, y, w = primals
+    d_params, *d_data = tangents
+    risk, grads = _risk_and_grad(params, X, y, w, cfg, num_tiles, mesh, False, implementation)
+    is_zero = lambda t: isinstance(t, SymbolicZero)
+    d_risk = sum(jnp.vdot(grads[k], t) for k, t in d_params.items() if not is_zero(t))
+    if not all(map(is_zero, d_data)):
+        d_data = [jnp.zeros_like(a) if is_zero(t) else t for a, t in zip((X, y, w), d_data)]
+        d_risk = d_risk + jax.jvp(lambda X, y, w: model.empirical_risk(params, X, y, cfg, w), (X, y, w),
+                                  tuple(d_data))[1]
+    return risk, jnp.zeros_like(risk) + d_risk
+
+
+_one_pass_risk.defjvp(_one_pass_risk_jvp, symbolic_zeros=True)
 
 
 def tiled_risk_and_grad(params, tiles: Tiles, cfg: TheoryConfig, mesh=None):
     """`empirical_risk_and_grad` on samples laid out by `tiled` (with `mesh`, `tiled`'s num_shards its
     size): the same loss and gradient, faster a step."""
     return _risk_and_grad(params, tiles.X, tiles.y, tiles.weight.astype(tiles.X.dtype), cfg, None, mesh,
-                          transposed=True)
+                          transposed=True, implementation="xla")
 
 
 def tiled_risk(params, tiles: Tiles, cfg: TheoryConfig) -> jax.Array:

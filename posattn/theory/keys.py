@@ -4,6 +4,21 @@ One place says which key feeds which draw, so two binaries cannot disagree on it
 literal `fold_in(key, 7)`. Keys are typed (`jax.random.key`); with the default threefry implementation
 `jax.random.key(s)` holds the same bits as the legacy `jax.random.PRNGKey(s)`, and `split`/`fold_in`
 derive the same bits from either, so these streams reproduce every number drawn before they existed.
+
+A run of `posattn.theory.gd.fit(key, cfg, gd)` draws from `run_keys(key)` (`gd.draw_run`), so its
+data can be rebuilt outside the library:
+
+    streams = run_keys(key)
+    task = data.make_task(streams["task"], cfg)
+    params0 = model.init_params(streams["init"], cfg, gd, task.w_star)
+    X_train, y_train = data.sample(streams["train"], cfg, task, gd.N)  # (E)'s training set
+    X_test, y_test = data.sample(streams["test"], cfg, task, gd.n_test)  # the history's test set
+
+and `fit(key, cfg, gd, train=(X_train, y_train), test=(X_test, y_test))` is the same run. `fit_seeds`
+and the sweeps draw each run's from its own key the same way (a sweep's training set has the grid's
+largest size, of which a run at size N takes the first N); "population_mc" draws step t's fresh
+samples from `fold_in(streams["train"], t)`; the final test error, `evaluation.test_errors` on
+`streams["final_test"]`.
 """
 import jax
 

@@ -12,9 +12,10 @@ Built with the C++ compiler ($CXX, else `c++`) against the headers of the instal
 under $XDG_CACHE_HOME/posattn/kernels (default ~/.cache), named by a hash of the source, the flags,
 the compiler and the jaxlib version: a process finds it built after the first. Where it cannot be
 built (no compiler, an unsupported platform) `available()` is False, one warning says why, and
-`fused` runs XLA's tile loop, which gives the same loss and gradient. POSATTN_CPU_KERNEL=off turns the
-kernel off (to compare, or to rule it out); POSATTN_CPU_KERNEL=baseline keeps an x86-64 CPU with AVX2
-to the kernel's instance for CPUs without it (to test that instance).
+`fused` runs XLA's tile loop, which gives the same loss and gradient. Whether the kernel runs is
+`fused`'s `implementation` argument (`GDConfig.implementation`), never a setting of this module.
+POSATTN_CPU_KERNEL=baseline keeps an x86-64 CPU with AVX2 to the kernel's instance for CPUs without it
+(read once per process, by the kernel: to test that instance).
 """
 import ctypes
 import functools
@@ -31,7 +32,6 @@ import numpy as np
 from absl import logging
 
 TARGET = "posattn_one_pass"
-ENV = "POSATTN_CPU_KERNEL"
 SOURCE = pathlib.Path(__file__).with_name("one_pass_kernel.cc")
 # -ffast-math lets the compiler vectorise the sums and call glibc's vector exp and log1p; it is given
 # to the compile only: linked with it, loading the library set flush-to-zero for the whole process
@@ -78,9 +78,8 @@ def lanes() -> int:
 
 @functools.cache
 def available() -> bool:
-    """Whether the kernel is built and registered with XLA for the CPU (module docstring)."""
-    if os.environ.get(ENV, "").strip().lower() in ("off", "0", "false", "no"):
-        return False
+    """Whether the kernel is built and registered with XLA for the CPU (module docstring); the build is
+    tried once per process."""
     try:
         library = _library()
     except subprocess.CalledProcessError as e:

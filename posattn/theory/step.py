@@ -1,20 +1,23 @@
-"""One chunk of full-batch gradient descent on Eq. (T), and the history entry at its end (Section 3 of
-JSL22).
+"""One chunk of full-batch training on Eq. (T), and the history entry at its end (Section 3 of JSL22).
 
-(A off-diagonal, v) are trained jointly with a constant step size and no regulariser; the diagonal of A
-stays at its initial value. On (E) a step reads the samples once (`posattn.theory.fused`); a training
+(A off-diagonal, v) are trained jointly by an optax optimiser (`posattn.theory.optim`; by default GD
+with a constant step size for v and one for A) and no regulariser; the diagonal of A stays at its
+initial value (`descend`). On (E) a step reads the samples once (`posattn.theory.fused`); a training
 set may come as a `Batch` or laid out once for that step as `fused.Tiles` (what the run driver passes).
-`train_chunk` runs many steps inside one `lax.scan` and is pure, so the run driver
-(`posattn.theory.gd`) can jit it with shardings, vmap it over seeds, or over seeds and sizes.
+
+The training state is a plain dict {"params", "opt_state", "step"} (`init_state`). `train_chunk` runs
+a traced number of steps in one loop and is pure: the run driver (`posattn.theory.gd`) jits it with
+shardings, vmaps it over seeds, or over seeds and sizes, and every number it reads (the step count,
+the optimiser's step sizes in its state) is an argument, so runs that differ in them share one program.
 """
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
-from posattn.errors import ConfigError
 from posattn.metrics import classification_error
-from posattn.theory import fused, metrics
+from posattn.theory import fused, metrics, optim
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import Task, sample
 from posattn.theory.model import empirical_risk, forward
@@ -46,11 +49,31 @@ def freeze_diagonal(grads: dict) -> dict:
     return {**grads, "A": A * (1.0 - jnp.eye(A.shape[0], dtype=A.dtype))}
 
 
-def gd_update(params: dict, grads: dict, lr: float, lr_A: float | None = None) -> dict:
-    """One step of gradient descent, theta <- theta - eta grad, with A's diagonal frozen."""
-    grads = freeze_diagonal(grads)
-    lr_A = lr if lr_A is None else lr_A
-    return {"A": params["A"] - lr_A * grads["A"], "v": params["v"] - lr * grads["v"]}
+def _trained(tree: dict, train_A: bool) -> dict:
+    """`tree` (gradients or updates) on the trained coordinates only: A's off-diagonal and v, or v alone."""
+    return freeze_diagonal(tree) if train_A else {**tree, "A": jnp.zeros_like(tree["A"])}
+
+
+def descend(state: dict, grads: dict, optimizer: optax.GradientTransformation, train_A: bool = True) -> dict:
+    """One optimiser step from `state` along `grads` (the risk's full gradient).
+
+    Only A's off-diagonal and v are trained (with `train_A=False`, v alone: transfer with A frozen,
+    Theorem 5.1): the other coordinates' gradients are zeroed before the optimiser sees them and their
+    updates after, so that no optimiser (momentum, weight decay, ...) moves them. With the default
+    optimiser this is theta <- theta - eta grad, eta = lr for v and lr_A for A.
+    """
+    params = state["params"]
+    updates, opt_state = optimizer.update(_trained(grads, train_A), state["opt_state"], params)
+    return {"params": optax.apply_updates(params, _trained(updates, train_A)), "opt_state": opt_state,
+            "step": state["step"] + 1}
+
+
+def init_state(params: dict, optimizer: optax.GradientTransformation, hyperparams: dict | None = None,
+               step=0) -> dict:
+    """The training state at `step` from `params`: {"params", "opt_state", "step"} (int32), the
+    optimiser's injected hyperparameters set from `hyperparams` (`optim.with_hyperparameters`)."""
+    opt_state = optim.with_hyperparameters(optimizer.init(params), hyperparams)
+    return {"params": params, "opt_state": opt_state, "step": jnp.asarray(step, jnp.int32)}
 
 
 def training_risk(params, step, train: Batch | fused.Tiles, key, task: Task, *, cfg: TheoryConfig,
@@ -69,21 +92,18 @@ def training_risk(params, step, train: Batch | fused.Tiles, key, task: Task, *, 
                       mesh=None if sharding is None else sharding.mesh)
 
 
-def _empirical_risk_and_grad(params, train: Batch | fused.Tiles, cfg: TheoryConfig, mesh=None):
-    """(E) and its gradient in one pass over the samples, in the layout they come in."""
-    if isinstance(train, fused.Tiles):
-        return fused.tiled_risk_and_grad(params, train, cfg, mesh=mesh)
-    return fused.empirical_risk_and_grad(params, train.X, train.y, cfg, train.weight, mesh=mesh)
-
-
 def risk_and_grad(params, step, train: Batch | fused.Tiles, key, task: Task, *, cfg: TheoryConfig,
                   gd: GDConfig, sharding=None):
     """(risk, gradient) of `training_risk`: for (E) in one pass over the samples
-    (`posattn.theory.fused`), otherwise by `jax.value_and_grad`. With `sharding` (the data's, over a
-    "data" mesh), (E) and the exact (P) split their sums over the mesh's devices."""
+    (`posattn.theory.fused`, by `gd.implementation`), otherwise by `jax.value_and_grad`. With
+    `sharding` (the data's, over a "data" mesh), (E) and the exact (P) split their sums over the mesh's
+    devices."""
     mesh = None if sharding is None else sharding.mesh
     if gd.risk == "empirical":
-        return _empirical_risk_and_grad(params, train, cfg, mesh)
+        if isinstance(train, fused.Tiles):
+            return fused.tiled_risk_and_grad(params, train, cfg, mesh=mesh)
+        return fused.empirical_risk_and_grad(params, train.X, train.y, cfg, train.weight, mesh=mesh,
+                                             implementation=gd.implementation)
     return jax.value_and_grad(training_risk)(params, step, train, key, task, cfg=cfg, gd=gd,
                                              sharding=sharding)
 
@@ -106,29 +126,21 @@ def evaluate(params, step, train: Batch | fused.Tiles, test: Batch, key, task: T
     }
 
 
-def train_chunk(params, step, train: Batch | fused.Tiles, test: Batch, key, task: Task, *,
-                num_steps: int, cfg: TheoryConfig, gd: GDConfig, train_A: bool = True, sharding=None):
-    """`num_steps` GD steps from `step` in one `lax.scan`, then the history entry at their end.
+def train_chunk(state: dict, num_steps, train: Batch | fused.Tiles, test: Batch, key, task: Task, *,
+                cfg: TheoryConfig, gd: GDConfig, optimizer: optax.GradientTransformation,
+                train_A: bool = True, sharding=None):
+    """`num_steps` optimiser steps from `state` (`init_state`) in one loop, then (state, the history
+    entry at their end).
 
-    `train_A=False` descends (E) in v alone, A fixed at its given value (transfer with A frozen,
-    Theorem 5.1).
+    `num_steps` may be traced: one compiled chunk serves every chunk length. Only `gd`'s risk, N,
+    population method and implementation are read; the step sizes are the optimiser's (in its state
+    for the default, `posattn.theory.optim`). `train_A=False` trains v alone, A fixed at its given value
+    (transfer with A frozen, Theorem 5.1).
     """
-    mesh = None if sharding is None else sharding.mesh
-    if train_A:
-        def one_step(params, t):
-            _, grads = risk_and_grad(params, t, train, key, task, cfg=cfg, gd=gd, sharding=sharding)
-            return gd_update(params, grads, gd.lr, gd.lr_A), None
+    def one_step(_, state):
+        _, grads = risk_and_grad(state["params"], state["step"], train, key, task, cfg=cfg, gd=gd,
+                                 sharding=sharding)
+        return descend(state, grads, optimizer, train_A)
 
-        params, _ = jax.lax.scan(one_step, params, step + jnp.arange(num_steps))
-    else:
-        if gd.risk != "empirical":
-            raise ConfigError(f"train_A=False trains v on the empirical risk (E); risk={gd.risk!r}")
-
-        def one_step(v, _):  # the gradient in A is computed and dropped (a D x D sum per tile)
-            _, grads = _empirical_risk_and_grad({**params, "v": v}, train, cfg, mesh)
-            return v - gd.lr * grads["v"], None
-
-        v, _ = jax.lax.scan(one_step, params["v"], None, length=num_steps)
-        params = {**params, "v": v}
-    step = step + num_steps
-    return params, evaluate(params, step, train, test, key, task, cfg=cfg, gd=gd)
+    state = jax.lax.fori_loop(0, num_steps, one_step, state)
+    return state, evaluate(state["params"], state["step"], train, test, key, task, cfg=cfg, gd=gd)

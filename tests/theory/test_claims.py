@@ -15,7 +15,8 @@ from posattn.theory import evaluation, keys
 from posattn.theory import gd as gd_lib
 from posattn.theory.claims import construction, glm, report, transfer
 from posattn.theory.datasets.structured import sample_coefficients
-from posattn.theory.step import make_batch, train_chunk
+from posattn.theory.optim import gradient_descent
+from posattn.theory.step import init_state, make_batch, train_chunk
 from posattn.theory.metrics import within_across_means
 from posattn.theory.model import forward, sigma
 from tests import envs
@@ -87,7 +88,9 @@ def test_vmapped_grid_matches_a_single_run_on_the_prefix():
     assert entries["test_error"].shape == (2, 2)
     params, train, test, k, task = gd_lib.draw_run(seeds[1], CFG, GD, n_train=max(sizes))
     prefix = make_batch(train.X[:16], train.y[:16])  # the first 16 samples, no padding at all
-    _, entry = train_chunk(params, 0, prefix, test, k, task, num_steps=GD.steps, cfg=CFG, gd=GD)
+    gd = gradient_descent()
+    state = init_state(params, gd, {"lr": GD.lr, "lr_A": GD.lr_A})
+    _, entry = train_chunk(state, GD.steps, prefix, test, k, task, cfg=CFG, gd=GD, optimizer=gd)
     for name in ("loss", "alpha", "A_within", "test_loss"):
         np.testing.assert_allclose(entries[name][0, 1], entry[name], rtol=2e-4, atol=1e-6)
     assert not np.allclose(entries["loss"][0], entries["loss"][1])  # the sizes did differ

@@ -1,4 +1,5 @@
-"""The dataset registry: a synthetic dataset is its module plus one registry line."""
+"""The dataset registry: a synthetic dataset is its module plus one registry line, or one
+`register_dataset` call."""
 import types
 
 import jax
@@ -26,8 +27,16 @@ def _majority_flip_module():
         labelling_function=structured.labelling_function, sample=sample)
 
 
-def test_a_registered_module_is_a_dataset(monkeypatch):
-    monkeypatch.setitem(datasets.REGISTRY, "flipped", _majority_flip_module())
+FLIPPED = _majority_flip_module()
+
+
+def test_a_registered_module_is_a_dataset():
+    datasets.register_dataset("flipped", FLIPPED)
+    datasets.register_dataset("flipped", FLIPPED)  # the same module again: nothing changes
+    with pytest.raises(ConfigError, match="'flipped' is registered already"):
+        datasets.register_dataset("flipped", _majority_flip_module())
+    with pytest.raises(ConfigError, match=r"lacks \['labelling_function'\]"):
+        datasets.register_dataset("broken", types.SimpleNamespace(**{**vars(FLIPPED), "labelling_function": None}))
     cfg = TheoryConfig(dataset="flipped")
     task = data.make_task(jax.random.key(0), cfg)
     X, y = data.sample(jax.random.key(1), cfg, task, 4000)

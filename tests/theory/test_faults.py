@@ -11,13 +11,20 @@ from posattn.theory.gd import fit_seeds
 from posattn.theory.keys import consecutive_seed_keys
 
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
-# steps=23 appears in no other test: the compiled chunks are cached per (config, gd), and a chunk
-# compiled before the injection would not see it.
 GD = GDConfig(N=256, steps=23, lr=0.01, lr_A=30.0, a0=4.0, eval_every=10, n_test=256)
 
 
+@pytest.fixture
+def fresh_chunks():
+    """The drivers keep their compiled chunks per problem: a chunk compiled before the injection would
+    not see it, and one compiled with it must not serve the tests after."""
+    gd_lib.make_chunk_fn.cache_clear(), gd_lib._seed_fns.cache_clear()
+    yield
+    gd_lib.make_chunk_fn.cache_clear(), gd_lib._seed_fns.cache_clear()
+
+
 @pytest.mark.parametrize("seeds", [1, 2])
-def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(monkeypatch, seeds):
+def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(monkeypatch, fresh_chunks, seeds):
     monkeypatch.setattr(step_lib, "risk_and_grad", injections.theory_nan_at_step(step_lib.risk_and_grad, 13))
     seen = []
     with pytest.raises(gd_lib.NonFiniteLoss, match=r"non-finite loss \(nan\) at GD step 13"

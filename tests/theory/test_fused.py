@@ -1,6 +1,7 @@
 """The one-pass risk and gradient of (E), on X (by the CPU kernel and by XLA's tile loop) or on its tiled
-layout, against `jax.value_and_grad` of the plain model."""
+layout, against `jax.value_and_grad` of the plain model, and its derivatives through JAX's transforms."""
 import dataclasses
+import functools
 import subprocess
 import sys
 
@@ -47,15 +48,13 @@ def _expected_lanes():
     return 8 if {"avx2", "fma"} <= set(flags) else 4
 
 
-@pytest.fixture(params=["cpu kernel", "XLA tile loop"])
-def path(request, monkeypatch):
-    """Samples as they come run through the CPU kernel where it is built (as here: the test fails if the
-    kernel did not build, and the warning says why), else through XLA's tile loop: both are tested."""
-    if request.param == "cpu kernel":
+@pytest.fixture(params=["cpu_kernel", "xla"])
+def path(request):
+    """The implementation of the one-pass sums of samples as they come: the CPU kernel (the default
+    here: the test fails if the kernel did not build, and the warning says why) and XLA's tile loop."""
+    if request.param == "cpu_kernel":
         assert one_pass_kernel.available() and fused.uses_kernel(jnp.float32)
         assert one_pass_kernel.lanes() == _expected_lanes()
-    else:
-        monkeypatch.setattr(fused, "uses_kernel", lambda dtype: False)
     return request.param
 
 
@@ -65,7 +64,8 @@ def test_matches_autodiff_of_the_plain_model(n, num_tiles, path):
     params, X, y, weight = _problem(n=n)
     weight = weight if n > 7 else jnp.ones(n)
     want = jax.value_and_grad(empirical_risk)(params, X, y, CFG, weight)
-    got = jax.jit(lambda p: empirical_risk_and_grad(p, X, y, CFG, weight, num_tiles=num_tiles))(params)
+    got = jax.jit(lambda p: empirical_risk_and_grad(p, X, y, CFG, weight, num_tiles=num_tiles,
+                                                    implementation=path))(params)
     _assert_round_off(got, want)
     assert float(jnp.abs(got[1]["A"]).max()) > 0 and float(jnp.abs(got[1]["v"]).max()) > 0
 
@@ -83,7 +83,7 @@ def test_matches_autodiff_under_the_model_options(change, path):
     params, X, y, _ = _problem(cfg, n=77)
     params = {**params, "v": params["v"] / 3}  # keep the quintic's margins moderate
     want = jax.value_and_grad(empirical_risk)(params, X, y, cfg)
-    _assert_round_off(empirical_risk_and_grad(params, X, y, cfg, num_tiles=7), want)
+    _assert_round_off(empirical_risk_and_grad(params, X, y, cfg, num_tiles=7, implementation=path), want)
 
 
 def test_the_kernels_baseline_instance_gives_the_same():
@@ -112,8 +112,8 @@ def test_sample_axis_sharded_over_devices_gives_the_same(path):
     params, X, y, weight = _problem(n=16 * mesh.devices.size)
     want = jax.value_and_grad(empirical_risk)(params, X, y, CFG, weight)
     X, y, weight = jax.device_put((X, y, weight), mesh_lib.batch_sharding(mesh))
-    got = jax.jit(lambda p, X, y, w: empirical_risk_and_grad(p, X, y, CFG, w, num_tiles=4, mesh=mesh))(
-        params, X, y, weight)
+    got = jax.jit(lambda p, X, y, w: empirical_risk_and_grad(p, X, y, CFG, w, num_tiles=4, mesh=mesh,
+                                                             implementation=path))(params, X, y, weight)
     _assert_round_off(got, want)
 
 
@@ -123,12 +123,52 @@ def test_vmapped_over_runs_and_sizes_as_a_sweep_gives_each_runs(path):
     (p0, X0, y, w0), (p1, X1, _, _) = _problem(n=40), _problem(n=40, seed=5)
     params, X = jax.tree.map(lambda a, b: jnp.stack([a, b]), (p0, X0), (p1, X1))
     weights = jnp.stack([w0, (jnp.arange(40) < 20).astype(jnp.float32)])
-    one = lambda p, X, w: empirical_risk_and_grad(p, X, y, CFG, w)
+    one = lambda p, X, w: empirical_risk_and_grad(p, X, y, CFG, w, implementation=path)
     got = jax.jit(jax.vmap(jax.vmap(one, (0, 0, None)), (None, None, 0)))(params, X, weights)
     for size in range(2):
         for run, (p, X_r) in enumerate([(p0, X0), (p1, X1)]):
             want = jax.value_and_grad(empirical_risk)(p, X_r, y, CFG, weights[size])
             _assert_round_off(jax.tree.map(lambda a: a[size, run], got), want)
+
+
+def test_the_one_pass_risk_is_an_ordinary_jax_function(path):
+    """jax.grad (one pass: the forward's gradient), jax.jvp, jax.vmap and jax.jit through
+    `fused.empirical_risk`, in the parameters and in the samples, and second derivatives (through the
+    XLA tile loop's rule for the kernel), against the plain model."""
+    params, X, y, weight = _problem(n=77)
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def derivatives(fns, params, X):  # (risk, its gradient) -> every transform, in one program
+        risk, grad_of = fns
+        at_v = lambda v: risk({**params, "v": v}, X)
+        tangent = jax.tree.map(jnp.cos, params)
+        return {"value_and_grad": jax.value_and_grad(risk)(params, X),
+                "jvp": jax.jvp(lambda p: risk(p, X), (params,), (tangent,))[1],
+                "dX": jax.grad(risk, argnums=1)(params, X),
+                "vmap": jax.vmap(at_v)(jnp.stack([params["v"], -0.5 * params["v"]])),
+                "hessian": jax.hessian(at_v)(params["v"]),
+                "d_step": jax.grad(lambda p: grad_of(p, X)["v"].sum())(params)}  # a GD step's derivative
+
+    one_pass = functools.partial(fused.empirical_risk, y=y, cfg=CFG, weight=weight, implementation=path)
+    one_pass_grad = lambda p, X: fused.empirical_risk_and_grad(p, X, y, CFG, weight, implementation=path)[1]
+    plain = lambda p, X: empirical_risk(p, X, y, CFG, weight)
+    got = derivatives((one_pass, one_pass_grad), params, X)
+    want = derivatives((plain, jax.grad(plain)), params, X)
+    _assert_round_off(got["value_and_grad"], want["value_and_grad"])
+    _assert_round_off((0.0, got["d_step"]), (0.0, want["d_step"]))
+    np.testing.assert_allclose(got["jvp"], want["jvp"], rtol=1e-4)
+    np.testing.assert_allclose(got["dX"], want["dX"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(got["vmap"], want["vmap"], rtol=1e-5)
+    scale = float(jnp.abs(want["hessian"]).max())
+    np.testing.assert_allclose(got["hessian"], want["hessian"], rtol=0, atol=2e-5 * scale)
+
+
+def test_an_implementation_that_cannot_run_is_refused():
+    with pytest.raises(ConfigError, match="implementation='cpu_kernel' needs float32 samples"):
+        fused.uses_kernel(jnp.float16, "cpu_kernel")
+    with pytest.raises(ConfigError, match="did you mean 'xla'"):
+        fused.uses_kernel(jnp.float32, "xl")
+    assert not fused.uses_kernel(jnp.float32, "xla")
 
 
 @pytest.mark.parametrize("tile_bytes", [512, 2048, 1 << 20])  # 1, 4 and 96 samples a tile

@@ -1,4 +1,5 @@
-"""Gradient descent: frozen diagonal, sharding over devices, symmetry at a0 = 0, and learning."""
+"""The run drivers: frozen diagonal, optax optimisers, numbers that are not compiled in, continuing a run,
+the caller's data, sharding over devices, symmetry at a0 = 0, and learning."""
 import dataclasses
 import logging
 import os
@@ -10,10 +11,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import optax
+import pytest
+
 from posattn import mesh as mesh_lib
+from posattn.errors import ConfigError
 from posattn.theory import GDConfig, TheoryConfig, fit, make_task, sample, same_set_mask
+from posattn.theory import gd as gd_lib, optim
 from posattn.theory.gd import fit_grid, fit_seeds, make_chunk_fn
-from posattn.theory.step import gd_update
+from posattn.theory.keys import run_keys
+from posattn.theory.step import descend, freeze_diagonal, init_state
 from posattn.theory.model import empirical_risk
 
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
@@ -58,12 +65,136 @@ def test_the_chunk_compiled_ahead_from_shapes_serves_the_run(caplog):
     assert not [c for c in compiled if "_multi_slice" in c or "copy" in c], compiled
 
 
-def test_gd_update_is_plain_gradient_descent():
+def test_the_default_optimiser_is_plain_gradient_descent_with_the_diagonal_frozen():
     params = {"A": jnp.ones((3, 3)), "v": jnp.ones(2)}
     grads = {"A": jnp.full((3, 3), 2.0), "v": jnp.array([1.0, -1.0])}
-    new = gd_update(params, grads, lr=0.1, lr_A=0.5)
-    np.testing.assert_allclose(new["A"], np.where(np.eye(3), 1.0, 0.0))
-    np.testing.assert_allclose(new["v"], [0.9, 1.1])
+    gd = optim.gradient_descent()
+    new = descend(init_state(params, gd, {"lr": 0.1, "lr_A": 0.5}), grads, gd)
+    np.testing.assert_allclose(new["params"]["A"], np.where(np.eye(3), 1.0, 0.0))
+    np.testing.assert_allclose(new["params"]["v"], [0.9, 1.1])
+    assert int(new["step"]) == 1
+    # No optimiser moves the diagonal, not even one that moves coordinates without a gradient.
+    decay = optax.adamw(0.1, weight_decay=0.5)
+    state = descend(init_state(params, decay), grads, decay)
+    np.testing.assert_array_equal(np.diag(state["params"]["A"]), 1.0)
+    frozen_A = descend(init_state(params, decay), grads, decay, train_A=False)
+    np.testing.assert_array_equal(frozen_A["params"]["A"], params["A"])
+
+
+# `fit(key(0), CFG, GD)` recorded before the optimiser was optax (hand-written GD, commit 08d9d26) on this
+# suite's 8 devices: the default optimiser must give the same numbers up to float32 round-off.
+GOLDEN_LOSS = [0.6768479347229004, 0.13364210724830627, 0.12529811263084412]
+GOLDEN_ALPHA = [0.012659280560910702, 0.19833706319332123, 0.20369163155555725]
+GOLDEN_V = [-0.0950562134385109, -0.06885501742362976, -0.03730148449540138, 0.050100263208150864,
+            -0.05787806957960129, 0.00979805737733841, 0.055127572268247604, -0.025235287845134735,
+            -0.09889387339353561, 0.027400095015764236, -0.10653199255466461, -0.03751989081501961,
+            0.02234255149960518, -0.020768383517861366, 0.025186413899064064, 0.006078410428017378]
+
+
+def test_the_default_optimiser_gives_the_numbers_of_hand_written_gd():
+    result = fit(jax.random.key(0), CFG, GD)
+    np.testing.assert_allclose(result.history["loss"], GOLDEN_LOSS, rtol=2e-6)
+    np.testing.assert_allclose(result.history["alpha"], GOLDEN_ALPHA, rtol=2e-6)
+    np.testing.assert_allclose(result.params["v"], GOLDEN_V, rtol=1e-5, atol=1e-7)
+
+
+def _compiles(caplog, run) -> list[str]:
+    """The names of the programs XLA compiled while `run()` ran (every thread)."""
+    logged = jax.config.jax_log_compiles
+    jax.config.update("jax_log_compiles", True)  # process-wide: `jax.log_compiles()` misses threads
+    try:
+        with caplog.at_level(logging.WARNING):
+            caplog.clear()
+            run()
+    finally:
+        jax.config.update("jax_log_compiles", logged)
+    return [r.getMessage().split(" in ")[0].removeprefix("Finished XLA compilation of ")
+            for r in caplog.records if "Finished XLA compilation of" in r.getMessage()]
+
+
+SWEEP_GD = GDConfig(N=72, steps=6, eval_every=3, n_test=64, a0=4.0)  # a problem no other test compiles
+LRS = (0.003, 0.01, 0.03, 0.1)
+
+
+def test_a_sweep_over_learning_rates_compiles_once_and_vmaps_in_one_call(caplog):
+    key = jax.random.key(4)
+    runs = {}
+    compiled = _compiles(caplog, lambda: runs.update(
+        {lr: fit(key, CFG, dataclasses.replace(SWEEP_GD, lr=lr, steps=4 + i)) for i, lr in enumerate(LRS)}))
+    assert compiled.count("jit(chunk)") == 1, compiled  # step sizes and step counts are arguments
+    assert len(compiled) == len(set(compiled)), compiled  # nor is any other program compiled twice
+    finals = [runs[lr].history["loss"][-1] for lr in LRS]
+    assert len(set(finals)) == 4 and [int(runs[lr].history["step"][-1]) for lr in LRS] == [4, 5, 6, 7]
+    # The same four step sizes vmapped in one call: each run is the one `fit` made.
+    many = fit_seeds(jnp.stack([key] * 4), CFG, dataclasses.replace(SWEEP_GD, steps=4),
+                     hyperparams={"lr": jnp.array(LRS)})
+    for i, lr in enumerate(LRS):
+        np.testing.assert_allclose(many.history["loss"][:2, i], runs[lr].history["loss"][:2], rtol=1e-4)
+    np.testing.assert_allclose(many.params["v"][0], runs[LRS[0]].params["v"], rtol=1e-4, atol=1e-6)
+    # Continued for 2 more steps, each run at its own step size still: at step 6, the 6-step run's.
+    more = fit_seeds(jnp.stack([key] * 4), CFG, dataclasses.replace(SWEEP_GD, steps=2), init=many)
+    np.testing.assert_array_equal(more.history["step"], [0, 3, 4, 6])
+    np.testing.assert_allclose(more.history["loss"][-1, 2], runs[LRS[2]].history["loss"][-1], rtol=1e-4)
+
+
+def test_adam_is_one_argument_and_a_run_continues_from_its_result():
+    adam = optax.adam(0.01)
+    gd = dataclasses.replace(SWEEP_GD, steps=4, eval_every=2)
+    key = jax.random.key(6)
+    whole = fit(key, CFG, dataclasses.replace(gd, steps=8), optimizer=adam)
+    # Adam, written out: the same steps on the same draws, A's diagonal frozen.
+    params, train, _, _, _ = gd_lib.draw_run(key, CFG, gd)
+
+    def adam_step(carry, _):
+        params, opt_state = carry
+        grads = freeze_diagonal(jax.grad(empirical_risk)(params, train.X, train.y, CFG, train.weight))
+        updates, opt_state = adam.update(grads, opt_state, params)
+        return (optax.apply_updates(params, freeze_diagonal(updates)), opt_state), None
+
+    params = jax.jit(lambda p: jax.lax.scan(adam_step, (p, adam.init(p)), length=8)[0][0])(params)
+    for name in ("A", "v"):
+        np.testing.assert_allclose(whole.params[name], params[name], rtol=2e-4, atol=2e-6)
+    # Four steps, then four more from the result: the step count, Adam's moments and the history go on.
+    half = fit(key, CFG, gd, optimizer=adam)
+    rest = fit(key, CFG, gd, optimizer=adam, init=half)
+    np.testing.assert_array_equal(rest.history["step"], [0, 2, 4, 6, 8])
+    np.testing.assert_allclose(rest.history["loss"], whole.history["loss"], rtol=1e-5)
+    np.testing.assert_allclose(rest.params["v"], whole.params["v"], rtol=1e-5, atol=1e-7)
+    assert int(rest.opt_state[0].count) == 8
+    np.testing.assert_array_equal(rest.init_params["v"], whole.init_params["v"])
+    with pytest.raises(ConfigError, match="its own key"):
+        fit(jax.random.key(7), CFG, gd, optimizer=adam, init=half)
+    with pytest.raises(ConfigError, match="another optimiser"):
+        fit(key, CFG, gd, init=half)
+    with pytest.raises(ConfigError, match="build the optimiser with optax.inject_hyperparams"):
+        fit(key, CFG, gd, optimizer=adam, hyperparams={"learning_rate": 0.1})
+
+
+def test_fit_on_the_callers_arrays_is_fit_on_the_same_arrays_drawn():
+    key, gd = jax.random.key(8), SWEEP_GD
+    drawn = fit(key, CFG, gd)
+    streams = run_keys(key)
+    train = sample(streams["train"], CFG, drawn.task, gd.N)
+    test = sample(streams["test"], CFG, drawn.task, gd.n_test)
+    own = fit(key, CFG, gd, train=train, test=test)
+    for name in ("loss", "test_loss", "test_error", "alpha"):
+        np.testing.assert_array_equal(own.history[name], drawn.history[name], err_msg=name)
+    # Runs vmapped together, each with its own training set (a leading run axis) and a test sampler.
+    many = fit_seeds(jnp.stack([key] * 4), CFG, gd, train=jax.tree.map(lambda a: jnp.stack([a] * 4), train),
+                     test=lambda k, n: sample(k, CFG, drawn.task, n))
+    np.testing.assert_allclose(many.history["loss"][:, 3], drawn.history["loss"], rtol=1e-5)
+    np.testing.assert_allclose(many.history["test_loss"][:, 3], drawn.history["test_loss"], rtol=1e-5)
+    flipped = fit(key, CFG, gd, train=(train[0], -train[1]), test=test)  # the arrays are what it trains on
+    assert not np.allclose(flipped.history["loss"][1:], drawn.history["loss"][1:])
+    with pytest.raises(ConfigError, match=r"must be \(n, D, d\) = \(n, 16, 16\)"):
+        fit(key, CFG, gd, train=(train[0][:, :4], train[1]))
+
+
+def test_jit_and_vmap_of_fit_name_what_to_use_instead():
+    keys = jax.random.split(jax.random.key(0), 2)
+    for transform, key in ((jax.jit, keys[0]), (jax.vmap, keys)):
+        with pytest.raises(ConfigError, match=r"fit_seeds\(keys"):
+            transform(fit)(key, CFG, SWEEP_GD)
 
 
 def test_one_and_eight_devices_agree():
@@ -129,7 +260,7 @@ def test_a_sweep_split_over_devices_needs_no_communication():
     keys = jax.random.split(jax.random.key(0), jax.device_count())
     gd = dataclasses.replace(GD, steps=3, eval_every=3)
     for sizes in [(GD.N,), (GD.N // 2, GD.N)]:
-        text = fit_grid.lower(keys, cfg=CFG, gd=gd, sizes=sizes).compile().as_text()
+        text = jax.jit(lambda keys: fit_grid(keys, cfg=CFG, gd=gd, sizes=sizes)).lower(keys).compile().as_text()
         assert not re.findall(r"all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter", text)
 
 

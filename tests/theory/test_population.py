@@ -7,6 +7,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from posattn import mesh as mesh_lib
@@ -21,7 +22,8 @@ from posattn.theory.population import (check_config, check_start, choose_method,
 from posattn.theory.population.multiset import count_types, multiset_tables, n_multisets, three_value_form
 from posattn.theory.population.reduced import ReducedState, reduced_state, reduced_trajectory
 from posattn.theory.presets import get_preset
-from posattn.theory.step import gd_update
+from posattn.theory.optim import gradient_descent
+from posattn.theory.step import descend, init_state
 
 SMALL = TheoryConfig(D=16, C=4, d=8, q=0.4)  # the `small` preset with a small d (cheap sampling)
 PAPER = get_preset("paper")[0]
@@ -274,18 +276,21 @@ def test_population_gd_keeps_three_values_and_follows_the_scalar_recursions():
         task = task._replace(w_star=task.w_star.astype(float))
         params = {"A": three_value_A(cfg, task, 4.0, 0.0, 0.0), "v": 0.05 * task.w_star}
 
+        gd = gradient_descent()
+
         @jax.jit
         def run(params):
-            def step(p, _):
-                grads = jax.grad(population_risk)(p, cfg, task, "general")  # full matrix, any A
-                p = gd_update(p, grads, lr, lr_A)
+            def step(state, _):
+                grads = jax.grad(population_risk)(state["params"], cfg, task, "general")  # full matrix, any A
+                state = descend(state, grads, gd)
+                p = state["params"]
                 a, gamma, rho, dev = three_value_form(p["A"], task.sets)
                 perp = jnp.linalg.norm(p["v"] - (p["v"] @ task.w_star) * task.w_star)
-                return p, (p["v"] @ task.w_star, gamma, rho, dev, perp)
-            return jax.lax.scan(step, params, None, length=steps)
+                return state, (p["v"] @ task.w_star, gamma, rho, dev, perp)
+            return jax.lax.scan(step, init_state(params, gd, {"lr": lr, "lr_A": lr_A}), None, length=steps)
 
         final, (alpha, gamma, rho, dev, perp) = run(params)
-        scale = float(jnp.abs(final["A"]).max())
+        scale = float(jnp.abs(final["params"]["A"]).max())
         assert float(dev.max()) < 1e-12 * scale, float(dev.max())
         assert float(perp.max()) < 1e-15 * float(alpha.max())
         states, _ = reduced_trajectory(reduced_state(params, task), cfg, 4.0, lr, lr_A, steps)
@@ -306,14 +311,18 @@ def test_reduced_recursions_with_v_perp_match_full_gd():
         v = 0.05 * task.w_star + 0.1 * unit_perp(jax.random.key(12), task.w_star)
         params = {"A": three_value_A(cfg, task, 8.0, 0.5, 0.2), "v": v}
         start = reduced_state(params, task)
+        gd = gradient_descent()
+        state = init_state(params, gd, {"lr": lr, "lr_A": lr_A})
         for _ in range(steps):
-            _, grads = population_grad(params, cfg, task, "multiset")
-            params = gd_update(params, grads, lr, lr_A)
+            _, grads = population_grad(state["params"], cfg, task, "multiset")
+            state = descend(state, grads, gd)
         states, _ = reduced_trajectory(start, cfg, 8.0, lr, lr_A, steps)
-        end = reduced_state(params, task)
+        end = reduced_state(state["params"], task)
         for name in ReducedState._fields:
             np.testing.assert_allclose(getattr(states, name)[-1], getattr(end, name), rtol=1e-11)
         assert float(end.gamma - end.rho) != float(start.gamma - start.rho)
+    with pytest.raises(ConfigError, match="GD in closed form: lr must be a step size, not"):
+        reduced_trajectory(start, cfg, 8.0, optax.adam(1e-3), lr_A, steps)
 
 
 def test_patch_association_iff_min_diagonal_gamma_above_rho():

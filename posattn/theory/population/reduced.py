@@ -14,6 +14,11 @@ with R(alpha, gamma, rho, p) = `reduced_risk` (the exact multiset enumeration of
 `posattn.theory.population.multiset`; for p > 0 the noise enters through the heat expansion in
 t = s^2 p, or s^2 (alpha^2 + p) with isotropic noise). tests/theory/test_population.py checks these
 recursions against full-matrix GD on the general-A population gradient.
+
+These recursions are plain GD in closed form, and only GD: they take the two step sizes, not an
+optimiser (`posattn.theory.optim`). Another optimiser (momentum, Adam) keeps state per coordinate, and
+its dynamics on (P) are run on the full matrices with `posattn.theory.gd.fit(..., optimizer=...)`
+(risk="population_exact").
 """
 import functools
 from typing import NamedTuple
@@ -22,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posattn.errors import ConfigError
 from posattn.theory.config import TheoryConfig
 from posattn.theory.data import Task
 from posattn.theory.population import multiset, pattern_loss
@@ -53,8 +59,18 @@ def reduced_risk(alpha, gamma, rho, cfg: TheoryConfig, a, p=0.0) -> jax.Array:
     return multiset_risk(alpha, t, a, gamma, rho, cfg)
 
 
+def _check_step_sizes(lr, lr_A) -> None:
+    """A ConfigError unless lr and lr_A are numbers (or arrays): the recursions are GD's alone."""
+    for name, value in (("lr", lr), ("lr_A", lr_A)):
+        if not isinstance(value, (int, float, np.number, np.ndarray, jax.Array)):
+            raise ConfigError(f"the reduced dynamics are GD in closed form: {name} must be a step size, not "
+                              f"{type(value).__name__}; for another optimiser train the full model on (P), "
+                              "posattn.theory.gd.fit(..., optimizer=...) with risk='population_exact'")
+
+
 def reduced_step(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A) -> ReducedState:
     """One step of the scalar recursions (module docstring): full-matrix GD on (P), in four numbers."""
+    _check_step_sizes(lr, lr_A)
     risk = lambda al, g, r, p: reduced_risk(al, g, r, cfg, a, p)
     d_alpha, d_gamma, d_rho, d_p = jax.grad(risk, argnums=(0, 1, 2, 3))(*state)
     D, C = cfg.D, cfg.C
@@ -63,10 +79,15 @@ def reduced_step(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A) -> Reduced
                         state.p * (1 - 2 * lr * d_p) ** 2)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "steps"))
 def reduced_trajectory(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A, steps: int):
-    """`steps` recursions in one `lax.scan`; returns the states after each step (leading axis steps)
-    and the risk before each step."""
+    """`steps` recursions of GD (step sizes lr, lr_A) in one `lax.scan`; returns the states after each
+    step (leading axis steps) and the risk before each step."""
+    _check_step_sizes(lr, lr_A)
+    return _trajectory(state, cfg, a, lr, lr_A, steps)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "steps"))
+def _trajectory(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A, steps: int):
     def body(s, _):
         risk = reduced_risk(s.alpha, s.gamma, s.rho, cfg, a, s.p)
         new = reduced_step(s, cfg, a, lr, lr_A)

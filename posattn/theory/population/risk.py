@@ -133,6 +133,6 @@ def population_risk(params, cfg: TheoryConfig, task: Task, method: str) -> jax.A
 def population_grad(params, cfg: TheoryConfig, task: Task, method: str):
     """(risk, grads) of (P) in params = {"A": (D, D), "v": (d,)}, compiled per (cfg, method).
 
-    The gradient is the full one (A's diagonal included); `posattn.theory.step.gd_update` freezes it.
+    The gradient is the full one (A's diagonal included); `posattn.theory.step.descend` freezes it.
     """
     return jax.value_and_grad(exact_risk)(params, cfg, task, method)
