@@ -116,7 +116,7 @@ def test_counts_that_do_not_fit_the_programs_int32_are_refused(field, value):
 def test_a_config_of_another_schema_is_refused_naming_what_it_lacks():
     from posattn.theory.presets import get_config
 
-    with pytest.raises(ConfigError, match="the config has no augment, checkpoint_every, compute_dtype"):
+    with pytest.raises(ConfigError, match="the config has no augment, channel_mean, channel_std, checkpoint_every"):
         setup_lib.resolve(get_config(), 1)
 
 

@@ -164,7 +164,7 @@ def test_sweep_reads_back_a_cell_only_of_the_same_config(tmp_path, monkeypatch):
     c = _short()
     (tmp_path / "config.json").write_text(json.dumps(resume.record(c)))
     (tmp_path / "summary.json").write_text(json.dumps({"steps": c.total_steps, "test_accuracy": 0.5}))
-    monkeypatch.setattr(train, "train_and_evaluate", lambda config, workdir: {"trained": True})
+    monkeypatch.setattr(train, "train_and_evaluate", lambda config, workdir, dataset=None: {"trained": True})
     assert sweep.run_cell(c, str(tmp_path), say=lambda _: None) == {"steps": 2, "test_accuracy": 0.5}
     assert sweep.run_cell(_short(model__attention="vanilla"), str(tmp_path), say=lambda _: None) == {
         "trained": True}
