@@ -4,8 +4,8 @@ r"""One GD step of Eq. (T) on the empirical risk (E): ours against a plain PyTor
 
 Measured in one process, interleaved round by round so that all see the same machine load:
 - ours: the library's compiled chunk (`posattn.theory.gd.make_chunk_fn`, `--chunk` GD steps in one
-  `lax.scan`, the one-pass step of `posattn.theory.fused` on the samples laid out as `fit` lays them
-  out), time per step: on a CPU where it builds, the step's CPU kernel
+  loop, the default optimiser, the one-pass step of `posattn.theory.fused` on the samples laid out as
+  `fit` lays them out), time per step: on a CPU where it builds, the step's CPU kernel
   (`posattn.theory.one_pass_kernel`) on the samples as drawn;
 - ours, XLA tile loop: the same chunk on the samples laid out as tiles (`fused.tiled`), the step that
   runs where the kernel does not (accelerators, a CPU without a compiler);
@@ -146,7 +146,8 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     # The chunk donates its state: each call gets a copy.
     run = lambda compiled, train: compiled(jax.tree.map(jnp.copy, state), steps, train, test, key, task)[1]
     ours = lambda: run(compiled, ours_train)
-    tile_loop = compiled if ours_train is tiles else chunk.lower(state, steps, tiles, test, key, task).compile()
+    tile_loop = (compiled if ours_train is tiles
+                 else chunk.lower(state, steps, tiles, test, key, task).compile())
     plain = plain_chunk(cfg)
     jax_plain = lambda: plain(state, train.X, train.y)
     X_flat = train.X.reshape(-1, cfg.d)
@@ -214,8 +215,9 @@ def main(argv):
     torch_version = torch.__version__ if torch is not None else "not installed"
     body = "\n".join([
         f"Full-batch GD on (E), float32. ms per step, minimum (median) over {FLAGS.rounds} interleaved "
-        f"rounds; ours, its XLA tile loop and jax.grad: {FLAGS.chunk} steps per compiled `lax.scan` "
-        f"call (ours: {'the CPU kernel' if fused.uses_kernel(jnp.float32) else 'the XLA tile loop'}, "
+        f"rounds; ours, its XLA tile loop and jax.grad: {FLAGS.chunk} steps per compiled call, the "
+        f"library's optimiser (ours: "
+        f"{'the CPU kernel' if fused.uses_kernel(jnp.float32) else 'the XLA tile loop'}, "
         f"as `fit` runs it here); PyTorch "
         f"{torch_version} eager with {torch.get_num_threads() if torch else '-'} threads; GEMV: one "
         f"pass X @ v over the training samples, the faster of jax and PyTorch. "

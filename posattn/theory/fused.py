@@ -131,13 +131,12 @@ def uses_kernel(dtype, implementation: str | None = "auto") -> bool:
     implementation = check_choice(implementation or "auto", IMPLEMENTATIONS, "implementation")
     if implementation == "xla":
         return False
-    runs = dtype == jnp.float32 and jax.default_backend() == "cpu"
-    if implementation == "cpu_kernel" and not (runs and one_pass_kernel.available()):
+    runs = dtype == jnp.float32 and jax.default_backend() == "cpu" and one_pass_kernel.available()
+    if implementation == "cpu_kernel" and not runs:
         raise ConfigError(f"implementation='cpu_kernel' needs float32 samples on a CPU backend where the "
                           f"kernel builds (here: {jnp.dtype(dtype).name} samples, backend "
-                          f"{jax.default_backend()!r}, kernel built: {runs and one_pass_kernel.available()}); "
-                          "use implementation='xla' or 'auto'")
-    return runs and one_pass_kernel.available()
+                          f"{jax.default_backend()!r}); use implementation='xla' or 'auto'")
+    return runs
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(5,))

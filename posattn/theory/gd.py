@@ -483,8 +483,8 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.Gradien
 
 
 def fit_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, gd: GDConfig,
-             sizes: Sequence[int], train_A: bool = True, optimizer: optax.GradientTransformation | None = None,
-             hyperparams: dict | None = None):
+             sizes: Sequence[int], train_A: bool = True,
+             optimizer: optax.GradientTransformation | None = None, hyperparams: dict | None = None):
     """Train every (size, seed) pair for `gd.steps` on (E); returns the final history entries, each of
     shape (sizes, seeds).
 
@@ -541,8 +541,8 @@ def size_groups(sizes: Sequence[int], spread: float = 4.0) -> list[tuple[int, ..
 
 
 def fit_sizes(keys, task=None, A_init=None, *, cfg: TheoryConfig, gd: GDConfig, sizes: Sequence[int],
-              train_A: bool = True, spread: float = 4.0, optimizer: optax.GradientTransformation | None = None,
-              hyperparams: dict | None = None) -> dict:
+              train_A: bool = True, spread: float = 4.0,
+              optimizer: optax.GradientTransformation | None = None, hyperparams: dict | None = None) -> dict:
     """`fit_grid` over a wide log grid of sizes, one compiled call per `size_groups` group (so no run
     computes on more than `spread` x its own samples); entries concatenated in the order of `sizes`."""
     parts = [fit_grid(keys, task, A_init, cfg=cfg, gd=gd, sizes=group, train_A=train_A, optimizer=optimizer,

@@ -35,7 +35,7 @@ def test_random_partition_needs_no_square():
 @pytest.mark.parametrize("kwargs, words", [
     (dict(N=0), "N=0"), (dict(N=-5), "positive"), (dict(risk="bayes"), "risk"),
     (dict(lr=0), "lr"), (dict(steps=0), "steps"), (dict(lr_A=-1.0), "lr_A"),
-    (dict(n_final_test=15_000), "multiple"),
+    (dict(n_final_test=15_000), "multiple"), (dict(implementation="kernel"), "implementation='kernel'"),
 ])
 def test_gd_config_rejects(kwargs, words):
     with pytest.raises(ConfigError) as e:

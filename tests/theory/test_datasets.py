@@ -36,7 +36,8 @@ def test_a_registered_module_is_a_dataset():
     with pytest.raises(ConfigError, match="'flipped' is registered already"):
         datasets.register_dataset("flipped", _majority_flip_module())
     with pytest.raises(ConfigError, match=r"lacks \['labelling_function'\]"):
-        datasets.register_dataset("broken", types.SimpleNamespace(**{**vars(FLIPPED), "labelling_function": None}))
+        broken = types.SimpleNamespace(**{**vars(FLIPPED), "labelling_function": None})
+        datasets.register_dataset("broken", broken)
     cfg = TheoryConfig(dataset="flipped")
     task = data.make_task(jax.random.key(0), cfg)
     X, y = data.sample(jax.random.key(1), cfg, task, 4000)

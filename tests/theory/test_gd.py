@@ -260,7 +260,8 @@ def test_a_sweep_split_over_devices_needs_no_communication():
     keys = jax.random.split(jax.random.key(0), jax.device_count())
     gd = dataclasses.replace(GD, steps=3, eval_every=3)
     for sizes in [(GD.N,), (GD.N // 2, GD.N)]:
-        text = jax.jit(lambda keys: fit_grid(keys, cfg=CFG, gd=gd, sizes=sizes)).lower(keys).compile().as_text()
+        grid = jax.jit(lambda keys: fit_grid(keys, cfg=CFG, gd=gd, sizes=sizes))
+        text = grid.lower(keys).compile().as_text()
         assert not re.findall(r"all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter", text)
 
 

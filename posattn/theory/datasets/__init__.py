@@ -49,5 +49,6 @@ def register_dataset(name: str, module: Dataset) -> None:
         raise ConfigError(f"dataset {name!r} lacks {missing}: a dataset provides the functions of "
                           "posattn.theory.datasets.Dataset")
     if REGISTRY.get(name, module) is not module:
-        raise ConfigError(f"dataset {name!r} is registered already (to {REGISTRY[name]!r}): choose another name")
+        raise ConfigError(f"dataset {name!r} is registered already (to {REGISTRY[name]!r}): choose another "
+                          "name")
     REGISTRY[name] = module
