@@ -1,6 +1,6 @@
 r"""The bad-input drill (issues 18 and 31): every binary of `experiments/` given what a new user gives it.
 
-    python -m benchmarks.bad_inputs                  # ~15 min on 2 shared CPU cores; updates docs/reliability.md
+    python -m benchmarks.bad_inputs                  # ~40 min on 2 shared CPU cores; updates docs/reliability.md
     python -m benchmarks.bad_inputs --only=theory --write=false
 
 Each case runs a binary in a subprocess, from an empty scratch directory as its current directory, on a
@@ -455,11 +455,6 @@ def summary_line(results: list[dict]) -> str:
     return f"- Bad input (section 5): {counts(results)}."
 
 
-flags.DEFINE_string("drill_dir", "/tmp/posattn_bad_inputs", "Scratch directory (wiped first).")
-flags.DEFINE_list("only", [], "Only the cases of these binaries.")
-flags.DEFINE_bool("write", True, "Write the section (and the summary line) of docs/reliability.md.")
-
-
 def environment(cache_dir: str) -> dict:
     """The subprocesses' environment: this tree importable, CPU, a shared compilation cache."""
     return dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=cache_dir,
@@ -490,5 +485,8 @@ def main(argv):
         doc.write_text("\n".join(lines) + "\n")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # (defined here: benchmarks.faults imports this module and has flags of its own)
+    flags.DEFINE_string("drill_dir", "/tmp/posattn_bad_inputs", "Scratch directory (wiped first).")
+    flags.DEFINE_list("only", [], "Only the cases of these binaries.")
+    flags.DEFINE_bool("write", True, "Write the section (and the summary line) of docs/reliability.md.")
     app.run(main)
