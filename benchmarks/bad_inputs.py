@@ -1,6 +1,6 @@
 r"""The bad-input drill (issues 18 and 31): every binary of `experiments/` given what a new user gives it.
 
-    python -m benchmarks.bad_inputs                  # ~15 min on 2 shared CPU cores; updates docs/reliability.md
+    python -m benchmarks.bad_inputs                  # ~40 min on 2 shared CPU cores; updates docs/reliability.md
     python -m benchmarks.bad_inputs --only=theory --write=false
 
 Each case runs a binary in a subprocess, from an empty scratch directory as its current directory, on a
@@ -400,11 +400,13 @@ def counts(results: list[dict]) -> str:
     """The drill's figures in one sentence."""
     n = len(results)
     refused = [r for r in results if not r["signal"] and not r.get("fails_running")]
+    alone = [r for r in refused if r["holder"] != "same"]  # (beside a running run, that run writes)
     failed = [r for r in results if r.get("fails_running")]
     signals = [r for r in results if r["signal"]]
     return (f"{sum(map(ok, results))}/{n} cases end as they must ({len(refused)} refusals: exit 2 "
             f"{sum(r['status'] == 2 for r in refused)}, one line {sum(r['one_line'] for r in refused)}, nothing written "
-            f"{sum(not r['left'] for r in refused)}; {len(failed)} found once under way: exit 2 with one line and a "
+            f"{sum(not r['left'] for r in alone)} of the {len(alone)} not run beside a running run of the same "
+            f"binary; {len(failed)} found once under way: exit 2 with one line and a "
             f"marker that says failed {sum(map(ok, failed))}; {len(signals)} signals: exit 130/143 "
             f"{sum(r['status'] == r['expected'] for r in signals)}, one line {sum(r['one_line'] for r in signals)}, "
             f"marker interrupted {sum(r['marker'] == 'interrupted' for r in signals)}, workdir as it was (nothing "
@@ -441,7 +443,8 @@ def section(results: list[dict], command: str, when: str = "") -> str:
         f"Written by `{command}`{when}. {counts(results)}.", "",
         "Each case runs the binary from an empty current directory on a workdir prepared for it ('workdir "
         "at start': a new path; a copy of a finished train_images (`image`) or theory run; `other config`, a "
-        "workdir whose workdir.json records a run of the same binary with another config; `new dir` held by "
+        "workdir whose workdir.json records a finished run of the same binary with the config "
+        "`{\"seed\": 12345}`; `new dir` held by "
         "another process; a finished run with its config.json damaged). 'files left': created or changed "
         "in the workdir (for a signal, the status its workdir.json records); 'outside': the current "
         "directory, the reference runs, the drill's directory and `/`. (!) marks a case that did not end "
@@ -450,11 +453,6 @@ def section(results: list[dict], command: str, when: str = "") -> str:
 
 def summary_line(results: list[dict]) -> str:
     return f"- Bad input (section 5): {counts(results)}."
-
-
-flags.DEFINE_string("drill_dir", "/tmp/posattn_bad_inputs", "Scratch directory (wiped first).")
-flags.DEFINE_list("only", [], "Only the cases of these binaries.")
-flags.DEFINE_bool("write", True, "Write the section (and the summary line) of docs/reliability.md.")
 
 
 def environment(cache_dir: str) -> dict:
@@ -487,5 +485,8 @@ def main(argv):
         doc.write_text("\n".join(lines) + "\n")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # (defined here: benchmarks.faults imports this module and has flags of its own)
+    flags.DEFINE_string("drill_dir", "/tmp/posattn_bad_inputs", "Scratch directory (wiped first).")
+    flags.DEFINE_list("only", [], "Only the cases of these binaries.")
+    flags.DEFINE_bool("write", True, "Write the section (and the summary line) of docs/reliability.md.")
     app.run(main)
