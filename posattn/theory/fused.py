@@ -47,8 +47,7 @@ from jax.sharding import PartitionSpec as P
 from posattn.errors import ConfigError, check_choice
 from posattn.mesh import DATA
 from posattn.theory.config import IMPLEMENTATIONS, TheoryConfig
-from posattn.theory import one_pass_kernel
-from posattn.theory import model
+from posattn.theory import model, one_pass_kernel
 from posattn.theory.model import attention, logistic_loss, mix, sigma
 
 # X's bytes per tile: a tile is read from memory once and then again from cache, so it must fit in
