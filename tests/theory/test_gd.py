@@ -27,8 +27,22 @@ CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
 GD = GDConfig(N=1000, steps=40, lr=0.01, lr_A=30.0, a0=4.0, eval_every=20, n_test=1000)
 
 
-def test_diagonal_never_moves_and_history_is_complete():
+# `fit(key(0), CFG, GD)` recorded before the optimiser was optax (hand-written GD, commit 08d9d26) on this
+# suite's 8 devices: the default optimiser must give the same numbers up to float32 round-off.
+GOLDEN_LOSS = [0.6768479347229004, 0.13364210724830627, 0.12529811263084412]
+GOLDEN_ALPHA = [0.012659280560910702, 0.19833706319332123, 0.20369163155555725]
+GOLDEN_V = [-0.0950562134385109, -0.06885501742362976, -0.03730148449540138, 0.050100263208150864,
+            -0.05787806957960129, 0.00979805737733841, 0.055127572268247604, -0.025235287845134735,
+            -0.09889387339353561, 0.027400095015764236, -0.10653199255466461, -0.03751989081501961,
+            0.02234255149960518, -0.020768383517861366, 0.025186413899064064, 0.006078410428017378]
+
+
+def test_diagonal_never_moves_and_history_is_complete_and_golden():
     result = fit(jax.random.key(0), CFG, GD)
+    # The default optimiser (optax) gives the numbers of the hand-written GD it replaced.
+    np.testing.assert_allclose(result.history["loss"], GOLDEN_LOSS, rtol=2e-6)
+    np.testing.assert_allclose(result.history["alpha"], GOLDEN_ALPHA, rtol=2e-6)
+    np.testing.assert_allclose(result.params["v"], GOLDEN_V, rtol=1e-5, atol=1e-7)
     np.testing.assert_array_equal(np.diag(result.params["A"]), np.diag(result.init_params["A"]))
     off = ~np.eye(16, dtype=bool)
     assert np.abs(result.params["A"] - result.init_params["A"])[off].max() > 1e-3  # A did move
@@ -79,23 +93,6 @@ def test_the_default_optimiser_is_plain_gradient_descent_with_the_diagonal_froze
     np.testing.assert_array_equal(np.diag(state["params"]["A"]), 1.0)
     frozen_A = descend(init_state(params, decay), grads, decay, train_A=False)
     np.testing.assert_array_equal(frozen_A["params"]["A"], params["A"])
-
-
-# `fit(key(0), CFG, GD)` recorded before the optimiser was optax (hand-written GD, commit 08d9d26) on this
-# suite's 8 devices: the default optimiser must give the same numbers up to float32 round-off.
-GOLDEN_LOSS = [0.6768479347229004, 0.13364210724830627, 0.12529811263084412]
-GOLDEN_ALPHA = [0.012659280560910702, 0.19833706319332123, 0.20369163155555725]
-GOLDEN_V = [-0.0950562134385109, -0.06885501742362976, -0.03730148449540138, 0.050100263208150864,
-            -0.05787806957960129, 0.00979805737733841, 0.055127572268247604, -0.025235287845134735,
-            -0.09889387339353561, 0.027400095015764236, -0.10653199255466461, -0.03751989081501961,
-            0.02234255149960518, -0.020768383517861366, 0.025186413899064064, 0.006078410428017378]
-
-
-def test_the_default_optimiser_gives_the_numbers_of_hand_written_gd():
-    result = fit(jax.random.key(0), CFG, GD)
-    np.testing.assert_allclose(result.history["loss"], GOLDEN_LOSS, rtol=2e-6)
-    np.testing.assert_allclose(result.history["alpha"], GOLDEN_ALPHA, rtol=2e-6)
-    np.testing.assert_allclose(result.params["v"], GOLDEN_V, rtol=1e-5, atol=1e-7)
 
 
 def _compiles(caplog, run) -> list[str]:
