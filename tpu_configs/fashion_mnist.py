@@ -15,9 +15,9 @@ Commands:
   python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:resnet,7 --workdir=DIR  # permuted
   python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:local --workdir=/tmp/smoke
 
-Hardware (CPU settings, the default): a 2-core CPU. Expected wall-clock on 2 otherwise idle cores, under
-10 minutes a run: ViT positional ~6 min, ViT vanilla ~8 min, ResNet-18 ~8 min, VGG-16 ~7 min, the
-ViT of a permuted run (patch 7) ~2 min. These are the CPU seconds (user + system) of a training step
+Hardware (CPU settings, the default): a 2-core CPU. Estimated (not timed end to end)
+wall-clock on 2 otherwise idle cores, under 10 minutes a run: ViT positional ~6 min, ViT vanilla
+~8 min, ResNet-18 ~8 min, VGG-16 ~7 min, the ViT of a permuted run (patch 7) ~2 min. These are the CPU seconds (user + system) of a training step
 of 128 images, measured over 50 steps of each model (the difference of a 60- and a 10-step run with the
 compilation cache warm) on this project's shared 2-core machine: ViT positional 0.35, vanilla 0.48,
 ResNet-18 0.61, VGG-16 0.27, ViT patch 7 0.11; times the steps, plus ~40 CPU seconds of start-up,
