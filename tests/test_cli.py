@@ -136,6 +136,28 @@ def test_theory_ends_a_signal_with_one_line_and_a_workdir_that_says_interrupted(
     assert not (tmp_path / "summary.json").exists()
 
 
+def test_a_signal_while_a_binary_imports_is_one_line_and_writes_nothing(tmp_path):
+    # `-X importtime` reports each import on stderr as it ends: the signal lands in the middle of jax's
+    # imports, where Python's default handler gave a long traceback, a segfault, or was swallowed by a
+    # gc callback so that the run went on to exit 0.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # if ignored here, the child would be too
+    try:
+        run = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "experiments.train_images",
+                                "--config=tpu_configs/digits.py:local", f"--workdir={tmp_path}/run"],
+                               cwd=ROOT, env=envs.devices(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    for line in run.stderr:
+        if line.rsplit("|", 1)[-1].strip() == "jax._src.config":
+            break
+    run.send_signal(signal.SIGINT)
+    _, stderr = run.communicate(timeout=120)
+    said = [line for line in stderr.splitlines() if not line.startswith("import time:")]
+    assert run.returncode == 130 and said == [
+        "stopped: SIGINT outside a run (while the binary started or ended): nothing to save"], stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
 def test_running_out_of_memory_is_one_line():
     program = ("from posattn import cli\ndef main(argv):\n    raise MemoryError()\ncli.run(main)\n")
     out = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=120,
