@@ -36,7 +36,7 @@ def main(argv):
     import dataclasses
 
     from posattn import ownership  # after flag parsing: bad flags fail before jax starts
-    from posattn.analysis import pk22_report, suite
+    from posattn.papers.pk22 import report as pk22_report, suite
 
     settings = suite.QUICK if _QUICK.value else suite.Settings()
     overrides = {"hessian_batches": _HESSIAN_BATCHES.value, "landscape_grid": _LANDSCAPE_GRID.value,

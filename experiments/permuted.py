@@ -25,15 +25,12 @@ from absl import flags, logging
 
 from posattn import cli, ownership
 from posattn.errors import ConfigError
+from posattn.papers.jsl22 import published
 
 DATASETS = {  # dataset -> (config file, image side, paper numbers of Figure 5 or None)
     "digits": ("tpu_configs/digits.py", 8, None),
     "fashion_mnist": ("tpu_configs/fashion_mnist.py", 28, None),
-    "cifar100": ("tpu_configs/permuted_cifar100.py", 32, {
-        "resnet18": {2: 57.3, 4: 66.2, 8: 73.2, 16: 78.4, 32: 79.9},
-        "vgg16": {2: 46.7, 4: 57.0, 8: 66.6, 16: 72.9, 32: 76.2},
-        "vit": {2: 63.6, 4: 63.6, 8: 63.7, 16: 63.6, 32: 63.5},
-    }),
+    "cifar100": ("tpu_configs/permuted_cifar100.py", 32, published.PERMUTED_ACCURACY["cifar100"]),
 }
 MODELS = {"vit": "vit", "resnet": "resnet18", "resnet18": "resnet18", "vgg": "vgg16", "vgg16": "vgg16"}
 

@@ -18,7 +18,7 @@ from absl import flags
 from posattn import cli, io, mesh as mesh_lib, ownership
 from posattn.plots import theory as figures
 from posattn.theory import keys
-from posattn.theory.claims import report, reproduce
+from posattn.papers.jsl22 import report, reproduce
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workdir", None, "where report.md, report.json and the figures are written",

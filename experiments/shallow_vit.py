@@ -23,7 +23,8 @@ from absl import flags
 from posattn import cli, io, ownership
 from posattn.errors import ConfigError
 from posattn.plots import shallow as plots
-from posattn.shallow import dynamics, grid, phase_map, population, report, sparsify
+from posattn.papers.lwlc23 import published, report
+from posattn.shallow import dynamics, grid, phase_map, population, sparsify
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
 
 FLAGS = flags.FLAGS
@@ -178,8 +179,8 @@ def main(argv):
             report.sweep_row(sweeps["sigma = delta"]["vit"], "the initial-model error sigma = delta")]
     figures = {"phase_maps.png": plots.phase_maps(maps["vit"], fits["vit"], maps["free"], fits["free"]),
                "boundary_sweeps.png": plots.boundary_sweeps(sweeps),
-               "attention.png": plots.attention_concentration(band, R),
-               "sparsification.png": plots.sparsification(ks, curves)}
+               "attention.png": plots.attention_concentration(band, R, paper=published.ATTENTION_MASS),
+               "sparsification.png": plots.sparsification(ks, curves, paper=published.SPARSIFICATION_LOSS)}
     for name, fig in figures.items():
         fig.savefig(os.path.join(workdir, name), dpi=110)
     summary = {"rows": rows, "exact_population": exact, "seconds": seconds, "maps": maps, "fits": fits,

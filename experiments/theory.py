@@ -27,9 +27,9 @@ from ml_collections import config_flags
 
 from posattn import cli, io, mesh as mesh_lib, ownership
 from posattn.errors import ConfigError
+from posattn.papers.jsl22 import overlay, run_report
 from posattn.plots import theory as figures
-from posattn.theory import data, gd as gd_lib, keys, population, presets, run_report
-from posattn.theory.claims import overlay
+from posattn.theory import data, gd as gd_lib, keys, population, presets
 
 PRESETS_FILE = presets.__file__  # the default config, found from any directory
 # No default here: ml_collections loads a default config file, with the --config.* overrides, while the

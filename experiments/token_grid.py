@@ -19,7 +19,7 @@ from absl import flags, logging
 from posattn import cli, io, ownership
 from posattn.errors import ConfigError, check_seed
 from posattn.plots import token_grid as plots
-from posattn.vision import grid_experiment, grid_report
+from posattn.papers.lwlc23 import grid_experiment, grid_report, published
 from posattn.vision.data import token_grid
 from posattn.vision.models.attention import ATTENTIONS
 
@@ -93,9 +93,10 @@ def main(argv):
               f"{elapsed * (len(configs) - i - 1) / (i + 1):.0f}s", flush=True)
     seconds = time.perf_counter() - t0
 
-    figures = {"token_grid_accuracy.png": plots.accuracy(cells),
-               "token_grid_attention.png": plots.attention_mass(cells),
-               "token_grid_pruning.png": plots.pruning(cells)}
+    kinds = grid_report.by_kind(cells)
+    figures = {"token_grid_accuracy.png": plots.accuracy(kinds, published.GRID_ACCURACY),
+               "token_grid_attention.png": plots.attention_mass(kinds),
+               "token_grid_pruning.png": plots.pruning(kinds)}
     for name, fig in figures.items():
         fig.savefig(os.path.join(workdir, name), dpi=110)
     first = next(iter(configs.values()))

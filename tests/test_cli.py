@@ -71,7 +71,7 @@ def run_binary(binary, *args, cwd=ROOT):
 
 def test_an_empty_workdir_is_refused_and_nothing_is_written(tmp_path):
     # (it passed absl's required=True and wrote into the current directory and /; a blank one:
-    # tests/test_ownership.py, every binary: benchmarks/bad_inputs.py)
+    # tests/test_ownership.py, every binary: drills/bad_inputs.py)
     out = run_binary("theory", "--workdir=", cwd=tmp_path)
     assert out.returncode == 2 and out.stderr == "error: --workdir is empty: give a directory, e.g. --workdir=/tmp/run\n"
     assert list(tmp_path.iterdir()) == []

@@ -1,6 +1,6 @@
 """Figures of PK22's measurements (Figs. 1, 2, 4, 5, 6), one panel per model, side by side.
 
-Every function takes {model label: results of `posattn.analysis.suite.measure`} and returns a
+Every function takes {model label: results of `posattn.papers.pk22.suite.measure`} and returns a
 `matplotlib.figure.Figure` (no pyplot, no backend switch); `save` writes it as a PNG.
 """
 import numpy as np

@@ -1,18 +1,14 @@
 """Figures of LWLC23's shallow-ViT regime (`posattn.shallow`), as `matplotlib.figure.Figure` objects.
 
 Each function takes the dictionaries the library returns and builds one figure; the caller saves it
-(`fig.savefig(path)`). Published values, where the paper gives them, are drawn beside ours.
+(`fig.savefig(path)`). Published values, where the paper gives them, are passed in by the caller
+(`posattn.papers.lwlc23.published`) and drawn beside ours.
 """
 import math
 
 import numpy as np
 from matplotlib.figure import Figure
 
-# LWLC23's figures, read off the plots (+-0.01).
-PAPER_ATTENTION = {"step": [0, 10, 20, 30, 40, 50], "mass": [0.54, 0.67, 0.79, 0.86, 0.90, 0.91]}
-PAPER_SPARSIFY = {"irrelevant": ([0, 10, 20], [0.077, 0.040, 0.007]),
-                  "noisy": ([0, 10, 20], [0.077, 0.064, 0.045]),
-                  "random": ([0, 20], [0.077, 0.074])}
 POLICY_COLOURS = {"irrelevant": "tab:green", "noisy": "tab:orange", "random": "tab:grey", "attention": "tab:blue"}
 
 
@@ -73,9 +69,9 @@ def boundary_sweeps(sweeps: dict) -> Figure:
     return fig
 
 
-def attention_concentration(band: dict, seeds: int) -> Figure:
+def attention_concentration(band: dict, seeds: int, paper: dict | None = None) -> Figure:
     """Attention mass on label-relevant tokens (relevant queries) over SGD iterations: mean, 10-90%
-    band and min/max over seeds, beside the paper's curve."""
+    band and min/max over seeds, beside the paper's curve `paper` ({"step": [...], "mass": [...]})."""
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
     step = np.asarray(band["step"])
@@ -83,7 +79,8 @@ def attention_concentration(band: dict, seeds: int) -> Figure:
     ax.plot(step, band["min"], ":", color="tab:blue", lw=0.8, label="min / max")
     ax.plot(step, band["max"], ":", color="tab:blue", lw=0.8)
     ax.plot(step, band["mean"], "-", color="tab:blue", label=f"mean over {seeds} seeds")
-    ax.plot(PAPER_ATTENTION["step"], PAPER_ATTENTION["mass"], "ks--", ms=4, label="LWLC23 (read off)")
+    if paper:
+        ax.plot(paper["step"], paper["mass"], "ks--", ms=4, label="LWLC23 (read off)")
     ax.set_xlabel("SGD iteration")
     ax.set_ylabel("attention mass on label-relevant tokens")
     ax.set_ylim(0, 1)
@@ -92,9 +89,9 @@ def attention_concentration(band: dict, seeds: int) -> Figure:
     return fig
 
 
-def sparsification(ks, curves: dict, name: str = "test_hinge") -> Figure:
+def sparsification(ks, curves: dict, name: str = "test_hinge", paper: dict | None = None) -> Figure:
     """Test hinge loss against the number of removed tokens per policy (mean and 10-90% band over
-    seeds), with the paper's values as dashed lines."""
+    seeds), with the paper's values `paper` ({policy: (ks, losses)}) as dashed lines."""
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
     ks = np.asarray(ks)
@@ -103,11 +100,11 @@ def sparsification(ks, curves: dict, name: str = "test_hinge") -> Figure:
         colour = POLICY_COLOURS.get(policy)
         ax.plot(ks, v.mean(0), "o-", ms=3, color=colour, label=policy)
         ax.fill_between(ks, np.quantile(v, 0.1, 0), np.quantile(v, 0.9, 0), color=colour, alpha=0.15)
-        if policy in PAPER_SPARSIFY:
-            ax.plot(*PAPER_SPARSIFY[policy], "s--", color=colour, ms=4, lw=0.8, alpha=0.7)
+        if paper and policy in paper:
+            ax.plot(*paper[policy], "s--", color=colour, ms=4, lw=0.8, alpha=0.7)
     ax.set_xlabel("tokens removed per test sample")
     ax.set_ylabel("test hinge loss" if name == "test_hinge" else name)
-    ax.set_title("token sparsification (dashed: LWLC23, read off)", fontsize=9)
+    ax.set_title("token sparsification" + (" (dashed: LWLC23, read off)" if paper else ""), fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -1,8 +1,8 @@
 """JSL22's theory regime: the data of Assumption 1, the simplified ViT of Eq. (T), and how GD learns it.
 
-Core modules here (config, keys, data, model, optim, step, gd, metrics, phases, evaluation, presets,
-run_report); the exact population risk in `population/`; the paper's other claims in `claims/`; their
-figures in `posattn.plots.theory`.
+Tools only: config, task, data (and its `datasets/`), keys, model, optim, step, gd, fused, metrics,
+evaluation, presets; the exact population risk in `population/`. JSL22's study of them (the phases, the
+claims, the reports) is `posattn.papers.jsl22`; their figures are in `posattn.plots.theory`.
 """
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import (Task, grid_sets, labelling_function, make_task, same_set_mask, sample,

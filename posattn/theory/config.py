@@ -11,6 +11,7 @@ from typing import Literal
 import jax
 
 from posattn.errors import ConfigError, check_field_types
+from posattn.theory.datasets import REGISTRY
 
 PARTITIONS = ("grid", "random")
 NOISES = ("orthogonal", "isotropic")
@@ -81,8 +82,6 @@ class TheoryConfig:
         _check(self.noise in NOISES, f"noise={self.noise!r}: choose one of {NOISES}")
         _check(self.activation in ACTIVATIONS,
                f"activation={self.activation!r}: choose one of {ACTIVATIONS}")
-        from posattn.theory.datasets import REGISTRY  # its modules import this one
-
         _check(self.dataset in REGISTRY, f"dataset={self.dataset!r}: choose one of {tuple(REGISTRY)}")
         _check(self.cnn_width >= 1, f"cnn_width={self.cnn_width} must be >= 1")
         if self.partition == "grid":

@@ -28,8 +28,10 @@ import typing
 from ml_collections import config_dict
 
 from posattn.errors import ConfigError
-from posattn.theory.claims.overlay import DEFAULT_NS
 from posattn.theory.config import GDConfig, TheoryConfig
+
+# The sample sizes N of the (E) runs drawn beside (P) (`overlay_N`, `posattn.papers.jsl22.overlay`).
+DEFAULT_NS = (100, 1_000, 10_000, 100_000)
 
 PRESETS = {
     "small": (

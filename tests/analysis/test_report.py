@@ -8,7 +8,7 @@ import pytest
 from etils import epath
 from ml_collections import ConfigDict
 
-from posattn.analysis import claims, pk22_report, suite
+from posattn.papers.pk22 import claims, report as pk22_report, suite
 from posattn.errors import ConfigError
 
 

@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from posattn.shallow import report
+from posattn.papers.lwlc23 import report
 
 
 def _curves(final):

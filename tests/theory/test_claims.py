@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posattn.papers.jsl22 import construction, glm, report, transfer
 from posattn.theory import GDConfig, TheoryConfig, make_task, patch_association, sample
 from posattn.theory import evaluation, keys
 from posattn.theory import gd as gd_lib
-from posattn.theory.claims import construction, glm, report, transfer
 from posattn.theory.datasets.structured import sample_coefficients
 from posattn.theory.optim import gradient_descent
 from posattn.theory.step import init_state, make_batch, train_chunk

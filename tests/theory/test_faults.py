@@ -1,12 +1,11 @@
 """A NaN in a theory run stops it at the GD step where it appears (fast version of the drill in
-benchmarks/faults.py), for one run and for vmapped seeds."""
+drills/faults.py), for one run and for vmapped seeds."""
 import jax
 import numpy as np
 import pytest
 
-from benchmarks import injections
 from posattn.errors import ConfigError
-from posattn.theory import GDConfig, TheoryConfig, fit, gd as gd_lib, step as step_lib
+from posattn.theory import GDConfig, TheoryConfig, fault_injection, fit, gd as gd_lib, step as step_lib
 from posattn.theory.gd import fit_seeds
 from posattn.theory.keys import consecutive_seed_keys
 
@@ -25,7 +24,7 @@ def fresh_chunks():
 
 @pytest.mark.parametrize("seeds", [1, 2])
 def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(monkeypatch, fresh_chunks, seeds):
-    monkeypatch.setattr(step_lib, "risk_and_grad", injections.theory_nan_at_step(step_lib.risk_and_grad, 13))
+    monkeypatch.setattr(step_lib, "risk_and_grad", fault_injection.nan_at_step(step_lib.risk_and_grad, 13))
     seen = []
     with pytest.raises(gd_lib.NonFiniteLoss, match=r"non-finite loss \(nan\) at GD step 13"
                                                    + (r" \(runs \[0, 1\] of the seeds\)" if seeds > 1 else "")

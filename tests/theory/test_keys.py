@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from posattn.errors import ConfigError
+from posattn.papers.jsl22.reproduce import CLAIMS
 from posattn.theory import keys
-from posattn.theory.claims.reproduce import CLAIMS
 
 BITS = lambda k: np.asarray(jax.random.key_data(k)).tolist()
 

@@ -5,10 +5,10 @@ import pytest
 
 from posattn.errors import ConfigError
 
+from posattn.papers.jsl22.phases import detect_phases, patch_association_step
 from posattn.theory import grid_sets, patch_association, top_c_overlap, within_across_means
 from posattn.theory.metrics import off_diagonal_overlap
 from posattn.theory.data import Task, same_set_mask
-from posattn.theory.phases import detect_phases, patch_association_step
 
 TASK = Task(sets=grid_sets(16, 4), w_star=jnp.ones(4) / 2)
 MASK = np.asarray(same_set_mask(TASK.sets))

@@ -12,10 +12,10 @@ import pytest
 
 from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
+from posattn.papers.jsl22.overlay import deviations, overlay
 from posattn.plots import theory as figures
 from posattn.theory import (GDConfig, TheoryConfig, Task, fit, make_task, patch_association, same_set_mask,
                             sample)
-from posattn.theory.claims.overlay import deviations, overlay
 from posattn.theory.model import attention, sigma
 from posattn.theory.population import (check_config, check_start, choose_method, exact_risk, heat,
                                        population_grad, population_risk)

@@ -1,4 +1,4 @@
-"""Faults the image trainer survives (fast versions of benchmarks/faults.py's drill): a preemption
+"""Faults the image trainer survives (fast versions of drills/faults.py's drill): a preemption
 notice or an interrupt saves and resumes bitwise; a corrupted latest checkpoint falls back to the newest
 good one and is moved aside, not deleted; a step folder orbax never committed is skipped and set aside;
 a resume checks everything before it changes a file; a launch that stopped before its first checkpoint
@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 from etils import epath
 
-from benchmarks import injections
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, replicated
@@ -91,7 +90,7 @@ def test_sigterm_saves_at_the_current_step_and_the_restart_ends_bitwise_equal(st
     # One restart checks two faults (each restart compiles, so the suite stays fast): the newest
     # checkpoint on disk, step 3 (the uninterrupted run's), was bit-flipped; the restart skips it.
     shutil.copytree(straight[0] / "checkpoints" / "3", tmp_path / "checkpoints" / "3")
-    injections.damage_checkpoint(tmp_path / "checkpoints" / "3", "bitflip")
+    fault_injection.damage_checkpoint(tmp_path / "checkpoints" / "3", "bitflip")
     state, summary = run(config, tmp_path)
     assert "checkpoint 3 restores other arrays than were saved" in capsys.readouterr().out
     assert (summary["resumed_from_step"], summary["steps"]) == (2, 6)
@@ -115,7 +114,7 @@ def test_sigint_is_a_stop_request_too_it_saves_and_exits_130_not_a_keyboardinter
 def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_good_one_and_is_kept(straight, tmp_path,
                                                                                   damage):
     workdir = pathlib.Path(shutil.copytree(straight[0], tmp_path / "run"))
-    injections.damage_checkpoint(workdir / "checkpoints" / "6", damage)
+    fault_injection.damage_checkpoint(workdir / "checkpoints" / "6", damage)
     mngr = checkpoint.manager(str(workdir), keep=3)
     abstract = checkpoint.abstract_like(jax.device_get(straight[1]), replicated(data_mesh(ONE)))
     with pytest.raises(checkpoint.CheckpointError, match="checkpoint 6 .*(does not restore|SHA-256)"):
@@ -133,7 +132,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_good_one_and_is_ke
 def test_no_checkpoint_restores_nothing_is_moved_and_the_error_lists_each(straight, tmp_path):
     workdir = pathlib.Path(shutil.copytree(straight[0], tmp_path / "run"))
     for step in (3, 6):
-        injections.damage_checkpoint(workdir / "checkpoints" / str(step), "truncate")
+        fault_injection.damage_checkpoint(workdir / "checkpoints" / str(step), "truncate")
     mngr = checkpoint.manager(str(workdir), keep=3)
     with pytest.raises(checkpoint.CheckpointError, match=r"no checkpoint .* restores \(step 6 does not "
                                                          r"restore .*; step 3 does not restore") as err:
@@ -326,7 +325,7 @@ def test_checkpoint_bytes_counts_every_array_of_the_state():
 
 
 def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(tmp_path, monkeypatch):
-    monkeypatch.setattr(train, "make_train_step", injections.nan_at_step(train.make_train_step, 4))
+    monkeypatch.setattr(train, "make_train_step", fault_injection.nan_at_step(train.make_train_step, 4))
     with pytest.raises(train.NonFiniteLoss, match=r"non-finite loss nan .* at step 4; .*checkpoint "
                                                   r"\(step 2\)"):
         run(tiny_digits(total_steps=6, checkpoint_every=2, log_every=1), tmp_path)

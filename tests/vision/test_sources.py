@@ -12,7 +12,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from posattn import cli
-from posattn.analysis import suite
+from posattn.papers.pk22 import suite
 from posattn.errors import ConfigError
 from posattn.vision import config as config_lib, sweep
 from posattn.vision.data import arrays, datasets, idx, tfds_datasets

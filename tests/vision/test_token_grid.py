@@ -10,10 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from posattn.analysis.slot_attention import prune_least_attended, relevant_mass
 from posattn.errors import ConfigError
+from posattn.papers.lwlc23 import grid_experiment
 from posattn.vision.data import datasets, token_grid
 from posattn.vision.models import vit
-from posattn.vision.slot_attention import prune_least_attended, relevant_mass
 from tests import envs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -80,8 +81,9 @@ def test_train_grids_use_only_train_digits_and_test_grids_only_test_digits():
         tiles = rows(_tiles(split_data.read(np.arange(split_data.num_examples))[0]))
         assert tiles <= digits[split]
         assert not tiles & (digits[other] - digits[split])  # no image only the other split holds
-    g = token_grid.grids("digit_grid/7", "test")
+    g = grid_experiment.slot_grids("digit_grid/7", "test")
     assert g.slot_types_NxS.shape == (info.num_test, 9)
+    np.testing.assert_array_equal(g.images_NxHxWxC, split_data.read(np.arange(info.num_test))[0])  # the grids read
 
 
 def test_registry_serves_families_and_refuses_unknown_names():
@@ -94,14 +96,14 @@ def test_registry_serves_families_and_refuses_unknown_names():
     with pytest.raises(ConfigError, match=r"unknown dataset 'no_such_set': expected one of digits, .*digit_grid/R"):
         datasets.dataset_info("no_such_set")
     with pytest.raises(ConfigError, match="not a dataset of token grids"):
-        token_grid.grids("digits", "test")
+        grid_experiment.slot_grids("digits", "test")
 
 
 def test_grids_of_a_tfds_base_under_mock():
     tfds = pytest.importorskip("tensorflow_datasets")
     try:
         with tfds.testing.mock_data(num_examples=120):
-            g = token_grid.grids("cifar10_grid/7", "test")
+            g = grid_experiment.slot_grids("cifar10_grid/7", "test")
             assert g.images_NxHxWxC.shape == (2_000, 96, 96, 3) and datasets.native_image_size("cifar10_grid/7") == 96
             base = datasets.open_split("cifar10", "test")
             images, labels = base.read(np.arange(base.num_examples))
@@ -109,7 +111,7 @@ def test_grids_of_a_tfds_base_under_mock():
             tile = g.images_NxHxWxC[n, 32:64, 32:64]
             assert any((tile == im).all() for im in images[labels == g.slot_classes_NxS[n, s]])
     finally:
-        token_grid._grids.cache_clear()  # the mock's grids must not outlive the mock
+        datasets.family_arrays.cache_clear()  # the mock's grids must not outlive the mock
 
 
 # ------------------------------------------------------------------------------ token removal

@@ -9,8 +9,8 @@ A dataset is a module (or any object) that provides (`Dataset`)
   integer_labelling(cfg) -> bool              f* takes integer values, so ties f* = 0 are exact
                                               and its value yC can be reported (Assumption 1 with
                                               the paper's noise)
-`posattn.theory.data` holds what every dataset shares (the partition, w*, `Task`) and dispatches to the
-module. Adding a dataset to the library is its module here and one line in `REGISTRY`; a dataset of
+A dataset module builds on `posattn.theory.task` (the partition, w*, `Task`), never on
+`posattn.theory.data`, which dispatches to the module. Adding a dataset to the library is its module here and one line in `REGISTRY`; a dataset of
 one's own enters through `register_dataset(name, module)`, after which `TheoryConfig(dataset=name)`
 draws from it everywhere (`fit`, the sweeps, the final test).
 """

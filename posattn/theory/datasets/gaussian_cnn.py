@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from posattn.errors import ConfigError
-from posattn.theory import data
+from posattn.theory.task import Task, set_index
 
 
 def integer_labelling(cfg) -> bool:
@@ -36,14 +36,14 @@ def make_labeller(key, cfg) -> dict:
     return {"filters": filters, "out": out}
 
 
-def labelling_function(X: jax.Array, cfg, task: data.Task) -> jax.Array:
+def labelling_function(X: jax.Array, cfg, task: Task) -> jax.Array:
     """f*(X) = sum_l sum_r a_r (sum_k <w_{r,k}, X_{S_l[k]}>)^3 (JSL22, Figure 2)."""
     X_blocks = X[:, task.sets, :]  # (n, L, C, d)
     h = jnp.einsum("nlkd,rkd->nlr", X_blocks, task.labeller["filters"])
     return jnp.einsum("nlr,r->n", h**3, task.labeller["out"])
 
 
-def sample(key: jax.Array, cfg, task: data.Task, n: int):
+def sample(key: jax.Array, cfg, task: Task, n: int):
     """n data points: X ~ N(0, I) patch by patch, y = sign(f*(X)) (0 counts as +1)."""
     _, k_noise = jax.random.split(key)  # the same stream as Assumption 1's noise
     X = jax.random.normal(k_noise, (n, cfg.D, cfg.d))

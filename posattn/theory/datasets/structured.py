@@ -7,7 +7,7 @@ isotropic, `TheoryConfig.noise`). Labels y are uniform in {-1, +1}.
 import jax
 import jax.numpy as jnp
 
-from posattn.theory import data
+from posattn.theory.task import Task, set_index
 
 
 def integer_labelling(cfg) -> bool:
@@ -25,7 +25,7 @@ def make_labeller(key, cfg):
     return None
 
 
-def sample_coefficients(key: jax.Array, cfg, task: data.Task, n: int):
+def sample_coefficients(key: jax.Array, cfg, task: Task, n: int):
     """The w*-coefficients of Assumption 1, without the noise.
 
     Returns (coef (n, D), y (n,), signal_set (n,)): coef_j = y on the signal set S_{l(X)} and
@@ -36,7 +36,7 @@ def sample_coefficients(key: jax.Array, cfg, task: data.Task, n: int):
     signal_set = jax.random.randint(k_l, (n,), 0, cfg.L)
     u = jax.random.uniform(k_delta, (n, cfg.D))
     delta = jnp.where(u < cfg.q / 2, 1.0, jnp.where(u < cfg.q, -1.0, 0.0))
-    in_signal = data.set_index(task.sets)[None, :] == signal_set[:, None]
+    in_signal = set_index(task.sets)[None, :] == signal_set[:, None]
     return jnp.where(in_signal, y[:, None], delta), y, signal_set
 
 
@@ -53,13 +53,13 @@ def threshold(z: jax.Array, c: float) -> jax.Array:
     return jnp.where(jnp.abs(z) > c, z, 0.0)
 
 
-def labelling_function(X: jax.Array, cfg, task: data.Task) -> jax.Array:
+def labelling_function(X: jax.Array, cfg, task: Task) -> jax.Array:
     """f*(X) = sum_l Threshold_{0.9C}(sum_{i in S_l} <w*, X_i>) (Assumption 1)."""
     per_set = (X @ task.w_star)[:, task.sets].sum(-1)  # (n, L)
     return threshold(per_set, 0.9 * cfg.C).sum(-1)
 
 
-def sample(key: jax.Array, cfg, task: data.Task, n: int):
+def sample(key: jax.Array, cfg, task: Task, n: int):
     """n data points (X (n, D, d), y (n,)) of Assumption 1."""
     k_coef, k_noise = jax.random.split(key)
     coef, y, _ = sample_coefficients(k_coef, cfg, task, n)

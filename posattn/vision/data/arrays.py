@@ -2,7 +2,7 @@
 
 The result is a `posattn.vision.data.datasets.Dataset` held in memory. It is passed as it is to
 `posattn.vision.train.train(config, workdir, dataset=...)`, `posattn.vision.sweep.run_cell`,
-`posattn.vision.setup.resolve` and `posattn.analysis.suite.measure`, with `config.dataset` set to its
+`posattn.vision.setup.resolve` and `posattn.papers.pk22.suite.measure`, with `config.dataset` set to its
 name; nothing is registered under that name. The run records what loading it needs (classes, image
 shape, channel statistics: run.json), so `posattn.vision.checkpoint.load_run` rebuilds and normalises
 it in a new process without the arrays.

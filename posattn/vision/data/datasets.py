@@ -86,18 +86,20 @@ class InMemoryDataset:
 
 
 class Family(Protocol):
-    """A family of in-memory datasets named "<key of FAMILIES>/<variant>" (what the functions here need).
+    """A family of in-memory datasets named "<key of FAMILIES>/<variant>", made of the images of the
+    dataset named `base`, which `get` opens and hands to `image_shape` and `arrays`.
 
     `names` spells the valid names for messages; `check(name)` raises ConfigError for a bad variant;
     `arrays` returns a split at the native shape as (images_NxHxWxC uint8, labels_N int32).
     """
 
     names: str
+    base: str
 
     def check(self, name: str) -> None: ...
     def num_classes(self, name: str) -> int: ...
-    def image_shape(self, name: str) -> tuple[int, int, int]: ...
-    def arrays(self, name: str, split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray]: ...
+    def image_shape(self, name: str, base: Dataset) -> tuple[int, int, int]: ...
+    def arrays(self, name: str, split: str, base: Dataset) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 # family prefix -> Family. "digit_grid/R": LWLC23's 3 x 3 grids of digits with R label-relevant slots,
@@ -186,8 +188,8 @@ def get(name: str, *, data_dir: str | None = None, idx_dir: str | None = None) -
         return DIGITS
     if (fam := family(name)) is not None:
         fam.check(name)
-        return InMemoryDataset(name, fam.num_classes(name), fam.image_shape(name),
-                               functools.partial(fam.arrays, name, data_dir=data_dir))
+        return InMemoryDataset(name, fam.num_classes(name), fam.image_shape(name, get(fam.base, data_dir=data_dir)),
+                               functools.partial(family_arrays, name, data_dir=data_dir))
     if name in idx.IDX_DATASETS:
         return _idx_or_tfds(name, data_dir, idx_dir)
     from posattn.vision.data import tfds_datasets
@@ -198,6 +200,13 @@ def get(name: str, *, data_dir: str | None = None, idx_dir: str | None = None) -
                           "of a tfds image-classification dataset (e.g. cifar10, mnist); a dataset of your "
                           "own arrays is made by posattn.vision.data.arrays.from_arrays and passed as dataset=")
     return found
+
+
+@functools.cache
+def family_arrays(name: str, split: str, data_dir: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A split of the family dataset `name` (`Family.arrays` on its base), made once per process."""
+    fam = family(name)
+    return fam.arrays(name, split, get(fam.base, data_dir=data_dir))
 
 
 def check_split(split: str) -> None:

@@ -8,14 +8,14 @@ nothing about its type: alpha_* = R / 9, alpha_# = C / 9, LWLC23's data model (S
 regime) on real images. The label is the majority vote of the discriminative slots (asserted); labels
 are balanced. Train grids draw only from the base's train split, test grids only from its test split.
 
-Everything is a pure function of (family, R, split, seed) and held in memory (`grids` caches it). The
+Everything is a pure function of (family, R, split, seed) and held in memory (the registry,
+`posattn.vision.data.datasets`, composes a split once per process). The
 slot order is the row-major order of the 3 x 3 grid, the order of a ViT's patch tokens when the patch is
 the base image's side.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
@@ -98,8 +98,9 @@ def compose(images_MxhxwxC: np.ndarray, labels_M: np.ndarray, *, R: int, discrim
 
 @dataclasses.dataclass(frozen=True)
 class TokenGridFamily:
-    """The datasets "<prefix>/R" (R in 5..9) of grids of the in-memory dataset `base`
-    (a `posattn.vision.data.datasets.Family`)."""
+    """The datasets "<prefix>/R" (R in 5..9) of grids of the dataset named `base` (a
+    `posattn.vision.data.datasets.Family`: the registry opens `base` and hands it to the methods that read
+    it, so this module never looks a dataset up by name)."""
 
     prefix: str
     base: str
@@ -125,43 +126,26 @@ class TokenGridFamily:
         self.R(name)
         return 2
 
-    def image_shape(self, name: str) -> tuple[int, int, int]:
-        from posattn.vision.data import datasets  # (datasets registers this module: imported on use)
-
+    def image_shape(self, name: str, base) -> tuple[int, int, int]:
+        """(H, W, C) of the grids of `name` made of the images of `base` (its native shape)."""
         self.R(name)
-        h, w, C = datasets.image_shape(self.base)
+        h, w, C = base.native_shape
+        if h is None:
+            raise ConfigError(f"{name}: the images of {base.name} vary in size; a grid needs a base of one size")
         return SIDE * h, SIDE * w, C
 
-    def grids(self, name: str, split: str, data_dir: str | None = None) -> Grids:
-        """The grids of `split` ("train" | "test") of `name`, built once per process."""
-        return _grids(self, self.R(name), split, data_dir)
+    def grids(self, name: str, split: str, base) -> Grids:
+        """The grids of `split` ("train" | "test") of `name`, made of the images of `base` (read-only)."""
+        split_ = base.open_split(split, 0)
+        images, labels = split_.read(np.arange(split_.num_examples))
+        R = self.R(name)
+        out = compose(images, labels, R=R, discriminative=self.discriminative, num_classes=base.num_classes,
+                      num_grids=self.num_train if split == "train" else self.num_test,
+                      seed=[self.seed, R, _SPLIT_STREAM[split]])
+        for field in dataclasses.fields(out):  # read-only: every reader only indexes it
+            getattr(out, field.name).setflags(write=False)
+        return out
 
-    def arrays(self, name: str, split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray]:
-        g = self.grids(name, split, data_dir)
+    def arrays(self, name: str, split: str, base) -> tuple[np.ndarray, np.ndarray]:
+        g = self.grids(name, split, base)
         return g.images_NxHxWxC, g.labels_N
-
-
-@functools.cache
-def _grids(family: TokenGridFamily, R: int, split: str, data_dir: str | None) -> Grids:
-    from posattn.vision.data import datasets  # (datasets registers this module: imported on use)
-
-    base = datasets.open_split(family.base, split, data_dir=data_dir)
-    images, labels = base.read(np.arange(base.num_examples))
-    out = compose(images, labels, R=R, discriminative=family.discriminative,
-                  num_classes=datasets.num_classes(family.base),
-                  num_grids=family.num_train if split == "train" else family.num_test,
-                  seed=[family.seed, R, _SPLIT_STREAM[split]])
-    for field in dataclasses.fields(out):  # read-only: every reader only indexes it
-        getattr(out, field.name).setflags(write=False)
-    return out
-
-
-def grids(name: str, split: str, data_dir: str | None = None) -> Grids:
-    """The grids (with their slot types) of the registered dataset `name`, e.g. "digit_grid/7"."""
-    from posattn.vision.data import datasets  # (datasets registers this module: imported on use)
-
-    family = datasets.family(name)
-    if not isinstance(family, TokenGridFamily):
-        raise ConfigError(f"{name!r} is not a dataset of token grids: use "
-                          f"{', '.join(f.names for f in datasets.FAMILIES.values())}")
-    return family.grids(name, split, data_dir)

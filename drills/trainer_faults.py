@@ -1,5 +1,5 @@
 """The image trainer's checkpoint, resume and storage faults of issue 31, a section of the fault drill
-(`benchmarks.faults`): every case runs `python -m experiments.train_images` in a subprocess, as a user
+(`drills.faults`): every case runs `python -m experiments.train_images` in a subprocess, as a user
 would, and records each launch's exit status and stderr, whether anything good was lost, the step the
 restart resumed from and whether its final state is bitwise that of the uninterrupted reference run.
 

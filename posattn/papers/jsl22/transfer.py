@@ -15,10 +15,10 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from posattn.papers.jsl22.sweep import summarise
 from posattn.theory import gd as gd_lib
 from posattn.theory import keys as keys_lib
 from posattn.theory import metrics
-from posattn.theory.claims.sweep import summarise
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import Task, unit_vector
 

@@ -1,7 +1,7 @@
 r"""The bad-input drill (issues 18 and 31): every binary of `experiments/` given what a new user gives it.
 
-    python -m benchmarks.bad_inputs                  # ~40 min on 2 shared CPU cores; updates docs/reliability.md
-    python -m benchmarks.bad_inputs --only=theory --write=false
+    python -m drills.bad_inputs                  # ~40 min on 2 shared CPU cores; updates docs/reliability.md
+    python -m drills.bad_inputs --only=theory --write=false
 
 Each case runs a binary in a subprocess, from an empty scratch directory as its current directory, on a
 workdir prepared for it (`START`): a path that does not exist, a copy of a finished train_images or
@@ -11,7 +11,7 @@ its workdir. Every case records: the exit status (2 for bad input, 130/143 for a
 stderr (one expected), whether a traceback was printed, the files the run created or changed in its
 workdir (none expected of a refused command) and outside it (none, ever: the current directory, the
 drill's other directories, the top of the file system), and for signals the status its workdir.json
-records. `benchmarks.faults` runs the same cases as its section 5.
+records. `drills.faults` runs the same cases as its section 5.
 """
 import dataclasses
 import datetime
@@ -471,7 +471,7 @@ def main(argv):
     root.mkdir(parents=True)
     t0 = time.monotonic()
     results = run_all(root / "cases", None, environment(str(root / "jax_cache")), only=FLAGS.only)
-    command = ("python -m benchmarks.bad_inputs " + " ".join(sys.argv[1:])).strip()
+    command = ("python -m drills.bad_inputs " + " ".join(sys.argv[1:])).strip()
     (root / "bad_inputs.json").write_text(json.dumps(results, indent=2))
     when = (f" on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} "
             f"({(time.monotonic() - t0) / 60:.1f} min, {os.cpu_count()} CPU cores)")
@@ -485,7 +485,7 @@ def main(argv):
         doc.write_text("\n".join(lines) + "\n")
 
 
-if __name__ == "__main__":  # (defined here: benchmarks.faults imports this module and has flags of its own)
+if __name__ == "__main__":  # (defined here: drills.faults imports this module and has flags of its own)
     flags.DEFINE_string("drill_dir", "/tmp/posattn_bad_inputs", "Scratch directory (wiped first).")
     flags.DEFINE_list("only", [], "Only the cases of these binaries.")
     flags.DEFINE_bool("write", True, "Write the section (and the summary line) of docs/reliability.md.")

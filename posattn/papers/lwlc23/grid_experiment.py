@@ -1,7 +1,7 @@
 """LWLC23's deeper-ViT experiment on real images, one cell at a time: train the ViT of `posattn.vision`
 on the token grids "digit_grid/R" (`posattn.vision.data.token_grid`) through the image regime's own
 train loop, then measure on the test grids its attention on relevant slots and its accuracy after
-attention-based pruning (`posattn.vision.slot_attention`).
+attention-based pruning (`posattn.analysis.slot_attention`).
 
 LWLC23 fine-tunes a pre-trained ViT; here every cell trains from scratch (docs/decisions.md, "Composite
 grids (LWLC23's deeper ViT)").
@@ -13,14 +13,11 @@ import os
 import ml_collections
 
 from posattn.errors import ConfigError
-from posattn.vision import config as config_lib, slot_attention, train
-from posattn.vision.data import token_grid
+from posattn.analysis import slot_attention
+from posattn.vision import config as config_lib, train
+from posattn.vision.data import datasets, token_grid
 from posattn.vision.setup import resolve
 from posattn.vision.state import model_variables
-
-# LWLC23's deeper ViT, test accuracy at alpha_* = R/9 from an init pre-trained on a modified CIFAR-10.
-PAPER_ACCURACY = {5: 0.837, 6: 0.902, 7: 0.942, 8: 0.953, 9: 0.985}
-
 
 def cell_config(base: ml_collections.ConfigDict, *, family: str, R: int, attention: str,
                 steps: int | None = None, variant: str | None = None,
@@ -58,6 +55,16 @@ def check_cell(config):
     return setup
 
 
+def slot_grids(name: str, split: str, data_dir: str | None = None) -> token_grid.Grids:
+    """The grids of `split` with their slot types, of the registered token-grid dataset `name` (e.g.
+    "digit_grid/7"): what the image pipeline reads of it (`datasets.get`), plus each slot's type."""
+    family = datasets.family(name)
+    if not isinstance(family, token_grid.TokenGridFamily):
+        raise ConfigError(f"{name!r} is not a dataset of token grids: use "
+                          f"{', '.join(f.names for f in datasets.FAMILIES.values())}")
+    return family.grids(name, split, datasets.get(family.base, data_dir=data_dir))
+
+
 def run_cell(config, workdir: str, ks, *, seed: int = 0) -> dict:
     """Train `config` in `workdir` (resuming from its checkpoint if any), then its slot metrics on the
     test grids: {"R", "alpha_star", "alpha_conf", "attention", "test_accuracy", "train_accuracy",
@@ -67,7 +74,7 @@ def run_cell(config, workdir: str, ks, *, seed: int = 0) -> dict:
     state, summary = train.train(config, workdir)
     R = int(config.dataset.rpartition("/")[2])
     _, confusion, _ = token_grid.slot_counts(R)
-    grids = token_grid.grids(config.dataset, "test", config.get("data_dir"))
+    grids = slot_grids(config.dataset, "test", config.get("data_dir"))
     inputs = setup.eval_inputs(grids.images_NxHxWxC)
     metrics = slot_attention.evaluate(setup.model, model_variables(state), inputs, grids.labels_N,
                                       grids.slot_types_NxS, ks, seed=seed)

@@ -14,8 +14,7 @@ import numpy as np
 
 from posattn.theory import gd as gd_lib
 from posattn.theory.config import GDConfig, TheoryConfig
-
-DEFAULT_NS = (100, 1_000, 10_000, 100_000)
+from posattn.theory.presets import DEFAULT_NS
 
 
 def empirical_runs(key, cfg: TheoryConfig, gd: GDConfig, Ns: Sequence[int] = DEFAULT_NS, *,

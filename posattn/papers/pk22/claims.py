@@ -1,12 +1,13 @@
 """PK22's claims and published numbers set beside the measurements of `suite.measure`, as summary rows.
 
-Each row: what PK22 claims, the number it publishes (read off its figures, ImageNet or CIFAR-100 models,
-so only the signs and orders of magnitude carry over to the digits), and ours for every model. Layer
+Each row: what PK22 claims, the number it publishes (`published.NUMBERS`), and ours for every model. Layer
 changes (how a layer moves the high-frequency amplitude or the variance) compare each layer with the
 one before it at the same map size: a subsampling step changes both for reasons of its own (PK22 shades
 it apart, Fig. 6).
 """
 import numpy as np
+
+from posattn.papers.pk22 import published
 
 # model key -> label; the binary's default runs use these keys (tpu_configs/how_vits_work.py)
 LABELS = {
@@ -64,48 +65,49 @@ def rows(results: dict[str, dict]) -> list[dict]:
     var = lambda r: layer_changes(r["layers"], r["layer_sizes"], _log_variance(r))  # noqa: E731
     drop = lambda r, f: r["noise"]["drop_points"][r["noise"]["frequencies_pi"].index(f)]  # noqa: E731
     land = lambda r: r["landscape"]  # noqa: E731
+    paper = published.NUMBERS
     return [
         {"claim": "Test accuracy (%): AlterNet > ResNet > ViT on small data",
-         "paper": "CIFAR-100: AlterNet 84.0, ResNet-50 82.5, ViT-Ti 66.5",
+         "paper": paper["accuracy"],
          "ours": per_model(lambda r: _fmt(100 * r["noise"]["clean_accuracy"], 1))},
         {"claim": "Hessian: CNN's top-5 eigenvalues large and positive; ViT's small, many negative. "
                   "APE (mean of the positive ones)",
-         "paper": "ResNet ~200 to >800 (peak ~300); ViT peak ~+30",
+         "paper": paper["hessian_ape"],
          "ours": per_model(lambda r: _fmt(r["hessian"]["ape"], 1))},
         {"claim": "Hessian NEP (share of negative top-5 eigenvalues)",
-         "paper": "ResNet ~0 (all positive); ViT a large share, down to ~-70 (peak ~-31)",
+         "paper": paper["hessian_nep"],
          "ours": per_model(lambda r: f"{_fmt(r['hessian']['nep'])} (min {_fmt(r['hessian']['min'], 1)})")},
         {"claim": "Fourier: attention lowers the high-frequency (1.0 pi) log amplitude: mean change at "
                   "attention layers",
-         "paper": "negative (MSAs are low-pass filters)",
+         "paper": paper["fourier_attention"],
          "ours": per_model(lambda r: f"{_fmt(hf(r)['attention'])} ({hf(r)['attention_layers']} layers)"
                            if hf(r)["attention_layers"] else "no attention")},
         {"claim": "Fourier: convs / MLPs raise it: mean change at the other layers",
-         "paper": "positive (Convs are high-pass filters)",
+         "paper": paper["fourier_other"],
          "ours": per_model(lambda r: f"{_fmt(hf(r)['other'])} ({hf(r)['other_layers']} layers)")},
         {"claim": "Fourier: range of the high-frequency value over layers",
-         "paper": "ResNet -6.6 (stem) to ~-1; ViT -2.7 to -1.7 (ImageNet)",
+         "paper": paper["fourier_range"],
          "ours": per_model(lambda r: f"{_fmt(np.nanmin(r['high_frequency']))} to "
                                      f"{_fmt(np.nanmax(r['high_frequency']))}")},
-        {"claim": "Noise at 0.1 pi: accuracy drop (points)", "paper": "ResNet -5.0, ViT -5.5",
+        {"claim": "Noise at 0.1 pi: accuracy drop (points)", "paper": paper["noise_low"],
          "ours": per_model(lambda r: _fmt(drop(r, 0.1), 1))},
         {"claim": "Noise at 0.9 pi: ViT robust to high-frequency noise, ResNet not",
-         "paper": "ResNet -15.3, ViT -4.8",
+         "paper": paper["noise_high"],
          "ours": per_model(lambda r: _fmt(drop(r, 0.9), 1))},
         {"claim": "Variance: attention reduces the feature-map variance: mean change of log variance at "
                   "attention layers (share that lower it)",
-         "paper": "negative at every MSA",
+         "paper": paper["variance_attention"],
          "ours": per_model(lambda r: f"{_fmt(var(r)['attention'])} ({_fmt(var(r)['attention_lowers'])})"
                            if var(r)["attention_layers"] else "no attention")},
         {"claim": "Variance: convs / MLPs increase it: mean change of log variance at the other layers "
                   "(share that lower it)",
-         "paper": "positive",
+         "paper": paper["variance_other"],
          "ours": per_model(lambda r: f"{_fmt(var(r)['other'])} ({_fmt(var(r)['other_lowers'])})")},
         {"claim": "Landscape: NLL at theta* (augmented training images)",
-         "paper": "ViT-Ti 2.49, ResNet-50 2.19 (CIFAR-100)",
+         "paper": paper["landscape_nll"],
          "ours": per_model(lambda r: _fmt(land(r)["nll_at_optimum"]))},
         {"claim": "Landscape: ViT flatter: loss rise at (0.5, 0) and at (1, 0)",
-         "paper": "ViT 4.5 and 12.3; ResNet 7.8 and 20.0",
+         "paper": paper["landscape_rise"],
          "ours": per_model(lambda r: f"{_fmt(land(r)['delta_at_half'])} and {_fmt(land(r)['delta_at_one'])}")},
     ]
 

@@ -5,7 +5,7 @@ Figure 2 (`fig2` preset), transfer (Theorem 5.1), the sample-size sweep (Theorem
 statements of Section 4, with a control run (A frozen) on which they must fail.
 
 Each claim is a function (key, plan) -> (record, figures): `record` holds its numbers (report.json),
-`figures` maps a PNG file name to a `matplotlib.figure.Figure`. `posattn.theory.claims.report` turns the
+`figures` maps a PNG file name to a `matplotlib.figure.Figure`. `posattn.papers.jsl22.report` turns the
 records into verdicts beside what the paper states.
 """
 import dataclasses
@@ -15,11 +15,11 @@ import jax
 import numpy as np
 
 from posattn.metrics import classification_error
+from posattn.papers.jsl22 import construction, glm, phases, published, sweep, transfer
 from posattn.plots import theory as figures
-from posattn.theory import data, evaluation, phases
+from posattn.theory import data, evaluation
 from posattn.theory import gd as gd_lib
 from posattn.theory import keys as keys_lib
-from posattn.theory.claims import construction, glm, sweep, transfer
 from posattn.theory.metrics import off_diagonal_overlap, patch_association, top_c_overlap
 from posattn.theory.presets import get_preset
 
@@ -135,7 +135,7 @@ def glm_claim(key, plan: Plan):
     return {"preset": plan.glm_preset, "N": N, "adam_steps": plan.glm_steps,
             "final_train_risk": float(losses[-1]), "train_error": train_error,
             "test_error": float(test["test_error"]), "f_star_error": float(test["f_star_error"]),
-            "oracle_error": oracle["labels"], "oracle_f_star_error": oracle["f_star"], "bound": 0.125,
+            "oracle_error": oracle["labels"], "oracle_f_star_error": oracle["f_star"], "bound": published.GLM_ERROR_BOUND,
             "seconds": time.perf_counter() - t0}, {}
 
 

@@ -1,7 +1,7 @@
-"""docs/reliability.md from the results of the fault drill (`benchmarks.faults`)."""
+"""docs/reliability.md from the results of the fault drill (`drills.faults`)."""
 import textwrap
 
-from benchmarks import bad_inputs, trainer_faults
+from drills import bad_inputs, trainer_faults
 
 def _chain_table(events: list[dict], sig_name: str) -> str:
     rows = [f"| launch | on disk | resumed from | ended by | moment | saving at the signal | exit | last step "

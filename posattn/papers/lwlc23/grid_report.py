@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from posattn.vision.grid_experiment import PAPER_ACCURACY
+from posattn.papers.lwlc23.published import GRID_ACCURACY
 
 
 def by_kind(cells: list[dict]) -> dict[str, list[dict]]:
@@ -46,7 +46,7 @@ def rows(cells: list[dict]) -> list[dict]:
         alphas = ", ".join(f"{R}/9" for R in Rs)
         acc = [c["test_accuracy"] for c in cs]
         out.append({"claim": f"{kind} attention: test accuracy rises with alpha_* ({alphas})",
-                    "paper": f"{_fmt([PAPER_ACCURACY[R] for R in Rs])} (pre-trained init)",
+                    "paper": f"{_fmt([GRID_ACCURACY[R] for R in Rs])} (pre-trained init)",
                     "ours": f"{_fmt(acc, 4)} (from scratch)", "verdict": trend_verdict(acc)})
         loss = [c["test_loss"] for c in cs]
         out.append({"claim": f"{kind} attention: test loss falls with alpha_* (resolves the cells where "
@@ -103,7 +103,7 @@ def accuracy_table(cells: list[dict]) -> str:
     for R in Rs:
         any_cell = next(c for c in cells if c["R"] == R)
         row = [f"{R / 9:.3f} ({R}/9)", f"{any_cell['alpha_conf']:.3f}", "yes" if any_cell["theorem_margin"] else "no",
-               f"{PAPER_ACCURACY[R]:.3f}"]
+               f"{GRID_ACCURACY[R]:.3f}"]
         row += [f"{at[(k, R)]['test_accuracy']:.4f}" if (k, R) in at else "-" for k in kinds]
         row += [f"{at[(k, R)]['test_loss']:.4f}" if (k, R) in at else "-" for k in kinds]
         row += [f"{at[(k, R)]['relevant_mass']:.3f}" if (k, R) in at else "-" for k in kinds]

@@ -1,7 +1,7 @@
 r"""The fault drill of issue 18: what a long image run survives, measured, written to docs/reliability.md.
 
-    python -m benchmarks.faults                       # ~10-15 min on 2 shared CPU cores
-    python -m benchmarks.faults --kills=3 --terms=3 --steps=200 --write=false   # a quick look
+    python -m drills.faults                       # ~10-15 min on 2 shared CPU cores
+    python -m drills.faults --kills=3 --terms=3 --steps=200 --write=false   # a quick look
 
 The run under test is tpu_configs/digits.py (ViT XS/2, batch 128) shortened to --steps steps with a
 checkpoint every --checkpoint_every steps and an evaluation every --eval_every, so that a drill of ten
@@ -19,10 +19,10 @@ share one compilation cache (a restart then runs the same compiled program, as b
 3. A truncated and a bit-flipped latest checkpoint: the restart falls back to the previous one, moves the
    bad one aside, and ends bitwise equal.
 4. A workdir that cannot be written: a path through a file, a read-only disk, a full disk.
-5. Bad input across every binary (`benchmarks.bad_inputs`: 175 cases, ~40 min of the drill; it also runs alone).
+5. Bad input across every binary (`drills.bad_inputs`: 175 cases, ~40 min of the drill; it also runs alone).
 6. A NaN injected at a chosen step (image regime; the theory regime when its binary can inject one):
    the step the run stops at and what it leaves.
-7. The trainer's checkpoint, resume and storage faults of issue 31 (`benchmarks.trainer_faults`): step
+7. The trainer's checkpoint, resume and storage faults of issue 31 (`drills.trainer_faults`): step
    folders that are not checkpoints, a cut metrics line, a failed first launch then the corrected one,
    SIGINT, a disk that turns read-only or fills up during the run.
 """
@@ -41,10 +41,11 @@ import jax
 import numpy as np
 from absl import app, flags, logging
 
-from benchmarks import bad_inputs, trainer_faults
-from benchmarks.injections import damage_checkpoint, nan_at_step, theory_nan_at_step
-from benchmarks.reliability_report import write_report
 from benchmarks.report import machine
+from drills import bad_inputs, trainer_faults
+from drills.reliability_report import write_report
+from posattn.theory.fault_injection import nan_at_step as theory_nan_at_step
+from posattn.vision.fault_injection import damage_checkpoint, nan_at_step
 
 ROOT = bad_inputs.ROOT
 DOC = ROOT / "docs" / "reliability.md"
@@ -321,7 +322,7 @@ def main(argv):
     if FLAGS.from_json:
         r = json.loads(pathlib.Path(FLAGS.from_json).read_text())
         r.setdefault("settings", settings())
-        report = write_report(r, r.get("command", "python -m benchmarks.faults"), r["settings"])
+        report = write_report(r, r.get("command", "python -m drills.faults"), r["settings"])
         print(report)
         if FLAGS.write:
             DOC.write_text(report)
@@ -359,7 +360,7 @@ def main(argv):
 
     r.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
              minutes=(time.monotonic() - t0) / 60, machine=machine())
-    r["command"] = ("python -m benchmarks.faults " + " ".join(sys.argv[1:])).strip()
+    r["command"] = ("python -m drills.faults " + " ".join(sys.argv[1:])).strip()
     r["settings"] = settings()
     report = write_report(r, r["command"], r["settings"])
     (root / "drill.json").write_text(json.dumps(r, indent=2, default=str))

@@ -10,7 +10,6 @@ from its checkpoints); other settings or another seed measure it again.
 """
 import concurrent.futures
 import dataclasses
-import importlib.util
 import json
 import os
 import threading
@@ -19,14 +18,13 @@ import time
 import jax
 from etils import epath
 
-from posattn import io
-from posattn.analysis import claims, suite
+from posattn import cli, io
+from posattn.papers.pk22 import claims, suite
 from posattn.errors import ConfigError
 from posattn.plots import analysis as plots
 from posattn.vision import checkpoint
 
-CONFIG_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                           "tpu_configs", "how_vits_work.py")
+CONFIG_FILE = "tpu_configs/how_vits_work.py"  # found from any directory (`cli.find_config_file`)
 DEFAULT_MODELS = ("resnet", "vit_vanilla", "alternet", "vit_positional")
 FIGURES = {
     "hessian": plots.hessian_spectra, "fourier": plots.fourier_profiles, "variance": plots.feature_variance,
@@ -35,13 +33,12 @@ FIGURES = {
 
 
 def training_config(model: str, quick: bool):
-    """The config of `tpu_configs/how_vits_work.py` for `model` (`,quick` when quick)."""
-    spec = importlib.util.spec_from_file_location("how_vits_work_config", CONFIG_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if model not in module.MODELS:
-        raise ConfigError(f"unknown model {model!r} for --models: use some of {', '.join(module.MODELS)}")
-    return module.get_config(f"{model},quick" if quick else model)
+    """The config of `tpu_configs/how_vits_work.py` for `model` (`,quick` when quick); ConfigError, with
+    the config file's list of models, for any other."""
+    try:
+        return cli.load_config(CONFIG_FILE, f"{model},quick" if quick else model)
+    except ConfigError as e:
+        raise ConfigError(f"unknown model {model!r} for --models ({e})") from None
 
 
 def _read_json(path) -> dict:

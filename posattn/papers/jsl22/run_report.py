@@ -9,8 +9,8 @@ import numpy as np
 
 from posattn import io
 from posattn.metric_log import MetricLog, from_theory
-from posattn.theory import evaluation, keys, phases
-from posattn.theory.claims import glm
+from posattn.papers.jsl22 import glm, phases
+from posattn.theory import evaluation, keys
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.metrics import off_diagonal_overlap
 

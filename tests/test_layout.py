@@ -1,0 +1,82 @@
+"""The layout of the package (docs of `posattn.papers`): tools never import a study, matplotlib or the
+drills; no import circles among posattn's modules; tests import no benchmark or drill."""
+import ast
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+STUDIES_AND_FIGURES = ("posattn.papers", "posattn.plots")
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted((ROOT / "posattn").rglob("*.py"))}
+TOOLS = sorted(m for m in MODULES if not m.startswith(STUDIES_AND_FIGURES))
+
+
+def _imports(name: str, path: pathlib.Path) -> set[str]:
+    """Every module `name` imports, at module level or inside a function (`from p import m` counts as
+    p.m where p.m is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package that holds `name`
+                package = name.split(".")[: len(name.split(".")) - node.level + (path.name == "__init__.py")]
+                base = ".".join(package + ([node.module] if node.module else []))
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names)
+    return found
+
+
+def _inside(module: str, packages) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_tools_import_no_study_no_figure_and_no_matplotlib_even_inside_functions():
+    offending = {m: sorted(i for i in _imports(m, MODULES[m])
+                           if _inside(i, (*STUDIES_AND_FIGURES, "matplotlib", "benchmarks", "drills")))
+                 for m in TOOLS}
+    assert not {m: i for m, i in offending.items() if i}
+
+
+def test_importing_every_tool_loads_neither_matplotlib_nor_a_study():
+    code = ("import importlib, sys\n"
+            f"for m in {TOOLS!r}: importlib.import_module(m)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib' or m.startswith('posattn.papers')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_posattn_modules_import_each_other_without_a_circle():
+    graph = {m: {i for i in _imports(m, p) if i in MODULES and i != m} for m, p in MODULES.items()}
+    state, path = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        path.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(n):] + [n]))
+            if n not in state:
+                visit(n)
+        state[m] = "done"
+        path.pop()
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+
+
+def test_no_test_imports_a_benchmark_or_a_drill():
+    offending = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        found = {i for i in _imports(_module_name(path), path) if _inside(i, ("benchmarks", "drills"))}
+        if found:
+            offending[str(path.relative_to(ROOT))] = sorted(found)
+    assert not offending
