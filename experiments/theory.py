@@ -13,7 +13,9 @@ Writes into --workdir: config.json, metrics.jsonl and tensorboard/ (docs/metrics
 dynamics.png, test_error.png, summary.json and summary.md; with --config.gd.risk=population_exact also
 overlay.png (GD on (E) at each overlay_N from the same start, beside the exact (P) run). The workdir is
 the run's own (workdir.json, `posattn.ownership`): the same command on it runs again from the start, and
-any other config or binary is refused.
+any other config or binary is refused. On several hosts run the same command on each; JAX detects TPU
+pods, Slurm and Open MPI itself, and --coordinator_address/--num_processes/--process_id start any other
+cluster (docs/distributed.md, "The theory regime").
 """
 import dataclasses
 import os
@@ -38,10 +40,12 @@ PRESETS_FILE = presets.__file__  # the default config, found from any directory
 _CONFIG = config_flags.DEFINE_config_file("config", None, "a theory config file[:PRESET], by default "
                                           "posattn/theory/presets.py (preset `phases`)")
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
+_INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()  # one process per host of a cluster
 
 
 def main(argv):
     mesh_lib.use_cpu_cores()  # first, before JAX starts: one CPU device per core (docs/decisions.md)
+    _INITIALIZE_DISTRIBUTED()  # before any computation (docs/distributed.md)
     if len(argv) > 1:
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
     config = _CONFIG.value
@@ -61,7 +65,9 @@ def main(argv):
         "theory": dataclasses.asdict(theory), "gd": dataclasses.asdict(gd),
         "jax_devices": [str(d) for d in jax.devices()],
     })
-    print(f"preset {config.preset}: {theory}\n{gd}\non {jax.device_count()} device(s)", flush=True)
+    writer = io.is_writer()  # process 0 of a multi-process run prints and writes; every process computes
+    if writer:
+        print(f"preset {config.preset}: {theory}\n{gd}\non {jax.device_count()} device(s)", flush=True)
 
     progress = run_report.Progress(workdir, gd.steps)
     t0 = time.perf_counter()
@@ -80,24 +86,24 @@ def main(argv):
 
     history, params, task = runs[0]
     phase_spans = summary["phases"]["phases"]
-    figures.write_png(figures.attention_figure(params["A"], data.same_set_mask(task.sets)),
-                      path("attention.png"))
-    figures.write_png(figures.dynamics_figure(history, phase_spans), path("dynamics.png"))
-    figures.write_png(figures.error_figure(history, summary["label_noise_rate"], summary["glm_error"]),
-                      path("test_error.png"))
+    if writer:
+        figures.write_png(figures.attention_figure(params["A"], data.same_set_mask(task.sets)),
+                          path("attention.png"))
+        figures.write_png(figures.dynamics_figure(history, phase_spans), path("dynamics.png"))
+        figures.write_png(figures.error_figure(history, summary["label_noise_rate"], summary["glm_error"]),
+                          path("test_error.png"))
     if gd.risk == "population_exact":  # (E) from the same start at each N, beside the exact (P) run
-        empirical = overlay.empirical_runs(key, theory, gd, sizes,
-                                           task=result.task, params=result.init_params,
-                                           on_done=lambda n, r: print(f"(E) N={n}: {r.seconds:.1f}s",
-                                                                      flush=True))
+        done = lambda n, r: print(f"(E) N={n}: {r.seconds:.1f}s", flush=True)
+        empirical = overlay.empirical_runs(key, theory, gd, sizes, task=result.task, params=result.init_params,
+                                           on_done=done if writer else None)
         e_histories = {n: r.history for n, r in empirical.items()}
-        figures.write_png(figures.overlay_figure(history, e_histories, phase_spans), path("overlay.png"))
+        if writer:
+            figures.write_png(figures.overlay_figure(history, e_histories, phase_spans), path("overlay.png"))
         summary["overlay"] = overlay.deviations(history, e_histories)
     io.write_text(path("summary.md"), run_report.summary_markdown(summary, theory, gd))
     io.write_json(path("summary.json"), summary)
-    for line in run_report.summary_lines(summary):
-        print(line)
-    print(f"results in {workdir}")
+    if writer:
+        print("\n".join([*run_report.summary_lines(summary), f"results in {workdir}"]))
 
 
 def entry():

@@ -8,13 +8,14 @@ Over several processes (hosts), `initialize_distributed` starts `jax.distributed
 (docs/distributed.md),
 and each process feeds its own slice of a global batch: `global_batch` stitches the slices into one
 global array (`jax.make_array_from_process_local_data`), so the jitted step sees the whole batch as if it
-ran on a single device.
+ran on a single device; `gathered` brings a result spread over the processes back whole to every host.
 """
 import os
 from collections.abc import Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from posattn.errors import ConfigError
@@ -119,6 +120,20 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
 
 # JAX's own variable for the coordinator's host:port (read by `jax.distributed.initialize`).
 COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
+
+
+def spans_processes(x) -> bool:
+    """Whether `x` is a jax.Array with shards on other processes' devices (this host cannot read it whole)."""
+    return isinstance(x, jax.Array) and not x.is_fully_addressable
+
+
+def gathered(tree):
+    """`tree` with every array that spans several processes gathered whole onto this host, as numpy
+    (`multihost_utils.process_allgather`): what a host reads back of a multi-process computation. The
+    other leaves are returned as they are, so a single-process run is unchanged. Every process must
+    call it, in the same order (the gather is a collective)."""
+    gather = lambda a: multihost_utils.process_allgather(a, tiled=True) if spans_processes(a) else a
+    return jax.tree.map(gather, tree)
 
 
 def global_batch(local_batch: dict, mesh: jax.sharding.Mesh) -> dict:

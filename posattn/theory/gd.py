@@ -30,7 +30,10 @@ from Python, so `jax.jit` and `jax.vmap` cannot trace them (they say so, and nam
 `step.train_chunk` is the pure, jittable and vmappable loop underneath.
 
 Seeds are split over the devices when they divide evenly, each device drawing and training its own
-(`posattn.mesh.map_runs`, `posattn.mesh.split_runs`).
+(`posattn.mesh.map_runs`, `posattn.mesh.split_runs`). The devices may be those of several processes (a
+multi-host run, `posattn.mesh.initialize_distributed`): every process makes the same call and gets the
+whole result, gathered from all of them (`posattn.mesh.gathered`); a seed sweep then gives the bits of
+one process with as many devices (tests/theory/test_distributed.py).
 
 `fit` and `fit_seeds` stop at the first step whose loss is not finite (`NonFiniteLoss`, naming the
 step and the likely cause): the chunk that produced it is replayed one step at a time from its start to
@@ -211,12 +214,22 @@ def _evaluate_fn(cfg: TheoryConfig, gd: GDConfig) -> Callable:
 
 def _copy(tree):
     """A copy of the arrays of `tree` where they lie: a buffer copy, where `jnp.copy` compiles a program
-    per shape and sharding (0.5 s of a run's start at the paper preset)."""
-    return jax.device_put(tree, may_alias=False)
+    per shape and sharding (0.5 s of a run's start at the paper preset). An array spread over several
+    processes is copied onto its own sharding, which `jax.device_put` does by a program."""
+    sharding = lambda a: a.sharding if mesh_lib.spans_processes(a) else None
+    return jax.tree.map(lambda a: jax.device_put(a, sharding(a), may_alias=False), tree)
 
 
 def _to_host(tree) -> dict:
-    return {k: np.asarray(v) for k, v in tree.items()}
+    return {k: np.asarray(v) for k, v in mesh_lib.gathered(tree).items()}
+
+
+def _result(state, start, task, history: dict, t0: float, key) -> FitResult:
+    """The FitResult of a driver's final training state, its arrays on this host (gathered from every
+    process of a multi-process run: `posattn.mesh.gathered`)."""
+    state, start, task = mesh_lib.gathered((state, start, task))
+    state = jax.device_get(state)
+    return FitResult(state["params"], start, task, history, time.perf_counter() - t0, state["opt_state"], key)
 
 
 def _nonfinite_runs(entry: dict) -> np.ndarray:
@@ -256,7 +269,7 @@ def _run_chunks(chunk, evaluate_fn, state, args, steps, eval_every, on_eval, hin
 
     `compiling`: the chunk's compile, started in a thread by the caller (`_compile_ahead`); the start's
     evaluation compiles and runs meanwhile, and the chunks start once it is done."""
-    step = int(np.ravel(state["step"])[0])
+    step = int(np.ravel(mesh_lib.gathered(state["step"]))[0])
     entries = []
     if history is None:
         entries.append(_to_host(evaluate_fn(state["params"], state["step"], *args)))
@@ -376,9 +389,7 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransf
         state, history = _run_chunks(chunk, _evaluate_fn(cfg, compiled), state, args, gd.steps,
                                      gd.eval_every, on_eval, hint, compiling,
                                      None if init is None else init.history)
-    state = jax.device_get(state)
-    return FitResult(state["params"], start, args[-1], history, time.perf_counter() - t0,
-                     state["opt_state"], key)
+    return _result(state, start, args[-1], history, t0, key)
 
 
 def _shardings(mesh):
@@ -477,9 +488,7 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.Gradien
         state, history = _run_chunks(chunk, evaluate_fn, state, args, gd.steps, gd.eval_every, on_eval,
                                      hint, compiling, history)
     history["step"] = history["step"][:, 0]  # the same for every run
-    state = jax.device_get(state)
-    return FitResult(state["params"], start, args[-1], history, time.perf_counter() - t0,
-                     state["opt_state"], keys)
+    return _result(state, start, args[-1], history, t0, keys)
 
 
 def fit_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, gd: GDConfig,

@@ -3,8 +3,6 @@ import importlib.util
 import json
 import os
 import pathlib
-import signal
-import socket
 import subprocess
 import sys
 
@@ -12,7 +10,7 @@ import jax
 import numpy as np
 
 from posattn.vision import checkpoint, train
-from tests import envs
+from tests import multiprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # 6 steps: the in-process run of 8 devices is then the program test_train.py compiles for its 8-device
@@ -31,47 +29,9 @@ def digits_local():
     return c
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_two_processes(workdir, timeout: float = 300) -> list[str]:
-    """Both processes' stdout. A hang ends in SIGABRT, whose faulthandler dump of every thread (in the
-    failure message) shows where each process stood."""
-    port = free_port()
-    procs, logs = [], []
-    for process_id in range(2):
-        env = envs.devices(4, PYTHONFAULTHANDLER="1")
-        # No cluster that jax.distributed detects on loopback: its own arguments, as flags.
-        cluster = [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={process_id}"]
-        out, err = (open(workdir.parent / f"process{process_id}.{s}", "w+") for s in ("out", "err"))
-        logs.append((out, err))  # files, not pipes: a full pipe buffer would stall a process
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "experiments.train_images", *FLAGS, *cluster, f"--workdir={workdir}"],
-            cwd=ROOT, env=env, stdout=out, stderr=err, text=True))
-    verdict = "exited with status"
-    try:
-        for p in procs:
-            p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        verdict = f"hung for {timeout} s; its threads' stacks below; aborted, status"
-        for p in procs:
-            p.send_signal(signal.SIGABRT)
-            p.wait()
-    results = []
-    for i, (p, (out, err)) in enumerate(zip(procs, logs)):
-        with out, err:
-            out.seek(0)
-            err.seek(0)
-            results.append(out.read())
-            assert p.returncode == 0, f"process {i} {verdict} {p.returncode}:\n{err.read()[-6000:]}"
-    return results
-
-
 def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
-    outputs = run_two_processes(tmp_path / "two")
+    outputs = multiprocess.run_two_processes("experiments.train_images", [*FLAGS, f"--workdir={tmp_path / 'two'}"],
+                                             tmp_path)
     assert "2 processes" in outputs[0] and "summary:" in outputs[0]
     assert "summary:" not in outputs[1] and f"step {STEPS}/{STEPS}" not in outputs[1]  # only process 0 reports
 
