@@ -17,14 +17,13 @@ of medians and IQRs beside the paper's numbers, and the gap positional - vanilla
 means, its standard error, difference of the medians; summary.json "gap", in points).
 """
 import os
-import pathlib
 
 import jax
 from absl import flags, logging
-from ml_collections import config_flags
 
 from posattn import cli, ownership
 from posattn.errors import ConfigError
+from posattn.vision import config as config_lib
 
 ATTENTIONS = ("vanilla", "positional")
 # Paper numbers: Figure 7 medians of 10 seeds (CIFAR, SVHN), Figure 6 (ImageNet, one run).
@@ -35,11 +34,7 @@ PAPER = {
     "imagenet2012": {"vanilla": 71.9, "positional": 68.9, "config": "tpu_configs/imagenet.py", "seeds": 1},
 }
 
-# The default names the repository's file, so the binary runs from any directory (a missing default would
-# fail while the flags are defined, before `cli` can report it).
-_DIGITS = str(pathlib.Path(__file__).resolve().parents[1] / "tpu_configs" / "digits.py")
-_CONFIG = config_flags.DEFINE_config_file("config", _DIGITS, "A ViT config file (default: the repository's "
-                                          "tpu_configs/digits.py).")
+_CONFIG = cli.define_config("tpu_configs/digits.py", config_lib.SCHEMA, "A ViT config file (tpu_configs/)")
 _SEEDS = flags.DEFINE_integer("seeds", 10, "Seeds 0..N-1 per attention kind.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()  # one process per host of a cluster

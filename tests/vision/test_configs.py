@@ -149,10 +149,10 @@ def test_counts_that_do_not_fit_the_programs_int32_are_refused(field, value):
 
 
 def test_a_config_of_another_schema_is_refused_naming_what_it_lacks():
-    from posattn.theory.presets import get_config
+    from posattn.theory.presets import preset_config
 
     with pytest.raises(ConfigError, match="the config has no augment, channel_mean, channel_std, checkpoint_every"):
-        setup_lib.resolve(get_config(), 1)
+        setup_lib.resolve(preset_config(), 1)
 
 
 def test_negative_permutation_seed_is_refused():
