@@ -79,5 +79,10 @@ def main(argv):
     print(table)
 
 
-if __name__ == "__main__":
+def entry():
+    """`python -m posattn.experiments.compare_attention` and the console script `posattn-compare-attention` (pyproject.toml)."""
     cli.run(main)
+
+
+if __name__ == "__main__":
+    entry()

@@ -129,5 +129,10 @@ def main(argv):
     print(f"{seconds:.1f}s; results in {workdir}")
 
 
-if __name__ == "__main__":
+def entry():
+    """`python -m posattn.experiments.token_grid` and the console script `posattn-token-grid` (pyproject.toml)."""
     cli.run(main)
+
+
+if __name__ == "__main__":
+    entry()

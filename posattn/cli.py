@@ -6,8 +6,11 @@ or claiming the workdir; running out of memory) ends the program with one line o
 status 2, never a traceback; a `RunStopped` (a run that saved its work and stopped early, e.g. on
 SIGTERM) ends with one line and its own exit status, and so do SIGINT (130) and SIGTERM (143, once the
 binary holds its workdir: `posattn.ownership`); anything else is a bug and keeps its traceback. The
-workdir's marker records how the run ended. `load_config` and `int_list` read what binaries take besides
-`--config` flags: config files named in their own flags, and lists of integers.
+workdir's marker records how the run ended.
+
+Every binary takes one ml_collections config file, `--config=FILE[:ARG]` (`define_config`: a default
+file, `--config.FIELD=VALUE` overrides, the smoke run `:quick`), which states only the fields it
+changes and imports only ml_collections; `load_config` merges it onto the binary's `Schema`.
 """
 import dataclasses
 import difflib
@@ -17,6 +20,7 @@ import pathlib
 import signal
 import sys
 import traceback
+import typing
 from collections.abc import Callable
 
 import jax
@@ -148,6 +152,19 @@ def _config_file_fields(path: str, arg: str | None) -> ml_collections.ConfigDict
     return config
 
 
+def dataclass_section(instance) -> ml_collections.ConfigDict:
+    """A dataclass's fields as a section of a schema; a field left None keeps its type (a placeholder), so
+    that `--config.SECTION.FIELD=VALUE` still type-checks."""
+    fields = {}
+    for field in dataclasses.fields(instance):
+        value = getattr(instance, field.name)
+        if value is None:
+            value = ml_collections.config_dict.placeholder(
+                next(t for t in typing.get_args(field.type) if t is not type(None)))
+        fields[field.name] = value
+    return ml_collections.ConfigDict(fields)
+
+
 class _SchemaFileParser(ConfigFileFlagParser):
     """ml_collections' config-file flag parser, loading FILE[:ARG] with `load_config` onto a schema."""
 
@@ -188,23 +205,6 @@ def _config_file_step(file: pathlib.Path, path: str, what: str, step):
         where = f", line {lines[-1]}" if lines else ""
         first = (str(e).strip().splitlines() or [""])[0]
         raise ConfigError(f"config file {path}{where}: {what} raised {type(e).__name__}: {first}") from e
-
-
-def int_list(text: str, what: str) -> list[int]:
-    """"2,4,8" -> [2, 4, 8]; ConfigError for anything that is not a list of positive integers."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not items or not all(t.isdigit() and int(t) > 0 for t in items):
-        raise ConfigError(f"--{what}={text!r} must be a comma-separated list of positive integers")
-    return [int(t) for t in items]
-
-
-def quick_or_flag(name: str, quick: dict):
-    """Flag `name`'s value; under --quick, `quick[name]` unless the flag was given on the command line
-    (a binary's `--quick` shrinks its defaults, never an explicit setting)."""
-    FLAGS = flags.FLAGS
-    if FLAGS.quick and name in quick and not FLAGS[name].present:
-        return quick[name]
-    return FLAGS[name].value
 
 
 def fail(message: str, status: int = 2, prefix: str = "error") -> None:

@@ -23,7 +23,6 @@ Decisions beyond the paper (docs/decisions.md, Optimisation), each made so that 
 """
 import dataclasses
 import math
-import typing
 
 from ml_collections import config_dict
 
@@ -63,19 +62,6 @@ def get_preset(name: str) -> tuple[TheoryConfig, GDConfig]:
     return PRESETS[name]
 
 
-def _section(config) -> config_dict.ConfigDict:
-    """A dataclass's fields as a ConfigDict; a field left None keeps its type (a placeholder), so that
-    `--config.theory.noise_std=0.1` still type-checks."""
-    fields = {}
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
-        if value is None:
-            kind = next(t for t in typing.get_args(field.type) if t is not type(None))
-            value = config_dict.placeholder(kind)
-        fields[field.name] = value
-    return config_dict.ConfigDict(fields)
-
-
 def preset_config(name: str = DEFAULT) -> config_dict.ConfigDict:
     """The theory binary's config of a preset: the schema its config files (`tpu_configs/theory.py`) build on.
 
@@ -86,7 +72,7 @@ def preset_config(name: str = DEFAULT) -> config_dict.ConfigDict:
     theory, gd = get_preset(name)
     return config_dict.ConfigDict({
         "preset": name, "seed": 0, "seeds": 1, "overlay_N": DEFAULT_NS,
-        "theory": _section(theory), "gd": _section(gd),
+        "theory": cli.dataclass_section(theory), "gd": cli.dataclass_section(gd),
     })
 
 
