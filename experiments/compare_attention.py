@@ -80,7 +80,8 @@ def main(argv):
 
 
 def entry():
-    """`python -m posattn.experiments.compare_attention` and the console script `posattn-compare-attention` (pyproject.toml)."""
+    """`python -m posattn.experiments.compare_attention` and the console script `posattn-compare-attention`
+    (pyproject.toml)."""
     cli.run(main)
 
 

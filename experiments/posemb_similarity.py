@@ -126,7 +126,8 @@ def main(argv):
 
 
 def entry():
-    """`python -m posattn.experiments.posemb_similarity` and the console script `posattn-posemb-similarity` (pyproject.toml)."""
+    """`python -m posattn.experiments.posemb_similarity` and the console script `posattn-posemb-similarity`
+    (pyproject.toml)."""
     cli.run(main)
 
 

@@ -7,7 +7,8 @@ r"""JSL22's theory regime end to end: GD on Eq. (T), patch association and the t
 
 `--config=FILE[:PRESET]` is an ml_collections config file, by default tpu_configs/theory.py (found from any
 directory), which names a preset of `posattn/theory/presets.py` (`phases`, `small`, `paper`, `fig2`;
-`phases` when none is given; `quick` shrinks it to a smoke run); any field can be overridden with `--config.FIELD=VALUE`: seed, seeds (runs seed, seed+1, ... vmapped in one
+`phases` when none is given; `quick` shrinks it to a smoke run); any field can be overridden with
+`--config.FIELD=VALUE`: seed, seeds (runs seed, seed+1, ... vmapped in one
 compiled call; figures show the first), overlay_N, theory.* (`TheoryConfig`) and gd.* (`GDConfig`).
 Writes into --workdir: config.json, metrics.jsonl and tensorboard/ (docs/metrics.md), attention.png,
 dynamics.png, test_error.png, summary.json and summary.md; with --config.gd.risk=population_exact also

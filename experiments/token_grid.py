@@ -119,7 +119,8 @@ def main(argv):
     setting = (f"Dataset {grid.family}/R (R = {', '.join(map(str, Rs))}); ViT {first.model.variant} "
                f"({first.model.pool} pooling), "
                f"{first.total_steps} steps of batch {first.global_batch_size} from scratch (the paper fine-tunes "
-               f"a pre-trained ViT), config {flags.FLAGS['config'].config_filename}. Attention: last block, mean over heads; pruning "
+               f"a pre-trained ViT), config {flags.FLAGS['config'].config_filename}. Attention: last block, mean "
+               f"over heads; pruning "
                f"removes k = {ks[0]}..{ks[-1]} slots per test grid.")
     rows = grid_report.rows(cells)
     io.write_json(os.path.join(workdir, "summary.json"), {"rows": rows, "cells": cells, "seconds": seconds})

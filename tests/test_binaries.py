@@ -54,7 +54,8 @@ QUICK = {  # the smoke run's own flags, only where the default would be long
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in BINARIES if n != "posemb_similarity"])
 def test_quick_config_runs_from_the_root_directory(name, tmp_path):
-    r = subprocess.run(command(name, f"--config=tpu_configs/{CONFIG.get(name, name)}.py:quick", *QUICK.get(name, ()), f"--workdir={tmp_path / 'run'}"),
+    r = subprocess.run(command(name, f"--config=tpu_configs/{CONFIG.get(name, name)}.py:quick", *QUICK.get(name, ()),
+                               f"--workdir={tmp_path / 'run'}"),
                        cwd="/", env=env(), capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "workdir.json").read_text())["status"] == "complete"
