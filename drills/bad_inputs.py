@@ -29,7 +29,7 @@ from absl import app, flags
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DIGITS = "--config=tpu_configs/digits.py"
-LOCAL = "--config=tpu_configs/digits.py:local"
+LOCAL = "--config=tpu_configs/digits.py:quick"
 SIGNALS = {"SIGINT": 130, "SIGTERM": 143}
 BINARIES = ("train_images", "theory", "reproduce", "phase_three", "shallow_vit", "token_grid", "compare_attention",
             "permuted", "posemb_similarity", "how_vits_work")
@@ -44,8 +44,9 @@ LONG = {
     "shallow_vit": ("--quick",),
     "token_grid": ("--quick",),
     "compare_attention": (LOCAL, "--seeds=1", "--config.total_steps=100000"),
-    "permuted": ("--local", "--models=vit", "--seeds=1", "--block_sizes=2", "--vit_steps=100000"),
-    "how_vits_work": ("--quick", "--models=vit_positional"),
+    "permuted": ("--quick", "--config.models=vit", "--config.seeds=1", "--config.block_sizes=2",
+                 "--config.vit_steps=100000"),
+    "how_vits_work": ("--quick", "--config.models=vit_positional"),
 }
 # Broken config files (`{c}/NAME.py`)
 CONFIG_FILES = {
@@ -79,7 +80,7 @@ def _cases_every_binary() -> list[Case]:
     another binary's run or another config's run, a workdir held by another process, a gs:// workdir
     without gcsfs."""
     run_flags = {"train_images": (LOCAL,), "compare_attention": (LOCAL, "--seeds=1"), "theory": THEORY_TINY,
-                 "permuted": ("--local",), "how_vits_work": ("--quick",)}
+                 "permuted": ("--quick",), "how_vits_work": ("--quick",)}
     out = []
     for b in BINARIES:
         base = run_flags.get(b, ())
@@ -109,7 +110,7 @@ def _cases_config_files() -> list[Case]:
     return [Case(b, (f"--config={{c}}/{name}.py", *rest), f"config file: {name.replace('_', ' ')}")
             for b, rest in takes.items() for name in CONFIG_FILES] + [
         Case("theory", (DIGITS, "--workdir={w}"), "an image config file"),
-        *[Case(b, ("--config=posattn/theory/presets.py", *rest), "a theory config file")
+        *[Case(b, ("--config=tpu_configs/theory.py", *rest), "a theory config file")
           for b, rest in takes.items() if b != "theory"]]
 
 
@@ -119,20 +120,20 @@ def _cases_numbers() -> list[Case]:
         Case("train_images", (LOCAL, "--config.total_steps=3000000000", "--workdir={w}"), "total_steps beyond int32"),
         Case("compare_attention", (LOCAL, "--seeds=1", "--config.total_steps=3000000000", "--workdir={w}"),
              "total_steps beyond int32"),
-        Case("permuted", ("--local", "--vit_steps=3000000000", "--workdir={w}"), "steps beyond int32"),
-        Case("token_grid", ("--steps=3000000000", "--workdir={w}"), "steps beyond int32"),
+        Case("permuted", ("--quick", "--config.vit_steps=3000000000", "--workdir={w}"), "steps beyond int32"),
+        Case("token_grid", ("--config.grid.steps=3000000000", "--workdir={w}"), "steps beyond int32"),
         Case("theory", ("--config.gd.N=3000000000", "--workdir={w}"), "gd.N beyond int32"),
         Case("theory", ("--config.gd.N=1000000000", "--workdir={w}"), "gd.N=1e9: out of memory", fails_running=True),
         Case("theory", ("--config.gd.lr=inf", "--workdir={w}"), "gd.lr=inf"),
         Case("theory", ("--config.gd.a0=nan", "--workdir={w}"), "gd.a0=nan"),
         Case("theory", ("--config.theory.noise_std=inf", "--workdir={w}"), "theory.noise_std=inf"),
         Case("theory", ("--config.gd.steps=2.5", "--workdir={w}"), "gd.steps=2.5"),
-        Case("shallow_vit", ("--eta=inf", "--workdir={w}"), "eta=inf"),
-        Case("shallow_vit", ("--N=3000000000", "--workdir={w}"), "N beyond int32"),
-        Case("phase_three", ("--steps=3000000000", "--workdir={w}"), "steps beyond int32"),
-        Case("phase_three", ("--q=nan", "--workdir={w}"), "q=nan"),
-        Case("how_vits_work", ("--noise_eps=nan", "--workdir={w}"), "noise_eps=nan"),
-        Case("reproduce", ("--seed=99999999999999999999", "--workdir={w}"), "seed beyond 64 bits"),
+        Case("shallow_vit", ("--config.sgd.eta=inf", "--workdir={w}"), "eta=inf"),
+        Case("shallow_vit", ("--config.sgd.N=3000000000", "--workdir={w}"), "N beyond int32"),
+        Case("phase_three", ("--config.steps=3000000000", "--workdir={w}"), "steps beyond int32"),
+        Case("phase_three", ("--config.q=nan", "--workdir={w}"), "q=nan"),
+        Case("how_vits_work", ("--config.noise_eps=nan", "--workdir={w}"), "noise_eps=nan"),
+        Case("reproduce", ("--config.seed=99999999999999999999", "--workdir={w}"), "seed beyond 64 bits"),
         Case("theory", ("--config.seed=99999999999999999999", "--workdir={w}"), "seed beyond 64 bits"),
     ]
 
@@ -182,7 +183,7 @@ def _cases_issue_18() -> list[Case]:
              "resume a run with another model", start="image"),
         Case("train_images", (LOCAL, "--config.total_steps=2", "--workdir={w}"),
              "total_steps below the run's checkpoint", start="image"),
-        Case("theory", ("--workdir={w}", "--config=posattn/theory/presets.py:nope"), "unknown preset"),
+        Case("theory", ("--workdir={w}", "--config=tpu_configs/theory.py:nope"), "unknown preset"),
         Case("theory", ("--workdir={w}", "--config.gd.steps=0"), "zero GD steps"),
         Case("theory", ("--workdir={w}", "--config.theory.D=7", "--config.theory.C=4"),
              "patches not a multiple of the set size"),
@@ -190,19 +191,19 @@ def _cases_issue_18() -> list[Case]:
         Case("theory", ("--workdir={w}", "--config.theory.q=1.5"), "probability q above 1"),
         Case("theory", ("--workdir={w}", "--steps=100"), "a flag of the former interface"),
         Case("theory", ("--config.seed=1",), "--workdir missing"),
-        Case("reproduce", ("--seed=abc", "--workdir={w}"), "seed not an integer"),
+        Case("reproduce", ("--config.seed=abc", "--workdir={w}"), "seed not an integer"),
         Case("reproduce", (), "--workdir missing"),
-        Case("permuted", ("--block_sizes=2,x", "--workdir={w}"), "block sizes not integers"),
-        Case("permuted", ("--models=vit,transformer", "--workdir={w}"), "unknown model"),
-        Case("permuted", ("--dataset=mnist", "--workdir={w}"), "unknown dataset"),
+        Case("permuted", ("--config.block_sizes=2,x", "--workdir={w}"), "block sizes not integers"),
+        Case("permuted", ("--config.models=vit,transformer", "--workdir={w}"), "unknown model"),
+        Case("permuted", ("--config=tpu_configs/permuted.py:mnist", "--workdir={w}"), "unknown dataset"),
         Case("posemb_similarity", ("--workdir={w}",), "workdir holds no run"),
-        Case("posemb_similarity", ("--workdir={w}", "--patches=a,b"), "patches not integers", start="image"),
+        Case("posemb_similarity", ("--workdir={w}", "--config.patches=a,b"), "patches not integers", start="image"),
         Case("compare_attention", ("--seeds=0", "--workdir={w}"), "zero seeds"),
         Case("compare_attention", ("--config=missing.py", "--workdir={w}"), "config file missing"),
         Case("shallow_vit", ("--workdir={w}", "--no_such_flag=1"), "unknown flag"),
-        Case("shallow_vit", ("--workdir={w}", "--seeds=0"), "zero seeds"),
-        Case("shallow_vit", ("--workdir={w}", "--Ns=5,x"), "sample sizes not numbers"),
-        Case("phase_three", ("--workdir={w}", "--q=0.4,abc"), "q not a probability"),
+        Case("shallow_vit", ("--workdir={w}", "--config.seeds=0"), "zero seeds"),
+        Case("shallow_vit", ("--workdir={w}", "--config.Ns=5,x"), "sample sizes not numbers"),
+        Case("phase_three", ("--workdir={w}", "--config.q=0.4,abc"), "q not a probability"),
         Case("how_vits_work", ("--workdir={w}", "--no_such_flag=1"), "unknown flag"),
     ]
 

@@ -237,9 +237,9 @@ def image_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
     """A NaN injected at --nan_step of the digits run (in this process, through `nan_at_step`), and the
     binary with a learning rate that diverges at once (lr=1e30: the warm-up's first step with lr > 0)."""
     from posattn import cli
-    from posattn.vision import train
+    from posattn.vision import config as config_lib, train
 
-    config = cli.load_config("tpu_configs/digits.py")
+    config = cli.load_config("tpu_configs/digits.py", None, config_lib.SCHEMA)
     config.total_steps, config.checkpoint_every = FLAGS.steps, FLAGS.checkpoint_every
     config.eval_every, config.log_every = FLAGS.eval_every, 25
     workdir = root / "image_injected"

@@ -17,15 +17,14 @@ of medians and IQRs beside the paper's numbers, and the gap positional - vanilla
 means, its standard error, difference of the medians; summary.json "gap", in points).
 """
 import os
-import pathlib
 
 import jax
 from absl import flags, logging
-from ml_collections import config_flags
 
 from posattn import cli, ownership
 from posattn.errors import ConfigError
 from posattn.papers.jsl22 import published
+from posattn.vision import config as config_lib
 
 ATTENTIONS = ("vanilla", "positional")
 # The paper's numbers (Figures 6 and 7), each beside the config file that runs its dataset here.
@@ -33,11 +32,7 @@ CONFIG_FILES = {"cifar10": "tpu_configs/cifar10.py", "cifar100": "tpu_configs/ci
                 "svhn_cropped": "tpu_configs/svhn.py", "imagenet2012": "tpu_configs/imagenet.py"}
 PAPER = {name: {**ref, "config": CONFIG_FILES[name]} for name, ref in published.ATTENTION_ACCURACY.items()}
 
-# The default names the repository's file, so the binary runs from any directory (a missing default would
-# fail while the flags are defined, before `cli` can report it).
-_DIGITS = str(pathlib.Path(__file__).resolve().parents[1] / "tpu_configs" / "digits.py")
-_CONFIG = config_flags.DEFINE_config_file("config", _DIGITS, "A ViT config file (default: the repository's "
-                                          "tpu_configs/digits.py).")
+_CONFIG = cli.define_config("tpu_configs/digits.py", config_lib.SCHEMA, "A ViT config file (tpu_configs/)")
 _SEEDS = flags.DEFINE_integer("seeds", 10, "Seeds 0..N-1 per attention kind.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()  # one process per host of a cluster
@@ -82,5 +77,11 @@ def main(argv):
     print(table)
 
 
-if __name__ == "__main__":
+def entry():
+    """`python -m posattn.experiments.compare_attention` and the console script `posattn-compare-attention`
+    (pyproject.toml)."""
     cli.run(main)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,29 +1,41 @@
 r"""PK22's measurements (Hessian spectra, Fourier analysis, feature variance, frequency noise, loss
 landscapes) on ResNet, vanilla ViT, AlterNet and positional-attention ViT (docs/how_vits_work.md).
 
-  python -m experiments.how_vits_work --workdir=/tmp/pk22            # trains the four on the digits
-  python -m experiments.how_vits_work --workdir=/tmp/pk22 --quick    # a smoke run of everything
-  python -m experiments.how_vits_work --workdir=DIR --runs=RUN_DIR,RUN_DIR   # measure trained runs
+  python -m posattn.experiments.how_vits_work --workdir=/tmp/pk22     # trains the four on the digits
+  python -m posattn.experiments.how_vits_work --config=tpu_configs/pk22.py:quick --workdir=/tmp/pk22
+  python -m posattn.experiments.how_vits_work --workdir=DIR --config.runs=RUN_DIR,RUN_DIR  # trained runs
 
-With no --runs, the models of tpu_configs/how_vits_work.py (--models) are trained (or resumed) under
+`--config=FILE[:ARG]` (default tpu_configs/pk22.py) with fields runs, models, quick, seed,
+hessian_batches, landscape_grid and noise_eps, each overridable as `--config.FIELD=VALUE`; `:quick` (or
+the older `--quick`) is the smoke run. With no runs, the models of tpu_configs/how_vits_work.py
+(`models`) are trained (or resumed) under
 WORKDIR/runs/. The workdir receives config.json, metrics.jsonl, results/MODEL.json, the figures
 pk22_*.png and summary.md (PK22's claims and numbers beside ours).
 """
+import ml_collections
 from absl import flags, logging
 
 from posattn import cli
 from posattn.errors import ConfigError, check_seed
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the results, figures and trained runs.")
-_RUNS = flags.DEFINE_list("runs", [], "Workdirs of trained posattn.vision runs; none = train the defaults.")
-_MODELS = flags.DEFINE_list("models", ["resnet", "vit_vanilla", "alternet", "vit_positional"],
-                            "Models to train when no --runs are given (tpu_configs/how_vits_work.py).")
-_QUICK = flags.DEFINE_bool("quick", False, "Short training and small measurements (a smoke run).")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed of the measurements (mini-batches, directions, noise).")
-_HESSIAN_BATCHES = flags.DEFINE_integer("hessian_batches", None, "Mini-batches of the Hessian spectrum.")
-_LANDSCAPE_GRID = flags.DEFINE_integer("landscape_grid", None,
-                                       "Points per axis of the landscape (4k + 1: 5, 9, .., 21).")
-_NOISE_EPS = flags.DEFINE_float("noise_eps", None, "Noise amplitude, in normalised input units.")
+
+
+def _schema(fields) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "runs": "",  # comma-separated workdirs of trained posattn.vision runs; none = train `models`
+        "models": "resnet,vit_vanilla,alternet,vit_positional",  # of tpu_configs/how_vits_work.py
+        "quick": False,  # short training and small measurements (a smoke run): what `:quick` sets
+        "seed": 0,  # of the measurements (mini-batches, directions, noise)
+        # None: the measurement settings' own (posattn.papers.pk22.suite.Settings)
+        "hessian_batches": ml_collections.config_dict.placeholder(int),  # mini-batches of the Hessian spectrum
+        "landscape_grid": ml_collections.config_dict.placeholder(int),  # points per axis (4k + 1: 5, 9, .., 21)
+        "noise_eps": ml_collections.config_dict.placeholder(float),  # noise amplitude, normalised input units
+    })
+
+
+SCHEMA = cli.Schema("a how_vits_work config", _schema, lambda c: c.update(quick=True))
+_CONFIG = cli.define_config("tpu_configs/pk22.py", SCHEMA, "The models (or trained runs) and measurements")
 
 
 def main(argv):
@@ -38,20 +50,26 @@ def main(argv):
     from posattn import ownership  # after flag parsing: bad flags fail before jax starts
     from posattn.papers.pk22 import report as pk22_report, suite
 
-    settings = suite.QUICK if _QUICK.value else suite.Settings()
-    overrides = {"hessian_batches": _HESSIAN_BATCHES.value, "landscape_grid": _LANDSCAPE_GRID.value,
-                 "noise_eps": _NOISE_EPS.value}
+    config = _CONFIG.value
+    runs, models = ([s.strip() for s in text.split(",") if s.strip()] for text in (config.runs, config.models))
+    settings = suite.QUICK if config.quick else suite.Settings()
+    overrides = {k: config[k] for k in ("hessian_batches", "landscape_grid", "noise_eps")}
     settings = dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
-    check_seed(_SEED.value, "--seed")
-    for run in _RUNS.value:
+    check_seed(config.seed, "seed")
+    for run in runs:
         ownership.check_run(run, "train_images")
     # its own (its trained runs resume), writable and locked, before any work
-    ownership.claim(_WORKDIR.value, "how_vits_work", {"runs": _RUNS.value, "models": _MODELS.value,
-                                                      "quick": _QUICK.value, "seed": _SEED.value,
+    ownership.claim(_WORKDIR.value, "how_vits_work", {"runs": runs, "models": models,
+                                                      "quick": config.quick, "seed": config.seed,
                                                       "settings": dataclasses.asdict(settings)}, resumes=True)
-    pk22_report.run(_WORKDIR.value, runs=_RUNS.value, models=_MODELS.value, quick=_QUICK.value,
-                    settings=settings, seed=_SEED.value)
+    pk22_report.run(_WORKDIR.value, runs=runs, models=models, quick=config.quick,
+                    settings=settings, seed=config.seed)
+
+
+def entry():
+    """`python -m posattn.experiments.how_vits_work` and the console script `posattn-how-vits-work` (pyproject.toml)."""
+    cli.run(main)
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    entry()

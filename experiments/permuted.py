@@ -1,13 +1,17 @@
 r"""Permuted pixels, JSL22 Figure 5: ViT vs CNNs on images whose g x g pixel blocks are shuffled
 by one fixed random permutation (the same for train and test, and for every seed).
 
-  python -m experiments.permuted --dataset=digits --block_sizes=2,4,8 --models=vit,resnet,vgg \
-      --seeds=3 --cnn_seeds=3 --vit_steps=500 --cnn_steps=80 --cnn_batch=32 \
-      --workdir=/tmp/permuted-digits
-  python -m experiments.permuted --dataset=fashion_mnist --block_sizes=7,14,28 --models=vit,resnet \
-      --seeds=2 --workdir=/tmp/permuted-fashion
-  python -m experiments.permuted --dataset=cifar100 --block_sizes=2,4,8,16,32 \
-      --models=vit,resnet,vgg --seeds=3 --workdir=$WORKDIR --data_dir=$TFDS_DATA_DIR
+  python -m posattn.experiments.permuted --workdir=/tmp/permuted-digits --config.models=vit,resnet,vgg \
+      --config.cnn_seeds=3 --config.vit_steps=500 --config.cnn_steps=80 --config.cnn_batch=32
+  python -m posattn.experiments.permuted --config=tpu_configs/permuted.py:fashion_mnist \
+      --config.models=vit,resnet --config.seeds=2 --workdir=/tmp/permuted-fashion
+  python -m posattn.experiments.permuted --config=tpu_configs/permuted.py:cifar100 --workdir=$WORKDIR \
+      --config.data_dir=$TFDS_DATA_DIR
+  python -m posattn.experiments.permuted --config=tpu_configs/permuted.py:quick --workdir=/tmp/smoke
+
+`--config=FILE[:ARG]` (default tpu_configs/permuted.py: the digits) with fields dataset, block_sizes,
+models, seeds, cnn_seeds, data_dir, vit_steps, cnn_steps, cnn_batch and quick, each overridable as
+`--config.FIELD=VALUE`; `:quick` (or the older `--local`) shrinks every cell to a smoke run.
 
 digits: tpu_configs/digits.py (ViT XS/2, 16 patches of 2 x 2; g = 8 is the unpermuted image), with no
 random crop (docs/decisions.md, Recipes: the committed digits runs were made without it). fashion_mnist:
@@ -21,6 +25,7 @@ summary.md beside the paper's numbers, and permuted.png (Figure 5 style; unpermu
 import os
 
 import jax
+import ml_collections
 from absl import flags, logging
 
 from posattn import cli, ownership
@@ -34,19 +39,26 @@ DATASETS = {  # dataset -> (config file, image side, paper numbers of Figure 5 o
 }
 MODELS = {"vit": "vit", "resnet": "resnet18", "resnet18": "resnet18", "vgg": "vgg16", "vgg16": "vgg16"}
 
-_DATASET = flags.DEFINE_enum("dataset", "digits", list(DATASETS), "Dataset.")
-_BLOCKS = flags.DEFINE_string("block_sizes", "2,4,8", "Pixel-block sizes g (g = image side: unpermuted).")
-_MODELS = flags.DEFINE_string("models", "vit,resnet,vgg", "Comma-separated: vit, resnet, vgg.")
-_SEEDS = flags.DEFINE_integer("seeds", 3, "Seeds 0..N-1 per (model, g).")
-_CNN_SEEDS = flags.DEFINE_integer("cnn_seeds", 0, "Seeds of the CNNs if fewer (0 = --seeds).")
+
+
+def _schema(fields) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "dataset": "digits",  # digits, fashion_mnist or cifar100 (DATASETS)
+        "block_sizes": (2, 4, 8),  # pixel-block sizes g (g = the image side: unpermuted)
+        "models": "vit,resnet,vgg",  # comma-separated: vit, resnet, vgg
+        "seeds": 3,  # seeds 0..N-1 per (model, g)
+        "cnn_seeds": 0,  # seeds of the CNNs if fewer (0 = seeds)
+        "data_dir": ml_collections.config_dict.placeholder(str),  # tfds data directory (cifar100, fashion_mnist)
+        "vit_steps": 0, "cnn_steps": 0,  # training steps of the ViT and of the CNNs (0 = the cell config's)
+        "cnn_batch": 0,  # batch size of the CNNs (0 = the cell config's)
+        "quick": False,  # every cell shrunk by its config file's `quick` token (test/2 ViT, batch 16, 4 steps)
+    })
+
+
+SCHEMA = cli.Schema("a permuted config", _schema, lambda c: c.update(quick=True))
+_CONFIG = cli.define_config("tpu_configs/permuted.py", SCHEMA, "The dataset and the sweep")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()  # one process per host of a cluster
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "tfds data directory (cifar100, fashion_mnist from tfds).")
-_VIT_STEPS = flags.DEFINE_integer("vit_steps", 0, "Training steps of the ViT (0 = the config's).")
-_CNN_STEPS = flags.DEFINE_integer("cnn_steps", 0, "Training steps of the CNNs (0 = the config's).")
-_CNN_BATCH = flags.DEFINE_integer("cnn_batch", 0, "Batch size of the CNNs (0 = the config's).")
-_LOCAL = flags.DEFINE_bool("local", False, "Smoke run: every cell shrunk by the configs' `local` token "
-                           "(test/2 ViT, batch 16, a few steps).")
 
 
 def main(argv):
@@ -58,33 +70,36 @@ def main(argv):
 
     if not _WORKDIR.value:
         raise ConfigError("--workdir=DIR is required")
-    dataset = _DATASET.value
+    config = _CONFIG.value
+    dataset = config.dataset
+    if dataset not in DATASETS:
+        raise ConfigError(f"dataset={dataset!r}: use one of {', '.join(DATASETS)}")
     _, side, paper = DATASETS[dataset]
-    blocks = cli.int_list(_BLOCKS.value, "block_sizes")
+    blocks = list(config.block_sizes)
+    if not blocks or not all(isinstance(g, int) and g > 0 for g in blocks):
+        raise ConfigError(f"block_sizes={config.block_sizes}: give positive integers, e.g. --config.block_sizes=2,4,8")
     if any(side % g for g in blocks):
-        raise ConfigError(f"--block_sizes={_BLOCKS.value}: every g must divide the image side {side}")
-    names = [m.strip() for m in _MODELS.value.split(",") if m.strip()]
+        raise ConfigError(f"block_sizes={config.block_sizes}: every g must divide the image side {side}")
+    names = [m.strip() for m in config.models.split(",") if m.strip()]
     if not names or any(m not in MODELS for m in names):
-        raise ConfigError(f"--models={_MODELS.value!r}: use a comma-separated list of vit, resnet, vgg")
-    if _SEEDS.value < 1 or _CNN_SEEDS.value < 0:
-        raise ConfigError(f"--seeds={_SEEDS.value} must be at least 1 and --cnn_seeds >= 0")
+        raise ConfigError(f"models={config.models!r}: use a comma-separated list of vit, resnet, vgg")
+    if config.seeds < 1 or config.cnn_seeds < 0:
+        raise ConfigError(f"seeds={config.seeds} must be at least 1 and cnn_seeds >= 0")
     if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax, tfds)
         logging.set_verbosity(logging.ERROR)
     _INITIALIZE_DISTRIBUTED()  # before any computation (docs/distributed.md)
     models = list(dict.fromkeys(MODELS[m] for m in names))
-    seeds = {m: _SEEDS.value if m == "vit" else (_CNN_SEEDS.value or _SEEDS.value) for m in models}
-    steps = {"vit": _VIT_STEPS.value, "cnn": _CNN_STEPS.value}
+    seeds = {m: config.seeds if m == "vit" else (config.cnn_seeds or config.seeds) for m in models}
+    steps = {"vit": config.vit_steps, "cnn": config.cnn_steps}
     configs = {(m, g, s): sweep.permuted_cell_config(
-        dataset, DATASETS[dataset][0], m, g, s, local=_LOCAL.value, data_dir=_DATA_DIR.value,
-        steps=steps["vit" if m == "vit" else "cnn"], batch=0 if m == "vit" else _CNN_BATCH.value)
+        dataset, DATASETS[dataset][0], m, g, s, local=config.quick, data_dir=config.data_dir,
+        steps=steps["vit" if m == "vit" else "cnn"], batch=0 if m == "vit" else config.cnn_batch)
         for m in models for g in blocks for s in range(seeds[m])}
     for c in configs.values():  # all validated up front
         setup.resolve(c, jax.device_count())  # every cell's batch divides by this run's devices
 
     # its own (its cells resume), writable and locked, before any training
-    ownership.claim(_WORKDIR.value, "permuted", {name: flags.FLAGS[name].value for name in (
-        "dataset", "block_sizes", "models", "seeds", "cnn_seeds", "data_dir", "vit_steps", "cnn_steps",
-        "cnn_batch", "local")}, resumes=True)
+    ownership.claim(_WORKDIR.value, "permuted", config, resumes=True)
     acc = {m: {} for m in models}
     for (m, g, s), c in configs.items():
         out = sweep.run_cell(c, os.path.join(_WORKDIR.value, f"{m}-g{g}-seed{s}"))
@@ -103,5 +118,10 @@ def main(argv):
     print(table)
 
 
-if __name__ == "__main__":
+def entry():
+    """`python -m posattn.experiments.permuted` and the console script `posattn-permuted` (pyproject.toml)."""
     cli.run(main)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,6 +1,10 @@
 r"""Why alpha falls in phase III where JSL22 says it grows: the exact population dynamics at several q.
 
-    python -m experiments.phase_three --workdir=DIR            # `small` preset, q = 0.4, 0.2, 0.1
+    python -m posattn.experiments.phase_three --workdir=DIR            # `small` preset, q = 0.4, 0.2, 0.1
+    python -m posattn.experiments.phase_three --config=tpu_configs/phase_three.py:quick --workdir=DIR
+
+`--config=FILE[:ARG]` (default tpu_configs/phase_three.py) with fields preset, q and steps, each
+overridable as `--config.FIELD=VALUE`; `:quick` runs 100 steps.
 
 Runs GD on the exact population risk (P) as its reduced recursions (`population.reduced`, v on span(w*))
 from the same start for each q, and splits the drift of alpha, -dR/dalpha, between the patterns the model
@@ -11,6 +15,7 @@ import dataclasses
 import os
 
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from absl import flags
 
@@ -21,34 +26,37 @@ from posattn.theory import population
 from posattn.theory.population import reduced
 from posattn.theory.presets import get_preset
 
+# preset: the problem (its q is replaced by each of q); steps: GD steps on (P) (0: the preset's)
+SCHEMA = cli.Schema("a phase_three config (preset, q, steps)",
+                    lambda fields: ml_collections.ConfigDict({"preset": "small", "q": (0.4, 0.2, 0.1), "steps": 0}),
+                    lambda c: c.update(steps=100))
+_CONFIG = cli.define_config("tpu_configs/phase_three.py", SCHEMA, "The problem and the q to compare")
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
-_PRESET = flags.DEFINE_string("preset", "small", "the problem (its q is replaced by each of --q)")
-_Q = flags.DEFINE_list("q", ["0.4", "0.2", "0.1"], "the spurious-feature probabilities to compare")
-_STEPS = flags.DEFINE_integer("steps", 0, "GD steps on (P) (0: the preset's)")
 _ALPHA0 = 0.02  # the start, v = alpha0 w* with A = a0 I, the same for every q
 
 
 def main(argv):
     if len(argv) > 1:
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
-    base, gd = get_preset(_PRESET.value)
+    config = _CONFIG.value
+    base, gd = get_preset(config.preset)
     try:
-        qs = [float(q) for q in _Q.value]
-    except ValueError:
+        qs = [float(q) for q in config.q]
+    except (TypeError, ValueError):
         qs = []
     if not qs:
-        raise ConfigError(f"--q={','.join(_Q.value)}: give probabilities, e.g. --q=0.4,0.1")
+        raise ConfigError(f"q={config.q}: give probabilities, e.g. --config.q=0.4,0.1")
     # every problem before any work: q outside [0, 1] is a ConfigError, and so is a preset whose data
     # have no exact population dynamics (Figure 2's Gaussian CNN data)
     configs = {q: dataclasses.replace(base, q=q) for q in qs}
     for cfg in configs.values():
         population.check_config(cfg, "multiset")
-    steps = _STEPS.value or gd.steps
+    steps = config.steps or gd.steps
     if not 1 <= steps <= INT32_MAX:
-        raise ConfigError(f"--steps={steps} must lie in [1, {INT32_MAX:,}]")
+        raise ConfigError(f"steps={steps} must lie in [1, {INT32_MAX:,}]")
     workdir = _WORKDIR.value
     # its own, writable and locked, before any work
-    ownership.claim(workdir, "phase_three", {"preset": _PRESET.value, "q": qs, "steps": steps})
+    ownership.claim(workdir, "phase_three", {"preset": config.preset, "q": qs, "steps": steps})
     runs, rows = {}, []
     for q, cfg in configs.items():
         start = reduced.ReducedState(*(jnp.float32(x) for x in (_ALPHA0, 0.0, 0.0, 0.0)))
@@ -67,9 +75,9 @@ def main(argv):
         print(f"q={q}: alpha max {alpha.max():.4f} at step {alpha.argmax() + 1}, final {alpha[-1]:.4f}; "
               f"gamma - rho {gap[-1]:.2f}; P[a set all +-1] {splits[0]['full_set_mass']:.4%}", flush=True)
     figures.write_png(figures.phase_three_figure(runs), os.path.join(workdir, "phase_three.png"))
-    io.write_json(os.path.join(workdir, "summary.json"), {"preset": _PRESET.value, "steps": steps,
+    io.write_json(os.path.join(workdir, "summary.json"), {"preset": config.preset, "steps": steps,
                                                           "alpha0": _ALPHA0, "runs": rows})
-    lines = [f"# Phase III on the exact population dynamics (`{_PRESET.value}`, {steps} GD steps on (P))", "",
+    lines = [f"# Phase III on the exact population dynamics (`{config.preset}`, {steps} GD steps on (P))", "",
              "| q | P[a set besides the signal set all +-1] | alpha max (step) | final alpha | final "
              "gamma - rho | final (P) | at the end: P[yF <= 0] | drift of alpha at the end: classified / "
              "misclassified / total |", "|---|---|---|---|---|---|---|---|"]
@@ -83,5 +91,10 @@ def main(argv):
     print("\n".join(lines))
 
 
-if __name__ == "__main__":
+def entry():
+    """`python -m posattn.experiments.phase_three` and the console script `posattn-phase-three` (pyproject.toml)."""
     cli.run(main)
+
+
+if __name__ == "__main__":
+    entry()

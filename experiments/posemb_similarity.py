@@ -1,9 +1,13 @@
 r"""Positional-embedding similarity maps of a trained ViT, JSL22 Figures 1a and 5c.
 
-  python -m experiments.posemb_similarity --workdir=/tmp/permuted-digits/vit-g2-seed0
+  python -m posattn.experiments.posemb_similarity --workdir=/tmp/permuted-digits/vit-g2-seed0
+  python -m posattn.experiments.posemb_similarity --workdir=RUN --config.out=DIR --config.threshold=0.5
+
+`--config=FILE[:ARG]` (default tpu_configs/posemb_similarity.py) with fields out, threshold, patches and
+block, each overridable as `--config.FIELD=VALUE`.
 
 TRAINED_RUN is a train_images workdir (config.json + checkpoints/), e.g. a cell of experiments.permuted.
-Writes into --out (default: the run's workdir) posemb_similarity.png, the cosine similarity of chosen
+Writes into `out` (default: the run's workdir) posemb_similarity.png, the cosine similarity of chosen
 patches' positional embeddings to every patch of the grid, with the paper's 0.55 threshold as a
 contour (docs/decisions.md, Analysis and figures): one row for P at initialisation (the run's own
 initial P, from its seed), one as trained, and for a run on permuted pixels (config.permute_block > 0)
@@ -17,18 +21,28 @@ pairs adjacent only in the permuted layout).
 import os
 
 import numpy as np
+import ml_collections
 from absl import flags, logging
 
 from posattn import cli, ownership, workdir as workdir_lib
 from posattn.errors import ConfigError
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A trained ViT run (train_images workdir).")
-_OUT = flags.DEFINE_string("out", None, "Output directory (default: --workdir).")
-_THRESHOLD = flags.DEFINE_float("threshold", 0.55, "Level drawn as a contour on the maps (Fig. 1a's threshold).")
-_PATCHES = flags.DEFINE_string("patches", "", "Patches to draw (row-major indices); default: all on "
-                               "grids up to 4x4, else 8 spread over the grid.")
-_BLOCK = flags.DEFINE_integer("block", 0, "With one P per block (pos_shared=False): whose P, from 0. A run "
-                              "with one shared P (the default, and vanilla attention) takes only 0.")
+
+
+def _schema(fields) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict({
+        "out": ml_collections.config_dict.placeholder(str),  # output directory (None: the run's workdir)
+        "threshold": 0.55,  # level drawn as a contour on the maps (Figure 1a's threshold)
+        "patches": "",  # patches to draw (row-major indices); "": all on grids up to 4x4, else 8 spread out
+        # with one P per block (pos_shared=False): whose P, from 0; a run with one shared P takes only 0
+        "block": 0,
+    })
+
+
+# `:quick` changes nothing: the maps of one trained run take seconds (its smoke run is the run it reads)
+SCHEMA = cli.Schema("a posemb_similarity config (out, threshold, patches, block)", _schema, lambda c: None)
+_CONFIG = cli.define_config("tpu_configs/posemb_similarity.py", SCHEMA, "The maps to draw")
 
 
 def chosen_patches(text: str, grid_hw) -> list[int]:
@@ -36,7 +50,7 @@ def chosen_patches(text: str, grid_hw) -> list[int]:
     if text.strip():
         items = [t.strip() for t in text.split(",") if t.strip()]
         if not all(t.isdigit() and int(t) < h * w for t in items):
-            raise ConfigError(f"--patches={text!r}: give row-major patch indices below {h * w}")
+            raise ConfigError(f"patches={text!r}: give row-major patch indices below {h * w}")
         return [int(t) for t in items]
     if h * w <= 16:
         return list(range(h * w))
@@ -49,13 +63,14 @@ def main(argv):
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
     if _WORKDIR.value is None:
         raise ConfigError("--workdir=TRAINED_RUN is required")
+    opts = _CONFIG.value  # (`config` is the trained run's, below)
     ownership.check_run(_WORKDIR.value, "train_images")
-    out = _WORKDIR.value if _OUT.value is None else ownership.check_path(_OUT.value, "out")
+    out = _WORKDIR.value if opts.out is None else ownership.check_path(opts.out, "out")
     if os.path.realpath(out) == os.path.realpath(_WORKDIR.value):  # two files beside the run's own
         workdir_lib.check(out)
     else:  # a workdir of its own
-        ownership.claim(out, "posemb_similarity", {"run": os.path.abspath(_WORKDIR.value), "block": _BLOCK.value,
-                                                   "threshold": _THRESHOLD.value, "patches": _PATCHES.value})
+        ownership.claim(out, "posemb_similarity", {"run": os.path.abspath(_WORKDIR.value), "block": opts.block,
+                                                   "threshold": opts.threshold, "patches": opts.patches})
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
     import optax
@@ -71,17 +86,17 @@ def main(argv):
     if config.model.name != "vit":
         raise ConfigError(f"the run trained {config.model.name!r}: positional embeddings need a ViT run")
     params = variables["params"]
-    if _BLOCK.value and np.ndim(params["pos_embedding"]) == 2:
-        raise ConfigError(f"--block={_BLOCK.value}: the run has one positional embedding P shared by all "
-                          "blocks (model.pos_shared or vanilla attention); --block picks a block's P only "
+    if opts.block and np.ndim(params["pos_embedding"]) == 2:
+        raise ConfigError(f"block={opts.block}: the run has one positional embedding P shared by all "
+                          "blocks (model.pos_shared or vanilla attention); block picks a block's P only "
                           "in a run with model.pos_shared=False")
     shape = preprocess.info.image_shape
     side, patch = shape[0], model.patch_size
     grid = (side // patch, side // patch)
     initial = init_state(model, shape, config.seed, optax.identity())["params"]  # the run's own initial P
-    P = posemb.patch_embedding(params, grid, cls=config.model.pool == "cls", block=_BLOCK.value)
+    P = posemb.patch_embedding(params, grid, cls=config.model.pool == "cls", block=opts.block)
     panels = {"at initialisation": posemb.patch_embedding(initial, grid, cls=config.model.pool == "cls",
-                                                          block=_BLOCK.value), "as trained": P}
+                                                          block=opts.block), "as trained": P}
     stats = {}
     g = config.get("permute_block", 0)
     permuted = bool(g) and g < side
@@ -98,10 +113,10 @@ def main(argv):
             # un-permuted: the neighbours no training image showed side by side; as trained, the same
             # count of pairs adjacent only in the permuted layout (the control)
             stats[f"{name}, across blocks"] = posemb.neighbour_statistic(sim, grid, across_blocks=g // patch)
-    plots.similarity_maps_figure(maps, chosen_patches(_PATCHES.value, grid), grid, _THRESHOLD.value).savefig(
+    plots.similarity_maps_figure(maps, chosen_patches(opts.patches, grid), grid, opts.threshold).savefig(
         os.path.join(out, "posemb_similarity.png"), dpi=120)
     result = {"run": os.path.abspath(_WORKDIR.value), "grid": list(grid), "patch_size": patch,
-              "permute_block": g, "attention": config.model.attention, "threshold": _THRESHOLD.value,
+              "permute_block": g, "attention": config.model.attention, "threshold": opts.threshold,
               "statistic": stats}
     io.write_json(os.path.join(out, "posemb_similarity.json"), result)
     for name, s in stats.items():
@@ -110,5 +125,11 @@ def main(argv):
               f"(gap {s['gap']:+.3f}, z {s['z']:.1f}, shuffle p {s['p_value']:.4f})")
 
 
-if __name__ == "__main__":
+def entry():
+    """`python -m posattn.experiments.posemb_similarity` and the console script `posattn-posemb-similarity`
+    (pyproject.toml)."""
     cli.run(main)
+
+
+if __name__ == "__main__":
+    entry()

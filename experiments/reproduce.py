@@ -1,7 +1,10 @@
 r"""Every claim of JSL22's theory, measured beside what the paper states, from one command.
 
-    python -m experiments.reproduce --workdir=DIR            # full run, < 10 min on 2 CPU cores
-    python -m experiments.reproduce --workdir=DIR --quick    # the same claims on small sizes, < 2 min
+    python -m posattn.experiments.reproduce --workdir=DIR          # full run, < 10 min on 2 CPU cores
+    posattn-reproduce --config=tpu_configs/reproduce.py:quick --workdir=DIR   # small sizes, < 2 min
+
+`--config=FILE[:ARG]` (default tpu_configs/reproduce.py) with fields seed and quick (`--quick`, the older
+spelling, still works).
 
 Runs the theory core (GD on (E), `paper` preset), GD on the exact population risk (P) (`small`
 preset), the GLM baseline (Theorem 3.1), the construction without patch association (Theorem 3.2),
@@ -13,28 +16,35 @@ import dataclasses
 import os
 import time
 
+import ml_collections
 from absl import flags
 
 from posattn import cli, io, mesh as mesh_lib, ownership
+from posattn.errors import ConfigError
 from posattn.plots import theory as figures
 from posattn.theory import keys
 from posattn.papers.jsl22 import report, reproduce
 
 FLAGS = flags.FLAGS
+# seed: of every run; quick: small sizes and few steps (a smoke run of every claim), what `:quick` sets
+SCHEMA = cli.Schema("a reproduce config (seed, quick)",
+                    lambda fields: ml_collections.ConfigDict({"seed": 0, "quick": False}),
+                    lambda c: c.update(quick=True))
+_CONFIG = cli.define_config("tpu_configs/reproduce.py", SCHEMA, "The seed and size of the run")
 flags.DEFINE_string("workdir", None, "where report.md, report.json and the figures are written",
                     required=True)
-flags.DEFINE_bool("quick", False, "small sizes and few steps (a smoke run of every claim)")
-flags.DEFINE_integer("seed", 0, "seed of every run")
 
 
 def main(argv):
     mesh_lib.use_cpu_cores()  # first, before JAX starts: one CPU device per core (docs/decisions.md)
-    del argv
-    plan = reproduce.QUICK if FLAGS.quick else reproduce.Plan()
-    key = keys.seed_key(FLAGS.seed)
+    if len(argv) > 1:
+        raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
+    config = _CONFIG.value
+    plan = reproduce.QUICK if config.quick else reproduce.Plan()
+    key = keys.seed_key(config.seed)
     workdir = FLAGS.workdir
     # its own, writable and locked, before any work
-    ownership.claim(workdir, "reproduce", {"seed": FLAGS.seed, "quick": FLAGS.quick})
+    ownership.claim(workdir, "reproduce", {"seed": config.seed, "quick": config.quick})
 
     def write_figures(claim_figures):
         for name, figure in claim_figures.items():
@@ -43,14 +53,14 @@ def main(argv):
     t0 = time.perf_counter()
     records, seconds = reproduce.run_claims(key, plan, on_figures=write_figures)
     total = time.perf_counter() - t0
-    results = {"seed": FLAGS.seed, "quick": FLAGS.quick, "plan": dataclasses.asdict(plan),
+    results = {"seed": config.seed, "quick": config.quick, "plan": dataclasses.asdict(plan),
                "seconds": seconds, **records}
     rows = report.verdicts(results)
     results["claims"] = rows
     results["total_seconds"] = total
     # report.json last, written atomically: its presence means the run completed.
     io.write_text(os.path.join(workdir, "report.md"),
-                  report.report_markdown(rows, results, total, FLAGS.quick))
+                  report.report_markdown(rows, results, total, config.quick))
     io.write_json(os.path.join(workdir, "report.json"), results)
     for r in rows:
         print(f"{r['verdict']:>15}  {r['claim']}: {r['measured']}")

@@ -1,12 +1,15 @@
 r"""LWLC23's shallow-ViT theory end to end: attention concentration, phase-transition maps, N* against
 token noise and initial-model error, token sparsification, and the exact noiseless population.
 
-    python -m experiments.shallow_vit --workdir=/tmp/shallow            # default: < 5 min on 2 CPU cores
-    python -m experiments.shallow_vit --workdir=/tmp/shallow --quick    # smaller grids, < 1 min
-    python -m experiments.shallow_vit --workdir=DIR --tau=0.3 --seeds=20 --Ns=10,20,40,80
+    python -m posattn.experiments.shallow_vit --workdir=/tmp/shallow     # default: < 5 min on 2 CPU cores
+    python -m posattn.experiments.shallow_vit --config=tpu_configs/shallow_vit.py:quick --workdir=/tmp/shallow
+    python -m posattn.experiments.shallow_vit --workdir=DIR --config.tokens.tau=0.3 --config.Ns=10,20,40,80
 
-Every field of TokenConfig, ModelConfig and SGDConfig has a flag (ModelConfig.attention excepted: both
-networks run). Writes into --workdir: config.json, metrics.jsonl (one record per stage, and the
+`--config=FILE[:ARG]` (default tpu_configs/shallow_vit.py): every field of TokenConfig (tokens.*),
+ModelConfig (model.*, attention excepted: both networks run) and SGDConfig (sgd.*), the grids (n_stars,
+Ns, taus, init_errors), seed, seeds, remove, remove_step and sparsify_noisy_tokens, each overridable as
+`--config.FIELD=VALUE`; `:quick` (or the older `--quick`) has smaller grids, fewer seeds and steps.
+Writes into --workdir: config.json, metrics.jsonl (one record per stage, and the
 attention history), summary.json, summary.md (each claim of the paper, its number, ours, a verdict),
 phase_maps.png, boundary_sweeps.png, attention.png, sparsification.png.
 """
@@ -14,9 +17,9 @@ import dataclasses
 import math
 import os
 import time
-import typing
 
 import jax
+import ml_collections
 import numpy as np
 from absl import flags
 
@@ -27,82 +30,71 @@ from posattn.papers.lwlc23 import published, report
 from posattn.shallow import dynamics, grid, phase_map, population, sparsify
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("workdir", None, "where results are written", required=True)
-flags.DEFINE_boolean("quick", False, "smaller grids, fewer seeds and steps (flags given explicitly win)")
-flags.DEFINE_integer("seed", 0, "seed of every run's key")
-flags.DEFINE_integer("seeds", 20, "runs (trials) per grid cell, and seeds of the attention band")
-flags.DEFINE_list("n_stars", ["6", "7", "8", "9", "10", "12"], "phase maps: label-relevant tokens n_* "
-                  "(alpha_* = n_*/L)")
-flags.DEFINE_list("Ns", ["5", "7", "10", "14", "20", "28", "40", "57", "80", "113", "160", "320", "640"],
-                  "phase maps and sweeps: training samples N")
-flags.DEFINE_list("taus", ["0", "0.5", "1.0", "1.5"], "N* sweep over the token noise tau")
-flags.DEFINE_list("init_errors", ["0", "0.5", "1.0", "2.0"], "N* sweep over sigma = delta")
-flags.DEFINE_integer("remove", 20, "sparsification: remove 0..remove tokens per test sample")
-flags.DEFINE_integer("remove_step", 2, "sparsification: evaluate every remove_step tokens removed")
-flags.DEFINE_integer("sparsify_noisy_tokens", 20, "sparsification: noisy tokens per sample (noise bound "
-                     "--noisy_tau); the other experiments use --noisy_tokens")
-
-QUICK = {"seeds": 4, "n_stars": ["6", "8", "12"], "Ns": ["10", "40", "160"], "taus": ["0", "1.0"],
-         "init_errors": ["0", "0.75"], "steps": 100, "n_test": 200, "remove": 20}
 CONFIGS = {"tokens": TokenConfig, "model": ModelConfig, "sgd": SGDConfig}
 SKIP = {"attention"}  # both networks run
 
 
-def _define_config_flags():
-    for cls in CONFIGS.values():
-        for f in dataclasses.fields(cls):
-            if f.name in SKIP:
-                continue
-            kind = f.type if f.type in (int, float, bool) else (
-                float if float in typing.get_args(f.type) else str)
-            define = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_boolean,
-                      str: flags.DEFINE_string}[kind]
-            optional = type(None) in typing.get_args(f.type)  # None means another field's value
-            define(f.name, None, f"{cls.__name__}.{f.name} (default {f.default}"
-                   + ("; its None cannot be given as a flag: pass the value it stands for)" if optional else ")"))
+def _schema(fields) -> ml_collections.ConfigDict:
+    """Every field of TokenConfig, ModelConfig (attention aside: both networks run) and SGDConfig, the
+    grids and the seeds."""
+    c = ml_collections.ConfigDict({key: cli.dataclass_section(cls()) for key, cls in CONFIGS.items()})
+    del c.model["attention"]
+    c.update({
+        "seed": 0,  # seed of every run's key
+        "seeds": 20,  # runs (trials) per grid cell, and seeds of the attention band
+        "n_stars": (6, 7, 8, 9, 10, 12),  # phase maps: label-relevant tokens n_* (alpha_* = n_*/L)
+        "Ns": (5, 7, 10, 14, 20, 28, 40, 57, 80, 113, 160, 320, 640),  # phase maps and sweeps: samples N
+        "taus": (0.0, 0.5, 1.0, 1.5),  # N* sweep over the token noise tau
+        "init_errors": (0.0, 0.5, 1.0, 2.0),  # N* sweep over sigma = delta
+        "remove": 20,  # sparsification: remove 0..remove tokens per test sample
+        "remove_step": 2,  # sparsification: evaluate every remove_step tokens removed
+        # sparsification: noisy tokens per sample (noise bound tokens.noisy_tau); elsewhere tokens.noisy_tokens
+        "sparsify_noisy_tokens": 20,
+    })
+    return c
 
 
-_define_config_flags()
+def _smoke(c):
+    """Smaller grids, fewer seeds and steps."""
+    c.update({"seeds": 4, "n_stars": (6, 8, 12), "Ns": (10, 40, 160), "taus": (0.0, 1.0), "init_errors": (0.0, 0.75)})
+    c.sgd.steps, c.sgd.n_test = 100, 200
 
 
-def flag(name):
-    return cli.quick_or_flag(name, QUICK)
+SCHEMA = cli.Schema("a shallow_vit config", _schema, _smoke)
+_CONFIG = cli.define_config("tpu_configs/shallow_vit.py", SCHEMA, "The data, model, SGD and grids")
+_WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
 
 
-def configs_from_flags() -> dict:
-    out = {}
-    for key, cls in CONFIGS.items():
-        given = {f.name: flag(f.name) for f in dataclasses.fields(cls) if f.name not in SKIP}
-        out[key] = cls(**{k: v for k, v in given.items() if v is not None})
+def configs_from(config) -> dict:
+    out = {key: cls(**config[key].to_dict()) for key, cls in CONFIGS.items()}
     out["model"].check_widths(out["tokens"])
     return out
 
 
-def _numbers(name, cast, low):
+def _numbers(config, name, cast, low):
     try:
-        values = [cast(v) for v in flag(name)]
-    except ValueError:
+        values = [cast(v) for v in config[name]]
+    except (TypeError, ValueError):
         values = []
     if not values or not all(math.isfinite(v) and v >= low for v in values):
-        raise ConfigError(f"--{name}={','.join(flag(name))}: give a comma-separated list of finite numbers >= {low}")
+        raise ConfigError(f"{name}={config[name]}: give a comma-separated list of finite numbers >= {low}")
     return sorted(values)  # the sweeps and the phase maps' rows run, and are read, in ascending order
 
 
-def grids_from_flags(tokens: TokenConfig) -> dict:
-    g = {"n_stars": _numbers("n_stars", int, 1), "Ns": _numbers("Ns", int, 1),
-         "taus": _numbers("taus", float, 0), "init_errors": _numbers("init_errors", float, 0),
-         "seeds": flag("seeds"), "remove": flag("remove")}
+def grids_from(config, tokens: TokenConfig) -> dict:
+    g = {"n_stars": _numbers(config, "n_stars", int, 1), "Ns": _numbers(config, "Ns", int, 1),
+         "taus": _numbers(config, "taus", float, 0), "init_errors": _numbers(config, "init_errors", float, 0),
+         "seeds": config.seeds, "remove": config.remove}
     for n in g["n_stars"]:  # each row must be a valid data model (majority, Theorem 1's margin)
         TokenConfig(**{**dataclasses.asdict(tokens), "alpha_star": n / tokens.L})
     if g["seeds"] < 1:
-        raise ConfigError(f"--seeds={g['seeds']}: need at least one run per cell")
+        raise ConfigError(f"seeds={g['seeds']}: need at least one run per cell")
     if not 1 <= g["remove"] < tokens.L:
-        raise ConfigError(f"--remove={g['remove']}: remove between 1 and L-1={tokens.L - 1} tokens")
-    if FLAGS.remove_step < 1:
-        raise ConfigError(f"--remove_step={FLAGS.remove_step} must be >= 1")
-    if not 0 <= FLAGS.sparsify_noisy_tokens <= tokens.L:
-        raise ConfigError(f"--sparsify_noisy_tokens={FLAGS.sparsify_noisy_tokens} must lie in [0, L={tokens.L}]")
+        raise ConfigError(f"remove={g['remove']}: remove between 1 and L-1={tokens.L - 1} tokens")
+    if config.remove_step < 1:
+        raise ConfigError(f"remove_step={config.remove_step} must be >= 1")
+    if not 0 <= config.sparsify_noisy_tokens <= tokens.L:
+        raise ConfigError(f"sparsify_noisy_tokens={config.sparsify_noisy_tokens} must lie in [0, L={tokens.L}]")
     return g
 
 
@@ -127,20 +119,22 @@ class Stages:
 
 
 def main(argv):
-    del argv
-    cfg = configs_from_flags()
+    if len(argv) > 1:
+        raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
+    config = _CONFIG.value
+    cfg = configs_from(config)
     tokens, model, sgd = cfg["tokens"], cfg["model"], cfg["sgd"]
-    g = grids_from_flags(tokens)
+    g = grids_from(config, tokens)
     free = dataclasses.replace(model, attention="none")
-    noisy = dataclasses.replace(tokens, noisy_tokens=FLAGS.sparsify_noisy_tokens)
+    noisy = dataclasses.replace(tokens, noisy_tokens=config.sparsify_noisy_tokens)
     clean = dataclasses.replace(tokens, tau=0.0, noisy_tokens=0)
     population.check_config(clean)
-    keys = grid.seed_keys(FLAGS.seed, g["seeds"])
-    workdir = FLAGS.workdir
-    config = {"tokens": dataclasses.asdict(tokens), "model": dataclasses.asdict(model), "sgd": dataclasses.asdict(sgd),
-              "grids": g, "seed": FLAGS.seed, "quick": FLAGS.quick, "sparsify_noisy_tokens": FLAGS.sparsify_noisy_tokens}
-    ownership.claim(workdir, "shallow_vit", config)  # its own, writable and locked, before any work
-    io.write_json(os.path.join(workdir, "config.json"), {**config, "jax_devices": [str(d) for d in jax.devices()]})
+    keys = grid.seed_keys(config.seed, g["seeds"])
+    workdir = _WORKDIR.value
+    record = {"tokens": dataclasses.asdict(tokens), "model": dataclasses.asdict(model), "sgd": dataclasses.asdict(sgd),
+              "grids": g, "seed": config.seed, "sparsify_noisy_tokens": config.sparsify_noisy_tokens}
+    ownership.claim(workdir, "shallow_vit", record)  # its own, writable and locked, before any work
+    io.write_json(os.path.join(workdir, "config.json"), {**record, "jax_devices": [str(d) for d in jax.devices()]})
     print(f"{tokens}\n{model}\n{sgd}\ngrids {g}", flush=True)
     R = g["seeds"]
     n_map = len(g["n_stars"]) * len(g["Ns"])
@@ -163,7 +157,7 @@ def main(argv):
             sweeps["tau"][name], sweeps["sigma = delta"][name] = swept["tau"], swept["init_error"]
         stage(f"grid {name}", {**maps[name], **fits[name], "sweeps": swept})
 
-    ks = list(range(0, g["remove"] + 1, FLAGS.remove_step))
+    ks = list(range(0, g["remove"] + 1, config.remove_step))
     ks = ks if ks[-1] == g["remove"] else [*ks, g["remove"]]
     curves = sparsify.sparsification_runs(keys, np.asarray(ks), tokens=noisy, model=model, sgd=sgd)
     curves = {p: {k: np.asarray(v) for k, v in c.items()} for p, c in curves.items()}
@@ -192,5 +186,10 @@ def main(argv):
     print(f"{seconds:.1f}s; results in {workdir}")
 
 
-if __name__ == "__main__":
+def entry():
+    """`python -m posattn.experiments.shallow_vit` and the console script `posattn-shallow-vit` (pyproject.toml)."""
     cli.run(main)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,13 +1,14 @@
 r"""JSL22's theory regime end to end: GD on Eq. (T), patch association and the three phases.
 
-    python -m experiments.theory --workdir=/tmp/theory                 # `phases` preset, < 1 min on a CPU
-    python -m experiments.theory --config=posattn/theory/presets.py:paper --config.seed=3 --workdir=DIR
-    python -m experiments.theory --config.theory.D=36 --config.theory.q=0.3 \
-        --config.gd.risk=population_mc --workdir=DIR
+    python -m posattn.experiments.theory --workdir=/tmp/theory          # `phases` preset, < 1 min on a CPU
+    posattn-theory --config=tpu_configs/theory.py:paper --config.seed=3 --workdir=DIR
+    posattn-theory --config=tpu_configs/theory.py:quick --workdir=DIR  # the smoke run
+    posattn-theory --config.theory.D=36 --config.theory.q=0.3 --config.gd.risk=population_mc --workdir=DIR
 
-`--config=FILE[:PRESET]` is an ml_collections config file, by default the presets of
-`posattn/theory/presets.py` (`phases`, `small`, `paper`, `fig2`; `phases` when none is given); any
-field can be overridden with `--config.FIELD=VALUE`: seed, seeds (runs seed, seed+1, ... vmapped in one
+`--config=FILE[:PRESET]` is an ml_collections config file, by default tpu_configs/theory.py (found from any
+directory), which names a preset of `posattn/theory/presets.py` (`phases`, `small`, `paper`, `fig2`;
+`phases` when none is given; `quick` shrinks it to a smoke run); any field can be overridden with
+`--config.FIELD=VALUE`: seed, seeds (runs seed, seed+1, ... vmapped in one
 compiled call; figures show the first), overlay_N, theory.* (`TheoryConfig`) and gd.* (`GDConfig`).
 Writes into --workdir: config.json, metrics.jsonl and tensorboard/ (docs/metrics.md), attention.png,
 dynamics.png, test_error.png, summary.json and summary.md; with --config.gd.risk=population_exact also
@@ -19,13 +20,11 @@ cluster (docs/distributed.md, "The theory regime").
 """
 import dataclasses
 import os
-import sys
 import time
 
 import jax
 import numpy as np
 from absl import flags
-from ml_collections import config_flags
 
 from posattn import cli, io, mesh as mesh_lib, ownership
 from posattn.errors import ConfigError
@@ -33,12 +32,7 @@ from posattn.papers.jsl22 import overlay, run_report
 from posattn.plots import theory as figures
 from posattn.theory import data, gd as gd_lib, keys, population, presets
 
-PRESETS_FILE = presets.__file__  # the default config, found from any directory
-# No default here: ml_collections loads a default config file, with the --config.* overrides, while the
-# flag is defined, so a bad override would end in a traceback before `cli.run`; the presets file is
-# put on the command line instead (`__main__`) and parsed with the other flags.
-_CONFIG = config_flags.DEFINE_config_file("config", None, "a theory config file[:PRESET], by default "
-                                          "posattn/theory/presets.py (preset `phases`)")
+_CONFIG = cli.define_config("tpu_configs/theory.py", presets.SCHEMA, "A theory config file[:PRESET]")
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
 _INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()  # one process per host of a cluster
 
@@ -107,9 +101,7 @@ def main(argv):
 
 
 def entry():
-    """`python -m experiments.theory` and the console script `posattn-theory` (see pyproject.toml)."""
-    if not any(arg == "--config" or arg.startswith("--config=") for arg in sys.argv[1:]):
-        sys.argv.insert(1, f"--config={PRESETS_FILE}")
+    """`python -m posattn.experiments.theory` and the console script `posattn-theory` (see pyproject.toml)."""
     cli.run(main)
 
 

@@ -14,12 +14,12 @@ Open MPI itself, and --coordinator_address/--num_processes/--process_id start an
 one-line message, before any heavy work.
 """
 from absl import flags, logging
-from ml_collections import config_flags
 
 from posattn import cli
 from posattn.errors import ConfigError
+from posattn.vision import config as config_lib
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. tpu_configs/digits.py[:ARG].")
+_CONFIG = cli.define_config("tpu_configs/digits.py", config_lib.SCHEMA, "An image config file (tpu_configs/)")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the summary.")
 _INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()
 
@@ -27,8 +27,8 @@ _INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()
 def main(argv):
     if len(argv) > 1:
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
-    if _CONFIG.value is None or _WORKDIR.value is None:
-        raise ConfigError("both --config=tpu_configs/NAME.py[:ARG] and --workdir=DIR are required")
+    if _WORKDIR.value is None:
+        raise ConfigError("--workdir=DIR is required")
     if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax, tfds); --verbosity=0 shows them
         logging.set_verbosity(logging.ERROR)
     import jax  # after flag parsing: a bad flag fails fast, before jax starts

@@ -6,19 +6,27 @@ or claiming the workdir; running out of memory) ends the program with one line o
 status 2, never a traceback; a `RunStopped` (a run that saved its work and stopped early, e.g. on
 SIGTERM) ends with one line and its own exit status, and so do SIGINT (130) and SIGTERM (143, once the
 binary holds its workdir: `posattn.ownership`); anything else is a bug and keeps its traceback. The
-workdir's marker records how the run ended. `load_config` and `int_list` read what binaries take besides
-`--config` flags: config files named in their own flags, and lists of integers.
+workdir's marker records how the run ended.
+
+Every binary takes one ml_collections config file, `--config=FILE[:ARG]` (`define_config`: a default
+file, `--config.FIELD=VALUE` overrides, the smoke run `:quick`), which states only the fields it
+changes and imports only ml_collections; `load_config` merges it onto the binary's `Schema`.
 """
+import dataclasses
+import difflib
 import importlib.util
 import os
 import pathlib
 import signal
 import sys
 import traceback
+import typing
+from collections.abc import Callable
 
 import jax
 import ml_collections
 from absl import app, flags
+from ml_collections import config_flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
 from posattn import mesh, ownership
@@ -61,11 +69,71 @@ def define_distributed_flags():
     return lambda: mesh.initialize_distributed(coordinator.value, num_processes.value, process_id.value)
 
 
-def load_config(path: str, arg: str | None = None):
-    """`get_config(arg)` (`get_config()` when arg is None, as ml_collections calls it) of a config file
-    such as "tpu_configs/digits.py" (`find_config_file`); ConfigError, in one line naming the file, for
-    a file that is missing, does not compile, raises while it loads or in get_config, defines no
-    get_config, or whose get_config returns no ml_collections.ConfigDict."""
+SMOKE_TOKENS = ("quick", "local")  # the smoke run's token of every binary (`local`: its older spelling)
+
+
+@dataclasses.dataclass(frozen=True)
+class Schema:
+    """The fields a binary's config files build on.
+
+    A config file imports only ml_collections and the standard library (big_vision's rule: reading a config
+    never imports JAX, the models or the datasets, so any script can load one), and its `get_config(arg)`
+    returns only the fields it changes. The library owns the rest: `base(fields)` gives every field with
+    its default and type (it may read the file's own fields, e.g. the theory preset it names),
+    `load_config` merges the file's fields onto it, refusing a field the schema lacks, and the values are
+    validated where the library builds its dataclasses or resolves the run. `smoke(config)` shrinks a
+    config in place to the binary's smoke run, asked for by the token `quick` (`--config=FILE:quick`),
+    which never reaches the file; a file may add a `smoke` section of fields set after it.
+    """
+
+    name: str  # what the config is, for messages ("an image config (...)")
+    base: Callable[[ml_collections.ConfigDict], ml_collections.ConfigDict]
+    smoke: Callable[[ml_collections.ConfigDict], object] | None = None
+
+
+def load_config(path: str, arg: str | None, schema: Schema) -> ml_collections.ConfigDict:
+    """The config of a config file such as "tpu_configs/digits.py" (`find_config_file`) with its argument
+    (FILE:ARG; None without a colon), merged onto `schema`: `get_config(arg)` without the smoke token
+    (`get_config()` when no other token is left, as ml_collections calls it), the fields it returns merged
+    onto `schema.base`, then `schema.smoke` and the file's `smoke` section if `quick` was given.
+    ConfigError, in one line naming the file, for a file that is missing, does not compile, raises while
+    it loads or in get_config, defines no get_config, returns no ml_collections.ConfigDict, or sets a
+    field the schema lacks or a value of the wrong type."""
+    tokens = [t.strip() for t in (arg or "").split(",") if t.strip()]
+    quick = any(t in SMOKE_TOKENS for t in tokens)
+    fields = _config_file_fields(path, ",".join(t for t in tokens if t not in SMOKE_TOKENS) or None)
+    smoke = fields.get("smoke")  # (no schema has a field of that name)
+    if smoke is not None:
+        del fields["smoke"]
+    config = schema.base(fields)
+    _merge(config, fields, f"config file {path}", schema.name)
+    if quick:
+        if schema.smoke is None:
+            raise ConfigError(f"--config={path}:{arg}: this binary has no `quick` smoke run")
+        schema.smoke(config)
+        _merge(config, smoke or {}, f"config file {path} (its smoke section)", schema.name)
+    return config
+
+
+def _merge(config: ml_collections.ConfigDict, fields, where: str, schema: str, prefix: str = "") -> None:
+    """Set `fields` (nested) in `config`, in place; ConfigError for a field `config` lacks or a value of
+    another type than its field's."""
+    for key, value in fields.items():
+        if key not in config:
+            close = difflib.get_close_matches(key, list(config.keys()), 1)
+            hint = f"; did you mean {prefix}{close[0]}?" if close else f" (its fields: {', '.join(config.keys())})"
+            raise ConfigError(f"{where}: {prefix}{key} is not a field of {schema}{hint}")
+        if isinstance(config[key], ml_collections.ConfigDict) and isinstance(value, (dict, ml_collections.ConfigDict)):
+            _merge(config[key], value, where, schema, f"{prefix}{key}.")
+            continue
+        try:
+            config[key] = value
+        except TypeError as e:
+            raise ConfigError(f"{where}: {prefix}{key}={value!r}: {' '.join(str(e).split())}") from e
+
+
+def _config_file_fields(path: str, arg: str | None) -> ml_collections.ConfigDict:
+    """`get_config(arg)` (`get_config()` when arg is None) of a config file, checked (`load_config`)."""
     file = pathlib.Path(find_config_file(path))
     if not file.is_file():
         raise ConfigError(f"config file {path} not found: use one of tpu_configs/*.py")
@@ -84,6 +152,45 @@ def load_config(path: str, arg: str | None = None):
     return config
 
 
+def dataclass_section(instance) -> ml_collections.ConfigDict:
+    """A dataclass's fields as a section of a schema; a field left None keeps its type (a placeholder), so
+    that `--config.SECTION.FIELD=VALUE` still type-checks."""
+    fields = {}
+    for field in dataclasses.fields(instance):
+        value = getattr(instance, field.name)
+        if value is None:
+            value = ml_collections.config_dict.placeholder(
+                next(t for t in typing.get_args(field.type) if t is not type(None)))
+        fields[field.name] = value
+    return ml_collections.ConfigDict(fields)
+
+
+class _SchemaFileParser(ConfigFileFlagParser):
+    """ml_collections' config-file flag parser, loading FILE[:ARG] with `load_config` onto a schema."""
+
+    def __init__(self, name: str, schema: Schema, default: str):
+        super().__init__(name)
+        self.schema, self.default = schema, default
+
+    def parse(self, path):
+        file, colon, arg = path.partition(":")
+        config = load_config(file, arg if colon else None, self.schema)
+        config.lock()
+        return config
+
+
+def define_config(default: str, schema: Schema, help_text: str):
+    """Define the binary's `--config=FILE[:ARG]` flag (ml_collections' config file, `--config.FIELD=VALUE`
+    overrides) with `default` (a path `find_config_file` finds from any directory) when none is given, its
+    files merged onto `schema` (`load_config`); returns its FlagHolder. Only `run` reads the default, so a
+    bad override of it still ends in one line."""
+    holder = config_flags.DEFINE_config_file(
+        "config", None, f"{help_text}: FILE[:ARG] (default {default}; ARG `quick`: the smoke run), its fields "
+        "overridden by --config.FIELD=VALUE")
+    flags.FLAGS["config"].parser = _SchemaFileParser("config", schema, default)
+    return holder
+
+
 def _config_file_step(file: pathlib.Path, path: str, what: str, step):
     """`step()`, with whatever the config file's own code raises (a ConfigError aside) as a ConfigError
     naming the file, its line and `what` was running."""
@@ -98,23 +205,6 @@ def _config_file_step(file: pathlib.Path, path: str, what: str, step):
         where = f", line {lines[-1]}" if lines else ""
         first = (str(e).strip().splitlines() or [""])[0]
         raise ConfigError(f"config file {path}{where}: {what} raised {type(e).__name__}: {first}") from e
-
-
-def int_list(text: str, what: str) -> list[int]:
-    """"2,4,8" -> [2, 4, 8]; ConfigError for anything that is not a list of positive integers."""
-    items = [t.strip() for t in str(text).split(",") if t.strip()]
-    if not items or not all(t.isdigit() and int(t) > 0 for t in items):
-        raise ConfigError(f"--{what}={text!r} must be a comma-separated list of positive integers")
-    return [int(t) for t in items]
-
-
-def quick_or_flag(name: str, quick: dict):
-    """Flag `name`'s value; under --quick, `quick[name]` unless the flag was given on the command line
-    (a binary's `--quick` shrinks its defaults, never an explicit setting)."""
-    FLAGS = flags.FLAGS
-    if FLAGS.quick and name in quick and not FLAGS[name].present:
-        return quick[name]
-    return FLAGS[name].value
 
 
 def fail(message: str, status: int = 2, prefix: str = "error") -> None:
@@ -162,22 +252,24 @@ def _resolve_config_files(argv) -> list[str]:
     argv = list(argv)
     for name in list(flags.FLAGS):
         flag = flags.FLAGS[name]
-        if not isinstance(flag.parser, ConfigFileFlagParser):
+        if not isinstance(flag.parser, _SchemaFileParser):
             continue
-        value = _flag_value(argv, name) or getattr(flag, "default_unparsed", None)
-        path, colon, arg = (value or "").partition(":")
-        if value is None:
-            continue
+        value = _flag_value(argv, name) or flag.parser.default
+        old = [a for a in argv[1:] if a.lstrip("-") in SMOKE_TOKENS and a.lstrip("-") not in flags.FLAGS]
+        if old:  # the smoke switch's older spelling (--quick, --local): the config's `quick` token
+            argv = [a for a in argv if a not in old]
+            value += "," if ":" in value else ":"
+            value += "quick"
+        path, colon, arg = value.partition(":")
         found = find_config_file(path)
         if not os.path.isfile(found):
             where = "" if os.path.isabs(path) else f" (relative to the current directory {os.getcwd()})"
             fail(f"--{name}={value}: config file {path!r} not found{where}")
         try:  # here, in one line, rather than as ml_collections' traceback while the flags parse
-            load_config(found, arg if colon else None)
+            load_config(found, arg if colon else None, flag.parser.schema)
         except ConfigError as e:
             fail(e)
-        if found != path:
-            _replace_flag_value(argv, name, f"{found}{colon}{arg}")
+        _replace_flag_value(argv, name, f"{found}{colon}{arg}")  # also the default, if it was not given
     return argv
 
 
@@ -250,6 +342,15 @@ def run(main) -> None:
     one line and 130 (once a workdir is claimed, `posattn.ownership` ends SIGINT and SIGTERM itself);
     the claimed workdir's marker records how the run ended. JAX's persistent compilation cache is on
     (`enable_compilation_cache`, `--compilation_cache`)."""
+
+    # --help lists the flags the binary defines and those defined for it here (--config, the distributed
+    # flags), also when it runs as a console script, whose main module is not the binary's
+    main_module = sys.argv[0] if main.__module__ == "__main__" else main.__module__
+    for module in {main_module, __name__}:
+        for flag in flags.FLAGS.get_key_flags_for_module(module) + flags.FLAGS.get_flags_for_module(module):
+            flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+    if "config" in flags.FLAGS:
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS["config"])
 
     def guarded(argv):
         enable_compilation_cache(flags.FLAGS.compilation_cache)

@@ -12,6 +12,7 @@ import pytest
 
 from posattn import cli, ownership
 from posattn.errors import ConfigError
+from posattn.vision import config as config_lib
 from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -53,9 +54,10 @@ def test_binaries_refuse_an_unwritable_workdir_before_any_work(binary, tmp_path)
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--preset=fig2"], "dataset='gaussian_cnn' has no exact population risk"),
-    (["--q="], "--q=: give probabilities"),
-    (["--q=0.4,2"], "q=2.0 is a probability"),
+    (["--config.preset=fig2"], "dataset='gaussian_cnn' has no exact population risk"),
+    (["--config.q="], "q=('',): give probabilities"),
+    (["--config.q=0.4,2"], "q=2.0 is a probability"),
+    (["--q=0.4"], "Unknown command line flag 'q'"),
 ])
 def test_phase_three_refuses_problems_it_cannot_run_before_any_work(args, words, tmp_path):
     out = subprocess.run([sys.executable, "-m", "experiments.phase_three", f"--workdir={tmp_path}/run", *args],
@@ -104,7 +106,7 @@ def test_a_broken_config_file_is_one_configerror_naming_it(name, tmp_path):
     text, words = BROKEN[name]
     (tmp_path / "c.py").write_text(text)
     with pytest.raises(ConfigError) as e:
-        cli.load_config(str(tmp_path / "c.py"))
+        cli.load_config(str(tmp_path / "c.py"), None, config_lib.SCHEMA)
     assert str(e.value).startswith(f"config file {tmp_path / 'c.py'}") and words in str(e.value), str(e.value)
 
 

@@ -11,7 +11,7 @@ from posattn import cli
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("path", ["tpu_configs/digits.py", "posattn/theory/presets.py"])
+@pytest.mark.parametrize("path", ["tpu_configs/digits.py", "tpu_configs/theory.py"])
 def test_config_files_are_found_from_another_directory(tmp_path, monkeypatch, path):
     monkeypatch.chdir(tmp_path)
     found = cli.find_config_file(path)
@@ -21,7 +21,7 @@ def test_config_files_are_found_from_another_directory(tmp_path, monkeypatch, pa
 
 def test_a_binary_reads_its_config_from_another_directory(tmp_path):
     # steps=0 is refused by GDConfig: the preset file was found and its override applied, from /tmp.
-    out = subprocess.run([sys.executable, "-m", "experiments.theory", "--config=posattn/theory/presets.py:paper",
+    out = subprocess.run([sys.executable, "-m", "experiments.theory", "--config=tpu_configs/theory.py:paper",
                           "--config.gd.steps=0", f"--workdir={tmp_path}"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2 and out.stderr.strip() == "error: steps=0 must be positive", out.stderr

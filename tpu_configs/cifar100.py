@@ -11,8 +11,13 @@ size and training-set size; only the dataset and its 100 classes differ).
 
 Paper (JSL22 Figure 7, median of 10 seeds): vanilla 68.00%, positional 67.95% test accuracy.
 """
-from posattn.vision import config as cfg_lib
+import os
+import runpy
+import types
+
+# the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
+common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
 
 
 def get_config(arg=None):
-    return cfg_lib.recipe_config("cifar100", arg, num_train=50_000)
+    return common.recipe_config("cifar100", arg, num_train=50_000)

@@ -19,27 +19,26 @@ flip (digits are not mirror-symmetric), label smoothing 0.1. The `resnet18` (or 
 the recipe but trains for 200 steps (about 18 epochs), enough for a CNN on 8 x 8 digits; with
 `--config.model.name=resnet18` instead, the CNN trains for the ViT's 1500 steps.
 """
-from posattn.vision import config as cfg_lib
+import os
+import runpy
+import types
+
+import ml_collections
+
+# the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
+common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
 
 
 def get_config(arg=None):
-    args = cfg_lib.parse_arg(arg, allowed=("attention", "model", "local"))
-    c = cfg_lib.base_config()
-    c.dataset = "digits"
-    c.model.variant = "XS/2"
-    c.global_batch_size = 128
-    c.eval_batch_size = 128
-    c.total_steps = 1500
-    c.optimizer.lr = 1e-3
-    c.optimizer.weight_decay = 0.05
-    c.optimizer.warmup_steps = 100
-    c.augment.crop_padding = 1
-    c.augment.flip = False
-    c.label_smoothing = 0.1
-    c.log_every = 100
-    c.eval_every = 500
-    c.checkpoint_every = 500
+    args = common.parse_arg(arg)
+    c = ml_collections.ConfigDict({
+        "dataset": "digits", "model": {"variant": "XS/2", **common.model_fields(args)},
+        "global_batch_size": 128, "eval_batch_size": 128, "total_steps": 1500,
+        "optimizer": {"lr": 1e-3, "weight_decay": 0.05, "warmup_steps": 100},
+        "augment": {"crop_padding": 1, "flip": False}, "label_smoothing": 0.1,
+        "log_every": 100, "eval_every": 500, "checkpoint_every": 500,
+    })
     if args.get("model", "vit") != "vit":
         c.total_steps, c.optimizer.warmup_steps = 200, 20
         c.log_every, c.eval_every, c.checkpoint_every = 20, 100, 100
-    return cfg_lib.apply_common_args(c, args)
+    return c

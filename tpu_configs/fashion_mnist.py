@@ -41,7 +41,14 @@ The argument G (an integer: 7, 14, or 28 = unpermuted) permutes g x g pixel bloc
 gives the ViT patch 7 (a 4 x 4 grid), so that every block is whole patches and the ViT sees a fixed
 permutation of its tokens; `local` shrinks any of them to a smoke run of a few steps.
 """
-from posattn.vision import config as cfg_lib
+import os
+import runpy
+import types
+
+import ml_collections
+
+# the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
+common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
 
 NUM_TRAIN = 60_000
 # model -> epochs of the CPU settings (at batch 128), each under 10 minutes on 2 cores (see above);
@@ -51,27 +58,24 @@ CPU_WIDTH = 8  # channels of the CNNs' first stage on CPU (the published 64 unde
 
 
 def get_config(arg=None):
-    args = cfg_lib.parse_arg(arg, allowed=("attention", "model", "block", "local", "accel"))
+    args = common.parse_arg(arg, allowed=("attention", "model", "block", "accel"))
     model = args.get("model", "vit")
     if args.get("accel"):
-        c = cfg_lib.small_image_recipe("fashion_mnist", NUM_TRAIN, epochs=100)
+        c = common.small_image_recipe("fashion_mnist", NUM_TRAIN, epochs=100)
         c.augment.crop_padding = 2
     else:
-        c = cfg_lib.base_config()
-        c.dataset = "fashion_mnist"
-        c.model.variant = "XS/4"
-        c.model.width = CPU_WIDTH if model in ("resnet18", "vgg16") else 0  # (a ViT's: its variant's)
         epochs, batch = CPU_EPOCHS.get(model, CPU_EPOCHS["resnet18"]), 128
-        c.global_batch_size, c.eval_batch_size = batch, 1000
-        c.total_steps = epochs * NUM_TRAIN // batch
-        c.optimizer.warmup_steps = NUM_TRAIN // batch // 2
-        c.augment.crop_padding = 2
-        c.augment.flip = True
-        c.label_smoothing = 0.1
-        c.log_every = 100
-        c.eval_every = 0  # once, at the end
-        c.checkpoint_every = 500
+        c = ml_collections.ConfigDict({
+            "dataset": "fashion_mnist",
+            # (a ViT's width: its variant's)
+            "model": {"variant": "XS/4", "width": CPU_WIDTH if model in ("resnet18", "vgg16") else 0},
+            "global_batch_size": batch, "eval_batch_size": 1000, "total_steps": epochs * NUM_TRAIN // batch,
+            "optimizer": {"warmup_steps": NUM_TRAIN // batch // 2},
+            "augment": {"crop_padding": 2, "flip": True}, "label_smoothing": 0.1,
+            "log_every": 100, "eval_every": 0, "checkpoint_every": 500,  # one evaluation, at the end
+        })
     if "block" in args:  # JSL22 Figure 5: g x g blocks, whole patches of the ViT
         c.permute_block, c.permute_seed = args["block"], 0
         c.model.patch_size = 7
-    return cfg_lib.apply_common_args(c, args)
+    c.model.update(common.model_fields(args))
+    return c

@@ -3,13 +3,12 @@ r"""The four models PK22's measurements compare, trained on the offline digits (
   python -m experiments.train_images --config=tpu_configs/how_vits_work.py:vit_positional --workdir=DIR
   python -m experiments.how_vits_work --workdir=DIR          # trains all four, then measures them
 
-Argument: one model token, optionally `,quick`:
+Argument: one model token:
   resnet          pre-activation ResNet, stages of two blocks, widths 16-32-64-128 (AlterNet "XS/0000")
   alternet        the same ResNet with its last three stages ending in a vanilla MSA block (PK22 Fig. 8)
   alternet_positional  the same AlterNet with positional attention (JSL22 Definition 3.2)
   vit_vanilla     ViT XS/2 (width 64, depth 4, 4 heads) on the 8 x 8 grid of 2 x 2 patches, vanilla
   vit_positional  the same ViT with positional attention
-`quick` trains 20 steps instead of 300 (a smoke run of the whole pipeline).
 
 Hardware: one CPU. Images are the 8 x 8 digits resized to 16 x 16, the smallest size at which every
 frequency band of PK22's noise test (0.1 pi .. 0.9 pi, half-width 0.2) holds a pixel frequency. Recipe
@@ -22,10 +21,8 @@ takes 46-90 s a model on 2 quiet cores, two models at a time (ResNet 90 s, Alter
 ResNet-18 is too slow for this budget on 2 cores (~1 s a step); a ResNet-18 run can still be
 measured with `--runs`.
 """
-import importlib.util
 import os
-
-from posattn.errors import ConfigError
+import runpy
 
 MODELS = {
     "resnet": dict(name="alternet", variant="XS/0000", attention="vanilla"),
@@ -36,29 +33,19 @@ MODELS = {
 }
 
 
-def _digits_config():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "digits.py")
-    spec = importlib.util.spec_from_file_location("digits_config", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
-
-
 def get_config(arg=None):
-    tokens = [t.strip() for t in (arg or "vit_positional").split(",") if t.strip()]
-    quick = "quick" in tokens
-    models = [t for t in tokens if t != "quick"]
-    if len(models) != 1 or models[0] not in MODELS:
-        raise ConfigError(f"config argument {arg!r}: give one model token among {', '.join(MODELS)}, "
-                          "optionally followed by ',quick'")
-    c = _digits_config()
+    model = (arg or "vit_positional").strip()
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}: give one model token among {', '.join(MODELS)}")
+    # the digits config's fields, by path (a config file imports no posattn: tpu_configs/common.py)
+    c = runpy.run_path(os.path.join(os.path.dirname(__file__), "digits.py"))["get_config"]()
     c.image_size = 16
-    c.model.update(MODELS[models[0]])
+    c.model.update(MODELS[model])
     c.global_batch_size = 64
     c.augment.crop_padding = 2
-    c.total_steps = 20 if quick else 300
-    c.optimizer.warmup_steps = 5 if quick else 30
-    c.log_every = 10 if quick else 50
+    c.total_steps = 300
+    c.optimizer.warmup_steps = 30
+    c.log_every = 50
     c.eval_every = 0
     c.checkpoint_every = 0
     c.keep_checkpoints = 1

@@ -26,15 +26,20 @@ Paper (JSL22 Figure 5, test accuracy %, g = 2 / 4 / 8 / 16 / 32):
   ResNet 57.3 / 66.2 / 73.2 / 78.4 / 79.9;  VGG 46.7 / 57.0 / 66.6 / 72.9 / 76.2;
   ViT 63.6 / 63.6 / 63.7 / 63.6 / 63.5.
 """
-from posattn.vision import config as cfg_lib
+import os
+import runpy
+import types
+
+# the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
+common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
 
 
 def get_config(arg=None):
-    args = cfg_lib.parse_arg(arg, allowed=("attention", "model", "block", "local"))
-    c = cfg_lib.small_image_recipe("cifar100", num_train=50_000)
+    args = common.parse_arg(arg, allowed=("attention", "model", "block"))
+    c = common.small_image_recipe("cifar100", num_train=50_000)
     c.permute_block = args.get("block", 2)
     c.permute_seed = 0
-    c.model.name = args.get("model", "vit")
+    c.model.update(common.model_fields({"model": "vit", **args}))
     c.model.patch_size = 2
     c.optimizer.lr = 1e-3 if c.model.name == "vit" else 2e-3
-    return cfg_lib.apply_common_args(c, args)
+    return c

@@ -22,28 +22,24 @@ default run every cell's training accuracy over steps 101-200 is >= 0.999, and i
 would no longer be one digit) and digits are not mirror-symmetric. The paper starts from a pre-trained
 ViT; this trains from scratch.
 """
-from posattn.vision import config as cfg_lib
+import os
+import runpy
+import types
+
+import ml_collections
+
+# the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
+common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
 
 
 def get_config(arg=None):
-    args = cfg_lib.parse_arg(arg, allowed=("attention", "local"))
-    c = cfg_lib.base_config()
-    c.dataset = "digit_grid/7"
-    c.model.variant = "XS/8"
-    c.global_batch_size = 128
-    c.eval_batch_size = 500
-    c.total_steps = 300
-    c.optimizer.lr = 1e-3
-    c.optimizer.weight_decay = 0.05
-    c.optimizer.warmup_steps = 50
-    c.augment.crop_padding = 0
-    c.augment.flip = False
-    c.label_smoothing = 0.1
-    c.log_every = 100
-    c.eval_every = 0
-    c.checkpoint_every = 0
-    c.keep_checkpoints = 1
-    cfg_lib.apply_common_args(c, args)
-    if args["local"]:  # keep one token per slot: the grid at its native size, 8 x 8 patches
-        c.image_size, c.model.variant, c.eval_batch_size = 0, "test/8", 500
-    return c
+    return ml_collections.ConfigDict({
+        "dataset": "digit_grid/7",
+        "model": {"variant": "XS/8", **common.model_fields(common.parse_arg(arg, allowed=("attention",)))},
+        "global_batch_size": 128, "eval_batch_size": 500, "total_steps": 300,
+        "optimizer": {"lr": 1e-3, "weight_decay": 0.05, "warmup_steps": 50},
+        "augment": {"crop_padding": 0, "flip": False}, "label_smoothing": 0.1,
+        "log_every": 100, "eval_every": 0, "checkpoint_every": 0, "keep_checkpoints": 1,
+        # `:quick` keeps one token per slot: the grid at its native size, 8 x 8 patches
+        "smoke": {"image_size": 0, "model": {"variant": "test/8"}, "eval_batch_size": 500},
+    })

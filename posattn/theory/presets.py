@@ -23,10 +23,10 @@ Decisions beyond the paper (docs/decisions.md, Optimisation), each made so that 
 """
 import dataclasses
 import math
-import typing
 
 from ml_collections import config_dict
 
+from posattn import cli
 from posattn.errors import ConfigError
 from posattn.theory.config import GDConfig, TheoryConfig
 
@@ -64,41 +64,38 @@ def get_preset(name: str) -> tuple[TheoryConfig, GDConfig]:
     return PRESETS[name]
 
 
-def _section(config) -> config_dict.ConfigDict:
-    """A dataclass's fields as a ConfigDict; a field left None keeps its type (a placeholder), so that
-    `--config.theory.noise_std=0.1` still type-checks."""
-    fields = {}
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
-        if value is None:
-            kind = next(t for t in typing.get_args(field.type) if t is not type(None))
-            value = config_dict.placeholder(kind)
-        fields[field.name] = value
-    return config_dict.ConfigDict(fields)
+def preset_config(name: str = DEFAULT) -> config_dict.ConfigDict:
+    """The theory binary's config of a preset: the schema its config files (`tpu_configs/theory.py`) build on.
 
-
-def get_config(arg: str | None = None) -> config_dict.ConfigDict:
-    """This file as an ml_collections config file: `--config=posattn/theory/presets.py[:PRESET]`.
-
-    Without a preset, `DEFAULT`. Fields: preset, seed (the run's), seeds (seed, seed + 1, ... vmapped), overlay_N (with
+    Fields: preset, seed (the run's), seeds (seed, seed + 1, ... vmapped), overlay_N (with
     risk="population_exact": the N of the (E) runs beside it), theory.* (`TheoryConfig`) and gd.*
     (`GDConfig`), each overridable as `--config.FIELD=VALUE`, e.g. `--config.theory.D=36`.
     """
-    name = arg or DEFAULT
     theory, gd = get_preset(name)
     return config_dict.ConfigDict({
         "preset": name, "seed": 0, "seeds": 1, "overlay_N": DEFAULT_NS,
-        "theory": _section(theory), "gd": _section(gd),
+        "theory": cli.dataclass_section(theory), "gd": cli.dataclass_section(gd),
     })
 
 
+def smoke(config: config_dict.ConfigDict) -> None:
+    """The `quick` smoke run of a preset, in place: N = 2,000 samples and at most 200 steps."""
+    config.gd.N = min(config.gd.N, 2000)
+    config.gd.steps = min(config.gd.steps, 200)
+
+
+# A theory config file names its preset (`preset`) and the fields it changes; the preset gives the rest.
+SCHEMA = cli.Schema("a theory config (posattn.theory.presets.preset_config)",
+                    lambda fields: preset_config(fields.get("preset") or DEFAULT), smoke)
+
+
 def configs_from(config: config_dict.ConfigDict) -> tuple[TheoryConfig, GDConfig]:
-    """The (TheoryConfig, GDConfig) of a config of `get_config`, validated on construction; ConfigError
+    """The (TheoryConfig, GDConfig) of a config of `preset_config`, validated on construction; ConfigError
     for a config of another shape (e.g. an image config file given to the theory binary)."""
     missing = [k for k in ("preset", "seed", "seeds", "overlay_N", "theory", "gd") if k not in config]
     if missing:
         raise ConfigError(f"the config has no {', '.join(missing)}: a theory config comes from "
-                          f"posattn/theory/presets.py[:PRESET] (fields preset, seed, seeds, overlay_N, theory.*, "
+                          f"tpu_configs/theory.py[:PRESET] (fields preset, seed, seeds, overlay_N, theory.*, "
                           f"gd.*), not from a file with fields {', '.join(sorted(config.keys()))}")
     sections = {}
     for name, cls in (("theory", TheoryConfig), ("gd", GDConfig)):
@@ -112,7 +109,7 @@ def configs_from(config: config_dict.ConfigDict) -> tuple[TheoryConfig, GDConfig
 
 
 def overlay_sizes(config: config_dict.ConfigDict) -> list[int]:
-    """overlay_N of a config of `get_config` as positive integers, or a ConfigError."""
+    """overlay_N of a config of `preset_config` as positive integers, or a ConfigError."""
     sizes = list(config.overlay_N)
     if any(not isinstance(n, int) or n < 1 for n in sizes):
         raise ConfigError(f"overlay_N={config.overlay_N}: give positive integers, e.g. "

@@ -1,20 +1,18 @@
-"""The configuration schema of the image regime, shared by every file in `tpu_configs/`.
+"""The configuration schema of the image regime: every field, its default and its type.
 
-A config file builds on `base_config()` and reads its argument with `parse_arg`: the argument is a
-comma-separated list of tokens, e.g. `--config=tpu_configs/permuted_cifar100.py:resnet18,8,local`.
-Tokens: an attention kind (`vanilla`, `positional`), a model name (`vit`, `resnet18`, `vgg16`), an
-integer (the pixel-block size g of the permuted datasets) and `local`, which shrinks the run to a CPU
-smoke test (`shrink_to_local`). Every field can still be overridden on the command line
-(`--config.model.attention=vanilla`).
+A file in `tpu_configs/` states only the fields it changes, in plain ml_collections (it imports no
+posattn, so reading a config never imports JAX or the models; tpu_configs/common.py); `SCHEMA` is what
+the binaries merge it onto (`posattn.cli.load_config`: a field the schema lacks is refused), and its
+smoke run, the `quick` token (`--config=tpu_configs/digits.py:quick`), is `shrink_to_local`. Every field
+can still be overridden on the command line (`--config.model.attention=vanilla`).
 
 How a workdir's recorded config may change when the run resumes is `posattn.vision.resume`'s concern.
 """
 import ml_collections
 
+from posattn import cli
 from posattn.errors import ConfigError
 from posattn.vision.data import datasets
-from posattn.vision.models import MODELS, alternet
-from posattn.vision.models.attention import ATTENTIONS
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -94,88 +92,6 @@ def check_schema(config) -> None:
                           "(e.g. tpu_configs/digits.py)")
 
 
-def small_image_recipe(dataset: str, num_train: int, *, epochs: int = 200, batch: int = 512,
-                       eval_batch: int = 1000) -> ml_collections.ConfigDict:
-    """The recipe for the 32 x 32 datasets (JSL22 Figures 5 and 7): ViT-Ti/4-like, AdamW
-    (lr 1e-3, weight decay 0.05), 5 epochs of warm-up then cosine decay, label smoothing 0.1, bf16
-    compute, crop (pad 4) + flip + RandAugment(2, 9); configs change only what differs."""
-    c = base_config()
-    c.dataset = dataset
-    c.model.variant = "Ti/4"
-    c.global_batch_size = batch
-    c.eval_batch_size = eval_batch
-    c.total_steps = epochs * num_train // batch
-    c.optimizer.lr = 1e-3
-    c.optimizer.weight_decay = 0.05
-    c.optimizer.warmup_steps = 5 * num_train // batch
-    c.augment.crop_padding = 4
-    c.augment.flip = True
-    c.augment.randaugment_layers = 2
-    c.augment.randaugment_magnitude = 9
-    c.label_smoothing = 0.1
-    c.compute_dtype = "bfloat16"
-    c.log_every = 100
-    c.eval_every = 10 * num_train // batch
-    c.checkpoint_every = 1000
-    return c
-
-
-def recipe_config(dataset: str, arg: str | None, **recipe) -> ml_collections.ConfigDict:
-    """A config file's `get_config(arg)` for a dataset trained with `small_image_recipe(dataset,
-    **recipe)` unchanged; arg takes the attention, model and local tokens."""
-    args = parse_arg(arg, allowed=("attention", "model", "local"))
-    return apply_common_args(small_image_recipe(dataset, **recipe), args)
-
-
-# Tokens that name a model (and, for the ViT, its attention) in one word.
-ALIASES = {"vit_positional": {"model": "vit", "attention": "positional"},
-           "vit_vanilla": {"model": "vit", "attention": "vanilla"},
-           "resnet": {"model": "resnet18"}, "vgg": {"model": "vgg16"}}
-
-
-def parse_arg(arg: str | None, *, allowed=("attention", "model", "block", "local")) -> dict:
-    """Split a config argument such as "vanilla,local" into {"attention": "vanilla", "local": True}.
-
-    Tokens: an attention kind, a model name or an alias of `ALIASES` (vit_positional, vit_vanilla, resnet,
-    vgg), an integer (block), `local` (a CPU smoke run) and `accel` (a config's accelerator-sized run).
-    """
-    out = {"local": False}
-    for token in [t.strip() for t in (arg or "").split(",") if t.strip()]:
-        if token in ALIASES and all(kind in allowed for kind in ALIASES[token]):
-            out.update(ALIASES[token])
-            continue
-        if token in ("local", "accel"):
-            kind, value = token, True
-        elif token in ATTENTIONS:
-            kind, value = "attention", token
-        elif token in MODELS:
-            kind, value = "model", token
-        elif token.isdigit():
-            kind, value = "block", int(token)
-        else:
-            kind = None
-        if kind not in allowed:
-            raise ConfigError(
-                f"unknown config argument {token!r}: expected a comma-separated list of "
-                f"{', '.join(allowed)} tokens (e.g. 'vanilla,local')"
-            )
-        out[kind] = value
-    return out
-
-
-def apply_common_args(c: ml_collections.ConfigDict, args: dict) -> ml_collections.ConfigDict:
-    """Apply the attention and model tokens of a parsed argument; `local` last, via `shrink_to_local`."""
-    if "attention" in args:
-        c.model.attention = args["attention"]
-    if "model" in args:
-        c.model.name = args["model"]
-        if args["model"] == "alternet":  # the ViT variant of the base config names no AlterNet
-            c.model.variant = alternet.DEFAULT_VARIANT
-    if args.get("local"):
-        shrink_to_local(c)
-    return c
-
-
 def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """A CPU smoke run of the same recipe: a tiny model, a few steps, small batches (divisible by 8),
     images of 16 x 16 pixels (the digits keep their 8 x 8), cut into as many permuted blocks per side."""
@@ -196,3 +112,7 @@ def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.checkpoint_every = 2
     c.keep_checkpoints = 2
     return c
+
+
+SCHEMA = cli.Schema("an image config (posattn.vision.config.base_config)", lambda fields: base_config(),
+                    shrink_to_local)

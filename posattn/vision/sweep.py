@@ -43,14 +43,14 @@ def permuted_cell_config(dataset: str, config_file: str, model: str, g: int, see
     and checkpointed only at the end; otherwise the config file's `MODEL,G` argument. steps > 0 and
     batch > 0 replace the config's (the warm-up shrunk to at most a tenth of the steps).
     """
-    tail = ",local" if local else ""
+    tail = ",quick" if local else ""
     if dataset == "digits":
-        c = cli.load_config(config_file, model + tail)
+        c = cli.load_config(config_file, model + tail, config_lib.SCHEMA)
         c.augment.crop_padding = 0
         c.permute_block, c.permute_seed = g, 0
         c.eval_every, c.checkpoint_every = 0, 0
     else:
-        c = cli.load_config(config_file, f"{model},{g}{tail}")
+        c = cli.load_config(config_file, f"{model},{g}{tail}", config_lib.SCHEMA)
         if data_dir:
             c.data_dir = data_dir
     c.seed = seed

@@ -9,8 +9,9 @@ import pytest
 from tests import envs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TINY = ["--seeds=2", "--n_stars=6,8,10", "--Ns=5,20", "--taus=1,0", "--init_errors=0,1", "--steps=20",
-        "--eval_every=10", "--n_test=50", "--N=40", "--remove=3", "--sparsify_noisy_tokens=3"]
+TINY = ["--config.seeds=2", "--config.n_stars=6,8,10", "--config.Ns=5,20", "--config.taus=1,0",
+        "--config.init_errors=0,1", "--config.sgd.steps=20", "--config.sgd.eval_every=10", "--config.sgd.n_test=50",
+        "--config.sgd.N=40", "--config.remove=3", "--config.sparsify_noisy_tokens=3"]
 
 
 def run(*args):
@@ -38,12 +39,13 @@ def test_tiny_run_writes_every_output(tmp_path):
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--n_stars=1"], "majority vote"),
-    (["--Ns=0,10"], "--Ns=0,10"),
-    (["--taus=0,nan"], "--taus=0,nan"),
-    (["--remove=30"], "--remove=30"),
-    (["--m_a=4"], "m_a=4"),
-    (["--success=always"], "success='always'"),
+    (["--config.n_stars=1"], "majority vote"),
+    (["--config.Ns=0,10"], "Ns=(0, 10)"),
+    (["--config.taus=0,-1"], "taus=(0, -1)"),
+    (["--config.remove=30"], "remove=30"),
+    (["--config.model.m_a=4"], "m_a=4"),
+    (["--config.sgd.success=always"], "success='always'"),
+    (["--config.tokens.tau=nan"], "tau=nan"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, args, words):
     out = run(*args, f"--workdir={tmp_path}")

@@ -18,7 +18,7 @@ def run(*args):
 
 
 def test_tiny_run_writes_every_output(tmp_path):
-    out = run("--config=posattn/theory/presets.py:small", "--config.theory.d=16", "--config.gd.N=2000",
+    out = run("--config=tpu_configs/theory.py:small", "--config.theory.d=16", "--config.gd.N=2000",
               "--config.gd.steps=150", "--config.gd.eval_every=50", "--config.gd.a0=4",
               "--config.gd.n_final_test=10000", f"--workdir={tmp_path}")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -57,7 +57,7 @@ def test_seeds_run_vmapped_with_one_summary_each(tmp_path):
     (["--config.theory.D=36", "--config.theory.C=3"], "tile"),
     (["--config.theory.q=1.5"], "[0, 1]"),
     (["--config.gd.N=0"], "N=0"),
-    (["--config=posattn/theory/presets.py:huge"], "unknown preset"),
+    (["--config=tpu_configs/theory.py:huge"], "unknown preset"),
     (["--config.gd.risk=bayes"], "risk"),
     (["--config.theory.partition=hex"], "partition"),
     (["--config.seeds=0"], "seeds=0"),

@@ -4,7 +4,7 @@ import pytest
 
 from posattn.errors import ConfigError
 from posattn.theory import GDConfig, TheoryConfig
-from posattn.theory.presets import PRESETS, get_config, get_preset
+from posattn.theory.presets import PRESETS, get_preset, preset_config
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -65,12 +65,14 @@ def test_numpy_numbers_are_numbers():
 
 
 def test_an_image_config_is_no_theory_config():
+    from posattn import cli
     from posattn.theory.presets import configs_from
-    from tpu_configs import digits
+    from posattn.vision import config as config_lib
 
+    digits = cli.load_config("tpu_configs/digits.py", None, config_lib.SCHEMA)
     with pytest.raises(ConfigError, match="the config has no preset, seeds, overlay_N, theory, gd: a theory config"):
-        configs_from(digits.get_config())
-    config = get_config()
+        configs_from(digits)
+    config = preset_config()
     with config.gd.unlocked():
         config.gd.extra = 1  # a field the dataclass lacks
     with pytest.raises(ConfigError, match="gd.extra is not a field of GDConfig"):

@@ -1,6 +1,7 @@
-"""Every tpu_configs file: valid at full size, runs end to end as `:local` (8 simulated devices, tfds mock
-data), documents itself; the binary turns bad configs into one line on stderr and exit status 2."""
-import importlib.util
+"""Every tpu_configs file: imports no posattn, valid at full size, runs end to end as `:quick` (8 simulated
+devices, tfds mock data), documents itself; the binary turns bad configs into one line on stderr and exit
+status 2."""
+import ast
 import os
 import pathlib
 import re
@@ -11,27 +12,57 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from posattn import cli
 from posattn.errors import ConfigError
-from posattn.vision import setup as setup_lib, train
+from posattn.vision import config as config_lib, setup as setup_lib, train
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = ("digits", "cifar10", "cifar100", "svhn", "imagenet", "permuted_cifar100", "fashion_mnist")
 
 
 def load_config(name: str, arg: str | None = None):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tpu_configs" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg), module.__doc__
+    path = ROOT / "tpu_configs" / f"{name}.py"
+    return cli.load_config(str(path), arg, config_lib.SCHEMA), ast.get_docstring(ast.parse(path.read_text()))
 
 
-# digits:local runs end to end on 8 devices in tests/vision/test_train.py and test_distributed.py (both
+@pytest.mark.parametrize("path", sorted((ROOT / "tpu_configs").glob("*.py")), ids=lambda p: p.name)
+def test_config_files_import_only_ml_collections_and_the_standard_library(path):
+    # big_vision's rule: reading a config never imports posattn (JAX, the models, the datasets)
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path.name}: relative import"
+            imported.add(node.module.split(".")[0])
+    assert imported <= {"ml_collections"} | set(sys.stdlib_module_names), imported
+
+
+def test_a_config_file_sets_only_fields_of_the_schema(tmp_path):
+    (tmp_path / "typo.py").write_text("import ml_collections\n\ndef get_config():\n"
+                                      "    return ml_collections.ConfigDict({'model': {'patchsize': 2}})\n")
+    with pytest.raises(ConfigError, match="typo.py: model.patchsize is not a field of an image config.*did you "
+                                          "mean model.patch_size"):
+        cli.load_config(str(tmp_path / "typo.py"), None, config_lib.SCHEMA)
+    (tmp_path / "typed.py").write_text("import ml_collections\n\ndef get_config():\n"
+                                       "    return ml_collections.ConfigDict({'total_steps': 'many'})\n")
+    with pytest.raises(ConfigError, match="typed.py: total_steps='many'"):
+        cli.load_config(str(tmp_path / "typed.py"), None, config_lib.SCHEMA)
+
+
+def test_alternet_token_names_the_library_default_variant():
+    from posattn.vision.models import alternet
+
+    assert load_config("digits", "alternet")[0].model.variant == alternet.DEFAULT_VARIANT
+
+
+# digits:quick runs end to end on 8 devices in tests/vision/test_train.py and test_distributed.py (both
 # check its 360 test examples) and in test_resume.py; the tfds configs run here on mock data.
 @pytest.mark.parametrize("name,arg", [
-    ("cifar10", "local"), ("cifar100", "vanilla,local"), ("svhn", "local"), ("imagenet", "local"),
-    ("permuted_cifar100", "4,local"),
+    ("cifar10", "quick"), ("cifar100", "vanilla,quick"), ("svhn", "quick"), ("imagenet", "quick"),
+    ("permuted_cifar100", "4,quick"),
 ])
-def test_local_config_runs_end_to_end_on_eight_devices(name, arg, tmp_path):
+def test_quick_config_runs_end_to_end_on_eight_devices(name, arg, tmp_path):
     c, _ = load_config(name, arg)
     c.total_steps, c.log_every, c.checkpoint_every = 2, 1, 0
     with tfds.testing.mock_data(num_examples=20):
@@ -54,19 +85,23 @@ def test_full_size_config_is_valid_and_documented(name, tmp_path):
     assert name == "digits" or "Paper (JSL22" in doc or "Published baselines" in doc  # accuracies to expect
 
 
-def test_config_arguments_select_attention_model_block_and_local():
+def test_config_arguments_select_attention_model_block_and_quick():
     c, _ = load_config("cifar10", "vanilla")
     assert c.model.attention == "vanilla" and c.global_batch_size == 512
-    c, _ = load_config("permuted_cifar100", "resnet18,8,local")
-    # `local` shrinks the 32 x 32 images to 16 x 16: as many blocks per side (4), each half as wide
+    c, _ = load_config("permuted_cifar100", "resnet18,8,quick")
+    # `quick` shrinks the 32 x 32 images to 16 x 16: as many blocks per side (4), each half as wide
     assert (c.model.name, c.permute_block, c.image_size, c.total_steps) == ("resnet18", 4, 16, 4)
-    c, _ = load_config("permuted_cifar100", "32,local")  # the unpermuted baseline stays one block
+    c, _ = load_config("permuted_cifar100", "32,local")  # the unpermuted baseline stays one block (`local`: the
+    # older spelling of `quick`)
     with tfds.testing.mock_data(num_examples=20):
         assert list(setup_lib.resolve(c, 8).permutation.perm) == [0]  # it resolves (it was refused)
-    c, _ = load_config("imagenet", "local")
+    c, _ = load_config("imagenet", "quick")
     assert c.global_batch_size % 8 == 0 and c.image_size < 224 and c.model.variant == "test/2"
-    with pytest.raises(ConfigError, match="unknown config argument 'locl'"):
-        load_config("digits", "locl")
+    with pytest.raises(ConfigError, match="unknown config argument '8'"):
+        load_config("digits", "8")
+    c, _ = load_config("digits", "locl")  # an attention kind, checked by the library (as any other)
+    with pytest.raises(ConfigError, match="unknown attention 'locl'"):
+        setup_lib.resolve(c, 1)
 
 
 @pytest.mark.parametrize("arg, model, attention", [
@@ -98,7 +133,7 @@ def test_fashion_mnist_has_an_argument_per_model_on_cpu_and_accelerator(arg, mod
     ("b1", float("nan"), "optimizer.b1=nan must be a number in [0, 1)"),
 ])
 def test_optimiser_numbers_out_of_range_or_not_finite_are_refused(field, value, message):
-    c, _ = load_config("digits", "local")
+    c, _ = load_config("digits", "quick")
     c.optimizer[field] = value
     with pytest.raises(ConfigError, match=re.escape(message)):
         setup_lib.resolve(c, 1)
@@ -107,28 +142,28 @@ def test_optimiser_numbers_out_of_range_or_not_finite_are_refused(field, value, 
 @pytest.mark.parametrize("field,value", [("total_steps", 3_000_000_000), ("checkpoint_every", 2**31),
                                          ("global_batch_size", 2**31), ("seed", -1)])
 def test_counts_that_do_not_fit_the_programs_int32_are_refused(field, value):
-    c, _ = load_config("digits", "local")
+    c, _ = load_config("digits", "quick")
     c[field] = value
     with pytest.raises(ConfigError, match=re.escape(f"{field}={value} must be ") + ".* below 2\\*\\*31$"):
         setup_lib.resolve(c, 1)
 
 
 def test_a_config_of_another_schema_is_refused_naming_what_it_lacks():
-    from posattn.theory.presets import get_config
+    from posattn.theory.presets import preset_config
 
     with pytest.raises(ConfigError, match="the config has no augment, channel_mean, channel_std, checkpoint_every"):
-        setup_lib.resolve(get_config(), 1)
+        setup_lib.resolve(preset_config(), 1)
 
 
 def test_negative_permutation_seed_is_refused():
-    c, _ = load_config("digits", "local")
+    c, _ = load_config("digits", "quick")
     c.permute_block, c.permute_seed = 4, -1
     with pytest.raises(ConfigError, match="permute_seed=-1 must be >= 0"):
         setup_lib.resolve(c, 1)
 
 
 def run_binary(*overrides, workdir):
-    cmd = [sys.executable, "-m", "experiments.train_images", "--config=tpu_configs/digits.py:local",
+    cmd = [sys.executable, "-m", "experiments.train_images", "--config=tpu_configs/digits.py:quick",
            f"--workdir={workdir}", *overrides]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))

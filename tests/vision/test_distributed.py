@@ -1,5 +1,4 @@
 """Two processes with 4 CPU devices each, joined by jax.distributed on loopback, train like one with 8."""
-import importlib.util
 import json
 import os
 import pathlib
@@ -9,22 +8,20 @@ import sys
 import jax
 import numpy as np
 
-from posattn.vision import checkpoint, train
-from tests import multiprocess
+from posattn import cli
+from posattn.vision import checkpoint, config as config_lib, train
+from tests import envs, multiprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # 6 steps: the in-process run of 8 devices is then the program test_train.py compiles for its 8-device
 # run (the test run's compilation cache, tests/conftest.py).
 STEPS = 6
-FLAGS = ["--config=tpu_configs/digits.py:local", f"--config.total_steps={STEPS}", "--config.log_every=3",
+FLAGS = ["--config=tpu_configs/digits.py:quick", f"--config.total_steps={STEPS}", "--config.log_every=3",
          "--config.checkpoint_every=3", "--config.eval_every=0"]
 
 
-def digits_local():
-    spec = importlib.util.spec_from_file_location("digits", ROOT / "tpu_configs" / "digits.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config("local")
+def digits_quick():
+    c = cli.load_config(str(ROOT / "tpu_configs" / "digits.py"), "quick", config_lib.SCHEMA)
     c.total_steps, c.log_every, c.checkpoint_every, c.eval_every = STEPS, 3, 3, 0
     return c
 
@@ -35,7 +32,7 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
     assert "2 processes" in outputs[0] and "summary:" in outputs[0]
     assert "summary:" not in outputs[1] and f"step {STEPS}/{STEPS}" not in outputs[1]  # only process 0 reports
 
-    c = digits_local()
+    c = digits_quick()
     state8, summary8 = train.train(c, str(tmp_path / "one"))
     summary2 = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert (summary2["processes"], summary2["devices"], summary8["processes"]) == (2, 8, 1)

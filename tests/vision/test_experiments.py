@@ -104,8 +104,8 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
     """permuted (ViT, g = 2, 4 and the unpermuted 8) -> posemb_similarity on its g = 2 and 4 runs. A few
     steps each: this checks the plumbing and the files, not the accuracies."""
     work = tmp_path / "permuted"
-    r = _run("experiments.permuted", "--dataset=digits", "--block_sizes=2,4,8", "--models=vit", "--seeds=1",
-             "--local", "--vit_steps=2", f"--workdir={work}")
+    r = _run("experiments.permuted", "--config=tpu_configs/permuted.py:digits,quick", "--config.models=vit",
+             "--config.seeds=1", "--config.vit_steps=2", f"--workdir={work}")
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads((work / "summary.json").read_text())
     assert set(summary["accuracy"]["vit"]) == {"2", "4", "8"} and summary["unpermuted_g"] == 8
@@ -121,8 +121,8 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
     assert all(-1 <= s["rank_correlation"] <= 1 for s in result["statistic"].values())
     assert result["permute_block"] == 2 and result["patch_size"] == 2
     assert (work / "vit-g2-seed0" / "posemb_similarity.png").stat().st_size > 0
-    r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g2-seed0'}", "--block=1")
-    assert r.returncode == 2 and "--block=1: the run has one positional embedding P shared" in r.stderr
+    r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g2-seed0'}", "--config.block=1")
+    assert r.returncode == 2 and "block=1: the run has one positional embedding P shared" in r.stderr
     r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g4-seed0'}")  # blocks of 2 x 2 patches
     assert r.returncode == 0, r.stderr[-2000:]
     stats = json.loads((work / "vit-g4-seed0" / "posemb_similarity.json").read_text())["statistic"]
@@ -133,7 +133,7 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
 def test_compare_attention_end_to_end_on_digits(tmp_path):
     """compare_attention with one seed, two steps: the plumbing and the files, not the accuracies."""
     cmp_dir = tmp_path / "compare"
-    r = _run("experiments.compare_attention", "--config=tpu_configs/digits.py:local", "--seeds=1",
+    r = _run("experiments.compare_attention", "--config=tpu_configs/digits.py:quick", "--seeds=1",
              f"--workdir={cmp_dir}", "--config.total_steps=2", "--config.optimizer.warmup_steps=1",
              "--config.checkpoint_every=0", "--config.eval_every=0")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -145,18 +145,20 @@ def test_compare_attention_end_to_end_on_digits(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("experiments.permuted", "--block_sizes=3", "--workdir=/tmp/x"), "divide the image side"),
-    (("experiments.permuted", "--models=vit,mlp", "--workdir=/tmp/x"), "--models"),
+    (("experiments.permuted", "--config.block_sizes=3", "--workdir=/tmp/x"), "divide the image side"),
+    (("experiments.permuted", "--config.models=vit,mlp", "--workdir=/tmp/x"), "models='vit,mlp'"),
+    (("experiments.permuted", "--config=tpu_configs/permuted.py:mnist", "--workdir=/tmp/x"),
+     "unknown dataset 'mnist'"),
     (("experiments.compare_attention", "--seeds=0", "--workdir=/tmp/x"), "--seeds"),
     (("experiments.posemb_similarity", "--workdir=/nonexistent"), "config.json"),
     (("experiments.train_images", "--config=tpu_configs/nope.py", "--workdir=/tmp/x"),
      "config file 'tpu_configs/nope.py' not found (relative to the current directory"),
     # with an override, ml_collections used to raise while the flags parsed
-    (("experiments.train_images", "--config=tpu_configs/nope.py:local", "--config.seed=1",
+    (("experiments.train_images", "--config=tpu_configs/nope.py:quick", "--config.seed=1",
       "--workdir=/tmp/x"), "config file 'tpu_configs/nope.py' not found"),
     # a ConfigError of the config file's get_config: its message alone, no flattened traceback
-    (("experiments.compare_attention", "--config=tpu_configs/digits.py:locl", "--workdir=/tmp/x"),
-     "error: unknown config argument 'locl'"),
+    (("experiments.compare_attention", "--config=tpu_configs/digits.py:8", "--workdir=/tmp/x"),
+     "unknown config argument '8'"),
 ])
 def test_bad_input_exits_2_with_one_line(args, message):
     r = _run(*args)

@@ -1,7 +1,6 @@
 """Train -> SIGKILL -> restart on the same workdir: bitwise the parameters of an uninterrupted run; a
 workdir is resumed only with its run's config (up to the resumable fields), and sweeps read back a cell
 only of the same config."""
-import importlib.util
 import json
 import pathlib
 import shutil
@@ -14,13 +13,14 @@ import jax
 import numpy as np
 import pytest
 
+from posattn import cli
 from posattn.errors import ConfigError
-from posattn.vision import checkpoint, resume, sweep, train
+from posattn.vision import checkpoint, config as config_lib, resume, sweep, train
 from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STEPS, EVERY = 120, 20  # killed after the first checkpoint, with 100 steps still to go
-FLAGS = ["--config=tpu_configs/digits.py:local", f"--config.total_steps={STEPS}", "--config.log_every=50",
+FLAGS = ["--config=tpu_configs/digits.py:quick", f"--config.total_steps={STEPS}", "--config.log_every=50",
          f"--config.checkpoint_every={EVERY}", "--config.eval_every=0", "--config.keep_checkpoints=2"]
 
 
@@ -73,10 +73,7 @@ def test_sigkill_then_restart_resumes_to_bitwise_the_same_parameters(tmp_path):
 
 def _config():
     """The config the binary runs with FLAGS (as its config.json records it)."""
-    spec = importlib.util.spec_from_file_location("digits", ROOT / "tpu_configs" / "digits.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config("local")
+    c = cli.load_config(str(ROOT / "tpu_configs" / "digits.py"), "quick", config_lib.SCHEMA)
     c.total_steps, c.checkpoint_every, c.keep_checkpoints = STEPS, EVERY, 2
     return c
 
@@ -85,7 +82,7 @@ def _config():
 
 
 def _short(**fields):
-    """digits:local (ViT test/2) for a few steps, checkpointing at the end only."""
+    """digits:quick (ViT test/2) for a few steps, checkpointing at the end only."""
     c = _config()
     c.total_steps, c.checkpoint_every, c.log_every = 2, 0, 1
     for path, value in fields.items():  # "optimizer__lr" sets c.optimizer.lr

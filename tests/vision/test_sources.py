@@ -184,7 +184,7 @@ print(float(np.mean(np.argmax(np.asarray(logits), -1) == data["labels"])), confi
 def test_a_run_on_arrays_loads_and_evaluates_in_a_new_process(tmp_path):
     x_train, y_train, x_test, y_test = digits_as_floats()
     ds = arrays.from_arrays(x_train, y_train, x_test, y_test, num_classes=10, name="my_digits")
-    c = cli.load_config("tpu_configs/digits.py", "local")  # (the programs of the digits smoke runs)
+    c = cli.load_config("tpu_configs/digits.py", "quick", config_lib.SCHEMA)  # (the programs of the digits smoke runs)
     c.dataset, c.checkpoint_every = "my_digits", 0
     summary = sweep.run_cell(c, str(tmp_path / "run"), dataset=ds)  # the sweeps' entry to the train loop
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())

@@ -181,8 +181,9 @@ def test_pruning_mask_and_relevant_mass():
 
 def test_tiny_run_of_the_binary(tmp_path):
     env = envs.devices(1)
-    out = subprocess.run([sys.executable, "-m", "experiments.token_grid", f"--workdir={tmp_path}", "--Rs=6",
-                          "--attentions=vanilla", "--steps=2", "--variant=test/8", "--max_pruned=1"],
+    out = subprocess.run([sys.executable, "-m", "experiments.token_grid", f"--workdir={tmp_path}", "--config.grid.Rs=6",
+                          "--config.grid.attentions=vanilla", "--config.grid.steps=2", "--config.model.variant=test/8",
+                          "--config.grid.max_pruned=1"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     for name in ("config.json", "metrics.jsonl", "summary.json", "summary.md", "token_grid_accuracy.png",

@@ -1,6 +1,5 @@
 """The sharded train step and loop: golden values, 1 vs 8 devices, exact-once evaluation, divergence."""
 import dataclasses
-import importlib.util
 import json
 import pathlib
 
@@ -12,9 +11,10 @@ import optax
 import pytest
 import tensorflow_datasets as tfds
 
+from posattn import cli
 from posattn.errors import ConfigError
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
-from posattn.vision import checkpoint, optim, train
+from posattn.vision import checkpoint, config as config_lib, optim, train
 from posattn.vision.data import datasets, permutation
 from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
@@ -23,15 +23,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def load_config(name: str, arg: str | None = None):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tpu_configs" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg)
+    return cli.load_config(str(ROOT / "tpu_configs" / f"{name}.py"), arg, config_lib.SCHEMA)
 
 
 def tiny_digits(**overrides):
-    """digits:local (ViT test/2, batch 16) with the digits crop, made a bit longer where asked."""
-    c = load_config("digits", "local")
+    """digits:quick (ViT test/2, batch 16) with the digits crop, made a bit longer where asked."""
+    c = load_config("digits", "quick")
     c.checkpoint_every = 0
     for key, value in overrides.items():
         target, *path = key.split("__")
@@ -162,7 +159,7 @@ def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path):
 
 
 def test_a_run_loads_from_its_workdir_without_its_data(tmp_path, monkeypatch):
-    c = load_config("cifar10", "local")
+    c = load_config("cifar10", "quick")
     c.augment.randaugment_layers, c.total_steps, c.checkpoint_every = 0, 2, 0
     with tfds.testing.mock_data(num_examples=20):
         state, _ = train.train(c, str(tmp_path), devices=jax.devices()[:1])

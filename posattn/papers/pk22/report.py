@@ -22,7 +22,7 @@ from posattn import cli, io
 from posattn.papers.pk22 import claims, suite
 from posattn.errors import ConfigError
 from posattn.plots import analysis as plots
-from posattn.vision import checkpoint
+from posattn.vision import checkpoint, config as config_lib
 
 CONFIG_FILE = "tpu_configs/how_vits_work.py"  # found from any directory (`cli.find_config_file`)
 DEFAULT_MODELS = ("resnet", "vit_vanilla", "alternet", "vit_positional")
@@ -33,12 +33,15 @@ FIGURES = {
 
 
 def training_config(model: str, quick: bool):
-    """The config of `tpu_configs/how_vits_work.py` for `model` (`,quick` when quick); ConfigError, with
-    the config file's list of models, for any other."""
+    """The config of `tpu_configs/how_vits_work.py` for `model`; quick: 20 steps instead of 300 (a smoke
+    run of the whole pipeline). ConfigError, with the config file's list of models, for any other."""
     try:
-        return cli.load_config(CONFIG_FILE, f"{model},quick" if quick else model)
+        c = cli.load_config(CONFIG_FILE, model, config_lib.SCHEMA)
     except ConfigError as e:
         raise ConfigError(f"unknown model {model!r} for --models ({e})") from None
+    if quick:
+        c.total_steps, c.optimizer.warmup_steps, c.log_every = 20, 5, 10
+    return c
 
 
 def _read_json(path) -> dict:

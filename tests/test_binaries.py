@@ -1,0 +1,66 @@
+"""The one convention of the ten binaries: each is a console script, its --help lists --config and
+--workdir from any directory, and its default config file runs as `:quick` (its smoke run) from /."""
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from tests import envs
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BINARIES = ("theory", "reproduce", "train_images", "compare_attention", "permuted", "how_vits_work",
+            "phase_three", "posemb_similarity", "shallow_vit", "token_grid")
+# posattn.experiments as installed (setup.py maps experiments/ under posattn); experiments.NAME with this
+# checkout on the path where the installed package is another checkout's (an editable install elsewhere)
+INSTALLED = pathlib.Path(importlib.util.find_spec("posattn.experiments").origin).parent == ROOT / "experiments"
+PACKAGE = "posattn.experiments" if INSTALLED else "experiments"
+
+
+def command(name: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", f"{PACKAGE}.{name}", *args]
+
+
+def env(**extra) -> dict:
+    return envs.devices(1, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", **extra)
+
+
+def test_every_binary_is_a_console_script():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {f"posattn-{n.replace('_', '-')}": f"posattn.experiments.{n}:entry" for n in BINARIES}
+
+
+def test_help_lists_config_and_workdir_from_the_root_directory():
+    procs = {n: subprocess.Popen(command(n, "--help"), cwd="/", env=env(), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for n in BINARIES}  # (in parallel)
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        assert "Traceback" not in err, (name, err[-2000:])  # (absl's --help exits with status 1)
+        assert "--config: " in out and "--workdir: " in out and "quick" in out, (name, out)
+
+
+# each binary's default config file (tpu_configs/NAME.py unless named here)
+CONFIG = {"train_images": "digits", "compare_attention": "digits", "how_vits_work": "pk22"}
+QUICK = {  # the smoke run's own flags, only where the default would be long
+    "compare_attention": ("--seeds=1",),
+    "permuted": ("--config.models=vit", "--config.seeds=1"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in BINARIES if n != "posemb_similarity"])
+def test_quick_config_runs_from_the_root_directory(name, tmp_path):
+    r = subprocess.run(command(name, f"--config=tpu_configs/{CONFIG.get(name, name)}.py:quick", *QUICK.get(name, ()),
+                               f"--workdir={tmp_path / 'run'}"),
+                       cwd="/", env=env(), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "workdir.json").read_text())["status"] == "complete"
+    if name == "permuted":  # and the maps of its g = 2 run, posemb_similarity's smoke run
+        r = subprocess.run(command("posemb_similarity", "--config=tpu_configs/posemb_similarity.py:quick",
+                                   f"--workdir={tmp_path / 'run' / 'vit-g2-seed0'}"),
+                           cwd="/", env=env(), capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0 and (tmp_path / "run" / "vit-g2-seed0" / "posemb_similarity.png").exists(), r.stderr
