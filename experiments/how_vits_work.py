@@ -23,7 +23,21 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the measurements (mini-batches,
 _HESSIAN_BATCHES = flags.DEFINE_integer("hessian_batches", None, "Mini-batches of the Hessian spectrum.")
 _LANDSCAPE_GRID = flags.DEFINE_integer("landscape_grid", None,
                                        "Points per axis of the landscape (4k + 1: 5, 9, .., 21).")
-_NOISE_EPS = flags.DEFINE_float("noise_eps", None, "Noise amplitude, in normalised input units.")
+_NOISE_EPS = flags.DEFINE_float("noise_eps", None, "Noise amplitude, in normalised input units (PK22 issue "
+                                 "#44: 0.7, the default; PK22's ops/adversarial.py: 0.007).")
+_NOISE_BAND = flags.DEFINE_enum("noise_band", None, ["pk22", "annulus"],
+                                "Noise band: PK22's code's square (default) or the |omega|_inf annulus.")
+_WEIGHT_DECAY = flags.DEFINE_float("weight_decay", None, "Weight of the L2 term of the Hessian's and the "
+                                   "landscape's objective (PK22: 0.05).")
+_L2_FORM = flags.DEFINE_enum("l2_form", None, ["norms", "squared"], "L2 term: sum of per-tensor norms "
+                             "(PK22, default) or half the squared norm.")
+_MIXUP_ALPHA = flags.DEFINE_float("mixup_alpha", None, "Mixup of the objective's images (PK22: 1.0; 0 = off).")
+_LABEL_SMOOTHING = flags.DEFINE_float("label_smoothing", None, "Of the objective's targets (PK22: 0.1).")
+_LANDSCAPE_IMAGES = flags.DEFINE_integer("landscape_images", None, "Training images per landscape point "
+                                         "(a multiple of 16; PK22: the whole training set).")
+_LANDSCAPE_NORMALISATION = flags.DEFINE_enum("landscape_normalisation", None, ["pk22", "filter"],
+                                             "Direction normalisation: PK22's normalize_filter (default) "
+                                             "or Li et al.'s per output unit.")
 
 
 def main(argv):
@@ -39,9 +53,12 @@ def main(argv):
     from posattn.papers.pk22 import report as pk22_report, suite
 
     settings = suite.QUICK if _QUICK.value else suite.Settings()
-    overrides = {"hessian_batches": _HESSIAN_BATCHES.value, "landscape_grid": _LANDSCAPE_GRID.value,
-                 "noise_eps": _NOISE_EPS.value}
-    settings = dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+    overrides = {"hessian_batches": _HESSIAN_BATCHES, "landscape_grid": _LANDSCAPE_GRID,
+                 "noise_eps": _NOISE_EPS, "noise_band": _NOISE_BAND, "weight_decay": _WEIGHT_DECAY, "l2_form": _L2_FORM,
+                 "mixup_alpha": _MIXUP_ALPHA, "label_smoothing": _LABEL_SMOOTHING,
+                 "landscape_images": _LANDSCAPE_IMAGES, "landscape_normalisation": _LANDSCAPE_NORMALISATION}
+    settings = dataclasses.replace(settings, **{k: f.value for k, f in overrides.items()
+                                                 if f.value is not None})
     check_seed(_SEED.value, "--seed")
     for run in _RUNS.value:
         ownership.check_run(run, "train_images")
