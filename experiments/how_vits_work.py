@@ -29,8 +29,11 @@ _NOISE_BAND = flags.DEFINE_enum("noise_band", None, ["pk22", "annulus"],
                                 "Noise band: PK22's code's square (default) or the |omega|_inf annulus.")
 _WEIGHT_DECAY = flags.DEFINE_float("weight_decay", None, "Weight of the L2 term of the Hessian's and the "
                                    "landscape's objective (PK22: 0.05).")
-_L2_FORM = flags.DEFINE_enum("l2_form", None, ["norms", "squared"], "L2 term: sum of per-tensor norms "
-                             "(PK22, default) or half the squared norm.")
+_LANDSCAPE_L2_FORM = flags.DEFINE_enum("landscape_l2_form", None, ["norms", "squared"],
+                                       "The landscape's L2 term: sum of per-tensor norms (PK22, default) or "
+                                       "half the squared norm.")
+_HESSIAN_L2_FORM = flags.DEFINE_enum("hessian_l2_form", None, ["norms", "squared"], "The Hessian's L2 term: "
+                                     "half the squared norm (default) or the sum of per-tensor norms.")
 _MIXUP_ALPHA = flags.DEFINE_float("mixup_alpha", None, "Mixup of the objective's images (PK22: 1.0; 0 = off).")
 _LABEL_SMOOTHING = flags.DEFINE_float("label_smoothing", None, "Of the objective's targets (PK22: 0.1).")
 _LANDSCAPE_IMAGES = flags.DEFINE_integer("landscape_images", None, "Training images per landscape point "
@@ -54,7 +57,8 @@ def main(argv):
 
     settings = suite.QUICK if _QUICK.value else suite.Settings()
     overrides = {"hessian_batches": _HESSIAN_BATCHES, "landscape_grid": _LANDSCAPE_GRID,
-                 "noise_eps": _NOISE_EPS, "noise_band": _NOISE_BAND, "weight_decay": _WEIGHT_DECAY, "l2_form": _L2_FORM,
+                 "noise_eps": _NOISE_EPS, "noise_band": _NOISE_BAND, "weight_decay": _WEIGHT_DECAY,
+                 "landscape_l2_form": _LANDSCAPE_L2_FORM, "hessian_l2_form": _HESSIAN_L2_FORM,
                  "mixup_alpha": _MIXUP_ALPHA, "label_smoothing": _LABEL_SMOOTHING,
                  "landscape_images": _LANDSCAPE_IMAGES, "landscape_normalisation": _LANDSCAPE_NORMALISATION}
     settings = dataclasses.replace(settings, **{k: f.value for k, f in overrides.items()

@@ -8,9 +8,11 @@ measures "NLL + L2" on augmented training data, since that is what the network w
   (weights, biases, normalisation scales, class token, positional embedding; batch-norm statistics are
   buffers, not parameters). losslandscape.ipynb plots NLL + weight_decay * l2 with the weight decay of
   configs/cifar100_vit.yaml (`optim.weight_decay` 0.05, AdamW; that file says it served CNNs and ViTs).
-  PK22's Hessian code is unpublished (its issue #12: PyHessian called with `weight_decay=`); its form
-  there is taken to be the landscape's. `form="squared"` gives (weight / 2) ||theta||^2, the loss whose
-  gradient is a coupled weight decay (it shifts every Hessian eigenvalue by `weight`).
+  PK22's Hessian code is unpublished (its issue #12: PyHessian called with `weight_decay=`), so its
+  form there is unknown. `form="squared"` gives (weight / 2) ||theta||^2, the loss whose gradient is a
+  coupled weight decay (it shifts every Hessian eigenvalue by `weight`). The sum of norms is a poor
+  Hessian term: its Hessian is weight / ||theta_t|| on each tensor's sphere, so a tensor near zero (a
+  key bias, which no loss gradient moves) puts eigenvalues of thousands at the top of the spectrum.
 - Augmentation: losslandscape.ipynb passes timm's `Mixup` built from the config's `train.mixup`
   (mixup_alpha 1.0, cutmix_alpha 0.8, prob 1.0) with `label_smoothing` = `train.smoothing` (0.1), and
   ops/tests.py (`test`) scores the model against those soft targets (timm's SoftTargetCrossEntropy).

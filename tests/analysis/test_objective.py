@@ -57,8 +57,8 @@ def test_mixed_targets_are_timms_mixup_with_pk22s_alpha_and_smoothing():
 
 def test_suite_objective_is_pk22s_nll_plus_l2_on_mixed_minibatches():
     settings = suite.Settings()
-    assert (settings.weight_decay, settings.l2_form, settings.mixup_alpha, settings.label_smoothing) == (
-        0.05, "norms", 1.0, 0.1)
+    assert (settings.weight_decay, settings.landscape_l2_form, settings.hessian_l2_form, settings.mixup_alpha,
+            settings.label_smoothing) == (0.05, "norms", "squared", 1.0, 0.1)
     assert (settings.landscape_normalisation, settings.noise_band, settings.noise_eps) == ("pk22", "pk22", 0.7)
     model = _Linear()
     x = jax.random.normal(jax.random.key(2), (8, 2, 2, 1))
@@ -67,7 +67,7 @@ def test_suite_objective_is_pk22s_nll_plus_l2_on_mixed_minibatches():
     xm, t = suite.mixed_minibatches(jax.random.key(4), x, y, 3, 4, settings)
     assert xm.shape == (2, 4, 2, 2, 1) and t.shape == (2, 4, 3)
     assert not np.allclose(t[0, 0, :], t[1, 0, :])  # one lambda per mini-batch of 4
-    loss = suite.objective_fn(model, variables, settings)(variables["params"], (xm[0], t[0]))
+    loss = suite.objective_fn(model, variables, settings, "norms")(variables["params"], (xm[0], t[0]))
     dense = jax.tree.map(lambda t: np.asarray(t, np.float64), variables["params"]["Dense_0"])
     logits = np.asarray(xm[0], np.float64).reshape(4, -1) @ dense["kernel"] + dense["bias"]
     log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))

@@ -4,10 +4,11 @@
 Fourier, variance and noise tools; augmented, mixed-up training images for the Hessian and the
 landscape), runs the tools of `posattn.analysis` as three compiled programs (one evaluation pass per
 noise band serves the Fourier, variance and noise tools; the Hessian spectrum; the landscape), and
-returns plain numbers and arrays (`jsonable`). The Hessian and the landscape share one objective
+returns plain numbers and arrays (`jsonable`). The Hessian and the landscape share an objective
 (`posattn.analysis.objective`, docs/how_vits_work.md, Decisions): the NLL of the model in evaluation
 mode (batch norm with its running statistics, no dropout) against PK22's mixed, label-smoothed targets,
-plus `settings.weight_decay` times PK22's L2 (the sum of per-tensor norms by default).
+plus `settings.weight_decay` times an L2 term (PK22's sum of per-tensor norms for the landscape, half
+the squared norm for the Hessian: `Settings`).
 """
 import collections
 import dataclasses
@@ -36,7 +37,11 @@ class Settings:
     hessian_tolerance: float = hessian.TOLERANCE
     top_k: int = hessian.TOP_K
     weight_decay: float = objective.WEIGHT_DECAY  # of the L2 term of the Hessian's and landscape's objective
-    l2_form: str = "norms"  # objective.L2_FORMS
+    # objective.L2_FORMS: PK22's sum of norms for the landscape; for the Hessian, whose form PK22 did not
+    # publish, the squared norm, since the Hessian of w ||theta_t|| is w / ||theta_t|| on a tensor's
+    # sphere and a tensor near zero then fills the top of the spectrum (docs/how_vits_work.md, Decisions)
+    landscape_l2_form: str = "norms"
+    hessian_l2_form: str = "squared"
     mixup_alpha: float = objective.MIXUP_ALPHA  # 0: no mixup
     label_smoothing: float = objective.LABEL_SMOOTHING
     feature_images: int = 128  # test images for the Fourier and variance tools
@@ -70,7 +75,8 @@ class Settings:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 0")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"label_smoothing={self.label_smoothing} must be in [0, 1)")
-        for name, choices in (("l2_form", objective.L2_FORMS), ("noise_band", frequency_noise.BANDS),
+        for name, choices in (("landscape_l2_form", objective.L2_FORMS),
+                              ("hessian_l2_form", objective.L2_FORMS), ("noise_band", frequency_noise.BANDS),
                               ("landscape_normalisation", landscape.NORMALISATIONS)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
@@ -88,12 +94,13 @@ def nll(model, variables, params, images, targets) -> jax.Array:
     return loss
 
 
-def objective_fn(model, variables, settings: Settings):
-    """(params, (images, targets)) -> NLL + L2: the objective of the Hessian and the landscape."""
+def objective_fn(model, variables, settings: Settings, l2_form: str):
+    """(params, (images, targets)) -> NLL + L2 (of `l2_form`): the objective of the Hessian and the
+    landscape."""
     def loss(p, batch):
         images, targets = batch
-        return nll(model, variables, p, images, targets) + objective.l2_penalty(
-            p, settings.weight_decay, settings.l2_form)
+        penalty = objective.l2_penalty(p, settings.weight_decay, l2_form)
+        return nll(model, variables, p, images, targets) + penalty
 
     return loss
 
@@ -147,7 +154,8 @@ def forward_measures(model, layers, settings: Settings, variables, x_BxHxWxC, la
 def hessian_spectrum(model, settings: Settings, variables, batches, key):
     """PK22 Fig. 2: `hessian.spectrum` of `objective_fn` over the M mini-batches of `batches`
     ((images_MxbxHxWxC, targets_MxbxK)): (eigenvalues_Mxk, iterations_Mxk)."""
-    return hessian.spectrum(objective_fn(model, variables, settings), variables["params"], batches, key,
+    loss = objective_fn(model, variables, settings, settings.hessian_l2_form)
+    return hessian.spectrum(loss, variables["params"], batches, key,
                             k=settings.top_k, max_iterations=settings.hessian_iterations,
                             tolerance=settings.hessian_tolerance)
 
@@ -160,9 +168,9 @@ def loss_landscape(model, settings: Settings, variables, batch, key):
     d1 = landscape.random_direction(k1, params, settings.landscape_normalisation)
     d2 = landscape.random_direction(k2, params, settings.landscape_normalisation)
     axis = landscape.grid(settings.landscape_grid)
-    surface = landscape.surface(objective_fn(model, variables, settings), params, batch, d1, d2, xs=axis,
-                                ys=axis, chunk=settings.landscape_chunk)
-    return surface, objective.l2_penalty(params, settings.weight_decay, settings.l2_form)
+    loss = objective_fn(model, variables, settings, settings.landscape_l2_form)
+    surface = landscape.surface(loss, params, batch, d1, d2, xs=axis, ys=axis, chunk=settings.landscape_chunk)
+    return surface, objective.l2_penalty(params, settings.weight_decay, settings.landscape_l2_form)
 
 
 def _say(message: str) -> None:
@@ -227,13 +235,14 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
                     "eps": settings.noise_eps, "band": settings.noise_band, "images": int(x_test.shape[0]),
                     "empty_bands_pi": [round(f / np.pi, 3) for f in frequency_noise.empty_bands(
                         *setup.image_shape[:2], band=settings.noise_band)]}
-    objective_settings = {"weight_decay": settings.weight_decay, "l2_form": settings.l2_form,
-                          "mixup_alpha": settings.mixup_alpha, "label_smoothing": settings.label_smoothing}
+    objective_settings = {"weight_decay": settings.weight_decay, "mixup_alpha": settings.mixup_alpha,
+                          "label_smoothing": settings.label_smoothing}
 
     # Hessian max-eigenvalue spectrum (PK22 Fig. 2)
     eigs, iters = timed("hessian", variables, hess_batches, k_hess)
     out["hessian"] = {"eigenvalues": np.asarray(eigs).tolist(), "iterations": np.asarray(iters).tolist(),
-                      **hessian.summaries(eigs), "batch_size": b, **objective_settings}
+                      **hessian.summaries(eigs), "batch_size": b, "l2_form": settings.hessian_l2_form,
+                      **objective_settings}
 
     # loss landscape (PK22 Fig. 1)
     surf, penalty = timed("landscape", variables, land_batch, k_land)
@@ -245,6 +254,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
                         "nll_at_optimum": float(at_optimum - penalty), "loss_at_optimum": at_optimum,
                         "delta_at_half": float(row[centre + centre // 2] - at_optimum),  # x = 0.5
                         "delta_at_one": float(row[-1] - at_optimum),
-                        "images": L, "normalisation": settings.landscape_normalisation, **objective_settings}
+                        "images": L, "normalisation": settings.landscape_normalisation,
+                        "l2_form": settings.landscape_l2_form, **objective_settings}
     out["seconds_by_program"] = seconds
     return out
