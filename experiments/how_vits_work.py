@@ -5,11 +5,10 @@ landscapes) on ResNet, vanilla ViT, AlterNet and positional-attention ViT (docs/
   python -m posattn.experiments.how_vits_work --config=tpu_configs/pk22.py:quick --workdir=/tmp/pk22
   python -m posattn.experiments.how_vits_work --workdir=DIR --config.runs=RUN_DIR,RUN_DIR  # trained runs
 
-`--config=FILE[:ARG]` (default tpu_configs/pk22.py) with fields runs, models, quick, seed,
-hessian_batches, landscape_grid and noise_eps, each overridable as `--config.FIELD=VALUE`; `:quick` (or
-the older `--quick`) is the smoke run. With no runs, the models of tpu_configs/how_vits_work.py
-(`models`) are trained (or resumed) under
-WORKDIR/runs/. The workdir receives config.json, metrics.jsonl, results/MODEL.json, the figures
+`--config=FILE[:ARG]` (default tpu_configs/pk22.py) with fields runs, models, quick, seed and the
+measurement settings (`SETTINGS_FIELDS`; unset: PK22's code's, docs/how_vits_work.md), each overridable
+as `--config.FIELD=VALUE`; `:quick` (or the older `--quick`) is the smoke run. With no runs, the models
+of tpu_configs/how_vits_work.py (`models`) are trained (or resumed) under WORKDIR/runs/. The workdir receives config.json, metrics.jsonl, results/MODEL.json, the figures
 pk22_*.png and summary.md (PK22's claims and numbers beside ours).
 """
 import ml_collections
@@ -30,8 +29,27 @@ def _schema(fields) -> ml_collections.ConfigDict:
         # None: the measurement settings' own (posattn.papers.pk22.suite.Settings)
         "hessian_batches": ml_collections.config_dict.placeholder(int),  # mini-batches of the Hessian spectrum
         "landscape_grid": ml_collections.config_dict.placeholder(int),  # points per axis (4k + 1: 5, 9, .., 21)
-        "noise_eps": ml_collections.config_dict.placeholder(float),  # noise amplitude, normalised input units
+        # noise amplitude, normalised input units (PK22 issue #44: 0.7, the default; ops/adversarial.py: 0.007)
+        "noise_eps": ml_collections.config_dict.placeholder(float),
+        "noise_band": ml_collections.config_dict.placeholder(str),  # "pk22" (its code's square) or "annulus"
+        # weight of the L2 term of the Hessian's and the landscape's objective (PK22: 0.05)
+        "weight_decay": ml_collections.config_dict.placeholder(float),
+        # "norms": sum of per-tensor norms (PK22's landscape), "squared": half the squared norm
+        "landscape_l2_form": ml_collections.config_dict.placeholder(str),
+        "hessian_l2_form": ml_collections.config_dict.placeholder(str),  # default "squared" (suite.Settings)
+        "mixup_alpha": ml_collections.config_dict.placeholder(float),  # of the objective's images (PK22: 1; 0 off)
+        "label_smoothing": ml_collections.config_dict.placeholder(float),  # of the objective's targets (PK22: 0.1)
+        # training images per landscape point (a multiple of 16; PK22: the whole training set)
+        "landscape_images": ml_collections.config_dict.placeholder(int),
+        # "pk22": PK22's normalize_filter, "filter": Li et al.'s one norm per output unit
+        "landscape_normalisation": ml_collections.config_dict.placeholder(str),
     })
+
+
+# The fields that override `suite.Settings` where given.
+SETTINGS_FIELDS = ("hessian_batches", "landscape_grid", "noise_eps", "noise_band", "weight_decay",
+                   "landscape_l2_form", "hessian_l2_form", "mixup_alpha", "label_smoothing", "landscape_images",
+                   "landscape_normalisation")
 
 
 SCHEMA = cli.Schema("a how_vits_work config", _schema, lambda c: c.update(quick=True))
@@ -53,7 +71,7 @@ def main(argv):
     config = _CONFIG.value
     runs, models = ([s.strip() for s in text.split(",") if s.strip()] for text in (config.runs, config.models))
     settings = suite.QUICK if config.quick else suite.Settings()
-    overrides = {k: config[k] for k in ("hessian_batches", "landscape_grid", "noise_eps")}
+    overrides = {k: config[k] for k in SETTINGS_FIELDS}
     settings = dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
     check_seed(config.seed, "seed")
     for run in runs:

@@ -3,13 +3,16 @@
 For a layer output z (B, h, w, C; ViT tokens on their patch grid), the 2-D FFT over the spatial axes of
 every sample and channel, its log amplitude log(|FFT2(z)| + 1e-6) centred (zero frequency in the
 middle), averaged over batch and channels: A (h, w). Along the half diagonal from the centre,
-d_k = A[h/2 + k, w/2 + k] for k = 0 .. h/2 - 1, and the profile is Delta_k = d_k - d_0, the log
+d_k = A[h//2 + k, w//2 + k] for k = 0 .. h - h//2 - 1, and the profile is Delta_k = d_k - d_0, the log
 amplitude relative to the DC component (PK22's code labels the last point 1.0 pi). The high-frequency
 value of a layer is Delta at that last point: negative everywhere (natural feature maps are
 low-frequency), lowered by a low-pass layer (PK22: attention) and raised by a high-pass one (convs).
 
-A map smaller than 4 x 4 has no frequency between DC and its last point, so its profile is NaN beyond
-DC and its high-frequency value is NaN (docs/how_vits_work.md, Decisions).
+The indexing is PK22's (xxxnell/how-do-vits-work, fourier_analysis.ipynb: `torch.roll` by int(h/2),
+then `latent.diag()[int(h/2):]`, then `latent - latent[0]`): h - h//2 points, so an odd side keeps its
+highest frequency (7 x 7: k = 0 .. 3) and every size has a profile (2 x 2: the DC point alone, Delta =
+[0]). A map that is not square uses, on each axis, the shorter run from the centre (PK22's notebook
+takes square maps).
 """
 import collections
 
@@ -27,22 +30,16 @@ def log_amplitude(z_BxHxWxC: jax.Array) -> jax.Array:
 
 
 def relative_profile(z_BxHxWxC: jax.Array) -> jax.Array:
-    """Delta_k, k = 0 .. h/2 - 1: log amplitude along the half diagonal relative to DC (Delta_0 = 0).
-
-    Maps that are not square use the shorter side; maps under 4 x 4 give NaN beyond k = 0.
-    """
+    """Delta_k, k = 0 .. h - h//2 - 1: log amplitude along the half diagonal relative to DC (Delta_0 = 0)."""
     A_HxW = log_amplitude(z_BxHxWxC)
     h, w = A_HxW.shape
-    n = min(h, w) // 2
-    if n < 2:
-        return jnp.array([0.0, jnp.nan], jnp.float32)
-    k = jnp.arange(n)
+    k = jnp.arange(min(h - h // 2, w - w // 2))
     d_n = A_HxW[h // 2 + k, w // 2 + k]
     return d_n - d_n[0]
 
 
 def high_frequency(z_BxHxWxC: jax.Array) -> jax.Array:
-    """Delta at the last point of the half diagonal (labelled 1.0 pi by PK22); NaN for maps under 4 x 4."""
+    """Delta at the last point of the half diagonal (labelled 1.0 pi by PK22); 0 for a map of one point."""
     return relative_profile(z_BxHxWxC)[-1]
 
 

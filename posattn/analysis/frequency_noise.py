@@ -1,15 +1,26 @@
 """Robustness to frequency-based random noise, PK22 Figure 5.
 
 Noise concentrated at one frequency f: delta = eps * sign(xi) with xi ~ N(0, I) per pixel and channel,
-of which only the frequencies in the square annulus f - s <= |omega|_inf < f + s (s = 0.2 rad) of its
-centred 2-D spectrum are kept; x_noisy = x + real(IFFT2(masked spectrum)). The measurement is the
-accuracy on noisy inputs minus the accuracy on clean inputs, for f = 0.1 pi .. 0.9 pi. PK22 finds a ViT
-robust to high-frequency noise (ImageNet: -4.8 points at 0.9 pi) and a ResNet vulnerable (-15.3).
+of which only the frequencies in a band around f of its 2-D spectrum are kept; x_noisy = x +
+real(IFFT2(masked spectrum)). The measurement is the accuracy on noisy inputs minus the accuracy on
+clean inputs, for f = 0.1 pi .. 0.9 pi. PK22 finds a ViT robust to high-frequency noise (ImageNet: -4.8
+points at 0.9 pi) and a ResNet vulnerable (-15.3).
 
-The noise is added to the model's (normalised) inputs, and eps is in those units (docs/how_vits_work.md,
-Decisions). The band needs pixel frequencies inside it: an image side of n pixels has frequencies
-2 pi j / n, so at 8 x 8 the band around 0.1 pi holds none; 16 x 16 is the smallest side at which every
-band f = 0.1 pi .. 0.9 pi is non-empty (`empty_bands` says which are).
+The band (`band="pk22"`, default) is PK22's code (xxxnell/how-do-vits-work, ops/adversarial.py,
+`FreqAttack._fourier_mask` and `_center_mask`): with n(g) = max(int(g h / (2 pi)), 0) (int truncates
+towards zero), the centred square of signed frequency indices -n <= k < n on both axes (a w1 x w1 block
+of ones, w1 = 2n, padded to h x h and centred on the DC entry that `_shift` puts at h / 2), for g = f + s
+minus that for g = f - s, s = 0.2 rad; n >= h / 2 keeps the whole axis. So a band keeps k = -n but not
++n, and at f = 0.1 pi (f - s < 0) it keeps DC. Multiplying the amplitude by the mask and keeping the
+phase, as PK22's code does, is multiplying the spectrum by it. PK22's mask is square with h's counts
+(its images are square; an odd h breaks its padding); here rows use h and columns w. `band="annulus"`
+is this module's band before issue 35: f - s <= |omega|_inf < f + s on the frequencies 2 pi k / n.
+
+eps (the noise is added to the model's normalised inputs, in their units): 0.7, PK22's author's
+recipe for this noise (how-do-vits-work issue #44, its `Random(eps=0.7)`); ops/adversarial.py's `Random`
+defaults to 0.007 (`EPS_REPOSITORY`); this module used 1.0 before issue 35. PK22's paper text is not in
+this project's sources, so its value is not checked here. `empty_bands` says which bands hold no
+frequency of an image size.
 """
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-HALF_WIDTH = 0.2  # s, radians (PK22)
+HALF_WIDTH = 0.2  # s, radians (PK22, ops/adversarial.py FreqAttack's default s)
+BANDS = ("pk22", "annulus")
+EPS = 0.7  # PK22 issue #44 (module docstring)
+EPS_REPOSITORY = 0.007  # PK22 ops/adversarial.py, Random's default eps
 FREQUENCIES = tuple(np.round(np.arange(1, 10) * 0.1 * np.pi, 6))  # 0.1 pi .. 0.9 pi
 
 
@@ -29,23 +43,41 @@ def omega_inf(h: int, w: int) -> jax.Array:
     return jnp.maximum(jnp.abs(wy)[:, None], jnp.abs(wx)[None, :])
 
 
-def band_mask(h: int, w: int, f, half_width: float = HALF_WIDTH) -> jax.Array:
-    """Boolean (h, w) mask of the centred spectrum: f - s <= |omega|_inf < f + s. `f` may be traced."""
-    om = omega_inf(h, w)
-    return (om >= f - half_width) & (om < f + half_width)
+def _centre_square(n_rows, n_cols, h: int, w: int) -> jax.Array:
+    """PK22's `_center_mask` on the centred spectrum: -n <= k < n on each axis (all of it for 2n >= size)."""
+    ky = jnp.fft.fftshift(jnp.fft.fftfreq(h) * h)[:, None]
+    kx = jnp.fft.fftshift(jnp.fft.fftfreq(w) * w)[None, :]
+    rows = ((ky >= -n_rows) & (ky < n_rows)) | (2 * n_rows >= h)
+    cols = ((kx >= -n_cols) & (kx < n_cols)) | (2 * n_cols >= w)
+    return rows & cols
 
 
-def empty_bands(h: int, w: int, frequencies=FREQUENCIES, half_width: float = HALF_WIDTH) -> list[float]:
+def band_mask(h: int, w: int, f, half_width: float = HALF_WIDTH, band: str = "pk22") -> jax.Array:
+    """Boolean (h, w) mask of the centred spectrum around f (module docstring). `f` may be traced."""
+    if band == "annulus":
+        om = omega_inf(h, w)
+        return (om >= f - half_width) & (om < f + half_width)
+    if band != "pk22":
+        raise ValueError(f"band={band!r}: choose one of {BANDS}")
+    count = lambda g, size: jnp.maximum(jnp.trunc(g * size / (2 * jnp.pi)), 0)  # noqa: E731
+    outer = _centre_square(count(f + half_width, h), count(f + half_width, w), h, w)
+    inner = _centre_square(count(f - half_width, h), count(f - half_width, w), h, w)
+    return outer & ~inner
+
+
+def empty_bands(h: int, w: int, frequencies=FREQUENCIES, half_width: float = HALF_WIDTH,
+                band: str = "pk22") -> list[float]:
     """The frequencies whose band holds no frequency of an h x w image (their noise is zero)."""
-    return [f for f in frequencies if not bool(band_mask(h, w, f, half_width).any())]
+    return [f for f in frequencies if not bool(band_mask(h, w, f, half_width, band).any())]
 
 
-def band_limited_noise(key, shape_BxHxWxC, f, eps: float, half_width: float = HALF_WIDTH) -> jax.Array:
+def band_limited_noise(key, shape_BxHxWxC, f, eps: float, half_width: float = HALF_WIDTH,
+                       band: str = "pk22") -> jax.Array:
     """eps * sign(xi), xi ~ N(0, I), with its spectrum restricted to the band around f (real part)."""
     _, H, W, _ = shape_BxHxWxC
     delta = eps * jnp.sign(jax.random.normal(key, shape_BxHxWxC, jnp.float32))
     F = jnp.fft.fftshift(jnp.fft.fft2(delta, axes=(1, 2)), axes=(1, 2))
-    F = F * band_mask(H, W, f, half_width)[None, :, :, None]
+    F = F * band_mask(H, W, f, half_width, band)[None, :, :, None]
     return jnp.real(jnp.fft.ifft2(jnp.fft.ifftshift(F, axes=(1, 2)), axes=(1, 2)))
 
 
@@ -59,8 +91,9 @@ def under_noise(
     key: jax.Array,
     *,
     frequencies=FREQUENCIES,
-    eps: float = 1.0,
+    eps: float = EPS,
     half_width: float = HALF_WIDTH,
+    band: str = "pk22",
 ):
     """measure_fn(clean images), then measure_fn(images + noise at f) for every f: outputs stacked on a
     leading axis of 1 + F (index 0: clean).
@@ -73,7 +106,8 @@ def under_noise(
     fs = jnp.concatenate([jnp.array([-jnp.inf], jnp.float32), jnp.asarray(frequencies, jnp.float32)])
 
     def at(f):
-        return measure_fn(images_BxHxWxC + band_limited_noise(key, images_BxHxWxC.shape, f, eps, half_width))
+        noise = band_limited_noise(key, images_BxHxWxC.shape, f, eps, half_width, band)
+        return measure_fn(images_BxHxWxC + noise)
 
     return jax.lax.map(at, fs)
 
@@ -85,8 +119,9 @@ def accuracy_drops(
     key: jax.Array,
     *,
     frequencies=FREQUENCIES,
-    eps: float = 1.0,
+    eps: float = EPS,
     half_width: float = HALF_WIDTH,
+    band: str = "pk22",
 ) -> tuple[jax.Array, jax.Array]:
     """(clean accuracy, drops_F): accuracy(noisy at f) - accuracy(clean) for every f, in [-1, 1].
 
@@ -94,5 +129,5 @@ def accuracy_drops(
     `under_noise` for the noise draws.
     """
     acc = under_noise(lambda x: accuracy(logits_fn(x), labels_B), images_BxHxWxC, key,
-                      frequencies=frequencies, eps=eps, half_width=half_width)
+                      frequencies=frequencies, eps=eps, half_width=half_width, band=band)
     return acc[0], acc[1:] - acc[0]

@@ -1,12 +1,12 @@
 """Hessian max-eigenvalue spectra, PK22 Figure 2 (and Figure 3, right).
 
 For each mini-batch of 16 augmented training images, the k = 5 eigenvalues of *largest magnitude* of
-the Hessian of the training objective (NLL plus L2) with respect to all parameters, found by power
-iteration with deflation on Hessian-vector products (PK22 Section 2: tolerance 1e-3, at most 100
-iterations per eigenvalue). Largest magnitude, not algebraically largest: power iteration converges to
-the eigenvalue of largest |lambda|, which is how negative eigenvalues reach the spectrum at all. The
-values of many mini-batches are pooled into one density; its summaries are NEP (share of negative
-values) and APE (mean of the positive ones).
+the Hessian of the training objective (NLL plus L2 on mixed-up images, `posattn.analysis.objective`)
+with respect to all parameters, found by power iteration with deflation on Hessian-vector products
+(PK22 Section 2: tolerance 1e-3, at most 100 iterations per eigenvalue). Largest magnitude, not
+algebraically largest: power iteration converges to the eigenvalue of largest |lambda|, which is how
+negative eigenvalues reach the spectrum at all. The values of many mini-batches are pooled into one
+density; its summaries are NEP (share of negative values) and APE (mean of the positive ones).
 
 The Hessian is never formed: `hvp` is forward-over-reverse differentiation (`jax.jvp` of `jax.grad`),
 one HVP costing about two gradient evaluations. Every function is pure and runs under `jax.jit`; the
@@ -153,8 +153,3 @@ def summaries(eigenvalues) -> dict[str, float]:
         "count": int(lams.size),
     }
 
-
-def l2_penalty(params, weight: float) -> jax.Array:
-    """(weight / 2) ||theta||^2 over every parameter: the L2 term of PK22's objective (it shifts every
-    Hessian eigenvalue by `weight`)."""
-    return 0.5 * weight * sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(params))

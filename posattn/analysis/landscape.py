@@ -1,15 +1,26 @@
-"""Loss landscapes along two filter-normalised random directions, PK22 Figure 1 (Li et al. 2018).
+"""Loss landscapes along two normalised random directions, PK22 Figure 1 (Li et al. 2018).
 
 theta(x, y) = theta* + x d1 + y d2 on a 21 x 21 grid of [-1, 1]^2. Each direction draws N(0, 1) per
-parameter tensor and rescales every filter to the norm of the same filter of theta*, so a step of 1
-moves each filter by its own size whatever the layer's scale. A filter is one output unit of a layer,
-as in PK22's code, which normalises each index of the output-channel axis of PyTorch's (out, in, ...)
-kernels: in flax's layouts one index of the last axis of a Dense, Conv or attention-output kernel
-((..., in, out)), and one index of all but the first axis of the attention's query, key and value
-kernels ((in, [3,] heads, head_dim): PyTorch's one (3 width, width) matrix). A class token is one
-filter (PyTorch's (1, 1, width) tensor, whose first axis has one index). Biases and normalisation
-parameters (PyTorch's 1-D tensors, here also the attention's (heads, head_dim) biases) and the
-positional embedding are zeroed in the directions (PK22's code), so every model moves only its weights.
+parameter and rescales it slice by slice to the norm of the same slice of theta*, so a step of 1 moves
+every slice by its own size whatever the layer's scale. Which slices (`normalisation`):
+
+- "pk22" (default): PK22's code (xxxnell/how-do-vits-work, ops/loss_landscapes.py, `normalize_filter`)
+  takes `torch.norm(w, dim=0)`, the norm over dim 0 of PyTorch's parameter: for a (out, in, kh, kw)
+  conv or (out, in) linear weight, one norm over the output axis per (in, kh, kw) slice or input unit.
+  In flax's layouts that axis is the last axis of a Dense or Conv kernel ((in, out), (kh, kw, in, out))
+  and of the attention-output kernel ((heads, head_dim, out): PyTorch's (out, heads * head_dim)), all
+  but the first axis of the query, key and value kernels ((in, [3,] heads, head_dim): PyTorch's
+  (3 width, width) qkv weight, or one (width, width) weight each), and the first axis of any other
+  tensor, whose layout is PyTorch's (a (1, 1, width) class token: its size-1 first axis makes every
+  entry its own slice, d_i -> sign(d_i) |theta*_i|).
+- "filter": Li et al.'s filter normalisation, one norm per output unit (per index of the axes above,
+  over all the others); this module's convention before issue 35.
+
+Both divide by the direction's norm + 1e-7 (`normalize_filter`). Tensors PyTorch holds as 1-D (biases,
+here also the attention's (heads, head_dim) and (3, heads, head_dim) biases; normalisation scales and
+offsets; batch-norm statistics, which are not parameters here) are zeroed in the directions
+(`ignore_bn`), and so is the positional embedding (PK22's notebook losslandscape.ipynb passes
+kws=["pos_embed", "relative_position"] to `ignore_kw`): every model moves only its weights.
 
 The loss at all grid points is computed in vmapped chunks of points (`jax.lax.map` with a batch size),
 one compiled program for the whole grid: the points are padded to a multiple of the chunk, so the
@@ -34,50 +45,64 @@ def _path_names(path) -> str:
 # Kernels of a DenseGeneral with one input axis and several output axes: (in, *out).
 _INPUT_FIRST = ("qkv", "query", "key", "value")
 _NOT_MOVED = ("bias", "scale", "pos_embedding")
+NORMALISATIONS = ("pk22", "filter")
+_EPS = 1e-7  # PK22's normalize_filter: w_norm / (d_norm + 1e-7)
 
 
-def filter_axes(path, leaf) -> tuple[int, ...] | None:
-    """The axes one filter of a parameter tensor spans (its norm is taken over them), or None where
-    the tensor does not move along the directions (module docstring)."""
+def output_axes(path, leaf) -> tuple[int, ...] | None:
+    """The axes of a parameter tensor that are PyTorch's dim 0 (a layer's output axis, module
+    docstring), or None where the tensor does not move along the directions."""
     names = _path_names(path).split("/")
     if leaf.ndim < 2 or any(n in _NOT_MOVED for n in names):
         return None
-    if names[-1] == "cls":
-        return tuple(range(leaf.ndim))
-    if names[-1] == "kernel" and len(names) > 1 and names[-2] in _INPUT_FIRST:
-        return (0,)
-    return tuple(range(leaf.ndim - 1))
+    if names[-1] != "kernel":
+        return (0,)  # the class token: the same layout as PyTorch's
+    if len(names) > 1 and names[-2] in _INPUT_FIRST:
+        return tuple(range(1, leaf.ndim))
+    return (leaf.ndim - 1,)
 
 
-def filter_normalised_direction(key: jax.Array, params) -> Any:
-    """A random direction with the structure of `params`: N(0, 1), every filter (`filter_axes`)
-    rescaled to the norm of that filter in `params`; zero where a tensor does not move."""
+def norm_axes(path, leaf, normalisation: str = "pk22") -> tuple[int, ...] | None:
+    """The axes one slice's norm is taken over: PyTorch's dim 0 ("pk22"), or all others ("filter");
+    None where the tensor does not move."""
+    if normalisation not in NORMALISATIONS:
+        raise ValueError(f"normalisation={normalisation!r}: choose one of {NORMALISATIONS}")
+    out = output_axes(path, leaf)
+    if out is None or normalisation == "pk22":
+        return out
+    return tuple(a for a in range(leaf.ndim) if a not in out)
+
+
+def normalise_direction(direction, params, normalisation: str = "pk22") -> Any:
+    """`direction` (the structure of `params`) with every slice rescaled to the norm of that slice of
+    `params` (`norm_axes`), zero where a tensor does not move (module docstring)."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+    out = []
+    for d, (path, theta) in zip(jax.tree.leaves(direction), leaves):
+        axes = norm_axes(path, theta, normalisation)
+        if axes is None:
+            out.append(jnp.zeros_like(theta))
+            continue
+        d = d.astype(jnp.float32)
+        d_norm = jnp.sqrt(jnp.sum(d**2, axis=axes, keepdims=True))
+        t_norm = jnp.sqrt(jnp.sum(jnp.square(theta.astype(jnp.float32)), axis=axes, keepdims=True))
+        out.append((d * t_norm / (d_norm + _EPS)).astype(theta.dtype))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def random_direction(key: jax.Array, params, normalisation: str = "pk22") -> Any:
+    """A random direction with the structure of `params`: N(0, 1) per entry, `normalise_direction`."""
     # one Gaussian vector for all tensors, not one draw per tensor: the same distribution, and one
     # random-number generator in a compiled program instead of one per tensor (each costs seconds of
     # XLA compilation on a CPU)
     flat_P, unravel = ravel_pytree(jax.tree.map(lambda t: t.astype(jnp.float32), params))
-    noise = jax.tree.leaves(unravel(jax.random.normal(key, flat_P.shape, jnp.float32)))
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
-    out = []
-    for d, (path, theta) in zip(noise, leaves):
-        axes = filter_axes(path, theta)
-        if axes is None:
-            out.append(jnp.zeros_like(theta))
-            continue
-        d_norm = jnp.sqrt(jnp.sum(d**2, axis=axes, keepdims=True))
-        t_norm = jnp.sqrt(jnp.sum(jnp.square(theta.astype(jnp.float32)), axis=axes, keepdims=True))
-        out.append((d * t_norm / jnp.maximum(d_norm, 1e-12)).astype(theta.dtype))
-    return jax.tree_util.tree_unflatten(treedef, out)
+    noise = unravel(jax.random.normal(key, flat_P.shape, jnp.float32))
+    return normalise_direction(noise, params, normalisation)
 
 
 def grid(n: int = GRID, extent: float = EXTENT) -> np.ndarray:
     """The n points per axis, -extent .. extent."""
     return np.linspace(-extent, extent, n)
-
-
-def frobenius_penalty(params, weight: float) -> jax.Array:
-    """weight * sum over tensors of ||theta||_F (not squared): the regulariser of PK22's landscape code."""
-    return weight * sum(jnp.linalg.norm(x.astype(jnp.float32).ravel()) for x in jax.tree.leaves(params))
 
 
 def surface(

@@ -40,10 +40,24 @@ def test_low_pass_filter_lowers_the_high_frequency_value():
     assert hf(jnp.asarray(blurred)) < hf(jnp.asarray(z)) - 1.0
 
 
-def test_maps_under_4x4_have_no_high_frequency():
-    assert np.isnan(fourier.high_frequency(jnp.ones((2, 2, 2, 3))))
-    assert np.isnan(fourier.high_frequency(jnp.ones((2, 1, 1, 3))))
-    assert fourier.layer_profiles({"a": jnp.ones((1, 4, 4, 2))})["a"].shape == (2,)
+def _pk22_profile(z_BxCxHxW):
+    """PK22's fourier_analysis.ipynb, in numpy: log(|FFT2| + 1e-6), rolled by int(h/2), mean over batch and
+    channels, diag()[int(h/2):], minus its first point."""
+    h, w = z_BxCxHxW.shape[2:]
+    A = np.roll(np.log(np.abs(np.fft.fft2(z_BxCxHxW)) + 1e-6), (int(h / 2), int(w / 2)), (2, 3)).mean((0, 1))
+    d = np.diag(A)[int(h / 2):]
+    return d - d[0]
+
+
+def test_profile_is_pk22s_indexing_for_odd_and_small_maps():
+    for n in (1, 2, 3, 5, 7, 8):
+        z = np.random.default_rng(n).normal(size=(2, n, n, 3))
+        ours = np.asarray(fourier.relative_profile(jnp.asarray(z, jnp.float32)))
+        expected = _pk22_profile(z.transpose(0, 3, 1, 2))
+        assert ours.shape == (n - n // 2,) == expected.shape
+        np.testing.assert_allclose(ours, expected, atol=1e-4, err_msg=str(n))
+    assert fourier.high_frequency(jnp.ones((2, 2, 2, 3))) == 0.0  # the DC point alone
+    assert np.isfinite(fourier.high_frequency(jnp.ones((2, 3, 3, 3))))
 
 
 def test_feature_variance_is_the_unbiased_spatial_variance():

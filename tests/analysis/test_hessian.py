@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from posattn.analysis import hessian
+from posattn.analysis import hessian, objective
 
 
 def _tiny_loss(params, batch):
@@ -12,7 +12,7 @@ def _tiny_loss(params, batch):
     h = jnp.tanh(batch["x"] @ params["w1"] + params["b1"])
     logits = h @ params["w2"]
     nll = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), batch["y"][:, None], 1))
-    return nll + hessian.l2_penalty(params, 1e-3)
+    return nll + objective.l2_penalty(params, 1e-3, "squared")
 
 
 def _tiny(seed=0, n=16):

@@ -1,4 +1,4 @@
-"""Loss landscape on filter-normalised directions (PK22 Figure 1)."""
+"""Loss landscape on normalised random directions (PK22 Figure 1)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,9 +25,56 @@ def _unit_norms(kernel, output_axes):
     return jnp.linalg.norm(moved.reshape(-1, *moved.shape[len(inputs):]), axis=0).ravel()
 
 
-def test_directions_are_filter_normalised():
+# each kernel of _params() in PyTorch's layout (out, in, ...), and back
+_TO_TORCH = {
+    ("dense", "kernel"): (lambda k: k.T, lambda t, shape: t.T),
+    ("conv", "kernel"): (lambda k: k.transpose(3, 2, 0, 1), lambda t, shape: t.transpose(2, 3, 1, 0)),
+    ("attn", "qkv", "kernel"): (lambda k: k.reshape(k.shape[0], -1).T, lambda t, shape: t.T.reshape(shape)),
+    ("attn", "out", "kernel"): (lambda k: k.reshape(-1, k.shape[-1]).T, lambda t, shape: t.T.reshape(shape)),
+    ("cls",): (lambda k: k, lambda t, shape: t),  # timm's cls_token is (1, 1, width) too
+}
+
+
+def _pk22_normalize_filter(b, w):
+    """PK22's ops/loss_landscapes.py normalize_filter on one PyTorch tensor, in numpy:
+    torch.norm(w, dim=0, keepdim=True) / (torch.norm(b, dim=0, keepdim=True) + 1e-7) * b."""
+    return np.linalg.norm(w, axis=0, keepdims=True) / (np.linalg.norm(b, axis=0, keepdims=True) + 1e-7) * b
+
+
+def _get(tree, path):
+    for k in path:
+        tree = tree[k]
+    return np.asarray(tree, np.float64)
+
+
+def test_default_normalisation_is_pk22s_normalize_filter():
     params = _params()
-    d = landscape.filter_normalised_direction(jax.random.key(1), params)
+    raw = jax.tree.map(lambda t: np.random.default_rng(t.size).normal(size=t.shape).astype(np.float32), params)
+    d = landscape.normalise_direction(raw, params)
+    for path, (to_torch, back) in _TO_TORCH.items():
+        w, b = _get(params, path), _get(raw, path)
+        expected = back(_pk22_normalize_filter(to_torch(b), to_torch(w)), w.shape)
+        np.testing.assert_allclose(_get(d, path), expected, rtol=1e-5, err_msg=str(path))
+    # PyTorch's 1-D tensors (biases) and the positional embedding do not move (ignore_bn, ignore_kw)
+    for zeroed in (d["dense"]["bias"], d["attn"]["qkv"]["bias"], d["attn"]["out"]["bias"], d["pos_embedding"]):
+        assert not np.asarray(zeroed).any()
+
+
+def test_random_direction_keeps_pk22s_slice_norms_by_default():
+    """Each (in, kh, kw) slice of a kernel, taken over the output axis, has theta*'s norm in the default
+    direction; Li et al.'s per-output-unit norms only with normalisation="filter"."""
+    params = _params()
+    d = landscape.random_direction(jax.random.key(1), params)
+    for path, (to_torch, _) in _TO_TORCH.items():
+        slices = lambda tree: np.linalg.norm(to_torch(_get(tree, path)), axis=0)  # noqa: E731
+        np.testing.assert_allclose(slices(d), slices(params), rtol=1e-5, err_msg=str(path))
+    conv = _get(params, ("conv", "kernel"))
+    assert not np.allclose(_unit_norms(d["conv"]["kernel"], (3,)), _unit_norms(conv, (3,)), rtol=0.05)
+
+
+def test_filter_normalisation_is_li_et_als_per_output_unit():
+    params = _params()
+    d = landscape.random_direction(jax.random.key(1), params, normalisation="filter")
     # each output unit (PyTorch's out-channel) of each kernel moves by its own norm
     for kern, dk, outputs in ((params["dense"]["kernel"], d["dense"]["kernel"], (1,)),
                               (params["conv"]["kernel"], d["conv"]["kernel"], (3,)),
@@ -36,7 +83,8 @@ def test_directions_are_filter_normalised():
         assert _unit_norms(dk, outputs).shape[0] == np.prod([kern.shape[a] for a in outputs])
         np.testing.assert_allclose(_unit_norms(dk, outputs), _unit_norms(kern, outputs), rtol=1e-5)
         assert not np.allclose(dk / jnp.linalg.norm(dk), kern / jnp.linalg.norm(kern))  # random, not theta
-    np.testing.assert_allclose(jnp.linalg.norm(d["cls"]), jnp.linalg.norm(params["cls"]), rtol=1e-5)  # one filter
+    # the class token is one filter
+    np.testing.assert_allclose(jnp.linalg.norm(d["cls"]), jnp.linalg.norm(params["cls"]), rtol=1e-5)
     assert not np.allclose(jnp.abs(d["cls"]), params["cls"])  # not one filter per element
     for zeroed in (d["dense"]["bias"], d["attn"]["qkv"]["bias"], d["attn"]["out"]["bias"], d["pos_embedding"]):
         assert not zeroed.any()
@@ -50,8 +98,8 @@ def test_surface_at_origin_is_the_loss_and_matches_a_quadratic():
         return jnp.mean((b["x"] @ p["dense"]["kernel"] + p["dense"]["bias"]) ** 2) + jnp.sum(
             p["conv"]["kernel"] ** 2)
 
-    d1 = landscape.filter_normalised_direction(jax.random.key(1), params)
-    d2 = landscape.filter_normalised_direction(jax.random.key(2), params)
+    d1 = landscape.random_direction(jax.random.key(1), params)
+    d2 = landscape.random_direction(jax.random.key(2), params)
     L = jax.jit(lambda p, b, u, v: landscape.surface(loss, p, b, u, v, chunk=8))(params, batch, d1, d2)
     assert L.shape == (21, 21)
     np.testing.assert_allclose(L[10, 10], loss(params, batch), rtol=1e-6)
@@ -72,13 +120,8 @@ def test_surface_compiles_once_for_many_batches():
         return landscape.surface(loss, p, b, d, d, xs=landscape.grid(5), ys=landscape.grid(5), chunk=4)
 
     params = _params()
-    d = landscape.filter_normalised_direction(jax.random.key(1), params)
+    d = landscape.random_direction(jax.random.key(1), params)
     run = jax.jit(tool)
     for seed in range(3):
         run(params, jax.random.normal(jax.random.key(seed), (4, 3)))
     assert len(traces) == 1
-
-
-def test_frobenius_penalty_is_not_squared():
-    np.testing.assert_allclose(landscape.frobenius_penalty({"a": jnp.full((2, 2), 3.0), "b": jnp.ones(4)}, 0.1),
-                               0.1 * (6.0 + 2.0))

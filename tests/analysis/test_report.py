@@ -42,6 +42,12 @@ def test_settings_are_validated():
         suite.Settings(landscape_grid=7)
     with pytest.raises(ConfigError, match="hessian_batches"):
         suite.Settings(hessian_batches=0)
+    with pytest.raises(ConfigError, match="landscape_images=20 must be a multiple of hessian_batch_size=16"):
+        suite.Settings(landscape_images=20)
+    for field, value in (("noise_band", "disc"), ("hessian_l2_form", "l1"), ("landscape_normalisation", "layer"),
+                         ("mixup_alpha", -1.0), ("label_smoothing", 1.0)):
+        with pytest.raises(ConfigError, match=field):
+            suite.Settings(**{field: value})
     assert suite.QUICK.landscape_grid % 4 == 1
 
 
