@@ -8,8 +8,12 @@ landscapes) on ResNet, vanilla ViT, AlterNet and positional-attention ViT (docs/
 `--config=FILE[:ARG]` (default tpu_configs/pk22.py) with fields runs, models, quick, seed and the
 measurement settings (`SETTINGS_FIELDS`; unset: PK22's code's, docs/how_vits_work.md), each overridable
 as `--config.FIELD=VALUE`; `:quick` (or the older `--quick`) is the smoke run. With no runs, the models
-of tpu_configs/how_vits_work.py (`models`) are trained (or resumed) under WORKDIR/runs/. The workdir receives config.json, metrics.jsonl, results/MODEL.json, the figures
-pk22_*.png and summary.md (PK22's claims and numbers beside ours).
+of tpu_configs/how_vits_work.py (`models`) are trained (or resumed) under WORKDIR/runs/. The workdir
+receives config.json, metrics.jsonl, results/MODEL.json, the figures pk22_*.png and summary.md (PK22's claims and numbers beside ours).
+
+One host: the measurements (Hessian power iterations, landscape grids, Fourier and noise on the
+test split) run in one process; the trained runs it measures may come from a multi-host train_images
+run (`--config.runs`).
 """
 import ml_collections
 from absl import flags, logging

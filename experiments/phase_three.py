@@ -10,6 +10,9 @@ Runs GD on the exact population risk (P) as its reduced recursions (`population.
 from the same start for each q, and splits the drift of alpha, -dR/dalpha, between the patterns the model
 misclassifies and the others (`reduced.alpha_drift_split`). Writes
 summary.json, summary.md and phase_three.png (docs/theory_results.md, "Phase III").
+
+One host, one device: the exact population recursions hold a few vectors per step, nothing a second
+host would share.
 """
 import dataclasses
 import os

@@ -17,6 +17,8 @@ row: the rank correlation of similarity with grid distance over all pairs of pat
 against non-neighbours with a shuffle test; for a permuted run also over the neighbours that straddle
 two pixel blocks alone (un-permuted: the true neighbours that the permutation separated; as trained:
 pairs adjacent only in the permuted layout).
+
+One host: it reads one finished run's positional embeddings (a few thousand numbers).
 """
 import os
 

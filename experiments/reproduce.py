@@ -11,6 +11,9 @@ preset), the GLM baseline (Theorem 3.1), the construction without patch associat
 Figure 2 (`fig2` preset), transfer (Theorem 5.1) and the sample-size sweep, then writes DIR/report.md
 (claim, what the paper states, what we measured, verdict, figure) and DIR/report.json (one entry per
 claim with its numbers), with the figures as PNG in DIR. `docs/theory_results.md` is a committed copy.
+
+One host: its claim checks read every fit back on the host that runs them and were not checked over
+several processes; for a seed sweep on a pod use `posattn.experiments.theory` (docs/distributed.md).
 """
 import dataclasses
 import os

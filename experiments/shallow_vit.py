@@ -12,6 +12,9 @@ Ns, taus, init_errors), seed, seeds, remove, remove_step and sparsify_noisy_toke
 Writes into --workdir: config.json, metrics.jsonl (one record per stage, and the
 attention history), summary.json, summary.md (each claim of the paper, its number, ours, a verdict),
 phase_maps.png, boundary_sweeps.png, attention.png, sparsification.png.
+
+One host, one device: LWLC23's one-layer models are a few thousand parameters; its sweeps vmap over
+seeds in one process.
 """
 import dataclasses
 import math

@@ -16,6 +16,9 @@ steps of the file's test/8 ViT, well under a minute.
 Writes into --workdir: config.json, metrics.jsonl (one record per cell), summary.json, summary.md (the
 paper's number | ours | verdict), token_grid_accuracy.png, token_grid_attention.png,
 token_grid_pruning.png, and each cell's training run in <attention>_R<R>/ (resumed if present).
+
+One host: each cell is a short train_images run of a small ViT, trained one after another; for a pod,
+train a cell's config with `posattn.experiments.train_images` (docs/distributed.md).
 """
 import os
 import time

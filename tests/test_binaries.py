@@ -1,5 +1,5 @@
 """The one convention of the ten binaries: each is a console script, its --help lists --config and
---workdir from any directory, and its default config file runs as `:quick` (its smoke run) from /."""
+--workdir from any directory (and the cluster flags, or why it runs on one host), and its default config file runs as `:quick` (its smoke run) from /."""
 import importlib.util
 import json
 import os
@@ -41,6 +41,8 @@ def test_help_lists_config_and_workdir_from_the_root_directory():
         out, err = proc.communicate(timeout=300)
         assert "Traceback" not in err, (name, err[-2000:])  # (absl's --help exits with status 1)
         assert "--config: " in out and "--workdir: " in out and "quick" in out, (name, out)
+        # a pod: the same multi-host start (posattn.mesh) as every other, or a word on why one host
+        assert ("--coordinator_address: " in out) != ("\nOne host" in out), (name, out)
 
 
 # each binary's default config file (tpu_configs/NAME.py unless named here)
