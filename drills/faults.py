@@ -5,7 +5,7 @@ r"""The fault drill of issue 18: what a long image run survives, measured, writt
 
 The run under test is tpu_configs/digits.py (ViT XS/2, batch 128) shortened to --steps steps with a
 checkpoint every --checkpoint_every steps and an evaluation every --eval_every, so that a drill of ten
-restarts fits in minutes; every launch is `python -m experiments.train_images` in a subprocess, and all
+restarts fits in minutes; every launch is `python -m posattn.experiments.train_images` in a subprocess, and all
 share one compilation cache (a restart then runs the same compiled program, as bitwise equality needs).
 
 1. SIGKILL x K: launch, kill at a random moment, restart, ... then let the last restart finish; each

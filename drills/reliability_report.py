@@ -124,7 +124,7 @@ def write_report(r: dict, command: str, s: dict) -> str:
         "",
         f"The run under test: `tpu_configs/digits.py` (ViT XS/2, batch 128) for {s['steps']} steps, a checkpoint "
         f"every {s['checkpoint_every']} steps (the last 3 kept), an evaluation every {s['eval_every']}; "
-        "each launch is `python -m experiments.train_images` in a subprocess; all launches share one "
+        "each launch is `python -m posattn.experiments.train_images` in a subprocess; all launches share one "
         "compilation cache. How the trainer survives each fault: `posattn/vision/preemption.py` (SIGTERM, "
         "SIGINT), `posattn/vision/checkpoint.py` (digests, fallback, folders that are not checkpoints), "
         "`posattn/vision/resume.py` (the run a workdir holds, a failed first launch), `posattn/vision/saving.py` "

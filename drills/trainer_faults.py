@@ -1,5 +1,5 @@
 """The image trainer's checkpoint, resume and storage faults of issue 31, a section of the fault drill
-(`drills.faults`): every case runs `python -m experiments.train_images` in a subprocess, as a user
+(`drills.faults`): every case runs `python -m posattn.experiments.train_images` in a subprocess, as a user
 would, and records each launch's exit status and stderr, whether anything good was lost, the step the
 restart resumed from and whether its final state is bitwise that of the uninterrupted reference run.
 
@@ -53,7 +53,7 @@ def _launch(command, env, *, workdir, interrupt_after=None) -> dict:
 
 
 def _wrapped(command: list, before: str, around: str | None = None) -> list:
-    """`command` (python -m experiments.train_images FLAGS) as a program that runs `before`, then the
+    """`command` (python -m posattn.experiments.train_images FLAGS) as a program that runs `before`, then the
     binary (inside the context manager `around`)."""
     run = "from experiments import train_images\n" + (
         f"with {around}:\n    train_images.entry()\n" if around else "train_images.entry()\n")

@@ -1,7 +1,7 @@
 r"""Train an image classifier of the JSL22 image regime (JSL22 Section 3) from a config file.
 
-  python -m experiments.train_images --config=tpu_configs/digits.py --workdir=/tmp/digits
-  python -m experiments.train_images --config=tpu_configs/cifar10.py:vanilla --workdir=DIR \
+  python -m posattn.experiments.train_images --config=tpu_configs/digits.py --workdir=/tmp/digits
+  python -m posattn.experiments.train_images --config=tpu_configs/cifar10.py:vanilla --workdir=DIR \
       --config.total_steps=5000 --config.data_dir=/data/tfds
 
 `--config=FILE[:ARG]` is an ml_collections config file (see tpu_configs/); any field can be overridden

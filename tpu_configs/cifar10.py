@@ -2,9 +2,9 @@ r"""CIFAR-10, ViT-Ti/4-like with positional (default) or vanilla attention: JSL2
 
 Command (data prepared once with `tfds build cifar10 --file_format=array_record --data_dir=$TFDS_DATA_DIR`):
 
-  python -m experiments.train_images --config=tpu_configs/cifar10.py --workdir=$WORKDIR
-  python -m experiments.train_images --config=tpu_configs/cifar10.py:vanilla --workdir=$WORKDIR
-  python -m experiments.train_images --config=tpu_configs/cifar10.py:local --workdir=/tmp/smoke  # CPU
+  python -m posattn.experiments.train_images --config=tpu_configs/cifar10.py --workdir=$WORKDIR
+  python -m posattn.experiments.train_images --config=tpu_configs/cifar10.py:vanilla --workdir=$WORKDIR
+  python -m posattn.experiments.train_images --config=tpu_configs/cifar10.py:quick --workdir=/tmp/smoke  # CPU
 
 Hardware: one TPU v4-8 slice (the same command runs on every host of a larger slice) or one A100/H100
 GPU. Expected wall-clock: about 1 hour on either (an estimate from the FLOP count, ~2.2 GFLOP per

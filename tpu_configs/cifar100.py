@@ -2,9 +2,9 @@ r"""CIFAR-100, ViT-Ti/4-like with positional (default) or vanilla attention: JSL
 
 Command (data prepared once with `tfds build cifar100 --file_format=array_record --data_dir=$TFDS_DATA_DIR`):
 
-  python -m experiments.train_images --config=tpu_configs/cifar100.py --workdir=$WORKDIR
-  python -m experiments.train_images --config=tpu_configs/cifar100.py:vanilla --workdir=$WORKDIR
-  python -m experiments.train_images --config=tpu_configs/cifar100.py:local --workdir=/tmp/smoke  # CPU
+  python -m posattn.experiments.train_images --config=tpu_configs/cifar100.py --workdir=$WORKDIR
+  python -m posattn.experiments.train_images --config=tpu_configs/cifar100.py:vanilla --workdir=$WORKDIR
+  python -m posattn.experiments.train_images --config=tpu_configs/cifar100.py:quick --workdir=/tmp/smoke  # CPU
 
 Hardware, wall-clock and recipe: those of tpu_configs/cifar10.py (the same recipe on the same image
 size and training-set size; only the dataset and its 100 classes differ).

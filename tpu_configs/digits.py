@@ -2,10 +2,10 @@ r"""The offline benchmark: scikit-learn's 8 x 8 handwritten digits, a small ViT 
 
 Command (no data to prepare; runs on a laptop CPU):
 
-  python -m experiments.train_images --config=tpu_configs/digits.py --workdir=/tmp/digits
-  python -m experiments.train_images --config=tpu_configs/digits.py --workdir=/tmp/digits-vanilla \
+  python -m posattn.experiments.train_images --config=tpu_configs/digits.py --workdir=/tmp/digits
+  python -m posattn.experiments.train_images --config=tpu_configs/digits.py --workdir=/tmp/digits-vanilla \
       --config.model.attention=vanilla
-  python -m experiments.train_images --config=tpu_configs/digits.py:resnet18 --workdir=/tmp/digits-resnet
+  python -m posattn.experiments.train_images --config=tpu_configs/digits.py:resnet18 --workdir=/tmp/digits-resnet
 
 Hardware: one CPU (2 cores are enough). Expected wall-clock: one to two minutes for the ViT (XS/2:
 width 64, depth 4, 4 heads, 16 tokens), a few minutes for ResNet-18 (11M parameters, ~1 s a step on 2

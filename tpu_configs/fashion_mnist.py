@@ -7,13 +7,13 @@ Data: `apt-get install dataset-fashion-mnist` (the IDX files, read directly; els
 
 Commands:
 
-  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:vit_positional --workdir=DIR
-  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:vit_vanilla --workdir=DIR
-  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:resnet --workdir=DIR
-  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:vgg --workdir=DIR
-  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:vit_positional,accel --workdir=DIR
-  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:resnet,7 --workdir=DIR  # permuted
-  python -m experiments.train_images --config=tpu_configs/fashion_mnist.py:local --workdir=/tmp/smoke
+  python -m posattn.experiments.train_images --config=tpu_configs/fashion_mnist.py:vit_positional --workdir=DIR
+  python -m posattn.experiments.train_images --config=tpu_configs/fashion_mnist.py:vit_vanilla --workdir=DIR
+  python -m posattn.experiments.train_images --config=tpu_configs/fashion_mnist.py:resnet --workdir=DIR
+  python -m posattn.experiments.train_images --config=tpu_configs/fashion_mnist.py:vgg --workdir=DIR
+  python -m posattn.experiments.train_images --config=tpu_configs/fashion_mnist.py:vit_positional,accel --workdir=DIR
+  python -m posattn.experiments.train_images --config=tpu_configs/fashion_mnist.py:resnet,7 --workdir=DIR  # permuted
+  python -m posattn.experiments.train_images --config=tpu_configs/fashion_mnist.py:quick --workdir=/tmp/smoke
 
 Hardware (CPU settings, the default): a 2-core CPU. Estimated (not timed end to end)
 wall-clock on 2 otherwise idle cores, under 10 minutes a run: ViT positional ~6 min, ViT vanilla
@@ -39,7 +39,7 @@ with patch 4 (a 7 x 7 grid of 49 tokens, fine enough for Figure 1a's maps).
 CNNs: ResNet-18 and VGG-16 at width 8 (ResNet: 8-16-32-64 channels; ~1/64 of the published FLOPs).
 The argument G (an integer: 7, 14, or 28 = unpermuted) permutes g x g pixel blocks (JSL22 Figure 5) and
 gives the ViT patch 7 (a 4 x 4 grid), so that every block is whole patches and the ViT sees a fixed
-permutation of its tokens; `local` shrinks any of them to a smoke run of a few steps.
+permutation of its tokens; `quick` shrinks any of them to a smoke run of a few steps.
 """
 import os
 import runpy

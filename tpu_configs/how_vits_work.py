@@ -1,7 +1,7 @@
 r"""The four models PK22's measurements compare, trained on the offline digits (docs/how_vits_work.md).
 
-  python -m experiments.train_images --config=tpu_configs/how_vits_work.py:vit_positional --workdir=DIR
-  python -m experiments.how_vits_work --workdir=DIR          # trains all four, then measures them
+  python -m posattn.experiments.train_images --config=tpu_configs/how_vits_work.py:vit_positional --workdir=DIR
+  python -m posattn.experiments.how_vits_work --workdir=DIR          # trains all four, then measures them
 
 Argument: one model token:
   resnet          pre-activation ResNet, stages of two blocks, widths 16-32-64-128 (AlterNet "XS/0000")

@@ -4,9 +4,9 @@ Command (ImageNet must be downloaded by hand into the tfds manual dir first, the
 `tfds build imagenet2012 --file_format=array_record --data_dir=$TFDS_DATA_DIR`); run the same command on
 every host of the slice:
 
-  python -m experiments.train_images --config=tpu_configs/imagenet.py --workdir=gs://BUCKET/run
-  python -m experiments.train_images --config=tpu_configs/imagenet.py:vanilla --workdir=gs://BUCKET/run
-  python -m experiments.train_images --config=tpu_configs/imagenet.py:local --workdir=/tmp/smoke  # CPU
+  python -m posattn.experiments.train_images --config=tpu_configs/imagenet.py --workdir=gs://BUCKET/run
+  python -m posattn.experiments.train_images --config=tpu_configs/imagenet.py:vanilla --workdir=gs://BUCKET/run
+  python -m posattn.experiments.train_images --config=tpu_configs/imagenet.py:quick --workdir=/tmp/smoke  # CPU
 
 Hardware: a TPU v4-32 pod slice (4 hosts; `jax.distributed` is initialised from the TPU environment).
 Expected wall-clock: about 4-6 hours (an estimate scaled from big_vision's published ViT-S/16 timing;

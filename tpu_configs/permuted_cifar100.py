@@ -1,14 +1,14 @@
 r"""Permuted CIFAR-100: ViT (patch 2), ResNet-18 or VGG-16 on images whose g x g pixel blocks are shuffled
 by one fixed random permutation (the same for train and test): JSL22 Figure 5.
 
-The argument is `[MODEL,]G[,local]` with MODEL in vit (default), resnet18, vgg16 and G the block size
+The argument is `[MODEL,]G[,quick]` with MODEL in vit (default), resnet18, vgg16 and G the block size
 (default 2; 32 = one block = unpermuted). The sweep of Figure 5:
 
   for m in vit resnet18 vgg16; do for g in 2 4 8 16 32; do
-    python -m experiments.train_images --config=tpu_configs/permuted_cifar100.py:$m,$g \
+    python -m posattn.experiments.train_images --config=tpu_configs/permuted_cifar100.py:$m,$g \
       --workdir=$WORKDIR/$m-g$g
   done; done
-  python -m experiments.train_images --config=tpu_configs/permuted_cifar100.py:resnet18,4,local \
+  python -m posattn.experiments.train_images --config=tpu_configs/permuted_cifar100.py:resnet18,4,quick \
       --workdir=/tmp/smoke  # CPU smoke run
 
 Hardware: one TPU v4-8 slice or one A100/H100 GPU per run. Expected wall-clock: ViT with patch 2 (256

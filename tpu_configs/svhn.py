@@ -3,9 +3,9 @@ r"""SVHN (cropped digits), ViT-Ti/4-like with positional (default) or vanilla at
 Command (data prepared once with
 `tfds build svhn_cropped --file_format=array_record --data_dir=$TFDS_DATA_DIR`):
 
-  python -m experiments.train_images --config=tpu_configs/svhn.py --workdir=$WORKDIR
-  python -m experiments.train_images --config=tpu_configs/svhn.py:vanilla --workdir=$WORKDIR
-  python -m experiments.train_images --config=tpu_configs/svhn.py:local --workdir=/tmp/smoke  # CPU
+  python -m posattn.experiments.train_images --config=tpu_configs/svhn.py --workdir=$WORKDIR
+  python -m posattn.experiments.train_images --config=tpu_configs/svhn.py:vanilla --workdir=$WORKDIR
+  python -m posattn.experiments.train_images --config=tpu_configs/svhn.py:quick --workdir=/tmp/smoke  # CPU
 
 Hardware: one TPU v4-8 slice or one A100/H100 GPU. Expected wall-clock: about 1.5 hours (an estimate from
 the FLOP count, ~2.2 GFLOP per training image, 14.7M training images; not measured here).

@@ -4,8 +4,8 @@ with one token per slot (docs/decisions.md, "Composite grids (LWLC23's deeper Vi
 
 Command (no data to prepare; `experiments.token_grid` runs it for every R and both attention kinds):
 
-  python -m experiments.train_images --config=tpu_configs/token_grid.py --workdir=/tmp/grid7
-  python -m experiments.train_images --config=tpu_configs/token_grid.py:vanilla --workdir=/tmp/grid5 \
+  python -m posattn.experiments.train_images --config=tpu_configs/token_grid.py --workdir=/tmp/grid7
+  python -m posattn.experiments.train_images --config=tpu_configs/token_grid.py:vanilla --workdir=/tmp/grid5 \
       --config.dataset=digit_grid/5
 
 Hardware: one CPU (2 cores are enough). Expected wall-clock: 20-50 s a run (compile included); the 10

@@ -55,7 +55,7 @@ PRESETS = {
 }
 
 
-DEFAULT = "phases"  # the preset of `python -m experiments.theory` without --config
+DEFAULT = "phases"  # the preset of `python -m posattn.experiments.theory` without --config
 
 
 def get_preset(name: str) -> tuple[TheoryConfig, GDConfig]:

@@ -139,7 +139,7 @@ def compare_table(summary: dict) -> str:
     for name, ref in summary["paper"].items():
         if name == summary["dataset"]:
             continue
-        command = (f"`python -m experiments.compare_attention --config={ref['config']} "
+        command = (f"`python -m posattn.experiments.compare_attention --config={ref['config']} "
                    f"--seeds={ref['seeds']} --workdir=DIR --config.data_dir=$TFDS_DATA_DIR`")
         lines.append(f"| {name} | needs data: {command} | needs data | {ref['vanilla']} | "
                      f"{ref['positional']} |")
