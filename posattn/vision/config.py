@@ -48,6 +48,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.num_heads = 0
     c.model.mlp_dim = 0
     c.model.attention = "positional"
+    # the kind's own knobs, "name=value,..." (posattn.vision.models.attention.parse_options); "" none
+    c.model.attention_options = ""
     c.model.pos_shared = True
     c.model.pos_add = False
     c.model.pos_init_std = 1.0  # std of the initial P (see posattn.vision.models.vit)

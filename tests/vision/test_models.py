@@ -1,6 +1,8 @@
 """Image models: published parameter counts, positional attention (JSL22 Definition 3.2), options, dtypes, errors."""
 import functools
+from typing import Any, ClassVar
 
+import flax.linen as nn
 import jax
 import jax.extend.core
 import jax.numpy as jnp
@@ -9,7 +11,7 @@ import pytest
 from ml_collections import ConfigDict
 
 from posattn.errors import ConfigError
-from posattn.vision.models import attention_maps, create_model, param_count
+from posattn.vision.models import attention, attention_maps, create_model, param_count
 
 
 def _model(image_size=8, channels=3, num_classes=10, dtype=jnp.float32, **fields):
@@ -348,3 +350,41 @@ def test_a_model_name_alone_builds_it_and_sizes_must_be_positive_integers():
             create_model("resnet18", num_classes=10, image_size=bad, channels=3)
     with pytest.raises(ConfigError, match="model_cfg=None: give a model name or a dict of model fields"):
         create_model(None, num_classes=10, image_size=8, channels=3)
+
+
+class _Scaled(nn.Module):
+    """A kind of attention defined outside posattn with a knob of its own: vanilla attention, its branch
+    scaled by `scale`."""
+    num_heads: int
+    dtype: Any = jnp.float32
+    scale: float = 1.0
+    takes_position: ClassVar[bool] = False
+
+    @nn.compact
+    def __call__(self, x_BxNxD, p_NxD, keep_BxN=None):
+        y_BxNxD, att = attention.VanillaAttention(self.num_heads, dtype=self.dtype, name="inner")(
+            x_BxNxD, p_NxD, keep_BxN)
+        return self.scale * y_BxNxD, att
+
+
+def test_a_new_attention_kind_with_its_own_knob_is_its_class_and_one_registry_line(monkeypatch):
+    monkeypatch.setitem(attention.ATTENTIONS, "scaled", _Scaled)  # the registry line
+    make = lambda options, name="vit": create_model(  # noqa: E731
+        {"name": name, "variant": "test/2" if name == "vit" else "XS", "attention": "scaled",
+         "attention_options": options}, num_classes=3, image_size=8, channels=1)
+    x = jax.random.normal(jax.random.key(0), (2, 8, 8, 1))
+    variables = jax.tree_util.tree_map_with_path(  # a head that is not zero, as trained
+        lambda path, a: jax.random.normal(jax.random.key(2), a.shape) if "head" in jax.tree_util.keystr(path) else a,
+        make("").init(jax.random.key(1), x))
+    silenced = jax.tree_util.tree_map_with_path(  # W_O of every block zero: the attention branch adds nothing
+        lambda path, a: jnp.zeros_like(a) if "out" in jax.tree_util.keystr(path) and "inner" in
+        jax.tree_util.keystr(path) else a, variables)
+    np.testing.assert_allclose(make("scale=0.0").apply(variables, x), make("").apply(silenced, x), atol=1e-6)
+    assert not np.allclose(make("scale=0.0").apply(variables, x), make("scale=1.0").apply(variables, x))
+    assert make("scale=0.5", "alternet").attention_options == (("scale", 0.5),)  # AlterNet's blocks take it too
+    for name in ("vit", "alternet"):
+        with pytest.raises(ConfigError, match=r"'bogus=1' is not NAME=VALUE with NAME a field of the 'scaled' "
+                                              r"attention \(scale\)"):
+            make("bogus=1", name)
+    with pytest.raises(ConfigError, match="the value of scale is not a Python literal"):
+        make("scale=abc")

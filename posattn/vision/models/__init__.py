@@ -54,7 +54,8 @@ MODELS = {
 }
 # The fields of `config.model` with the value a missing field takes (those of the shared config).
 MODEL_FIELDS = {
-    "name": "vit", "variant": "Ti/4", "patch_size": 0, "attention": "positional", "pos_shared": True,
+    "name": "vit", "variant": "Ti/4", "patch_size": 0, "attention": "positional", "attention_options": "",
+    "pos_shared": True,
     "pos_add": False, "pos_init_std": 1.0, "pool": "gap", "dropout": 0.0,
     "width": 0, "depth": 0, "num_heads": 0, "mlp_dim": 0,
 }
@@ -80,10 +81,11 @@ def create_model(model_cfg, *, num_classes: int, image_size: int, channels: int,
     as "resnet18") names, validated, for images of `image_size` x `image_size` x `channels`.
 
     Fields (`MODEL_FIELDS`): name (a key of `MODELS`); for the ViT also variant ("Ti/16", ...),
-    patch_size, width, depth, num_heads and mlp_dim (each 0 = the variant's), attention (a key of `ATTENTIONS`), pos_shared, pos_add,
-    pos_init_std (std of the initial P), pool (gap | cls); for ResNet-18 and VGG-16 width (channels of
-    the first stage, the others scaled with it; 0 = the published 64); dropout for all. Missing fields take the
-    defaults of the shared config; an unknown field is a ConfigError naming the nearest valid one. The
+    patch_size, width, depth, num_heads and mlp_dim (each 0 = the variant's), attention (a key of
+    `ATTENTIONS`) and attention_options (its own knobs, "name=value,...": `attention.parse_options`; also
+    AlterNet's), pos_shared, pos_add, pos_init_std (std of the initial P), pool (gap | cls); for ResNet-18
+    and VGG-16 width (channels of the first stage, the others scaled with it; 0 = the published 64);
+    dropout for all. Missing fields take the defaults of the shared config; an unknown field is a ConfigError naming the nearest valid one. The
     model refuses (ConfigError) images of other channels (and for the ViT, another size).
     """
     if isinstance(model_cfg, str):

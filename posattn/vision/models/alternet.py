@@ -36,7 +36,7 @@ import numpy as np
 import flax.linen as nn
 
 from posattn.errors import ConfigError, check_choice
-from posattn.vision.models.attention import ATTENTIONS
+from posattn.vision.models.attention import ATTENTIONS, parse_options
 from posattn.vision.models.checks import check_classifier_fields, check_images
 from posattn.vision.models.resnet import batch_norm, block_conv
 from posattn.vision.models.sown import INTERMEDIATES, STEM, attention_weights, block_feature
@@ -124,6 +124,7 @@ class WindowAttentionBlock(nn.Module):
 
     num_heads: int
     attention: str = "positional"
+    attention_options: tuple = ()  # (name, value) pairs of the kind's own fields (`parse_options`)
     window: int = WINDOW
     pos_init_std: float = 1.0
     dtype: Any = jnp.float32
@@ -135,14 +136,14 @@ class WindowAttentionBlock(nn.Module):
         if H % win or W % win:
             raise ValueError(f"window {win} does not divide the {H} x {W} feature map")
         module = ATTENTIONS[self.attention]
+        attend = module(self.num_heads, dtype=self.dtype, name="attn", **dict(self.attention_options))
         P_NxC = self.param("pos_embedding", nn.initializers.normal(stddev=self.pos_init_std),
                            (win * win, C))
         y_XxNxC = to_windows(nn.LayerNorm(dtype=self.dtype, name="norm")(x_BxHxWxC), win)
         if module.takes_position:
-            y_XxNxC, att = module(self.num_heads, dtype=self.dtype, name="attn")(y_XxNxC, P_NxC)
+            y_XxNxC, att = attend(y_XxNxC, P_NxC)
         else:
-            y_XxNxC, att = module(self.num_heads, dtype=self.dtype, name="attn")(
-                y_XxNxC + P_NxC.astype(y_XxNxC.dtype), None)
+            y_XxNxC, att = attend(y_XxNxC + P_NxC.astype(y_XxNxC.dtype), None)
         return x_BxHxWxC + from_windows(y_XxNxC, B, H, W, win), full_map(att, B, H, W, win)
 
 
@@ -153,6 +154,7 @@ class AlterNet(nn.Module):
     stage_features: tuple[int, ...] = SIZES["XS"]
     stage_msa: tuple[bool, ...] = (False, True, True, True)
     attention: str = "positional"
+    attention_options: tuple = ()  # (name, value) pairs of its own fields (`attention.parse_options`)
     window: int = WINDOW
     pos_init_std: float = 1.0
     dropout: float = 0.0
@@ -182,8 +184,8 @@ class AlterNet(nn.Module):
                 name = f"stage{stage + 1}_block{block + 1}"
                 if msa and block == BLOCKS_PER_STAGE - 1:
                     heads = max(1, features // CHANNELS_PER_HEAD)
-                    x, att = WindowAttentionBlock(heads, self.attention, self.window, self.pos_init_std,
-                                                  self.dtype, name=name)(x)
+                    x, att = WindowAttentionBlock(heads, self.attention, self.attention_options, self.window,
+                                                  self.pos_init_std, self.dtype, name=name)(x)
                     self.sow(INTERMEDIATES, block_feature(index, "attention"), x)
                     self.sow(INTERMEDIATES, attention_weights(index), att)
                 else:
@@ -203,5 +205,7 @@ def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) ->
     del image_size
     widths, msas = parse_variant(fields["variant"])
     return AlterNet(num_classes=num_classes, stage_features=widths, stage_msa=msas,
-                    attention=fields["attention"], pos_init_std=float(fields["pos_init_std"]),
+                    attention=fields["attention"],
+                    attention_options=parse_options(fields["attention"], fields["attention_options"]),
+                    pos_init_std=float(fields["pos_init_std"]),
                     dropout=float(fields["dropout"]), dtype=dtype, channels=channels)

@@ -11,13 +11,18 @@ softmax weights, (B, H, N, N) or, when they do not depend on the input, (H, N, N
 removes the tokens where it is False from the softmax as keys, so no kept token attends to them: the sum
 over the kept tokens S^n of LWLC23 Eq. (1) (token sparsification); None keeps every token.
 `takes_position` says where the ViT puts P: into the attention (True) or added to the patch embeddings
-(False). Adding a kind is its class here and one line of `ATTENTIONS`.
+(False). Adding a kind is its class here and one line of `ATTENTIONS`; a knob of its own is a field of
+its class, set from a config by `model.attention_options` ("name=value,...", `parse_options`).
 """
+import ast
+import dataclasses
 from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import flax.linen as nn
+
+from posattn.errors import ConfigError
 
 # ViT convention (big_vision): Glorot-uniform projections, zero biases.
 _KERNEL_INIT = nn.initializers.xavier_uniform()
@@ -107,3 +112,27 @@ ATTENTIONS = {
     "vanilla": VanillaAttention,
     "positional": PositionalAttention,
 }
+
+# The fields every kind has, set by the model, never by `model.attention_options`.
+_SET_BY_THE_MODEL = ("num_heads", "dtype", "parent", "name")
+
+
+def parse_options(attention: str, text: str) -> tuple[tuple[str, Any], ...]:
+    """`model.attention_options` ("name=value,...", values Python literals, e.g. "tau=0.5,window=3"; ""
+    none) as (name, value) pairs of fields of the kind `ATTENTIONS[attention]`, hashable so that a flax
+    module can hold them; ConfigError naming the kind's fields for a name it lacks or a value that is
+    not a literal."""
+    module = ATTENTIONS[attention]
+    knobs = [f.name for f in dataclasses.fields(module) if f.init and f.name not in _SET_BY_THE_MODEL]
+    pairs = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, eq, value = (part.strip() for part in item.partition("="))
+        if not eq or name not in knobs:
+            raise ConfigError(f"model.attention_options={text!r}: {item!r} is not NAME=VALUE with NAME a field of "
+                              f"the {attention!r} attention ({', '.join(knobs) or 'it has none'})")
+        try:
+            pairs.append((name, ast.literal_eval(value)))
+        except (ValueError, SyntaxError):
+            raise ConfigError(f"model.attention_options={text!r}: the value of {name} is not a Python literal "
+                              f"(a number, True/False, a quoted string)") from None
+    return tuple(pairs)

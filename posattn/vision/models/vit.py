@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import flax.linen as nn
 
 from posattn.errors import ConfigError, check_choice
-from posattn.vision.models.attention import ATTENTIONS
+from posattn.vision.models.attention import ATTENTIONS, parse_options
 from posattn.vision.models.checks import check_classifier_fields, check_images
 from posattn.vision.models.variants import SHAPE_FIELDS, override_shape, parse_variant
 from posattn.vision.models.sown import INTERMEDIATES, attention_weights, block_feature
@@ -64,6 +64,7 @@ class EncoderBlock(nn.Module):
     num_heads: int
     mlp_dim: int
     attention: str = "positional"
+    attention_options: tuple = ()  # (name, value) pairs of the kind's own fields (`parse_options`)
     dropout: float = 0.0
     dtype: Any = jnp.float32
 
@@ -71,8 +72,8 @@ class EncoderBlock(nn.Module):
     def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None, train: bool,
                  keep_BxN: jax.Array | None = None):
         y_BxNxD = nn.LayerNorm(dtype=self.dtype, name="norm1")(x_BxNxD)
-        y_BxNxD, att = ATTENTIONS[self.attention](self.num_heads, dtype=self.dtype, name="attn")(
-            y_BxNxD, p_NxD, keep_BxN)
+        y_BxNxD, att = ATTENTIONS[self.attention](self.num_heads, dtype=self.dtype, name="attn",
+                                                  **dict(self.attention_options))(y_BxNxD, p_NxD, keep_BxN)
         x_BxNxD = x_BxNxD + nn.Dropout(self.dropout, deterministic=not train)(y_BxNxD)
         y_BxNxD = nn.LayerNorm(dtype=self.dtype, name="norm2")(x_BxNxD)
         out_BxNxD = x_BxNxD + MLP(self.mlp_dim, self.dropout, dtype=self.dtype, name="mlp")(y_BxNxD, train)
@@ -96,6 +97,7 @@ class ViT(nn.Module):
     num_heads: int
     mlp_dim: int
     attention: str = "positional"  # a name of ATTENTIONS
+    attention_options: tuple = ()  # (name, value) pairs of its own fields (`attention.parse_options`)
     pos_shared: bool = True
     pos_add: bool = False
     pool: str = "gap"  # gap | cls
@@ -173,6 +175,7 @@ class ViT(nn.Module):
                 self.num_heads,
                 self.mlp_dim,
                 attention=self.attention,
+                attention_options=self.attention_options,
                 dropout=self.dropout,
                 dtype=self.dtype,
                 name=f"block_{i}",
@@ -215,6 +218,7 @@ def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) ->
         num_heads=shape.num_heads,
         mlp_dim=shape.mlp_dim,
         attention=fields["attention"],
+        attention_options=parse_options(fields["attention"], fields["attention_options"]),
         pos_shared=bool(fields["pos_shared"]),
         pos_add=bool(fields["pos_add"]),
         pool=fields["pool"],
