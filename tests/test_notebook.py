@@ -2,11 +2,13 @@
 import pathlib
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_quickstart_notebook_runs():
     notebook = nbformat.read(ROOT / "docs" / "quickstart.ipynb", as_version=4)
     NotebookClient(notebook, timeout=300, kernel_name="python3",

@@ -20,6 +20,7 @@ def run(*args):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_every_output(tmp_path):
     out = run(*TINY, f"--workdir={tmp_path}")
     assert out.returncode == 0, out.stderr[-2000:]

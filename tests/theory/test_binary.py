@@ -38,6 +38,7 @@ def test_tiny_run_writes_every_output(tmp_path):
     assert config["theory"]["d"] == 16 and config["gd"]["N"] == 2000 and config["seed"] == 0
 
 
+@pytest.mark.slow
 def test_seeds_run_vmapped_with_one_summary_each(tmp_path):
     out = run("--config.theory.d=8", "--config.gd.N=500", "--config.gd.steps=20",
               "--config.gd.eval_every=10", "--config.seed=3", "--config.seeds=2", "--config.gd.n_test=1000",

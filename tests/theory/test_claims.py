@@ -9,6 +9,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from posattn.papers.jsl22 import construction, glm, report, transfer
 from posattn.theory import GDConfig, TheoryConfig, make_task, patch_association, sample
@@ -120,6 +121,7 @@ def test_frozen_a_stays_and_fit_sizes_keeps_the_order_of_sizes():
     assert gd_lib.size_groups((16, 32, 64, 128, 1000), spread=4) == [(16, 32, 64), (128,), (1000,)]
 
 
+@pytest.mark.slow
 def test_transfer_pieces():
     w_star = make_task(jax.random.key(0), CFG).w_star
     w = transfer.orthogonal_feature(jax.random.key(1), w_star)

@@ -194,6 +194,7 @@ def test_jit_and_vmap_of_fit_name_what_to_use_instead():
             transform(fit)(key, CFG, SWEEP_GD)
 
 
+@pytest.mark.slow
 def test_one_and_eight_devices_agree():
     assert jax.device_count() == 8
     for risk, n in (("empirical", 1003), ("population_mc", 1000)):  # 1003: padding is masked

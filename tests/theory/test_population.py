@@ -192,6 +192,7 @@ def check_against_monte_carlo(cfg, task, points, method):
             assert se[0] < 0.01 * mean[0] and se[3] < 0.05 * abs(mean[3]), (mean, se)
 
 
+@pytest.mark.slow
 def test_general_path_against_monte_carlo_small_preset():
     task = make_task(jax.random.key(3), SMALL)
     points = []
@@ -204,6 +205,7 @@ def test_general_path_against_monte_carlo_small_preset():
     check_against_monte_carlo(SMALL, task, points, "general")
 
 
+@pytest.mark.slow
 def test_three_value_path_against_monte_carlo_paper_preset():
     # The paper preset's D=36, C=4, L=9, q=0.4 with d=8: d enters (P) only through the temperature and
     # s^2 = 1/d, and the sampler's cost (10^6 x 36 x d normals) is linear in d.
@@ -368,6 +370,7 @@ def test_method_is_static_and_wrong_starts_are_refused():
     assert abs(risks["multiset"] - risks["general"]) > 1e-3 * risks["general"]
 
 
+@pytest.mark.slow
 def test_exact_population_gd_and_the_overlay(tmp_path):
     # GD on the exact (P) through gd.fit (the multiset path, GDConfig's default; at C=2 it is the only
     # one: L * 3^(D-C) = 38M patterns is past the general path's limit), then (E) from the same start.

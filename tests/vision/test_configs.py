@@ -62,6 +62,7 @@ def test_alternet_token_names_the_library_default_variant():
     ("cifar10", "quick"), ("cifar100", "vanilla,quick"), ("svhn", "quick"), ("imagenet", "quick"),
     ("permuted_cifar100", "4,quick"),
 ])
+@pytest.mark.slow
 def test_quick_config_runs_end_to_end_on_eight_devices(name, arg, tmp_path):
     c, _ = load_config(name, arg)
     c.total_steps, c.log_every, c.checkpoint_every = 2, 1, 0

@@ -7,6 +7,7 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 
 from posattn import cli
 from posattn.vision import checkpoint, config as config_lib, train
@@ -26,6 +27,7 @@ def digits_quick():
     return c
 
 
+@pytest.mark.slow
 def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
     outputs = multiprocess.run_two_processes("experiments.train_images", [*FLAGS, f"--workdir={tmp_path / 'two'}"],
                                              tmp_path)

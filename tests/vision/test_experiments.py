@@ -100,6 +100,7 @@ def _run(*args, cwd=ROOT):
                           env=envs.devices(1, PYTHONPATH=str(ROOT)))
 
 
+@pytest.mark.slow
 def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
     """permuted (ViT, g = 2, 4 and the unpermuted 8) -> posemb_similarity on its g = 2 and 4 runs. A few
     steps each: this checks the plumbing and the files, not the accuracies."""
@@ -130,6 +131,7 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_compare_attention_end_to_end_on_digits(tmp_path):
     """compare_attention with one seed, two steps: the plumbing and the files, not the accuracies."""
     cmp_dir = tmp_path / "compare"

@@ -33,6 +33,7 @@ def saved_steps(workdir: pathlib.Path) -> list[int]:
     return sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) if ckpts.is_dir() else []
 
 
+@pytest.mark.slow
 def test_sigkill_then_restart_resumes_to_bitwise_the_same_parameters(tmp_path):
     # The three runs share the test run's compilation cache (tests/conftest.py), so the restarted runs
     # skip recompiling the step (the cached executable is the same program, which bitwise

@@ -179,6 +179,7 @@ def test_pruning_mask_and_relevant_mass():
 # ------------------------------------------------------------------------------ the binary
 
 
+@pytest.mark.slow
 def test_tiny_run_of_the_binary(tmp_path):
     env = envs.devices(1)
     out = subprocess.run([sys.executable, "-m", "experiments.token_grid", f"--workdir={tmp_path}", "--config.grid.Rs=6",

@@ -158,6 +158,7 @@ def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path):
     assert summary["test_accuracy"] == pytest.approx(direct, abs=1e-9)
 
 
+@pytest.mark.slow
 def test_a_run_loads_from_its_workdir_without_its_data(tmp_path, monkeypatch):
     c = load_config("cifar10", "quick")
     c.augment.randaugment_layers, c.total_steps, c.checkpoint_every = 0, 2, 0
