@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, check_choice
 
 # ViT convention (big_vision): Glorot-uniform projections, zero biases.
 _KERNEL_INIT = nn.initializers.xavier_uniform()
@@ -122,6 +122,7 @@ def parse_options(attention: str, text: str) -> tuple[tuple[str, Any], ...]:
     none) as (name, value) pairs of fields of the kind `ATTENTIONS[attention]`, hashable so that a flax
     module can hold them; ConfigError naming the kind's fields for a name it lacks or a value that is
     not a literal."""
+    check_choice(attention, ATTENTIONS, "attention")
     module = ATTENTIONS[attention]
     knobs = [f.name for f in dataclasses.fields(module) if f.init and f.name not in _SET_BY_THE_MODEL]
     pairs = []
