@@ -18,10 +18,13 @@ in phase III" does not).
 
 The argument is a preset name, optionally with `quick`; fields: preset, seed, seeds, overlay_N, theory.*
 (`TheoryConfig`) and gd.* (`GDConfig`), every one overridable with `--config.FIELD=VALUE`. This file
-returns only the preset's name: the library owns the numbers (posattn/theory/presets.py).
+returns only the preset's name (and the regime's empty sections): the library owns the numbers
+(posattn/theory/presets.py).
 """
 import ml_collections
 
 
 def get_config(arg=None):
-    return ml_collections.ConfigDict({"preset": arg} if arg else {})
+    # The preset is named even when it is the default, beside the regime's own sections, so that another
+    # binary given this file refuses it in one line (its schema has no `gd`) instead of running its defaults.
+    return ml_collections.ConfigDict({"preset": arg or "phases", "theory": {}, "gd": {}})
