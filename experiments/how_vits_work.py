@@ -6,10 +6,11 @@ landscapes) on ResNet, vanilla ViT, AlterNet and positional-attention ViT (docs/
   python -m posattn.experiments.how_vits_work --workdir=DIR --config.runs=RUN_DIR,RUN_DIR  # trained runs
 
 `--config=FILE[:ARG]` (default tpu_configs/pk22.py) with fields runs, models, quick, seed and the
-measurement settings (`SETTINGS_FIELDS`; unset: PK22's code's, docs/how_vits_work.md), each overridable
-as `--config.FIELD=VALUE`; `:quick` (or the older `--quick`) is the smoke run. With no runs, the models
-of tpu_configs/how_vits_work.py (`models`) are trained (or resumed) under WORKDIR/runs/. The workdir
-receives config.json, metrics.jsonl, results/MODEL.json, the figures pk22_*.png and summary.md (PK22's claims and numbers beside ours).
+measurement settings (fields of `suite.Settings`; unset: PK22's code's, docs/how_vits_work.md), each
+overridable as `--config.FIELD=VALUE`; `:quick` (or the older `--quick`) is the smoke run. With no runs,
+the models of tpu_configs/how_vits_work.py (`models`) are trained (or resumed) under WORKDIR/runs/. The
+workdir receives config.json, metrics.jsonl, results/MODEL.json, the figures pk22_*.png and summary.md
+(PK22's claims and numbers beside ours).
 
 One host: the measurements (Hessian power iterations, landscape grids, Fourier and noise on the
 test split) run in one process; the trained runs it measures may come from a multi-host train_images
@@ -50,12 +51,6 @@ def _schema(fields) -> ml_collections.ConfigDict:
     })
 
 
-# The fields that override `suite.Settings` where given.
-SETTINGS_FIELDS = ("hessian_batches", "landscape_grid", "noise_eps", "noise_band", "weight_decay",
-                   "landscape_l2_form", "hessian_l2_form", "mixup_alpha", "label_smoothing", "landscape_images",
-                   "landscape_normalisation")
-
-
 SCHEMA = cli.Schema("a how_vits_work config", _schema, lambda c: c.update(quick=True))
 _CONFIG = cli.define_config("tpu_configs/pk22.py", SCHEMA, "The models (or trained runs) and measurements")
 
@@ -75,7 +70,8 @@ def main(argv):
     config = _CONFIG.value
     runs, models = ([s.strip() for s in text.split(",") if s.strip()] for text in (config.runs, config.models))
     settings = suite.QUICK if config.quick else suite.Settings()
-    overrides = {k: config[k] for k in SETTINGS_FIELDS}
+    # every field of the config that is one of `suite.Settings` and is set overrides it
+    overrides = {f.name: config[f.name] for f in dataclasses.fields(suite.Settings) if f.name in config}
     settings = dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
     check_seed(config.seed, "seed")
     for run in runs:

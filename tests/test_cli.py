@@ -117,15 +117,21 @@ def test_the_binaries_load_a_broken_config_file_into_one_line(tmp_path):
     assert BROKEN["none"][1] in out.stderr and not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_theory_ends_a_signal_with_one_line_and_a_workdir_that_says_interrupted(sig, status, tmp_path):
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # if ignored here, the child would be too
+def start_interruptible(*args: str) -> subprocess.Popen:
+    """`python ARGS` in the repository on one device, pipes for its output, with Python's own SIGINT
+    handler (were SIGINT ignored here, as under some runners, the child would ignore it too)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        run = subprocess.Popen([sys.executable, "-m", "experiments.theory", f"--workdir={tmp_path}", "--config.gd.N=100",
-                                "--config.gd.steps=1000000", "--config.gd.n_test=100", "--config.gd.n_final_test=100"],
-                               cwd=ROOT, env=envs.devices(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen([sys.executable, *args], cwd=ROOT, env=envs.devices(1), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_theory_ends_a_signal_with_one_line_and_a_workdir_that_says_interrupted(sig, status, tmp_path):
+    run = start_interruptible("-m", "experiments.theory", f"--workdir={tmp_path}", "--config.gd.N=100",
+                              "--config.gd.steps=1000000", "--config.gd.n_test=100", "--config.gd.n_final_test=100")
     for line in run.stdout:  # the run holds its workdir and has written its config (GD compiles next)
         if line.startswith("preset"):
             break
@@ -142,13 +148,8 @@ def test_a_signal_while_a_binary_imports_is_one_line_and_writes_nothing(tmp_path
     # `-X importtime` reports each import on stderr as it ends: the signal lands in the middle of jax's
     # imports, where Python's default handler gave a long traceback, a segfault, or was swallowed by a
     # gc callback so that the run went on to exit 0.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # if ignored here, the child would be too
-    try:
-        run = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "experiments.train_images",
-                                "--config=tpu_configs/digits.py:local", f"--workdir={tmp_path}/run"],
-                               cwd=ROOT, env=envs.devices(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    run = start_interruptible("-X", "importtime", "-m", "experiments.train_images",
+                              "--config=tpu_configs/digits.py:quick", f"--workdir={tmp_path}/run")
     for line in run.stderr:
         if line.rsplit("|", 1)[-1].strip() == "jax._src.config":
             break

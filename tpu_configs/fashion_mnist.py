@@ -28,7 +28,7 @@ Expected test accuracy (measured 2026-11-26, docs/image_results.md):
 ViT positional 84.8 +- 0.4%, ViT vanilla 82.0 +- 0.3% (3 seeds each), VGG-16 89.5% (one run, 534 s
 under load), ResNet-18 89.0% (one run, 445 s; its loss still fell 4.8% over its last epoch: not flat by
 the 3% criterion of docs/image_results.md, so 3 epochs leave it short of convergence);
-the ViT of a permuted run (patch 7, any G) 84.4-84.9%. Published baselines (Xiao et al. 2017 and the
+the ViT of a permuted run (patch 7, any G) 84.2-84.9%. Published baselines (Xiao et al. 2017 and the
 dataset's benchmark page): a 2-conv net 91.6%, ResNet-18 94.9%, WRN-40-4 96.7%, humans 83.5%: these
 CPU settings buy a 10-minute run, not the published accuracy.
 

@@ -14,8 +14,8 @@ small measurements) a smoke run of the whole pipeline. Expected result (docs/how
 accuracy ResNet 99.2%, AlterNet 98.6%, positional ViT 88.9%, vanilla ViT 77.5%, and summary.md sets
 PK22's claims beside our numbers.
 
-Fields: runs, models, quick, seed and the measurement settings of the binary's SETTINGS_FIELDS (None:
-the measurement settings' own, PK22's code's); this file changes none of them.
+Fields: runs, models, quick, seed and the measurement settings, fields of posattn.papers.pk22.suite.Settings
+(None: the measurement settings' own, PK22's code's); this file changes none of them.
 """
 import ml_collections
 

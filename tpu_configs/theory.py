@@ -25,6 +25,6 @@ import ml_collections
 
 
 def get_config(arg=None):
-    # The preset is named even when it is the default, beside the regime's own sections, so that another
-    # binary given this file refuses it in one line (its schema has no `gd`) instead of running its defaults.
-    return ml_collections.ConfigDict({"preset": arg or "phases", "theory": {}, "gd": {}})
+    # The regime's own sections (empty: the preset gives their values) make another binary given this file
+    # refuse it in one line (its schema has no `theory` or `gd`) instead of running its own defaults.
+    return ml_collections.ConfigDict({**({"preset": arg} if arg else {}), "theory": {}, "gd": {}})
