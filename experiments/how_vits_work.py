@@ -51,7 +51,7 @@ def _schema(fields) -> ml_collections.ConfigDict:
     })
 
 
-SCHEMA = cli.Schema("a how_vits_work config", _schema, lambda c: c.update(quick=True))
+SCHEMA = cli.Schema("a how_vits_work config", _schema, lambda c: c.update(quick=True), "how_vits_work")
 _CONFIG = cli.define_config("tpu_configs/pk22.py", SCHEMA, "The models (or trained runs) and measurements")
 
 

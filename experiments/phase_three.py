@@ -32,7 +32,7 @@ from posattn.theory.presets import get_preset
 # preset: the problem (its q is replaced by each of q); steps: GD steps on (P) (0: the preset's)
 SCHEMA = cli.Schema("a phase_three config (preset, q, steps)",
                     lambda fields: ml_collections.ConfigDict({"preset": "small", "q": (0.4, 0.2, 0.1), "steps": 0}),
-                    lambda c: c.update(steps=100))
+                    lambda c: c.update(steps=100), "phase_three")
 _CONFIG = cli.define_config("tpu_configs/phase_three.py", SCHEMA, "The problem and the q to compare")
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
 _ALPHA0 = 0.02  # the start, v = alpha0 w* with A = a0 I, the same for every q

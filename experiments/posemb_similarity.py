@@ -43,7 +43,8 @@ def _schema(fields) -> ml_collections.ConfigDict:
 
 
 # `:quick` changes nothing: the maps of one trained run take seconds (its smoke run is the run it reads)
-SCHEMA = cli.Schema("a posemb_similarity config (out, threshold, patches, block)", _schema, lambda c: None)
+SCHEMA = cli.Schema("a posemb_similarity config (out, threshold, patches, block)", _schema, lambda c: None,
+                    "posemb_similarity")
 _CONFIG = cli.define_config("tpu_configs/posemb_similarity.py", SCHEMA, "The maps to draw")
 
 

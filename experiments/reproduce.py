@@ -32,7 +32,7 @@ FLAGS = flags.FLAGS
 # seed: of every run; quick: small sizes and few steps (a smoke run of every claim), what `:quick` sets
 SCHEMA = cli.Schema("a reproduce config (seed, quick)",
                     lambda fields: ml_collections.ConfigDict({"seed": 0, "quick": False}),
-                    lambda c: c.update(quick=True))
+                    lambda c: c.update(quick=True), "reproduce")
 _CONFIG = cli.define_config("tpu_configs/reproduce.py", SCHEMA, "The seed and size of the run")
 flags.DEFINE_string("workdir", None, "where report.md, report.json and the figures are written",
                     required=True)

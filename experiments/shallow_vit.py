@@ -63,7 +63,7 @@ def _smoke(c):
     c.sgd.steps, c.sgd.n_test = 100, 200
 
 
-SCHEMA = cli.Schema("a shallow_vit config", _schema, _smoke)
+SCHEMA = cli.Schema("a shallow_vit config", _schema, _smoke, "shallow_vit")
 _CONFIG = cli.define_config("tpu_configs/shallow_vit.py", SCHEMA, "The data, model, SGD and grids")
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
 

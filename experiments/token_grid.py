@@ -54,7 +54,7 @@ def _smoke(c):
     c.grid.Rs, c.grid.steps = (5, 9), 60
 
 
-SCHEMA = cli.Schema("a token-grid config (an image config and grid.*)", _schema, _smoke)
+SCHEMA = cli.Schema("a token-grid config (an image config and grid.*)", _schema, _smoke, "token_grid")
 _CONFIG = cli.define_config("tpu_configs/token_grid.py", SCHEMA, "The image config of every cell, with grid.*")
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
 

@@ -84,11 +84,16 @@ class Schema:
     validated where the library builds its dataclasses or resolves the run. `smoke(config)` shrinks a
     config in place to the binary's smoke run, asked for by the token `quick` (`--config=FILE:quick`),
     which never reaches the file; a file may add a `smoke` section of fields set after it.
+
+    A file that changes no field (its binary's defaults) would fit any schema, so it says whose it is:
+    `schema="KIND"`, checked against `kind` (a file of another kind is refused instead of running this
+    binary's defaults).
     """
 
     name: str  # what the config is, for messages ("an image config (...)")
     base: Callable[[ml_collections.ConfigDict], ml_collections.ConfigDict]
     smoke: Callable[[ml_collections.ConfigDict], object] | None = None
+    kind: str = ""  # what a config file names in `schema` to say it is this schema's
 
 
 def load_config(path: str, arg: str | None, schema: Schema) -> ml_collections.ConfigDict:
@@ -97,14 +102,18 @@ def load_config(path: str, arg: str | None, schema: Schema) -> ml_collections.Co
     (`get_config()` when no other token is left, as ml_collections calls it), the fields it returns merged
     onto `schema.base`, then `schema.smoke` and the file's `smoke` section if `quick` was given.
     ConfigError, in one line naming the file, for a file that is missing, does not compile, raises while
-    it loads or in get_config, defines no get_config, returns no ml_collections.ConfigDict, or sets a
-    field the schema lacks or a value of the wrong type."""
+    it loads or in get_config, defines no get_config, returns no ml_collections.ConfigDict, names
+    another schema's kind in `schema`, or sets a field the schema lacks or a value of the wrong type."""
     tokens = [t.strip() for t in (arg or "").split(",") if t.strip()]
     quick = any(t in SMOKE_TOKENS for t in tokens)
     fields = _config_file_fields(path, ",".join(t for t in tokens if t not in SMOKE_TOKENS) or None)
-    smoke = fields.get("smoke")  # (no schema has a field of that name)
-    if smoke is not None:
-        del fields["smoke"]
+    smoke, kind = (fields.get(k) for k in ("smoke", "schema"))  # (no schema has fields of these names)
+    for key in ("smoke", "schema"):
+        if key in fields:
+            del fields[key]
+    if kind is not None and kind != schema.kind:
+        raise ConfigError(f"config file {path} is a {kind} config, not {schema.name}: give this binary one of "
+                          "its own config files (its --help names the default)")
     config = schema.base(fields)
     _merge(config, fields, f"config file {path}", schema.name)
     if quick:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import jax
+import ml_collections
 import pytest
 
 from posattn import cli, ownership
@@ -108,6 +109,20 @@ def test_a_broken_config_file_is_one_configerror_naming_it(name, tmp_path):
     with pytest.raises(ConfigError) as e:
         cli.load_config(str(tmp_path / "c.py"), None, config_lib.SCHEMA)
     assert str(e.value).startswith(f"config file {tmp_path / 'c.py'}") and words in str(e.value), str(e.value)
+
+
+# The config files that set no field of their binary's and so name their schema (`cli.Schema.kind`).
+SCHEMA_NAMED = {"theory": "theory", "token_grid": "token_grid", "reproduce": "reproduce", "phase_three": "phase_three", "pk22": "how_vits_work",
+                "posemb_similarity": "posemb_similarity", "shallow_vit": "shallow_vit"}
+
+
+@pytest.mark.parametrize("name", list(SCHEMA_NAMED))
+def test_a_config_file_of_another_schema_is_refused_not_run_with_defaults(name):
+    path = f"{ROOT}/tpu_configs/{name}.py"
+    with pytest.raises(ConfigError, match=f"is a {SCHEMA_NAMED[name]} config, not an image config"):
+        cli.load_config(path, None, config_lib.SCHEMA)
+    own = cli.Schema("its own", lambda fields: ml_collections.ConfigDict(fields.to_dict()), kind=SCHEMA_NAMED[name])
+    assert "schema" not in cli.load_config(path, None, own)  # its own schema takes it, the name stripped
 
 
 def test_the_binaries_load_a_broken_config_file_into_one_line(tmp_path):

@@ -18,13 +18,13 @@ in phase III" does not).
 
 The argument is a preset name, optionally with `quick`; fields: preset, seed, seeds, overlay_N, theory.*
 (`TheoryConfig`) and gd.* (`GDConfig`), every one overridable with `--config.FIELD=VALUE`. This file
-returns only the preset's name (and the regime's empty sections): the library owns the numbers
+returns only the preset's name (and `schema`, whose config it is): the library owns the numbers
 (posattn/theory/presets.py).
 """
 import ml_collections
 
 
 def get_config(arg=None):
-    # The regime's own sections (empty: the preset gives their values) make another binary given this file
-    # refuse it in one line (its schema has no `theory` or `gd`) instead of running its own defaults.
-    return ml_collections.ConfigDict({**({"preset": arg} if arg else {}), "theory": {}, "gd": {}})
+    # Naming the schema makes another binary given this file refuse it in one line instead of running its
+    # own defaults.
+    return ml_collections.ConfigDict({"schema": "theory", **({"preset": arg} if arg else {})})

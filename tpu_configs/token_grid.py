@@ -34,6 +34,7 @@ common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__f
 
 def get_config(arg=None):
     return ml_collections.ConfigDict({
+        "schema": "token_grid",  # (its fields alone fit an image config: train_images would run them)
         "dataset": "digit_grid/7",
         "model": {"variant": "XS/8", **common.model_fields(common.parse_arg(arg, allowed=("attention",)))},
         "global_batch_size": 128, "eval_batch_size": 500, "total_steps": 300,

@@ -86,7 +86,7 @@ def smoke(config: config_dict.ConfigDict) -> None:
 
 # A theory config file names its preset (`preset`) and the fields it changes; the preset gives the rest.
 SCHEMA = cli.Schema("a theory config (posattn.theory.presets.preset_config)",
-                    lambda fields: preset_config(fields.get("preset") or DEFAULT), smoke)
+                    lambda fields: preset_config(fields.get("preset") or DEFAULT), smoke, "theory")
 
 
 def configs_from(config: config_dict.ConfigDict) -> tuple[TheoryConfig, GDConfig]:
