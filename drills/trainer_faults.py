@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 
+from posattn import ownership
 from posattn.vision import checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -167,7 +168,8 @@ def run_all(reference: pathlib.Path, root: pathlib.Path, env: dict, *, train_com
     workdir = root / "failed_first_launch"
     failed = _launch(_memory_limited(train_command(workdir, steps) + ["--config.global_batch_size=100000"]), env,
                      workdir=workdir)
-    left = sorted(p.name for p in workdir.iterdir())
+    # (the workdir's marker and lock belong to the workdir, not to the launch: they stay)
+    left = sorted(p.name for p in workdir.iterdir() if p.name not in (ownership.MARKER, ownership.LOCK))
     corrected = _launch(train_command(workdir, steps), env, workdir=workdir)
     aside = sorted(workdir.glob("failed-*"))
     finish({"case": "failed first launch", "damage": "global_batch_size=100000: out of memory, then the "
