@@ -33,6 +33,7 @@ from posattn.analysis import posemb
 from posattn.errors import ConfigError
 from posattn.vision import models
 from posattn.vision.models.sown import INTERMEDIATES
+from posattn.vision.models.vit import ViT
 
 ApplyFn = Callable[[Any, jax.Array], tuple[jax.Array, dict[str, jax.Array]]]
 
@@ -102,7 +103,7 @@ def of_model(model: nn.Module, variables) -> Subject:
     def apply(params, images_BxHxWxC):
         return models.logits_and_features(model, {**state, "params": params}, images_BxHxWxC)
 
-    if "pos_embedding" not in variables["params"]:
+    if not isinstance(model, ViT):  # the CNNs; AlterNet's P are per window, inside its blocks
         return Subject(apply, variables["params"])
     side = model.image_size // model.patch_size
     return Subject(apply, variables["params"], grid_hw=(side, side), pos_embedding="pos_embedding",

@@ -47,7 +47,7 @@ _VIT_UNSUPPORTED = {
     ".ls1.": "LayerScale (init_values)", ".ls2.": "LayerScale (init_values)",
     ".q_norm.": "qk_norm", ".k_norm.": "qk_norm", "norm_pre.": "pre_norm",
     "fc_norm.": "a LayerNorm after the pooling (fc_norm, global_pool='avg')", "attn_pool.": "attention pooling",
-    "attn.norm.": "scale_attn_norm", "mlp.norm.": "scale_mlp_norm", "head.fc.": "a pre-logits layer",
+    "attn.norm.": "scale_attn_norm", "mlp.norm.": "scale_mlp_norm", "pre_logits.": "a pre-logits layer",
 }
 _RESNET_UNSUPPORTED = {
     ".conv3.": "Bottleneck blocks (resnet50 and up)", "conv1.0.": "a deep stem (stem_type='deep')",

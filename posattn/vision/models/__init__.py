@@ -121,11 +121,6 @@ def _apply_sown(model: nn.Module, variables, images) -> tuple[jax.Array, dict]:
                     if not isinstance(values, dict)}  # a dict: what a submodule sowed in its own scope
 
 
-def _sown(model: nn.Module, variables, images) -> dict:
-    """{name: value} that `model` sows on an evaluation pass over `images` (its own names only)."""
-    return _apply_sown(model, variables, images)[1]
-
-
 def logits_and_features(model: nn.Module, variables, images_BxHxWxC
                         ) -> tuple[jax.Array, collections.OrderedDict[str, jax.Array]]:
     """(logits_BxK, `features`) of one evaluation pass (train=False); jittable."""
@@ -151,7 +146,7 @@ def attention_maps(model: nn.Module, variables, images_BxHxWxC) -> dict[str, jax
     Positional attention computes one (heads, N, N) map for all images; it is broadcast over the batch.
     """
     B = images_BxHxWxC.shape[0]
-    sown = _sown(model, variables, images_BxHxWxC)
+    _, sown = _apply_sown(model, variables, images_BxHxWxC)
     maps = {attention_block(k): v for k, v in sown.items() if attention_block(k)}
     return {name: jnp.broadcast_to(att, (B, *att.shape[-3:])) for name, att in sorted(maps.items())}
 
