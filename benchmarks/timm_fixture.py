@@ -2,8 +2,8 @@
 weights, an input batch and timm's own logits on it, so that the importer (posattn.vision.timm_import)
 is checked against timm's forward with no torch and no download in the test environment.
 
-Run once, in an environment with the `[bench]` extra (torch, timm) and safetensors; it does not import
-posattn:
+Run once, in an environment with the `[bench]` extra (torch, timm; made with timm 1.0.31: timm 0.9.2's
+ResNet has no `channels` argument) and safetensors; it does not import posattn:
     python benchmarks/timm_fixture.py  # writes tests/vision/fixtures/timm_{vit,resnet}.safetensors, timm_forward.npz
 
 Every tensor is redrawn (weights ~ N(0, 1 / fan_in), norm scales 1 + N(0, 0.2^2), biases and running
