@@ -64,10 +64,7 @@ def load_state_dict(path: str) -> dict[str, np.ndarray]:
     if path.endswith(".safetensors"):
         from safetensors.numpy import load_file
 
-        try:
-            tensors = load_file(path)
-        except TypeError as e:  # numpy has no bfloat16
-            raise ConfigError(f"{path}: {e}; save the checkpoint in float32 (or float16)") from None
+        tensors = load_file(path)  # bfloat16 tensors as ml_dtypes' bfloat16
     elif path.endswith((".pth", ".pt", ".bin")):
         try:
             import torch
@@ -81,7 +78,8 @@ def load_state_dict(path: str) -> dict[str, np.ndarray]:
                    for k, v in obj.items()}
     else:
         raise ConfigError(f"{path}: not a checkpoint this reads: give a .safetensors, .pth, .pt or .bin file")
-    return {k: v.astype(np.float32) if np.issubdtype(v.dtype, np.floating) else v for k, v in tensors.items()}
+    integral = lambda v: np.issubdtype(v.dtype, np.integer) or v.dtype == bool  # noqa: E731
+    return {k: v if integral(v) else v.astype(np.float32) for k, v in tensors.items()}
 
 
 def _conv(w_OxIxHxW):

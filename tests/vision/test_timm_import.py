@@ -5,7 +5,9 @@ The fixture (tests/vision/fixtures, made once by benchmarks/timm_fixture.py with
 channels 64-8-8-8, 32 x 32 images), every tensor random, their weights as safetensors, and a batch of 4
 images with timm's logits in evaluation mode. No torch here.
 """
+import json
 import pathlib
+import struct
 import sys
 
 import numpy as np
@@ -72,6 +74,17 @@ def test_what_does_not_map_is_refused(name, change, message):
             sd[key] = value
     with pytest.raises(ConfigError, match=message):
         timm_import.vit(sd, num_heads=2) if name == "vit" else timm_import.resnet(sd)
+
+
+def test_bfloat16_tensors_load_as_float32(tmp_path):
+    # a safetensors file written by hand (8-byte header size, JSON header, data), as torch saves bf16
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]},
+                         "n": {"dtype": "I64", "shape": [1], "data_offsets": [4, 12]}}).encode()
+    data = np.array([0x3FC0, 0xC000], "<u2").tobytes() + np.array([7], "<i8").tobytes()  # 1.5, -2.0 in bf16
+    (tmp_path / "w.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + data)
+    sd = timm_import.load_state_dict(str(tmp_path / "w.safetensors"))
+    assert sd["w"].dtype == np.float32 and sd["w"].tolist() == [1.5, -2.0]
+    assert sd["n"].dtype == np.int64 and sd["n"].tolist() == [7]
 
 
 def test_bad_files_and_arguments(tmp_path, monkeypatch):
