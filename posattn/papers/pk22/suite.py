@@ -19,9 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posattn.analysis import fourier, frequency_noise, hessian, landscape, objective, programs, variance
+from posattn.analysis import fourier, frequency_noise, hessian, landscape, objective, programs, subject, variance
 from posattn.errors import ConfigError
-from posattn.vision import losses, models
+from posattn.vision import losses
 from posattn.vision.models.sown import INTERMEDIATES
 from posattn.vision.setup import Setup, resolve
 
@@ -184,7 +184,12 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     Three programs (`forward_measures`, `hessian_spectrum`, `loss_landscape`), each compiled once, two
     at a time (`programs.compile_all`), then run; "seconds" holds each one's compile and run time.
     `dataset` (one of your own arrays, named by config.dataset) replaces the lookup of config.dataset.
+    `model` is posattn's image model with its `variables`, or any model as a `posattn.analysis.subject.Subject`
+    with `variables` None (config.model is then not measured).
     """
+    # every model runs as a Subject (posattn's own by `subject.of_model`), seen by the programs as a module
+    subj = model if isinstance(model, subject.Subject) else subject.of_model(model, variables)
+    model, variables = subject.as_module(subj)
     setup = resolve(config, 1, dataset)
     k_hess, k_noise, k_land, k_data, k_mix = jax.random.split(key, 5)
     x_test, y_test = test_set(setup)
@@ -195,7 +200,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     x_mix, t_mix = mixed_minibatches(k_mix, x_aug, y_aug, setup.info.num_classes, b, settings)
     hess_batches = (x_mix[:M], t_mix[:M])
     land_batch = (x_mix[M:].reshape(L, *x_mix.shape[2:]), t_mix[M:].reshape(L, -1))
-    feat_shapes = jax.eval_shape(functools.partial(models.features, model), variables, x_test[:1])
+    feat_shapes = jax.eval_shape(functools.partial(subject.features, subj), x_test[:1])
     layers = list(feat_shapes)  # forward order (an OrderedDict)
 
     t = time.perf_counter()

@@ -42,7 +42,8 @@ from posattn.vision.models.variants import (NAMED_VARIANTS, SHAPE_FIELDS, VIT_SH
 
 __all__ = [
     "ATTENTIONS", "MODELS", "MODEL_FIELDS", "NAMED_VARIANTS", "VIT_SHAPES", "ViTShape", "attention_maps",
-    "block_feature", "create_model", "features", "override_shape", "param_count", "parse_variant",
+    "block_feature", "create_model", "features", "logits_and_features", "override_shape", "param_count",
+    "parse_variant",
 ]
 
 # config name -> constructor of the model from the config's model fields.
@@ -113,11 +114,22 @@ def create_model(model_cfg, *, num_classes: int, image_size: int, channels: int,
                  dtype=_compute_dtype(dtype))
 
 
-def _sown(model: nn.Module, variables, images) -> dict:
-    """{name: value} that `model` sows on an evaluation pass over `images` (its own names only)."""
-    _, state = model.apply(variables, images, train=False, mutable=[INTERMEDIATES])
-    return {name: values[-1] for name, values in state.get(INTERMEDIATES, {}).items()
-            if not isinstance(values, dict)}  # a dict: what a submodule sowed in its own scope
+def _apply_sown(model: nn.Module, variables, images) -> tuple[jax.Array, dict]:
+    """(logits, {name: value} that `model` sows) of an evaluation pass over `images` (its own names only)."""
+    logits, state = model.apply(variables, images, train=False, mutable=[INTERMEDIATES])
+    return logits, {name: values[-1] for name, values in state.get(INTERMEDIATES, {}).items()
+                    if not isinstance(values, dict)}  # a dict: what a submodule sowed in its own scope
+
+
+def logits_and_features(model: nn.Module, variables, images_BxHxWxC
+                        ) -> tuple[jax.Array, collections.OrderedDict[str, jax.Array]]:
+    """(logits_BxK, `features`) of one evaluation pass (train=False); jittable."""
+    logits, sown = _apply_sown(model, variables, images_BxHxWxC)
+    # "stem" first, then by block index (two digits) and branch: attention < conv < mlp alphabetically,
+    # and a block has either a conv or an attention and an MLP branch. An OrderedDict, since `jax.jit`
+    # returns a plain dict's keys sorted ("stem" last) but keeps an OrderedDict's order.
+    return logits, collections.OrderedDict(
+        sorted(((k, v) for k, v in sown.items() if is_feature(k)), key=lambda kv: (kv[0] != STEM, kv[0])))
 
 
 def features(model: nn.Module, variables, images_BxHxWxC) -> collections.OrderedDict[str, jax.Array]:
@@ -125,11 +137,7 @@ def features(model: nn.Module, variables, images_BxHxWxC) -> collections.Ordered
 
     Jittable (`jax.jit(functools.partial(features, model))`); an evaluation pass (train=False).
     """
-    sown = {k: v for k, v in _sown(model, variables, images_BxHxWxC).items() if is_feature(k)}
-    # "stem" first, then by block index (two digits) and branch: attention < conv < mlp alphabetically,
-    # and a block has either a conv or an attention and an MLP branch. An OrderedDict, since `jax.jit`
-    # returns a plain dict's keys sorted ("stem" last) but keeps an OrderedDict's order.
-    return collections.OrderedDict(sorted(sown.items(), key=lambda kv: (kv[0] != STEM, kv[0])))
+    return logits_and_features(model, variables, images_BxHxWxC)[1]
 
 
 def attention_maps(model: nn.Module, variables, images_BxHxWxC) -> dict[str, jax.Array]:
@@ -138,7 +146,7 @@ def attention_maps(model: nn.Module, variables, images_BxHxWxC) -> dict[str, jax
     Positional attention computes one (heads, N, N) map for all images; it is broadcast over the batch.
     """
     B = images_BxHxWxC.shape[0]
-    sown = _sown(model, variables, images_BxHxWxC)
+    _, sown = _apply_sown(model, variables, images_BxHxWxC)
     maps = {attention_block(k): v for k, v in sown.items() if attention_block(k)}
     return {name: jnp.broadcast_to(att, (B, *att.shape[-3:])) for name, att in sorted(maps.items())}
 

@@ -5,7 +5,10 @@ the start of stages 2-4), batch norm, global average pooling and one linear laye
 for 10 classes. Convolutions have explicit padding 1, so an odd or 1-pixel feature map still halves to
 ceil(size / 2) and never below 1: the network runs on any image size (the 8x8 digits end at 1x1).
 `model.width` w scales every stage's channels by w / 64 (e.g. 16: 16-32-64-128, about 1/16 of the
-parameters and FLOPs), for CPU-sized runs.
+parameters and FLOPs), for CPU-sized runs. `stem="imagenet"` replaces the 3x3 stem by the ImageNet
+ResNet's (He et al. 2016, and timm's `ResNet`): a 7x7 stride-2 convolution (padding 3), batch norm, ReLU
+and a 3x3 stride-2 max-pool (padding 1), which a ResNet imported from timm needs
+(`posattn.vision.timm_import`).
 """
 import functools
 from typing import Any
@@ -14,12 +17,13 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, check_choice
 from posattn.vision.models.checks import check_classifier_fields, check_images
 from posattn.vision.models.sown import INTERMEDIATES, STEM, block_feature
 
 # He initialisation (fan-out), the usual choice for ReLU networks with batch norm.
 _CONV_INIT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
+STEMS = ("cifar", "imagenet")
 
 
 def block_conv(features: int, k: int, strides: int, name: str, *, dtype: Any) -> nn.Conv:
@@ -63,8 +67,9 @@ class BasicBlock(nn.Module):
 class ResNet18(nn.Module):
     """CIFAR ResNet-18; logits are float32 whatever the compute dtype.
 
-    Sows "stem" (after the stem's BN and ReLU) and "block_{i:02d}/conv", the output of the i-th
-    BasicBlock in forward order (i = 0..7), as (B, h, w, C) maps.
+    Sows "stem" (after the stem's BN and ReLU, and max-pool for the ImageNet stem) and
+    "block_{i:02d}/conv", the output of the i-th BasicBlock in forward order (i = 0..7), as (B, h, w, C)
+    maps.
     """
 
     num_classes: int
@@ -73,19 +78,24 @@ class ResNet18(nn.Module):
     stage_features: tuple[int, ...] = (64, 128, 256, 512)
     blocks_per_stage: int = 2
     channels: int | None = None  # of the images it takes (None: any); `create_model` sets it
+    stem: str = "cifar"  # STEMS (module docstring)
 
     def __post_init__(self):
         check_classifier_fields(self.num_classes, self.dropout)
+        check_choice(self.stem, STEMS, "ResNet stem")
         super().__post_init__()
 
     @nn.compact
     def __call__(self, images_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
         check_images(images_BxHxWxC, self.channels)
+        k, s = (3, 1) if self.stem == "cifar" else (7, 2)
         x = nn.Conv(
-            self.stage_features[0], (3, 3), padding=1, use_bias=False, dtype=self.dtype,
+            self.stage_features[0], (k, k), strides=(s, s), padding=k // 2, use_bias=False, dtype=self.dtype,
             kernel_init=_CONV_INIT, name="stem_conv",
         )(images_BxHxWxC)
         x = nn.relu(batch_norm(train, self.dtype, "stem_bn")(x))
+        if self.stem == "imagenet":
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
         self.sow(INTERMEDIATES, STEM, x)
         index = 0
         for stage, features in enumerate(self.stage_features):

@@ -1,7 +1,9 @@
 """Vision Transformer (Dosovitskiy et al. 2021) with vanilla or positional attention (JSL22 Section 3).
 
 Pre-LayerNorm encoder: z <- z + Attn(LN(z)), z <- z + MLP(LN(z)), a final LayerNorm, then global average
-pooling over the tokens ("gap", the default) or the CLS token ("cls"), and a linear head.
+pooling over the tokens ("gap", the default) or the CLS token ("cls"), and a linear head. The MLP's GELU
+is flax's tanh approximation ("tanh", the default) or the exact erf form ("erf": PyTorch's and timm's
+`nn.GELU()`, which a ViT imported from timm needs, `posattn.vision.timm_import`).
 
 Positional embedding P (T x D, T = number of tokens):
 - vanilla: P is always added to the patch embeddings (the usual ViT);
@@ -34,6 +36,7 @@ from posattn.vision.models.sown import INTERMEDIATES, attention_weights, block_f
 
 _KERNEL_INIT = nn.initializers.xavier_uniform()
 POOLS = ("gap", "cls")
+GELUS = ("tanh", "erf")  # jax.nn.gelu(approximate=True) | (approximate=False)
 
 
 class MLP(nn.Module):
@@ -42,12 +45,13 @@ class MLP(nn.Module):
     mlp_dim: int
     dropout: float = 0.0
     dtype: Any = jnp.float32
+    gelu: str = "tanh"  # GELUS
 
     @nn.compact
     def __call__(self, x_BxNxD: jax.Array, train: bool) -> jax.Array:
         width = x_BxNxD.shape[-1]
         h_BxNxF = nn.Dense(self.mlp_dim, dtype=self.dtype, kernel_init=_KERNEL_INIT, name="fc1")(x_BxNxD)
-        h_BxNxF = nn.gelu(h_BxNxF)
+        h_BxNxF = nn.gelu(h_BxNxF, approximate=self.gelu == "tanh")
         h_BxNxF = nn.Dropout(self.dropout, deterministic=not train)(h_BxNxF)
         y_BxNxD = nn.Dense(width, dtype=self.dtype, kernel_init=_KERNEL_INIT, name="fc2")(h_BxNxF)
         return nn.Dropout(self.dropout, deterministic=not train)(y_BxNxD)
@@ -67,6 +71,7 @@ class EncoderBlock(nn.Module):
     attention_options: tuple = ()  # (name, value) pairs of the kind's own fields (`parse_options`)
     dropout: float = 0.0
     dtype: Any = jnp.float32
+    gelu: str = "tanh"  # GELUS
 
     @nn.compact
     def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None, train: bool,
@@ -76,7 +81,8 @@ class EncoderBlock(nn.Module):
                                                   **dict(self.attention_options))(y_BxNxD, p_NxD, keep_BxN)
         x_BxNxD = x_BxNxD + nn.Dropout(self.dropout, deterministic=not train)(y_BxNxD)
         y_BxNxD = nn.LayerNorm(dtype=self.dtype, name="norm2")(x_BxNxD)
-        out_BxNxD = x_BxNxD + MLP(self.mlp_dim, self.dropout, dtype=self.dtype, name="mlp")(y_BxNxD, train)
+        out_BxNxD = x_BxNxD + MLP(self.mlp_dim, self.dropout, dtype=self.dtype, gelu=self.gelu,
+                                       name="mlp")(y_BxNxD, train)
         return x_BxNxD, out_BxNxD, att
 
 
@@ -105,11 +111,13 @@ class ViT(nn.Module):
     dtype: Any = jnp.float32
     pos_init_std: float = 1.0
     channels: int | None = None  # of the images it takes (None: any); `create_model` sets it
+    gelu: str = "tanh"  # GELUS: the MLP's GELU (module docstring)
 
     def __post_init__(self):
         check_classifier_fields(self.num_classes, self.dropout)
         check_choice(self.attention, ATTENTIONS, "attention")
         check_choice(self.pool, POOLS, "pool")
+        check_choice(self.gelu, GELUS, "gelu")
         if self.patch_size < 1 or self.image_size % self.patch_size:
             raise ConfigError(
                 f"patch size {self.patch_size} does not divide the image size {self.image_size}: pick a "
@@ -178,6 +186,7 @@ class ViT(nn.Module):
                 attention_options=self.attention_options,
                 dropout=self.dropout,
                 dtype=self.dtype,
+                gelu=self.gelu,
                 name=f"block_{i}",
             )(x_BxTxD, p_per_block[i], train, keep_BxT)
             self._sow_grid(block_feature(i, "attention"), mid_BxTxD, (h, w))
