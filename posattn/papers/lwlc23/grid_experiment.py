@@ -1,10 +1,13 @@
 """LWLC23's deeper-ViT experiment on real images, one cell at a time: train the ViT of `posattn.vision`
-on the token grids "digit_grid/R" (`posattn.vision.data.token_grid`) through the image regime's own
-train loop, then measure on the test grids its attention on relevant slots and its accuracy after
-attention-based pruning (`posattn.analysis.slot_attention`).
+on the token grids "<family>/R" (`posattn.vision.data.token_grid`: "digit_grid/R" of the digits,
+"fashion_grid/R" of Fashion-MNIST) through the image regime's own train loop, from scratch or from the
+paper's pre-trained initial model, then measure on the test grids its attention on relevant slots and
+its accuracy after attention-based pruning (`posattn.analysis.slot_attention`).
 
-LWLC23 fine-tunes a pre-trained ViT; here every cell trains from scratch (docs/decisions.md, "Composite
-grids (LWLC23's deeper ViT)").
+The pre-trained start (docs/decisions.md, "Composite grids (LWLC23's deeper ViT)"): the same ViT is first
+trained to classify single items of the family's base dataset (all its classes; one item is one token),
+and a cell starts from its parameters (`posattn.vision.warm_start`: P spread over the 9 slots, a fresh
+2-class head).
 """
 from __future__ import annotations
 
@@ -19,19 +22,31 @@ from posattn.vision.data import datasets, token_grid
 from posattn.vision.setup import resolve
 from posattn.vision.state import model_variables
 
-def cell_config(base: ml_collections.ConfigDict, *, family: str, R: int, attention: str,
-                steps: int | None = None, variant: str | None = None,
-                pool: str | None = None) -> ml_collections.ConfigDict:
-    """`base` (the tpu_configs/token_grid.py config) for dataset "<family>/R" and one attention kind;
-    `steps`, `variant` and `pool` override the recipe's when given."""
+STARTS = ("scratch", "pretrained")  # a cell's initial model: fresh, or pre-trained on the base's items
+
+
+def _set_steps(c: ml_collections.ConfigDict, steps: int) -> None:
+    """`steps` training steps; the warm-up and the log interval shrink with them."""
+    c.total_steps = steps
+    c.optimizer.warmup_steps = min(c.optimizer.warmup_steps, max(steps // 8, 1))
+    c.log_every = min(c.log_every, steps)
+
+
+def cell_config(base: ml_collections.ConfigDict, *, family: str, R: int, attention: str, seed: int = 0,
+                steps: int | None = None, variant: str | None = None, pool: str | None = None,
+                init_from: str = "") -> ml_collections.ConfigDict:
+    """`base` (the tpu_configs/token_grid.py config) for dataset "<family>/R", one attention kind and one
+    seed (the model's initialisation and the batch order; the grids are the family's); `steps`,
+    `variant` and `pool` override the recipe's when given; `init_from` is the pre-trained run's workdir
+    ("": from scratch)."""
     config_lib.check_schema(base)
     c = ml_collections.ConfigDict(base.to_dict())
     c.dataset = f"{family}/{R}"
     c.model.attention = attention
+    c.seed = seed
+    c.init_from = init_from
     if steps:
-        c.total_steps = steps
-        c.optimizer.warmup_steps = min(c.optimizer.warmup_steps, max(steps // 8, 1))
-        c.log_every = min(c.log_every, steps)
+        _set_steps(c, steps)
     if variant:
         c.model.variant = variant
     if pool:
@@ -39,9 +54,34 @@ def cell_config(base: ml_collections.ConfigDict, *, family: str, R: int, attenti
     return c
 
 
-def cell_name(R: int, attention: str) -> str:
+def pretrain_config(cell: ml_collections.ConfigDict, steps: int) -> ml_collections.ConfigDict:
+    """The pre-training run of `cell`'s initial model: the same ViT, seed and recipe, `steps` steps on the
+    single items of the grids' base dataset (all its classes)."""
+    family = datasets.family(cell.dataset)
+    if not isinstance(family, token_grid.TokenGridFamily):
+        raise ConfigError(f"{cell.dataset!r} is not a dataset of token grids: pre-training needs its base dataset")
+    if steps < 1:
+        raise ConfigError(f"pre-training steps={steps}: give a positive number (grid.pretrain_steps)")
+    c = ml_collections.ConfigDict(cell.to_dict())
+    c.dataset, c.init_from, c.image_size = family.base, "", 0
+    _set_steps(c, steps)
+    return c
+
+
+def cell_name(R: int, attention: str, start: str = "scratch", seed: int = 0) -> str:
     """The cell's subdirectory of the experiment's workdir."""
-    return f"{attention}_R{R}"
+    return f"{start}_{attention}_R{R}_s{seed}"
+
+
+def pretrain_name(attention: str, seed: int) -> str:
+    """The subdirectory of the pre-training run that the pre-trained cells of (attention, seed) start from."""
+    return f"pretrain_{attention}_s{seed}"
+
+
+def pretrain(config, workdir: str) -> dict:
+    """Train the pre-training `config` in `workdir` (resumed if present): its summary (test accuracy on
+    the base's test split, ...)."""
+    return train.train(config, workdir)[1]
 
 
 def check_cell(config):
@@ -67,7 +107,7 @@ def slot_grids(name: str, split: str, data_dir: str | None = None) -> token_grid
 
 def run_cell(config, workdir: str, ks, *, seed: int = 0) -> dict:
     """Train `config` in `workdir` (resuming from its checkpoint if any), then its slot metrics on the
-    test grids: {"R", "alpha_star", "alpha_conf", "attention", "test_accuracy", "train_accuracy",
+    test grids: {"R", "alpha_star", "alpha_conf", "attention", "start", "seed", "test_accuracy", "train_accuracy",
     "seconds", "relevant_mass", "chance_mass", "accuracy_attention_pruned", ...} (see
     `slot_attention.evaluate`)."""
     setup = check_cell(config)
@@ -80,6 +120,8 @@ def run_cell(config, workdir: str, ks, *, seed: int = 0) -> dict:
                                       grids.slot_types_NxS, ks, seed=seed)
     return {"R": R, "alpha_star": R / token_grid.SLOTS, "alpha_conf": confusion / token_grid.SLOTS,
             "theorem_margin": token_grid.meets_theorem_margin(R), "attention": config.model.attention,
+            "start": "pretrained" if config.init_from else "scratch", "seed": int(config.seed),
+            "init_from": config.init_from,
             "test_accuracy": summary["test_accuracy"], "test_loss": summary["test_loss"],
             "train_accuracy": summary["train_accuracy"],
             "seconds": summary["seconds"], "chance_mass": R / token_grid.SLOTS, **metrics,
