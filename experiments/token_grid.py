@@ -34,101 +34,14 @@ import ml_collections
 from absl import flags, logging
 
 from posattn import cli, io, ownership
-from posattn.errors import ConfigError, check_seed
+from posattn.errors import ConfigError
 from posattn.plots import token_grid as plots
 from posattn.papers.lwlc23 import grid_experiment, grid_report, published
-from posattn.vision import config as config_lib
-from posattn.vision.data import token_grid
-from posattn.vision.models.attention import ATTENTIONS
 from posattn.vision.setup import resolve
 
 
-def _schema(fields) -> ml_collections.ConfigDict:
-    """The image config of every cell (posattn.vision.config) and the experiment's own `grid` section."""
-    c = config_lib.base_config()
-    c.grid = ml_collections.ConfigDict({
-        "family": "digit_grid",  # the token-grid dataset family (posattn.vision.data.datasets)
-        "Rs": tuple(token_grid.R_VALUES),  # label-relevant slots R (alpha_* = R/9)
-        "attentions": "vanilla,positional",  # attention kinds to train, comma-separated
-        "starts": "scratch",  # initial models, comma-separated: scratch, pretrained
-        "seeds": (0,),  # config.seed of each run: its initialisation and batch order
-        "steps": 0,  # training steps of every cell (0: the config's total_steps; the warm-up shrinks with it)
-        "pretrain_steps": 0,  # steps of pre-training on the base's single items (a "pretrained" start needs them)
-        "max_pruned": 4,  # pruning: remove k = 0..max_pruned slots per test grid
-        "seed": 0,  # seed of the random-pruning baseline
-    })
-    return c
-
-
-def _smoke(c):
-    """R = 5 and 9, 60 steps, 20 of pre-training (and the config file's `smoke` section: tpu_configs/token_grid.py's test ViT)."""
-    c.grid.Rs, c.grid.steps = (5, 9), 60
-    c.grid.pretrain_steps = min(c.grid.pretrain_steps, 20)
-
-
-SCHEMA = cli.Schema("a token-grid config (an image config and grid.*)", _schema, _smoke)
-_CONFIG = cli.define_config("tpu_configs/token_grid.py", SCHEMA, "The image config of every cell, with grid.*")
+_CONFIG = cli.define_config("tpu_configs/token_grid.py", grid_experiment.SCHEMA, "The image config of every cell, with grid.*")
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
-
-
-def _names(text: str, allowed, field: str) -> list[str]:
-    """The comma-separated names of `text`, each checked against `allowed`, in order, once each."""
-    names = list(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
-    for name in names or [""]:
-        if name not in allowed:
-            raise ConfigError(f"grid.{field}: unknown {name!r}; use {', '.join(allowed)}, comma-separated")
-    return names
-
-
-def _ints(values, field: str, example: str) -> list[int]:
-    try:
-        out = sorted({int(v) for v in values})
-    except (TypeError, ValueError):
-        out = []
-    if not out:
-        raise ConfigError(f"grid.{field}={values}: give integers, e.g. --config.grid.{field}={example}")
-    return out
-
-
-def _check(grid) -> tuple[list[int], list[str], list[str], list[int], list[int]]:
-    """(Rs, attention kinds, starts, seeds, pruned ks) of the grid section, or ConfigError."""
-    Rs = _ints(grid.Rs, "Rs", "5,9")
-    for R in Rs:
-        token_grid.slot_counts(R)
-    kinds = _names(grid.attentions, ATTENTIONS, "attentions")
-    starts = _names(grid.starts, grid_experiment.STARTS, "starts")
-    seeds = _ints(grid.seeds, "seeds", "0,1,2")
-    for s in seeds:
-        check_seed(s, "grid.seeds")
-    if not 0 <= grid.max_pruned < token_grid.SLOTS:
-        raise ConfigError(f"grid.max_pruned={grid.max_pruned} must lie in [0, {token_grid.SLOTS - 1}]")
-    check_seed(grid.seed, "grid.seed")
-    if grid.steps < 0:
-        raise ConfigError(f"grid.steps={grid.steps} must be positive (0: the config's total_steps)")
-    if "pretrained" in starts and grid.pretrain_steps < 1:
-        raise ConfigError(f"grid.pretrain_steps={grid.pretrain_steps}: a pretrained start needs pre-training "
-                          "steps, e.g. --config.grid.pretrain_steps=940")
-    return Rs, kinds, starts, seeds, list(range(grid.max_pruned + 1))
-
-
-def _plan(base, grid, workdir, Rs, kinds, starts, seeds) -> tuple[dict, dict]:
-    """({name: pre-training config}, {name: cell config}) in the order they run: seed by seed, each
-    kind's pre-training before the cells that start from it."""
-    pretrains, cells = {}, {}
-    for seed in seeds:
-        for kind in kinds:
-            for start in starts:
-                init_from = ""
-                if start == "pretrained":
-                    name = grid_experiment.pretrain_name(kind, seed)
-                    init_from = os.path.join(workdir, name)
-                for R in Rs:
-                    config = grid_experiment.cell_config(base, family=grid.family, R=R, attention=kind, seed=seed,
-                                                         steps=grid.steps or None, init_from=init_from)
-                    if init_from and name not in pretrains:
-                        pretrains[name] = grid_experiment.pretrain_config(config, grid.pretrain_steps)
-                    cells[grid_experiment.cell_name(R, kind, start, seed)] = config
-    return pretrains, cells
 
 
 def main(argv):
@@ -137,11 +50,11 @@ def main(argv):
     if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax's at every save); --verbosity=0 shows them
         logging.set_verbosity(logging.ERROR)
     grid = _CONFIG.value.grid
-    Rs, kinds, starts, seeds, ks = _check(grid)
+    Rs, kinds, starts, seeds, ks = grid_experiment.check_grid(grid)
     base = ml_collections.ConfigDict(_CONFIG.value.to_dict())
     del base["grid"]
     workdir = os.path.abspath(_WORKDIR.value)  # (the cells record their pre-trained start by path)
-    pretrains, configs = _plan(base, grid, workdir, Rs, kinds, starts, seeds)
+    pretrains, configs = grid_experiment.plan(base, grid, workdir, Rs, kinds, starts, seeds)
     for config in configs.values():  # every run's config, before the workdir is touched
         grid_experiment.check_cell(config)
     for config in pretrains.values():

@@ -15,10 +15,12 @@ import os
 
 import ml_collections
 
-from posattn.errors import ConfigError
+from posattn import cli
 from posattn.analysis import slot_attention
+from posattn.errors import ConfigError, check_seed
 from posattn.vision import config as config_lib, train
 from posattn.vision.data import datasets, token_grid
+from posattn.vision.models.attention import ATTENTIONS
 from posattn.vision.setup import resolve
 from posattn.vision.state import model_variables
 
@@ -30,6 +32,94 @@ def _set_steps(c: ml_collections.ConfigDict, steps: int) -> None:
     c.total_steps = steps
     c.optimizer.warmup_steps = min(c.optimizer.warmup_steps, max(steps // 8, 1))
     c.log_every = min(c.log_every, steps)
+
+
+def _schema(fields) -> ml_collections.ConfigDict:
+    """The image config of every cell (posattn.vision.config) and the experiment's own `grid` section."""
+    c = config_lib.base_config()
+    c.grid = ml_collections.ConfigDict({
+        "family": "digit_grid",  # the token-grid dataset family (posattn.vision.data.datasets)
+        "Rs": tuple(token_grid.R_VALUES),  # label-relevant slots R (alpha_* = R/9)
+        "attentions": "vanilla,positional",  # attention kinds to train, comma-separated
+        "starts": "scratch",  # initial models, comma-separated: scratch, pretrained
+        "seeds": (0,),  # config.seed of each run: its initialisation and batch order
+        "steps": 0,  # training steps of every cell (0: the config's total_steps; the warm-up shrinks with it)
+        "pretrain_steps": 0,  # steps of pre-training on the base's single items (a "pretrained" start needs them)
+        "max_pruned": 4,  # pruning: remove k = 0..max_pruned slots per test grid
+        "seed": 0,  # seed of the random-pruning baseline
+    })
+    return c
+
+
+def _smoke(c):
+    """R = 5 and 9, 60 steps, 20 of pre-training (and the config file's `smoke` section: tpu_configs/token_grid.py's test ViT)."""
+    c.grid.Rs, c.grid.steps = (5, 9), 60
+    c.grid.pretrain_steps = min(c.grid.pretrain_steps, 20)
+
+
+# experiments.token_grid's config: an image config (every cell's) and the grid section
+SCHEMA = cli.Schema("a token-grid config (an image config and grid.*)", _schema, _smoke)
+
+
+def _names(text: str, allowed, field: str) -> list[str]:
+    """The comma-separated names of `text`, each checked against `allowed`, in order, once each."""
+    names = list(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
+    for name in names or [""]:
+        if name not in allowed:
+            raise ConfigError(f"grid.{field}: unknown {name!r}; use {', '.join(allowed)}, comma-separated")
+    return names
+
+
+def _ints(values, field: str, example: str) -> list[int]:
+    try:
+        out = sorted({int(v) for v in values})
+    except (TypeError, ValueError):
+        out = []
+    if not out:
+        raise ConfigError(f"grid.{field}={values}: give integers, e.g. --config.grid.{field}={example}")
+    return out
+
+
+def check_grid(grid) -> tuple[list[int], list[str], list[str], list[int], list[int]]:
+    """(Rs, attention kinds, starts, seeds, pruned ks) of an experiment's grid section, or ConfigError."""
+    Rs = _ints(grid.Rs, "Rs", "5,9")
+    for R in Rs:
+        token_grid.slot_counts(R)
+    kinds = _names(grid.attentions, ATTENTIONS, "attentions")
+    starts = _names(grid.starts, STARTS, "starts")
+    seeds = _ints(grid.seeds, "seeds", "0,1,2")
+    for s in seeds:
+        check_seed(s, "grid.seeds")
+    if not 0 <= grid.max_pruned < token_grid.SLOTS:
+        raise ConfigError(f"grid.max_pruned={grid.max_pruned} must lie in [0, {token_grid.SLOTS - 1}]")
+    check_seed(grid.seed, "grid.seed")
+    if grid.steps < 0:
+        raise ConfigError(f"grid.steps={grid.steps} must be positive (0: the config's total_steps)")
+    if "pretrained" in starts and grid.pretrain_steps < 1:
+        raise ConfigError(f"grid.pretrain_steps={grid.pretrain_steps}: a pretrained start needs pre-training "
+                          "steps, e.g. --config.grid.pretrain_steps=940")
+    return Rs, kinds, starts, seeds, list(range(grid.max_pruned + 1))
+
+
+def plan(base, grid, workdir: str, Rs, kinds, starts, seeds) -> tuple[dict, dict]:
+    """The runs of an experiment in `workdir`: ({name: pre-training config}, {name: cell config}), the
+    cells in the order they run: seed by seed (an interrupted experiment has whole curves), a pretrained
+    cell's `init_from` the workdir of its (kind, seed)'s pre-training run."""
+    pretrains, cells = {}, {}
+    for seed in seeds:
+        for kind in kinds:
+            for start in starts:
+                init_from = ""
+                if start == "pretrained":
+                    name = pretrain_name(kind, seed)
+                    init_from = os.path.join(workdir, name)
+                for R in Rs:
+                    config = cell_config(base, family=grid.family, R=R, attention=kind, seed=seed,
+                                                         steps=grid.steps or None, init_from=init_from)
+                    if init_from and name not in pretrains:
+                        pretrains[name] = pretrain_config(config, grid.pretrain_steps)
+                    cells[cell_name(R, kind, start, seed)] = config
+    return pretrains, cells
 
 
 def cell_config(base: ml_collections.ConfigDict, *, family: str, R: int, attention: str, seed: int = 0,
