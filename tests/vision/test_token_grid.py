@@ -296,6 +296,9 @@ def test_the_report_gives_intervals_over_seeds_and_the_slope_verdict():
     assert grid_report.slope_verdict(curves["vanilla, from scratch"])[1].startswith("rises with alpha_*")
     assert grid_report.slope_verdict(curves["vanilla, pre-trained"])[1].startswith("not resolved")
     assert "0.760 [0.735, 0.785]" in grid_report.accuracy_table(rising)
+    # pre-trained minus scratch, paired by seed: +0.14 [+0.097, +0.183] at R = 5, +0.04 [-0.003, +0.083] at 7
+    (gain,) = grid_report.start_rows(rising + flat)
+    assert "R = 5: +0.140 [+0.097, +0.183]" in gain["ours"] and gain["verdict"] == "better at R = 5 (interval above 0)"
 
 
 # ------------------------------------------------------------------------------ token removal
