@@ -39,8 +39,8 @@ from posattn.plots import token_grid as plots
 from posattn.papers.lwlc23 import grid_experiment, grid_report, published
 from posattn.vision.setup import resolve
 
-
-_CONFIG = cli.define_config("tpu_configs/token_grid.py", grid_experiment.SCHEMA, "The image config of every cell, with grid.*")
+_CONFIG = cli.define_config("tpu_configs/token_grid.py", grid_experiment.SCHEMA,
+                            "The image config of every cell, with grid.*")
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
 
 
@@ -76,13 +76,10 @@ def main(argv):
     for name, config in configs.items():
         pre = os.path.basename(config.init_from) if config.init_from else None
         if pre and pre not in pretrained:
-            summary = grid_experiment.pretrain(pretrains[pre], config.init_from)
-            pretrained[pre] = {"pretrain": pre, "attention": config.model.attention, "seed": int(config.seed),
-                               "dataset": pretrains[pre].dataset, "steps": summary["steps"],
-                               "test_accuracy": summary["test_accuracy"], "seconds": summary["seconds"]}
-            io.append_jsonl(metrics_path, pretrained[pre])
-            progress(len(cells) + len(pretrained), pre, f"pre-trained, test accuracy {summary['test_accuracy']:.4f} "
-                     f"on {pretrains[pre].dataset}")
+            pretrained[pre] = record = grid_experiment.pretrain(pretrains[pre], config.init_from)
+            io.append_jsonl(metrics_path, record)
+            progress(len(cells) + len(pretrained), pre, f"pre-trained, test accuracy {record['test_accuracy']:.4f} "
+                     f"on {record['dataset']}")
         cell = grid_experiment.run_cell(config, os.path.join(workdir, name), ks, seed=grid.seed)
         cells.append(cell)
         io.append_jsonl(metrics_path, cell)

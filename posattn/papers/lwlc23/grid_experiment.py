@@ -109,15 +109,12 @@ def plan(base, grid, workdir: str, Rs, kinds, starts, seeds) -> tuple[dict, dict
     for seed in seeds:
         for kind in kinds:
             for start in starts:
-                init_from = ""
-                if start == "pretrained":
-                    name = pretrain_name(kind, seed)
-                    init_from = os.path.join(workdir, name)
+                pre = pretrain_name(kind, seed) if start == "pretrained" else ""
                 for R in Rs:
                     config = cell_config(base, family=grid.family, R=R, attention=kind, seed=seed,
-                                                         steps=grid.steps or None, init_from=init_from)
-                    if init_from and name not in pretrains:
-                        pretrains[name] = pretrain_config(config, grid.pretrain_steps)
+                                         steps=grid.steps or None, init_from=pre and os.path.join(workdir, pre))
+                    if pre and pre not in pretrains:
+                        pretrains[pre] = pretrain_config(config, grid.pretrain_steps)
                     cells[cell_name(R, kind, start, seed)] = config
     return pretrains, cells
 
@@ -169,9 +166,12 @@ def pretrain_name(attention: str, seed: int) -> str:
 
 
 def pretrain(config, workdir: str) -> dict:
-    """Train the pre-training `config` in `workdir` (resumed if present): its summary (test accuracy on
-    the base's test split, ...)."""
-    return train.train(config, workdir)[1]
+    """Train the pre-training `config` in `workdir` (resumed if present): {"pretrain" (the workdir's
+    name), "attention", "seed", "dataset", "steps", "test_accuracy" (on the base's test split), "seconds"}."""
+    summary = train.train(config, workdir)[1]
+    return {"pretrain": os.path.basename(os.path.normpath(workdir)), "attention": config.model.attention,
+            "seed": int(config.seed), "dataset": config.dataset, "steps": summary["steps"],
+            "test_accuracy": summary["test_accuracy"], "seconds": summary["seconds"]}
 
 
 def check_cell(config):
