@@ -18,9 +18,24 @@ Model: XS/8 (width 64, depth 4, 4 heads, MLP 128): 8 x 8 patches of the 24 x 24 
 so a token is one digit. Recipe: the digits recipe (tpu_configs/digits.py: AdamW lr 1e-3, weight decay
 0.05, label smoothing 0.1, batch 128) for 300 steps (about 75 epochs of the 500 train grids; in the
 default run every cell's training accuracy over steps 101-200 is >= 0.999, and its training loss ends at
-0.1985, the floor label smoothing sets), 50 warm-up steps, and no augmentation: a crop would move pixels across slots (a token
-would no longer be one digit) and digits are not mirror-symmetric. The paper starts from a pre-trained
-ViT; this trains from scratch.
+0.1985, the floor label smoothing sets), 50 warm-up steps, and no augmentation: a crop would move pixels
+across slots (a token would no longer be one digit) and digits are not mirror-symmetric. The paper
+starts from a pre-trained ViT; this trains from scratch.
+
+`fashion` (experiments.token_grid's; it sets the experiment's grid section, which train_images refuses):
+the grids of Fashion-MNIST items ("fashion_grid/R": T-shirt/top against shirt, 2,000 train and 2,000 test
+grids; the IDX files of tpu_configs/fashion_mnist.py), ViT XS/28 (a 28 x 28 item is one token), the same
+recipe, every R, both attention kinds, both starts (from scratch; from the same ViT pre-trained 940 steps,
+2 epochs, on single Fashion-MNIST items of all 10 classes), 5 seeds: 110 runs.
+
+  python -m posattn.experiments.token_grid --config=tpu_configs/token_grid.py:fashion --workdir=DIR
+  python -m posattn.experiments.train_images --config=tpu_configs/token_grid.py --workdir=DIR \
+      --config.dataset=fashion_grid/5 --config.model.variant=XS/28         # one cell, from scratch
+
+Measured (2026-11-26, the shared 2-core machine at load averages 11-16): a cell 50-60 s wall, a
+pre-training run about 45 s; the whole experiment FASHION_WALL (docs/shallow_vit_results.md, "Deeper ViT on
+token grids"). Criterion of "accuracy rises with alpha_*", fixed before the run:
+`posattn.papers.lwlc23.grid_report`.
 """
 import os
 import runpy

@@ -119,8 +119,8 @@ def check_resume(stored: dict | None, config, checkpoint_step: int | None, workd
     checkpoint (None if it has none). total_steps must not lie below the checkpoint's step, and every field
     must be as stored except those `RESUMABLE` allows to change: total_steps, log_every, eval_every,
     checkpoint_every, keep_checkpoints, eval_batch_size, data_dir, idx_dir, optimizer.lr, optimizer.grad_clip
-    (not switched on or off) and init_from (between absent and ""). Returns the allowed changes made, as "field old -> new", for the resume
-    message.
+    (not switched on or off) and init_from (between absent and ""). Returns the allowed changes made, as
+    "field old -> new", for the resume message.
     """
     if checkpoint_step is not None and checkpoint_step > config.total_steps:
         raise ConfigError(f"{workdir} holds a checkpoint at step {checkpoint_step}, beyond "

@@ -293,6 +293,8 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         if model_name == "vit":
             model_name = f"ViT {config.model.variant} ({config.model.attention} attention)"
         resumed = "" if resumed_from is None else f"; resumed from step {start}"
+        if pretrained is not None and resumed_from is None:
+            resumed += f"; started from the parameters of {config.init_from}"
         resumed += f"; changed from its config.json: {', '.join(plan['changes'])}" if plan["changes"] else ""
         _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
              f"{jax.process_count()} processes{resumed}")

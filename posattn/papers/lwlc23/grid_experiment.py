@@ -52,7 +52,8 @@ def _schema(fields) -> ml_collections.ConfigDict:
 
 
 def _smoke(c):
-    """R = 5 and 9, 60 steps, 20 of pre-training (and the config file's `smoke` section: tpu_configs/token_grid.py's test ViT)."""
+    """R = 5 and 9, 60 steps, at most 20 of pre-training (and the config file's `smoke` section:
+    tpu_configs/token_grid.py's test ViTs)."""
     c.grid.Rs, c.grid.steps = (5, 9), 60
     c.grid.pretrain_steps = min(c.grid.pretrain_steps, 20)
 
