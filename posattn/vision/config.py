@@ -29,6 +29,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.channel_std = ()
     c.permute_block = 0
     c.permute_seed = 0
+    # the workdir of a finished image run whose parameters start this one (posattn.vision.warm_start:
+    # LWLC23's pre-trained initial model); "": a fresh initialisation
+    c.init_from = ""
 
     c.augment = ml_collections.ConfigDict()
     c.augment.crop_padding = 4

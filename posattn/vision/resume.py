@@ -19,6 +19,7 @@ from posattn.errors import ConfigError
 RUN_OUTPUTS = ("config.json", "run.json", "metrics.jsonl", "summary.json", "curves.png", "tensorboard",
                "checkpoints", "checkpoints_unreadable")
 FAILED_PREFIX = "failed-"
+_ABSENT = "(absent)"
 
 
 def _clipping_stays_on_or_off(old, new) -> bool:
@@ -28,16 +29,21 @@ def _clipping_stays_on_or_off(old, new) -> bool:
     return on(old) == on(new)
 
 
+def _init_from_stays_empty(old, new) -> bool:
+    # a workdir recorded before init_from existed started from a fresh initialisation, as "" does
+    return {old, new} <= {_ABSENT, ""}
+
+
 # The fields that may change when a run resumes from a workdir, with the condition on (old, new) where
 # there is one. They steer the loop and its outputs, or say where the same data lies; none changes what
 # a step computes from the state and the batch, except the learning-rate knobs, which a NonFiniteLoss
 # stop tells the user to change to get past a divergence. A changed total_steps stretches the cosine
 # schedule from the resumed step on; it must still reach the checkpoint's step (`check_resume`).
-# eval_batch_size may change since every test example counts once whatever the batch.
+# eval_batch_size may change since every test example counts once whatever the batch. init_from only
+# names the start of a run, recorded as "" or absent (older workdirs) when it had none.
 RESUMABLE = {"total_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
-             "eval_batch_size", "data_dir", "idx_dir", "optimizer.lr", "optimizer.grad_clip"}
-RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off}
-_ABSENT = "(absent)"
+             "eval_batch_size", "data_dir", "idx_dir", "optimizer.lr", "optimizer.grad_clip", "init_from"}
+RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off, "init_from": _init_from_stays_empty}
 
 
 def record(config) -> dict:
@@ -112,9 +118,9 @@ def check_resume(stored: dict | None, config, checkpoint_step: int | None, workd
     `stored` is the workdir's config.json (None if it has none), `checkpoint_step` the step of its latest
     checkpoint (None if it has none). total_steps must not lie below the checkpoint's step, and every field
     must be as stored except those `RESUMABLE` allows to change: total_steps, log_every, eval_every,
-    checkpoint_every, keep_checkpoints, eval_batch_size, data_dir, idx_dir, optimizer.lr and optimizer.grad_clip
-    (not switched on or off). Returns the allowed changes made, as "field old -> new", for the resume
-    message.
+    checkpoint_every, keep_checkpoints, eval_batch_size, data_dir, idx_dir, optimizer.lr, optimizer.grad_clip
+    (not switched on or off) and init_from (between absent and ""). Returns the allowed changes made, as
+    "field old -> new", for the resume message.
     """
     if checkpoint_step is not None and checkpoint_step > config.total_steps:
         raise ConfigError(f"{workdir} holds a checkpoint at step {checkpoint_step}, beyond "

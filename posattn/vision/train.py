@@ -37,7 +37,7 @@ from posattn import compile_options, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
-from posattn.vision import checkpoint, models, optim, preemption, resume, saving
+from posattn.vision import checkpoint, models, optim, preemption, resume, saving, warm_start
 from posattn.vision.data import augment
 from posattn.vision.setup import Setup, resolve
 from posattn.vision.state import init_state, model_variables
@@ -219,7 +219,8 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     """Train and evaluate as `config` says, in (and resuming from) `workdir`: (final state, summary).
 
     `dataset` (e.g. `posattn.vision.data.arrays.from_arrays(...)`, named by config.dataset) replaces the
-    lookup of config.dataset by name.
+    lookup of config.dataset by name. A fresh run with config.init_from starts from that finished run's
+    parameters (`warm_start.transfer`); a checkpoint of `workdir` wins over it.
 
     A workdir that already records a run is resumed only with the same config, up to the fields
     `resume.RESUMABLE` lets change, and a total_steps that reaches its checkpoint's step; anything else
@@ -242,6 +243,10 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     init_fn = jax.jit(lambda seed: init_state(setup.model, setup.image_shape, seed, tx), out_shardings=repl,
                       compiler_options=compile_options.run_once(mesh.devices.flat[0].platform))
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hyper["seed"]), repl)
+    # A pre-trained start (config.init_from), checked against this model before any file changes.
+    pretrained = warm_start.load(config.init_from) if config.get("init_from") else None
+    if pretrained is not None:
+        jax.eval_shape(warm_start.transfer, abstract_state["params"], pretrained)
     num_params = models.param_count(abstract_state["params"])
     # Before any work: a workdir that cannot take a checkpoint stops the run now, not at its first save.
     saves = 1 + (config.total_steps // config.checkpoint_every if config.checkpoint_every else 0)
@@ -275,7 +280,10 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         if plan["temporary"]:
             _say(f"removed {', '.join(plan['temporary'])} from {mngr.directory}: orbax's unfinished saves, "
                  "left by a run stopped while saving")
-        state = init_fn(hyper["seed"]) if state is None else state
+        if state is None:
+            state = init_fn(hyper["seed"])
+            if pretrained is not None:  # a fresh start from the pre-trained parameters (Adam's moments are 0 alike)
+                state["params"] = jax.jit(warm_start.transfer, out_shardings=repl)(state["params"], pretrained)
         start = int(jax.device_get(state["step"]))
         # metrics.jsonl and TensorBoard, one schema with the theory regime; the records of steps after
         # `start` (run again now) are dropped
@@ -285,6 +293,8 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         if model_name == "vit":
             model_name = f"ViT {config.model.variant} ({config.model.attention} attention)"
         resumed = "" if resumed_from is None else f"; resumed from step {start}"
+        if pretrained is not None and resumed_from is None:
+            resumed += f"; started from the parameters of {config.init_from}"
         resumed += f"; changed from its config.json: {', '.join(plan['changes'])}" if plan["changes"] else ""
         _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
              f"{jax.process_count()} processes{resumed}")

@@ -103,11 +103,15 @@ class Family(Protocol):
 
 
 # family prefix -> Family. "digit_grid/R": LWLC23's 3 x 3 grids of digits with R label-relevant slots,
-# discriminative digits 3 and 8, 500 train and 2,000 test grids; "cifar10_grid/R": the same of CIFAR-10
-# (cat and dog, where CIFAR-10 is prepared; not yet run on it) (docs/decisions.md, "Composite grids").
+# discriminative digits 3 and 8, 500 train and 2,000 test grids (the fast smoke data);
+# "fashion_grid/R": the same of Fashion-MNIST items, T-shirt/top (0) against shirt (6), 2,000 train and
+# 2,000 test grids; "cifar10_grid/R": the same of CIFAR-10 (cat and dog, where CIFAR-10 is prepared; not
+# yet run on it) (docs/decisions.md, "Composite grids").
 FAMILIES: dict[str, Family] = {
     "digit_grid": token_grid.TokenGridFamily("digit_grid", base="digits", discriminative=(3, 8),
                                              num_train=500, num_test=2_000),
+    "fashion_grid": token_grid.TokenGridFamily("fashion_grid", base="fashion_mnist", discriminative=(0, 6),
+                                               num_train=2_000, num_test=2_000),
     "cifar10_grid": token_grid.TokenGridFamily("cifar10_grid", base="cifar10", discriminative=(3, 5),
                                                num_train=10_000, num_test=2_000),
 }
@@ -188,8 +192,10 @@ def get(name: str, *, data_dir: str | None = None, idx_dir: str | None = None) -
         return DIGITS
     if (fam := family(name)) is not None:
         fam.check(name)
-        return InMemoryDataset(name, fam.num_classes(name), fam.image_shape(name, get(fam.base, data_dir=data_dir)),
-                               functools.partial(family_arrays, name, data_dir=data_dir))
+        base = get(fam.base, data_dir=data_dir)
+        # the base's known statistics, so that a model pre-trained on the base sees its inputs alike
+        return InMemoryDataset(name, fam.num_classes(name), fam.image_shape(name, base),
+                               functools.partial(family_arrays, name, data_dir=data_dir), base.stats)
     if name in idx.IDX_DATASETS:
         return _idx_or_tfds(name, data_dir, idx_dir)
     from posattn.vision.data import tfds_datasets
