@@ -88,12 +88,12 @@ def _cases_every_binary() -> list[Case]:
     out = []
     for b in BINARIES:
         base = run_flags.get(b, ())
-        if b == "posemb_similarity":  # reads --workdir, writes --out
+        if b == "posemb_similarity":  # reads --workdir, writes --config.out
             out += [Case(b, ("--workdir=",), "empty --workdir"),
-                    Case(b, ("--workdir={w}", "--out="), "empty --out", start="image"),
-                    Case(b, ("--workdir={w}", "--out=   "), "blank --out", start="image"),
+                    Case(b, ("--workdir={w}", "--config.out="), "empty --config.out", start="image"),
+                    Case(b, ("--workdir={w}", "--config.out=   "), "blank --config.out", start="image"),
                     Case(b, ("--workdir={w}",), "a theory run's workdir", start="theory"),
-                    Case(b, ("--workdir={w}", "--out={w}/theory"), "--out holds a theory run", start="image, theory inside"),
+                    Case(b, ("--workdir={w}", "--config.out={w}/theory"), "--config.out holds a theory run", start="image, theory inside"),
                     Case(b, ("--workdir=gs://posattn-no-such-bucket/run",), "gs:// workdir without gcsfs")]
             continue
         other = "theory" if b == "train_images" else "image"
@@ -148,14 +148,14 @@ def _cases_damaged_runs() -> list[Case]:
         start = f"image, config.json {damage}"
         out += [Case("train_images", (LOCAL, "--workdir={w}"), f"resume: config.json {damage}", start=start),
                 Case("posemb_similarity", ("--workdir={w}",), f"config.json {damage}", start=start),
-                Case("how_vits_work", ("--runs={w}", "--workdir={w}/pk22"), f"--runs: config.json {damage}",
+                Case("how_vits_work", ("--config.runs={w}", "--workdir={w}/pk22"), f"--config.runs: config.json {damage}",
                      start=start)]
     return out + [
         Case("theory", (*THEORY_TINY, "--workdir={w}"), "its own run, config.json garbage",
              start="theory, config.json garbage"),
         Case("train_images", (LOCAL, "--config.seed=1", "--workdir={w}"), "resume without config.json, another seed",
              start="image, no config.json"),
-        Case("how_vits_work", ("--runs={w}", "--workdir={w}/pk22"), "--runs: a theory run", start="theory"),
+        Case("how_vits_work", ("--config.runs={w}", "--workdir={w}/pk22"), "--config.runs: a theory run", start="theory"),
     ]
 
 

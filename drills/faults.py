@@ -275,8 +275,7 @@ def theory_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
     this process), and the binary with step sizes that diverge."""
     from posattn.theory import gd as gd_lib, keys, presets, step as step_lib
 
-    config = presets.get_config("phases")
-    theory, gd = presets.configs_from(config)
+    theory, gd = presets.get_preset("phases")
     original, seen = step_lib.risk_and_grad, []
     step_lib.risk_and_grad = theory_nan_at_step(original, FLAGS.nan_step)
     try:
@@ -362,8 +361,9 @@ def main(argv):
              minutes=(time.monotonic() - t0) / 60, machine=machine())
     r["command"] = ("python -m drills.faults " + " ".join(sys.argv[1:])).strip()
     r["settings"] = settings()
-    report = write_report(r, r["command"], r["settings"])
+    # (the measurements first: a report that fails can be rewritten from them with --from_json)
     (root / "drill.json").write_text(json.dumps(r, indent=2, default=str))
+    report = write_report(r, r["command"], r["settings"])
     print(report)
     if FLAGS.write:
         DOC.write_text(report)

@@ -68,7 +68,7 @@ def main(argv):
         raise ConfigError("--workdir=TRAINED_RUN is required")
     opts = _CONFIG.value  # (`config` is the trained run's, below)
     ownership.check_run(_WORKDIR.value, "train_images")
-    out = _WORKDIR.value if opts.out is None else ownership.check_path(opts.out, "out")
+    out = _WORKDIR.value if opts.out is None else ownership.check_path(opts.out, "config.out")
     if os.path.realpath(out) == os.path.realpath(_WORKDIR.value):  # two files beside the run's own
         workdir_lib.check(out)
     else:  # a workdir of its own
