@@ -39,7 +39,7 @@ def maps_and_sweeps(keys_R, tokens: TokenConfig, model: ModelConfig, sgd: SGDCon
     map_cells, _ = grid.product_cells(tokens, model, sgd, n_star=list(n_stars), N=list(Ns))
     parts = [map_cells] + [_sweep_cells(tokens, model, sgd, k, v, Ns) for k, v in sweeps.items()]
     cells = jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
-    out = grid.run_cells(keys_R, cells, tokens=tokens, model=model, sgd=sgd, n_max=max(Ns))
+    out = grid.run_cells(keys_R, cells, tokens=tokens, model=model, sgd=sgd)
     out = {k: np.asarray(v) for k, v in out.items()}
     split = np.cumsum([len(p.N) for p in parts])[:-1]
     pieces = [{k: v[a:b] for k, v in out.items()} for a, b in zip([0, *split], [*split, len(cells.N)])]
@@ -73,6 +73,12 @@ def boundary(Ns, rate, level: float = LEVEL) -> float:
         return float(Ns[0])
     t = (level - rate[i - 1]) / (rate[i] - rate[i - 1])
     return float(np.exp(np.log(Ns[i - 1]) + t * (np.log(Ns[i]) - np.log(Ns[i - 1]))))
+
+
+def short_top_rows(result: dict) -> list[float]:
+    """The alpha_* whose success rate at the largest N of the map is below 1: there the map has not
+    shown that training succeeds at all (T or the N grid too small), so its boundary says little."""
+    return [a for a, rate in zip(result["alpha_star"], result["success_rate"]) if rate[-1] < 1]
 
 
 def line_fit(x, y) -> dict:
