@@ -51,19 +51,21 @@ def bounded_noise(key: jax.Array, bound_BxL: jax.Array, d: int) -> jax.Array:
 
 
 def sample(key: jax.Array, cfg: TokenConfig, n: int, n_star=None, tau=None, n_conf=None, noisy_tokens=None,
-           noisy_tau=None) -> Tokens:
+           noisy_tau=None, noisy_irrelevant=None) -> Tokens:
     """Draw n samples of the data model: y uniform on {+1, -1}; n_* tokens of the label's pattern, n_#
     of the other discriminative pattern, the rest irrelevant patterns drawn uniformly from mu_3..mu_M;
     every token plus noise of norm <= tau (`noisy_tokens` of them, of any type or irrelevant only as
     cfg.noisy_kind says, <= `noisy_tau`).
 
-    n_star, tau, n_conf, noisy_tokens, noisy_tau: override cfg's (may be traced, e.g. vmapped over a grid).
+    n_star, tau, n_conf, noisy_tokens, noisy_tau: override cfg's (may be traced, e.g. vmapped over a grid);
+    noisy_irrelevant: 1 = noisy tokens of irrelevant kind only, 0 = any (default: cfg.noisy_kind).
     """
     n_star = cfg.n_star if n_star is None else n_star
     tau = cfg.tau if tau is None else tau
     n_conf = cfg.n_conf if n_conf is None else n_conf
     noisy_tokens = cfg.noisy_tokens if noisy_tokens is None else noisy_tokens
     noisy_tau = cfg.noisy_tau if noisy_tau is None else noisy_tau
+    noisy_irrelevant = (cfg.noisy_kind == "irrelevant") if noisy_irrelevant is None else noisy_irrelevant
     # Two random draws in all (each jax.random call adds about a second of XLA compile time on a CPU).
     k_u, k_noise = jax.random.split(key)
     u = jax.random.uniform(k_u, (n, 3 * cfg.L + 1))
@@ -76,9 +78,8 @@ def sample(key: jax.Array, cfg: TokenConfig, n: int, n_star=None, tau=None, n_co
     irrelevant_BxL = 2 + jnp.minimum(jnp.floor(u_irr * (cfg.M - 2)), cfg.M - 3).astype(jnp.int32)
     pattern_BxL = jnp.where(kind_BxL == RELEVANT, own_B[:, None],
                             jnp.where(kind_BxL == CONFUSION, 1 - own_B[:, None], irrelevant_BxL))
-    u_noisy = u[:, 2 * cfg.L + 1:]
-    if cfg.noisy_kind == "irrelevant":  # irrelevant tokens rank first (u < 1 < 2)
-        u_noisy = u_noisy + 2.0 * (kind_BxL != IRRELEVANT)
+    # noisy_irrelevant: irrelevant tokens rank first (u < 1 < 2) among the candidates for noise
+    u_noisy = u[:, 2 * cfg.L + 1:] + 2.0 * noisy_irrelevant * (kind_BxL != IRRELEVANT)
     noisy_BxL = ranks(u_noisy) < noisy_tokens
     bound_BxL = jnp.where(noisy_BxL, noisy_tau, tau)
     x_BxLxd = jax.nn.one_hot(pattern_BxL, cfg.d) + bounded_noise(k_noise, bound_BxL, cfg.d)

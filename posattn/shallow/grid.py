@@ -34,22 +34,23 @@ class Cell(NamedTuple):
     n_conf: jax.Array
     noisy_tokens: jax.Array
     noisy_tau: jax.Array
+    noisy_irrelevant: jax.Array
     T: jax.Array
     remove: jax.Array
 
     def token_knobs(self) -> dict:
         """The knobs `posattn.shallow.data.sample` takes."""
         return {"n_star": self.n_star, "tau": self.tau, "n_conf": self.n_conf, "noisy_tokens": self.noisy_tokens,
-                "noisy_tau": self.noisy_tau}
+                "noisy_tau": self.noisy_tau, "noisy_irrelevant": self.noisy_irrelevant}
 
 
-INT_KNOBS = ("n_star", "N", "n_conf", "noisy_tokens", "T", "remove")
+INT_KNOBS = ("n_star", "N", "n_conf", "noisy_tokens", "noisy_irrelevant", "T", "remove")
 
 
 def _base(tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig) -> dict:
     return {"n_star": tokens.n_star, "N": sgd.N, "tau": tokens.tau, "sigma": model.sigma, "delta": model.delta,
             "n_conf": tokens.n_conf, "noisy_tokens": tokens.noisy_tokens, "noisy_tau": tokens.noisy_tau,
-            "T": None, "remove": sgd.train_remove}
+            "noisy_irrelevant": int(tokens.noisy_kind == "irrelevant"), "T": None, "remove": sgd.train_remove}
 
 
 def _as_cell(columns: dict, tokens: TokenConfig, sgd: SGDConfig) -> Cell:
@@ -89,34 +90,25 @@ def draw_run(key: jax.Array, cell: Cell, tokens: TokenConfig, model: ModelConfig
     return params, batches, test, k_sgd
 
 
-def run_cell(key: jax.Array, cell: Cell, *, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig,
-             max_steps: int) -> dict:
-    """One training run at `cell` from `key` (cell.T <= max_steps steps); its final evaluation plus "success"."""
+def run_cell(key: jax.Array, cell: Cell, *, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig) -> dict:
+    """One training run at `cell` from `key`; its final evaluation plus "success"."""
     params, batches, test, k_sgd = draw_run(key, cell, tokens, model, sgd)
-    params = train.train(params, k_sgd, batches, cell.T, model, sgd, cell.remove, max_steps)
+    params = train.train(params, k_sgd, batches, cell.T, model, sgd, cell.remove)
     entry = metrics.evaluate(params, test, model)
     return {**entry, "success": metrics.succeeded(entry, sgd)}
 
 
+@functools.partial(jax.jit, static_argnames=("tokens", "model", "sgd", "cells_per_batch"))
 def run_cells(keys_R: jax.Array, cells: Cell, *, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig,
               cells_per_batch: int = 8) -> dict:
-    """`_run_cells` with the static step bound max(cells.T): every run scans that many steps (a run of
-    smaller T stops changing at its own), so grids of one T waste nothing (`posattn.papers.lwlc23.settle`
-    runs one alpha_* row at a time)."""
-    return _run_cells(keys_R, cells, tokens=tokens, model=model, sgd=sgd, cells_per_batch=cells_per_batch,
-                      max_steps=int(np.max(np.asarray(cells.T))))
-
-
-@functools.partial(jax.jit, static_argnames=("tokens", "model", "sgd", "cells_per_batch", "max_steps"))
-def _run_cells(keys_R: jax.Array, cells: Cell, *, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig,
-               cells_per_batch: int, max_steps: int) -> dict:
     """`run_cell` for every cell and every seed key: a dict of arrays of shape (cells, seeds).
 
     The cells go in equal batches of at most `cells_per_batch`, the last one padded with copies of the
     last cell (dropped from the result): `lax.map` compiles a second copy of the whole run for a
-    remainder batch, which costs more compile time than the few padded runs cost to compute.
+    remainder batch, which costs more compile time than the few padded runs cost to compute. A batch runs
+    to its largest T, so cells of one T (one alpha_* row) batched together waste no steps.
     """
-    one = functools.partial(run_cell, tokens=tokens, model=model, sgd=sgd, max_steps=max_steps)
+    one = functools.partial(run_cell, tokens=tokens, model=model, sgd=sgd)
     over_seeds = lambda cell: jax.vmap(one, in_axes=(0, None))(keys_R, cell)
     n = cells.N.shape[0]
     batches = -(-n // cells_per_batch)

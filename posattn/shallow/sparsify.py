@@ -29,44 +29,31 @@ def sparsification_curve(key: jax.Array, params: dict, test: Tokens, cfg: ModelC
     return jax.lax.map(lambda k: metrics.evaluate(params, test, cfg, removal.keep_mask(score_BxL, k)), ks)
 
 
-def _runs(key, cell, ks, *, tokens, model, sgd, policies, at, max_steps):
+def _runs(key, cell, ks, *, tokens, model, sgd, policies, at):
     params0, batches, test, k_sgd = grid.draw_run(key, cell, tokens, model, sgd)
     k_policy = jax.random.fold_in(key, 1)  # the same tie-breaking draw for every policy
     if at == "test":
-        params = train.train(params0, k_sgd, batches, cell.T, model, sgd, max_steps=max_steps)
+        params = train.train(params0, k_sgd, batches, cell.T, model, sgd)
         return {p: sparsification_curve(k_policy, params, test, model, p, ks) for p in policies}
+    params = train.train(params0, k_sgd, batches, cell.T, model, sgd)  # k = 0: the same model for every policy
+    full = jax.tree.map(lambda a: a[None], metrics.evaluate(params, test, model))
     out = {}
     for p in policies:
         sgd_p = dataclasses.replace(sgd, train_policy=p)
 
         def trained_at(k, sgd_p=sgd_p, p=p):
-            params = train.train(params0, k_sgd, batches, cell.T, model, sgd_p, k, max_steps)
+            params = train.train(params0, k_sgd, batches, cell.T, model, sgd_p, k)
             keep_BxL = removal.keep_mask(removal.removal_scores(k_policy, p, test, params, model), k)
             return metrics.evaluate(params, test, model, keep_BxL)
 
-        out[p] = jax.lax.map(trained_at, ks)
+        rest = jax.lax.map(trained_at, ks[1:])  # ks[0] = 0 by the caller's contract
+        out[p] = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), full, rest)
     return out
 
 
-def sparsification_runs(keys_R, ks, cells: grid.Cell | None = None, *, tokens: TokenConfig, model: ModelConfig,
-                        sgd: SGDConfig, policies: tuple[str, ...] = POLICIES, at: str = "test") -> dict:
-    """Removal curves for every seed (and every cell of `cells`, a Cell of vectors; None = the configs'
-    own cell): {policy: {"test_hinge", "test_error", "attention_mass"} of (R, K) arrays, or (cells, R, K)
-    with `cells`, where ks may then be (cells, K), one list of removal counts per cell}. Every policy sees the same initial models, training and test sets;
-    at="test" trains one model per seed on full token lists, at="train" one per (policy, k)."""
-    if at not in AT:
-        raise ConfigError(f"at={at!r}: choose one of {AT}")
-    for p in policies:
-        removal.check_policy(p, model)
-    T = (cells if cells is not None else grid.base_cell(tokens, model, sgd)).T
-    return _sparsification_runs(keys_R, jnp.asarray(ks), cells, tokens=tokens, model=model, sgd=sgd,
-                                policies=tuple(policies), at=at, max_steps=int(np.max(np.asarray(T))))
-
-
-@functools.partial(jax.jit, static_argnames=("tokens", "model", "sgd", "policies", "at", "max_steps"))
-def _sparsification_runs(keys_R, ks, cells, *, tokens, model, sgd, policies, at, max_steps) -> dict:
-    one = functools.partial(_runs, tokens=tokens, model=model, sgd=sgd, policies=policies, at=at,
-                            max_steps=max_steps)
+@functools.partial(jax.jit, static_argnames=("tokens", "model", "sgd", "policies", "at"))
+def _sparsification_runs(keys_R, ks, cells, *, tokens, model, sgd, policies, at) -> dict:
+    one = functools.partial(_runs, tokens=tokens, model=model, sgd=sgd, policies=policies, at=at)
     over_seeds = lambda cell, ks: jax.vmap(one, in_axes=(0, None, None))(keys_R, cell, ks)
     if cells is None:
         return over_seeds(grid.base_cell(tokens, model, sgd), ks)

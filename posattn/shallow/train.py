@@ -4,8 +4,8 @@ The paper's algorithm: one step size eta for W_Q, W_K, W_V and W_O (`SGDConfig.e
 the attention its own, an option), T = ceil(t_scale / (alpha_* eta)) iterations (Theorem 1's
 T = Theta(1 / (alpha_* eta))), each on a mini-batch of `sgd.batch` of the N training samples drawn
 uniformly with replacement. T, N and the number of tokens removed at training time may be traced
-values, so runs with different knobs vmap together (`posattn.shallow.grid`); a vmapped run of traced T
-scans to a static bound and leaves each finished run unchanged. The per-token output weights a_(l) stay fixed.
+values, so runs with different knobs vmap together (`posattn.shallow.grid`); a vmapped loop runs to its
+largest T and leaves each finished run unchanged (so cells of one T are best batched together). The per-token output weights a_(l) stay fixed.
 
 Mini-batches come from a `batches(key) -> Tokens` function: `stored_batches` over a drawn training set,
 or `drawn_batches`, which draws training sample i from its own key when it is used
@@ -68,27 +68,16 @@ def sgd_step(params: dict, key: jax.Array, batches, cfg: ModelConfig, sgd: SGDCo
     return {**params, **{name: trained[name] - step_size(name, sgd) * grads[name] for name in TRAINED}}
 
 
-def run_steps(params: dict, key: jax.Array, batches, start, num_steps: int, cfg: ModelConfig, sgd: SGDConfig,
-              remove=None, T=None) -> dict:
-    """SGD steps start..start+num_steps-1 (`num_steps` static), each skipped when t >= T (T may be traced:
-    a vmapped run then stops at its own T); the step-t batch comes from fold_in(key, t). A scan of fixed
-    length, not a loop to a traced bound: XLA's CPU runtime was seen to hang on a vmapped while loop."""
-
-    def one(params, t):
-        new = sgd_step(params, jax.random.fold_in(key, t), batches, cfg, sgd, remove)
-        if T is not None:
-            new = jax.tree.map(lambda a, b: jnp.where(t < T, a, b), new, params)
-        return new, None
-
-    return jax.lax.scan(one, params, start + jnp.arange(num_steps))[0]
+def run_steps(params: dict, key: jax.Array, batches, start, stop, cfg: ModelConfig, sgd: SGDConfig,
+              remove=None) -> dict:
+    """SGD steps start..stop-1 (both may be traced); the step-t batch comes from fold_in(key, t)."""
+    body = lambda t, p: sgd_step(p, jax.random.fold_in(key, t), batches, cfg, sgd, remove)
+    return jax.lax.fori_loop(start, stop, body, params)
 
 
-def train(params: dict, key: jax.Array, batches, T, cfg: ModelConfig, sgd: SGDConfig, remove=None,
-          max_steps: int | None = None) -> dict:
-    """T SGD steps from `params`; a traced T needs its static upper bound `max_steps`."""
-    if max_steps is None:
-        return run_steps(params, key, batches, 0, T, cfg, sgd, remove)
-    return run_steps(params, key, batches, 0, max_steps, cfg, sgd, remove, T)
+def train(params: dict, key: jax.Array, batches, T, cfg: ModelConfig, sgd: SGDConfig, remove=None) -> dict:
+    """T SGD steps from `params` (T may be traced)."""
+    return run_steps(params, key, batches, 0, T, cfg, sgd, remove)
 
 
 def train_with_history(params: dict, key: jax.Array, batches, T: int, test: Tokens, cfg: ModelConfig,
@@ -100,7 +89,7 @@ def train_with_history(params: dict, key: jax.Array, batches, T: int, test: Toke
     """
 
     def chunk(params, start):
-        params = run_steps(params, key, batches, start, sgd.eval_every, cfg, sgd, T=T)
+        params = run_steps(params, key, batches, start, jnp.minimum(start + sgd.eval_every, T), cfg, sgd)
         return params, {**metrics.evaluate(params, test, cfg), "step": jnp.minimum(start + sgd.eval_every, T)}
 
     first = {**metrics.evaluate(params, test, cfg), "step": jnp.int32(0)}
