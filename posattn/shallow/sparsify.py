@@ -51,6 +51,23 @@ def _runs(key, cell, ks, *, tokens, model, sgd, policies, at):
     return out
 
 
+def sparsification_runs(keys_R, ks, cells: grid.Cell | None = None, *, tokens: TokenConfig, model: ModelConfig,
+                        sgd: SGDConfig, policies: tuple[str, ...] = POLICIES, at: str = "test") -> dict:
+    """Removal curves for every seed (and every cell of `cells`, a Cell of vectors; None = the configs'
+    own cell): {policy: {"test_hinge", "test_error", "attention_mass"} of (R, K) arrays, or (cells, R, K)
+    with `cells`, where ks may then be (cells, K), one list of removal counts per cell}. Every policy sees
+    the same initial models, training and test sets; at="test" trains one model per seed on full token
+    lists, at="train" one per (policy, k > 0), the first k being 0 (the model trained on full lists)."""
+    if at not in AT:
+        raise ConfigError(f"at={at!r}: choose one of {AT}")
+    if at == "train" and np.any(np.asarray(ks)[..., 0] != 0):
+        raise ConfigError(f"ks={np.asarray(ks).tolist()}: at='train' needs k = 0 first (the unsparsified model)")
+    for p in policies:
+        removal.check_policy(p, model)
+    return _sparsification_runs(keys_R, jnp.asarray(ks), cells, tokens=tokens, model=model, sgd=sgd,
+                                policies=tuple(policies), at=at)
+
+
 @functools.partial(jax.jit, static_argnames=("tokens", "model", "sgd", "policies", "at"))
 def _sparsification_runs(keys_R, ks, cells, *, tokens, model, sgd, policies, at) -> dict:
     one = functools.partial(_runs, tokens=tokens, model=model, sgd=sgd, policies=policies, at=at)
