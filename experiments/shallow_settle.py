@@ -41,7 +41,7 @@ def _schema(fields) -> ml_collections.ConfigDict:
         "seeds": 64 if study == "init_error" else 40 if study == "boundary" else 16,
         "coarse_seeds": 8,
         "coarse_Ns": (4, 16, 64, 256, 1024, 4096),
-        "window": 1.5,  # each row's fine grid spans N*_coarse / window .. N*_coarse * window
+        "window": 2.0,  # each row's fine grid spans N*_coarse / window .. N*_coarse * window
         "ratio": 1.2,  # of the fine grid
         "level": settle.LEVEL,
         "boot": 1000,

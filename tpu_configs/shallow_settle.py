@@ -16,7 +16,7 @@ finish in about an hour, and say so):
 - Boundary N* of a row: where the success rate over seeds first reaches LEVEL = 0.5 along its N grid
   (log-linear interpolation between grid points); censored (beyond the grid) when it never does.
 - N grid: a coarse pass (N = 4, 16, 64, 256, 1024, 4096, 8 seeds), then each row on its own geometric
-  window of ratio 1.2 from N*_coarse / 1.5 to 1.5 N*_coarse (6 points) with the study's seeds. A row's top
+  window of ratio 1.2 from N*_coarse / 2 to 2 N*_coarse (9 points) with the study's seeds. A row's top
   (largest N) must reach success 1; a row whose top does not is named in the summary.
 - Intervals: 95% percentile bootstrap over seeds (1000 resamples, one resample for every cell of a study).
 - Boundary study (L = 60, tau = 1, 40 seeds): alpha_# in {0, 2/60, 4/60}, n_* in {9, 12, 18, 24}, the ViT
