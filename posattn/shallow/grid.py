@@ -5,8 +5,9 @@ the token noise tau, the initial-model errors sigma, delta, the confusion tokens
 count and bound, the SGD iterations T (by default ceil(t_scale / (alpha_* eta)) at the cell's alpha_*)
 and the tokens removed from each training sample. Each (cell, seed) run draws its own initial model,
 training samples (sample i from its own key, drawn when used: the first N of one set for every N), a
-test set and SGD batches, all from its seed key, so two cells of one seed differ only by their knobs. Seeds are a `jax.vmap`; cells are a
-`lax.map` in batches of `cells_per_batch` (vmapped inside), which bounds the memory of the test sets.
+test set and SGD batches, all from its seed key, so two cells of one seed differ only by their knobs.
+Seeds are a `jax.vmap`; cells are a `lax.map` in batches of `cells_per_batch` (vmapped inside), which
+bounds the memory of the test sets.
 """
 import functools
 import itertools
@@ -53,17 +54,10 @@ def _base(tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig) -> dict:
             "noisy_irrelevant": int(tokens.noisy_kind == "irrelevant"), "T": None, "remove": sgd.train_remove}
 
 
-def _as_cell(columns: dict, tokens: TokenConfig, sgd: SGDConfig) -> Cell:
-    """Cell of vectors from lists; T, where not given, from each cell's alpha_* = n_*/L (`train.iterations`)."""
-    if columns["T"][0] is None:
-        columns["T"] = [train.iterations(sgd, n / tokens.L) for n in columns["n_star"]]
-    return Cell(**{k: jnp.asarray(np.asarray(v, np.int32 if k in INT_KNOBS else np.float32))
-                   for k, v in columns.items()})
-
-
 def product_cells(tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig, **axes) -> tuple[Cell, tuple]:
     """Every combination of the values in `axes` (names of Cell's fields), the other knobs from the
-    configs; returns (Cell of flat vectors in row-major order of `axes`, the grid's shape)."""
+    configs, T (unless an axis) from each cell's alpha_* = n_*/L (`train.iterations`); returns (Cell of
+    flat vectors in row-major order of `axes`, the grid's shape)."""
     base = _base(tokens, model, sgd)
     unknown = set(axes) - set(base)
     if unknown:
@@ -72,7 +66,11 @@ def product_cells(tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig, **axe
     columns = {name: [base[name]] * len(combos) for name in base}
     for i, name in enumerate(axes):
         columns[name] = [c[i] for c in combos]
-    return _as_cell(columns, tokens, sgd), tuple(len(v) for v in axes.values())
+    if columns["T"][0] is None:
+        columns["T"] = [train.iterations(sgd, n / tokens.L) for n in columns["n_star"]]
+    cell = Cell(**{k: jnp.asarray(np.asarray(v, np.int32 if k in INT_KNOBS else np.float32))
+                   for k, v in columns.items()})
+    return cell, tuple(len(v) for v in axes.values())
 
 
 def base_cell(tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig) -> Cell:

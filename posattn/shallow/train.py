@@ -5,11 +5,12 @@ the attention its own, an option), T = ceil(t_scale / (alpha_* eta)) iterations 
 T = Theta(1 / (alpha_* eta))), each on a mini-batch of `sgd.batch` of the N training samples drawn
 uniformly with replacement. T, N and the number of tokens removed at training time may be traced
 values, so runs with different knobs vmap together (`posattn.shallow.grid`); a vmapped loop runs to its
-largest T and leaves each finished run unchanged (so cells of one T are best batched together). The per-token output weights a_(l) stay fixed.
+largest T and leaves each finished run unchanged (so cells of one T are best batched together). The
+per-token output weights a_(l) stay fixed.
 
-Mini-batches come from a `batches(key) -> Tokens` function: `stored_batches` over a drawn training set,
-or `drawn_batches`, which draws training sample i from its own key when it is used
-(`posattn.shallow.data.sample_at`), so a training set of thousands of samples costs no memory.
+Mini-batches come from a `batches(key) -> Tokens` function, e.g. `drawn_batches`, which draws training
+sample i from its own key when it is used (`posattn.shallow.data.sample_at`), so a training set of
+thousands of samples costs no memory.
 """
 import jax
 import jax.numpy as jnp
@@ -31,11 +32,6 @@ def iterations(sgd: SGDConfig, alpha_star):
 def uniform_indices(key: jax.Array, N, batch: int) -> jax.Array:
     """`batch` indices uniform on 0..N-1 (N may be traced)."""
     return jnp.floor(jax.random.uniform(key, (batch,)) * N).astype(jnp.int32)
-
-
-def stored_batches(train_set: Tokens, N, batch: int):
-    """Mini-batches drawn with replacement from the first N samples of a stored training set."""
-    return lambda key: jax.tree.map(lambda a: a[uniform_indices(key, N, batch)], train_set)
 
 
 def drawn_batches(data_key: jax.Array, N, batch: int, tokens: TokenConfig, **knobs):
