@@ -45,6 +45,7 @@ def _schema(fields) -> ml_collections.ConfigDict:
         "ratio": 1.2,  # of the fine grid
         "level": settle.LEVEL,
         "boot": 1000,
+        "analyze_only": False,  # summarise the parts already saved, computing none (a study stopped early)
         # boundary
         "n_confs": (0, 2, 4),
         "n_stars": (9, 12, 18, 24),
@@ -76,8 +77,9 @@ _CONFIG = cli.define_config("tpu_configs/shallow_settle.py:boundary", SCHEMA, "T
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
 
 
-def _saver(workdir):
-    """save(name, compute): parts/NAME.npz if a finished part is there, else compute, save and return it."""
+def _saver(workdir, analyze_only: bool):
+    """save(name, compute): parts/NAME.npz if a finished part is there, else compute, save and return it
+    (None with analyze_only: the drivers then leave that part out)."""
     parts = os.path.join(workdir, "parts")
     os.makedirs(parts, exist_ok=True)
 
@@ -87,6 +89,9 @@ def _saver(workdir):
             print(f"{name}: resumed from {path}", flush=True)
             with np.load(path) as f:
                 return dict(f)
+        if analyze_only:
+            print(f"{name}: not saved, left out (analyze_only)", flush=True)
+            return None
         t0 = time.perf_counter()
         out = {k: np.asarray(v) for k, v in compute().items()}
         np.savez(path + ".tmp.npz", **out)
@@ -108,12 +113,12 @@ def main(argv):
                           f"seeds >= 2, coarse_seeds >= 1, boot >= 10")
     workdir = _WORKDIR.value
     record = {"study": config.study, "config": config.to_dict()}
-    ownership.claim(workdir, "shallow_settle", record, resumes=True)
+    ownership.claim(workdir, "shallow_settle", record, resumes=True, may_change=("config.analyze_only",))
     io.write_json(os.path.join(workdir, "config.json"), {**record, "jax_devices": [str(d) for d in jax.devices()]})
     t0 = time.perf_counter()
     run = {"boundary": settle.run_boundary, "init_error": settle.run_init_error,
            "sparsify": settle.run_sparsify}[config.study]
-    results = run(config, cfg, _saver(workdir))
+    results = run(config, cfg, _saver(workdir, config.analyze_only))
     results["seconds"] = time.perf_counter() - t0
     io.write_json(os.path.join(workdir, "results.json"), results)
     summary = settle.summary_markdown(config.study, results, config)

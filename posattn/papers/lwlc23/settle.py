@@ -148,11 +148,16 @@ def run_rows(keys_R, rows: list[dict], Ns_CxN: np.ndarray, tokens, model, sgd) -
 def two_stage(keys_coarse, keys_fine, rows, coarse_Ns, tokens, model, sgd, level, factor, ratio, save) -> dict:
     """The pre-registered two-stage grid of a boundary: every row over the coarse grid `coarse_Ns` with
     the coarse seeds, then over its own geometric window (`windows_from_coarse`) with the fine seeds.
-    `save(name, compute)` returns a saved part or computes and saves it (resumable)."""
+    `save(name, compute)` returns a saved part or computes and saves it (resumable); None when a part is
+    neither saved nor to be computed (`save` returned None)."""
     Ns_coarse = np.array([list(coarse_Ns)] * len(rows))
     coarse = save("coarse", lambda: run_rows(keys_coarse, rows, Ns_coarse, tokens, model, sgd))
+    if coarse is None:
+        return None
     Ns_fine = pad_rows(windows_from_coarse(coarse["success"], list(coarse_Ns), level, factor, ratio))
     fine = save("fine", lambda: {**run_rows(keys_fine, rows, Ns_fine, tokens, model, sgd), "N": Ns_fine})
+    if fine is None:
+        return None
     return {"coarse": coarse, "fine": fine, "N": np.asarray(fine["N"])}
 
 
@@ -184,6 +189,8 @@ def run_boundary(config, cfg, save) -> dict:
         rows = [{"n_star": ns, "n_conf": nc} for nc in config.n_confs for ns in config.n_stars if ns > nc]
         runs = two_stage(k_coarse, k_fine, rows, config.coarse_Ns, tokens, net, sgd, config.level, config.window,
                          config.ratio, lambda name, f: save(f"{attention}_{name}", f))
+        if runs is None:
+            continue
         per_row = _rows_result(runs, rows, lambda r: r["n_star"] / tokens.L, config, resamples)
         by_conf = {}
         for nc in config.n_confs:
@@ -208,6 +215,9 @@ def run_init_error(config, cfg, save) -> dict:
             [{"sigma": 0.0, "delta": d} for d in config.deltas])
     runs = two_stage(k_coarse, k_fine, rows, config.coarse_Ns, tokens, model, sgd, config.level, config.window,
                      config.ratio, save)
+    if runs is None:
+        return {"rows": [], "alpha_star": tokens.n_star / tokens.L, "alpha_conf": tokens.n_conf / tokens.L,
+                "short_top_rows": []}
     per_row = _rows_result(runs, rows, lambda r: tokens.n_star / tokens.L, config, resamples)
     base = next(r for r in per_row if r["sigma"] == 0 and r["delta"] == 0)
     for r in per_row:
@@ -247,7 +257,7 @@ def run_sparsify(config, cfg, save) -> dict:
             policies = tuple(config.policies if at == "test" else config.train_policies)
             part = save(f"L{L}_{at}", lambda: _flat(sparsify.sparsification_runs(
                 keys, ks, cells, tokens=tok, model=model, sgd=sgd, policies=policies, at=at)))
-            for c in range(len(ks)):
+            for c in range(len(ks) if part is not None else 0):
                 bound = float(cells.noisy_tau[c])
                 settings.append(_setting(part, c, policies, resamples, L=L, at=at, n=int(cells.noisy_tokens[c]),
                                          kind="irrelevant" if int(cells.noisy_irrelevant[c]) else "any",
