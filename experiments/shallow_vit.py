@@ -45,11 +45,11 @@ def _schema(fields) -> ml_collections.ConfigDict:
     c.update({
         "seed": 0,  # seed of every run's key
         "seeds": 20,  # runs (trials) per grid cell, and seeds of the attention band
-        "n_stars": (6, 7, 8, 9, 10, 12),  # phase maps: label-relevant tokens n_* (alpha_* = n_*/L)
-        "Ns": (5, 7, 10, 14, 20, 28, 40, 57, 80, 113, 160, 320, 640),  # phase maps and sweeps: samples N
-        "taus": (0.0, 0.5, 1.0, 1.5),  # N* sweep over the token noise tau
-        "sigmas": (0.0, 1 / 6, 1.0),  # N* sweep over sigma (delta as configured)
-        "deltas": (0.0, 0.49, 1.0),  # N* sweep over delta (sigma as configured)
+        "n_stars": (6, 8, 10, 12),  # phase maps: label-relevant tokens n_* (alpha_* = n_*/L)
+        "Ns": (4, 6, 9, 14, 20, 30, 45, 68, 100, 150, 640),  # phase maps and sweeps: samples N
+        "taus": (0.0, 0.5, 1.0),  # N* sweep over the token noise tau
+        "sigmas": (0.0, 1.0),  # N* sweep over sigma (delta as configured)
+        "deltas": (0.0, 1.0),  # N* sweep over delta (sigma as configured)
         "remove": 20,  # sparsification: remove 0..remove tokens per test sample
         "remove_step": 2,  # sparsification: evaluate every remove_step tokens removed
         # sparsification: noisy tokens per sample (noise bound tokens.noisy_tau); elsewhere tokens.noisy_tokens
