@@ -12,6 +12,8 @@ Mini-batches come from a `batches(key) -> Tokens` function, e.g. `drawn_batches`
 sample i from its own key when it is used (`posattn.shallow.data.sample_at`), so a training set of
 thousands of samples costs no memory.
 """
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -25,8 +27,8 @@ def iterations(sgd: SGDConfig, alpha_star):
     """T: sgd.steps, or ceil(t_scale / (alpha_* eta)) (alpha_star may be traced: an int32 array then)."""
     if sgd.steps is not None:
         return sgd.steps
-    T = jnp.ceil(sgd.t_scale / (alpha_star * sgd.eta) - 1e-4).astype(jnp.int32)
-    return int(T) if isinstance(alpha_star, (int, float)) else T
+    ceil = math.ceil if isinstance(alpha_star, (int, float)) else lambda v: jnp.ceil(v).astype(jnp.int32)
+    return ceil(sgd.t_scale / (alpha_star * sgd.eta) - 1e-4)  # the 1e-4: 12 / 0.06 is 200.00000000000003
 
 
 def uniform_indices(key: jax.Array, N, batch: int) -> jax.Array:
