@@ -37,9 +37,11 @@ def interval(samples, point) -> dict:
 
 
 def boundaries(success_RxCxN: np.ndarray, Ns_CxN, level: float) -> np.ndarray:
-    """N* of every row c (success rate over seeds crossing `level` along its N grid; NaN beyond it)."""
+    """N* of every row c (success rate over seeds crossing `level` along its N grid); NaN (censored) when
+    the rate never reaches `level` or already does at the grid's first N (N* at or below it)."""
     rate_CxN = success_RxCxN.mean(0)
-    return np.array([phase_map.boundary(Ns, rate, level) for Ns, rate in zip(Ns_CxN, rate_CxN)])
+    return np.array([math.nan if rate[0] >= level else phase_map.boundary(Ns, rate, level)
+                     for Ns, rate in zip(Ns_CxN, rate_CxN)])
 
 
 def boot_boundaries(success_RxCxN: np.ndarray, Ns_CxN, level: float, resamples: np.ndarray) -> np.ndarray:
@@ -174,7 +176,8 @@ def _rows_result(runs, rows, alpha_of, config, resamples) -> list[dict]:
     rate = fine["success"].mean(0)
     return [{**{k: float(v) for k, v in row.items()}, "alpha_star": alpha_of(row), "N": Ns[c].tolist(),
              "success_rate": rate[c].tolist(), "N_star": interval(boot[:, c], point[c]),
-             "top_reaches_1": bool(rate[c, -1] == 1.0), "boot": boot[:, c]}
+             "below_window": bool(rate[c, 0] >= config.level), "top_reaches_1": bool(rate[c, -1] == 1.0),
+             "boot": boot[:, c]}
             for c, row in enumerate(rows)]
 
 
@@ -301,9 +304,18 @@ def _setting(part, c, policies, resamples, **where) -> dict:
 
 def _iv(iv: dict, fmt: str = ".3g") -> str:
     if math.isnan(iv["value"]):
-        return "beyond the grid"
-    cens = f", {iv['censored']:.0%} of resamples beyond the grid" if iv["censored"] else ""
+        return "censored"
+    cens = f", {iv['censored']:.0%} of resamples censored" if iv["censored"] else ""
     return f"{iv['value']:{fmt}} [{iv['lo']:{fmt}}, {iv['hi']:{fmt}}]{cens}"
+
+
+def _n_star(row: dict) -> str:
+    """N* with its interval, or where the row's window left it (at or below its first N, beyond its last)."""
+    if row["below_window"]:
+        return f"<= {row['N'][0]} (at the window's floor)"
+    if math.isnan(row["N_star"]["value"]):
+        return f"> {row['N'][-1]} (beyond the window)"
+    return _iv(row["N_star"], ".1f")
 
 
 def exponent_verdict(q: dict, paper: float, other: float) -> str:
@@ -337,7 +349,7 @@ def summary_markdown(study: str, results: dict, config) -> str:
                   "verdict on q | verdict on alpha_0 | rows whose top < 1 |", "|---|---|---|---|---|---|---|---|---|"]
         for net, by_conf in results["networks"].items():
             for nc, s in by_conf.items():
-                ns = "; ".join(f"{r['alpha_star']:.2f}: {_iv(r['N_star'], '.0f')}" for r in s["rows"])
+                ns = "; ".join(f"{r['alpha_star']:.2f}: {_n_star(r)}" for r in s["rows"])
                 lines.append(
                     f"| {'ViT' if net == 'softmax' else 'attention-free'} | {s['alpha_conf']:.3f} | {ns} | "
                     f"{_iv(s['q'])} ({paper[net][0]}) | {_iv(s['alpha0'])} (0, {s['two_e_alpha_conf']:.3f}) | "
@@ -349,7 +361,7 @@ def summary_markdown(study: str, results: dict, config) -> str:
                   "| sigma | delta | regime | N* [95%] | N* - N*(0) [95%] | verdict | top reaches 1 |",
                   "|---|---|---|---|---|---|---|"]
         for r in results["rows"]:
-            lines.append(f"| {r['sigma']:.3g} | {r['delta']:.3g} | {r['regime']} | {_iv(r['N_star'], '.1f')} | "
+            lines.append(f"| {r['sigma']:.3g} | {r['delta']:.3g} | {r['regime']} | {_n_star(r)} | "
                          f"{_iv(r['minus_zero'], '.1f')} | {r['verdict']} | {'yes' if r['top_reaches_1'] else 'NO'} |")
     else:
         pols = list(config.policies)  # training time runs a subset: the others are left blank
