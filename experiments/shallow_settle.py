@@ -46,6 +46,7 @@ def _schema(fields) -> ml_collections.ConfigDict:
         "level": settle.LEVEL,
         "boot": 1000,
         "analyze_only": False,  # summarise the parts already saved, computing none (a study stopped early)
+        "parts_from": "",  # also read saved parts from this directory (another run's parts/, e.g. still running)
         # boundary
         "n_confs": (0, 2, 4),
         "n_stars": (9, 12, 18, 24),
@@ -77,18 +78,19 @@ _CONFIG = cli.define_config("tpu_configs/shallow_settle.py:boundary", SCHEMA, "T
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
 
 
-def _saver(workdir, analyze_only: bool):
-    """save(name, compute): parts/NAME.npz if a finished part is there, else compute, save and return it
-    (None with analyze_only: the drivers then leave that part out)."""
+def _saver(workdir, analyze_only: bool, parts_from: str):
+    """save(name, compute): parts/NAME.npz if a finished part is there (or in `parts_from`), else compute,
+    save and return it (None with analyze_only: the drivers then leave that part out)."""
     parts = os.path.join(workdir, "parts")
     os.makedirs(parts, exist_ok=True)
 
     def save(name, compute):
         path = os.path.join(parts, f"{name}.npz")
-        if os.path.exists(path):
-            print(f"{name}: resumed from {path}", flush=True)
-            with np.load(path) as f:
-                return dict(f)
+        for found in (path, os.path.join(parts_from, f"{name}.npz") if parts_from else None):
+            if found and os.path.exists(found):
+                print(f"{name}: resumed from {found}", flush=True)
+                with np.load(found) as f:
+                    return dict(f)
         if analyze_only:
             print(f"{name}: not saved, left out (analyze_only)", flush=True)
             return None
@@ -118,7 +120,7 @@ def main(argv):
     t0 = time.perf_counter()
     run = {"boundary": settle.run_boundary, "init_error": settle.run_init_error,
            "sparsify": settle.run_sparsify}[config.study]
-    results = run(config, cfg, _saver(workdir, config.analyze_only))
+    results = run(config, cfg, _saver(workdir, config.analyze_only, config.parts_from))
     results["seconds"] = time.perf_counter() - t0
     io.write_json(os.path.join(workdir, "results.json"), results)
     summary = settle.summary_markdown(config.study, results, config)

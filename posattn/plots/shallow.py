@@ -168,6 +168,7 @@ def settle_figure(study: str, results: dict) -> Figure:
         ax.set_xticklabels([f"L{s['L']} n{s['n']} {s['kind'][:3]} b{s['bound']:g}" for s in sel], rotation=90,
                            fontsize=6)
         ax.set_title(f"sparsification at {at} time: loss(k = n) - loss(0)")
-        ax.legend(fontsize=7)
+        if sel:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
