@@ -117,8 +117,9 @@ def geometric_window(center: float, factor: float, ratio: float, floor: int = 2)
 
 
 def windows_from_coarse(success_RxCxN, coarse_Ns, level: float, factor: float, ratio: float) -> list[list[int]]:
-    """Each row's fine N grid, centred on its coarse boundary (at the coarse grid's end when beyond it)."""
-    n_star = boundaries(success_RxCxN, [coarse_Ns] * success_RxCxN.shape[1], level)
+    """Each row's fine N grid, centred on its coarse boundary (at the coarse grid's first N when the rate
+    already reaches `level` there, at its end when it never does)."""
+    n_star = [phase_map.boundary(coarse_Ns, rate, level) for rate in success_RxCxN.mean(0)]
     return [geometric_window(coarse_Ns[-1] if math.isnan(n) else n, factor, ratio) for n in n_star]
 
 
