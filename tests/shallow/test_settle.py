@@ -40,10 +40,13 @@ def test_boundary_study_interval_covers_the_true_boundary():
 
 def test_windows_follow_the_coarse_boundary_and_pad_with_repeats():
     assert settle.geometric_window(100, 1.5, 1.2) == [67, 80, 96, 115, 138, 166]
-    coarse = np.zeros((4, 2, 3))
-    coarse[:, 0, 1:] = 1  # row 0 crosses between 4 and 16; row 1 never
+    coarse = np.zeros((4, 3, 3))
+    coarse[:, 0, 1:] = 1  # row 0 crosses between 4 and 16; row 1 never; row 2 already at 4
+    coarse[:, 2, :] = 1
     windows = settle.windows_from_coarse(coarse, [4, 16, 64], 0.5, 1.5, 1.2)
     assert windows[0][0] <= 8 <= windows[0][-1] and windows[1][0] > 16  # row 0 about sqrt(4 * 16); row 1 at the end
+    assert windows[2][0] < 4 < windows[2][-1] < 16  # a row at the coarse floor gets a window at the floor
+    assert np.isnan(settle.boundaries(coarse, [[4, 16, 64]] * 3, 0.5)[2])  # and is censored there
     padded = settle.pad_rows([[1, 2, 3], [5, 6]])
     assert padded.tolist() == [[1, 2, 3], [5, 6, 6]]
 
