@@ -52,12 +52,14 @@ def test_windows_follow_the_coarse_boundary_and_pad_with_repeats():
 
 
 def test_direction_and_margin_verdicts():
-    assert settle.direction({"lo": 1, "hi": 5}) == "grows"
-    assert settle.direction({"lo": -5, "hi": -1}) == "falls"
-    assert settle.direction({"lo": -1, "hi": 5}).startswith("flat")
-    assert settle.margin_verdict({"lo": 0.15, "hi": 0.2}, 1 / 30) == "interval contains 2e alpha_#"
-    assert settle.margin_verdict({"lo": -0.05, "hi": 0.05}, 1 / 30) == "interval contains 0"
-    assert settle.exponent_verdict({"lo": 3.0, "hi": 5.0}, 2, 4) == "above 2, consistent with 4"
+    assert settle.direction({"value": 3, "lo": 1, "hi": 5}) == "grows"
+    assert settle.direction({"value": -3, "lo": -5, "hi": -1}) == "falls"
+    assert settle.direction({"value": 1, "lo": -1, "hi": 5}).startswith("flat")
+    assert settle.direction({"value": math.nan, "lo": 1, "hi": 5}).startswith("not measured")
+    assert settle.margin_verdict({"value": 0.18, "lo": 0.15, "hi": 0.2}, 1 / 30) == "interval contains 2e alpha_#"
+    assert settle.margin_verdict({"value": 0.0, "lo": -0.05, "hi": 0.05}, 1 / 30) == "interval contains 0"
+    assert settle.exponent_verdict({"value": 4.0, "lo": 3.0, "hi": 5.0}, 2, 4) == "above 2, consistent with 4"
+    assert settle.exponent_verdict({"value": math.nan, "lo": 1.0, "hi": 5.0}, 2, 4).startswith("not measured")
 
 
 def test_sparsify_setting_reads_flat_random_and_each_policy():

@@ -331,8 +331,8 @@ def _n_star(row: dict) -> str:
 
 def exponent_verdict(q: dict, paper: float, other: float) -> str:
     """q's interval against the paper's exponent and the other network's."""
-    if math.isnan(q["lo"]):
-        return "too few boundaries inside the grid"
+    if math.isnan(q["value"]) or math.isnan(q["lo"]):
+        return "not measured (fewer than 3 rows with N* inside their windows)"
     if q["lo"] <= paper <= q["hi"]:
         return f"consistent with {paper:g}" + (f" (and with {other:g})" if q["lo"] <= other <= q["hi"] else "")
     return f"{'above' if q['lo'] > paper else 'below'} {paper:g}" + (
@@ -340,7 +340,7 @@ def exponent_verdict(q: dict, paper: float, other: float) -> str:
 
 
 def margin_verdict(a0: dict, alpha_conf: float) -> str:
-    if math.isnan(a0["lo"]):
+    if math.isnan(a0["value"]) or math.isnan(a0["lo"]):
         return "not measured"
     marks = {"0": 0.0, "2e alpha_#": TWO_E * alpha_conf}
     inside = [name for name, v in marks.items() if a0["lo"] <= v <= a0["hi"]]
