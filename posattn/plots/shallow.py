@@ -108,3 +108,67 @@ def sparsification(ks, curves: dict, name: str = "test_hinge", paper: dict | Non
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _errorbars(ax, x, ivs, **kw):
+    """Points with their bootstrap intervals (NaN = beyond the grid: left out)."""
+    v = np.array([iv["value"] for iv in ivs], float)
+    lo = np.array([iv["lo"] for iv in ivs], float)
+    hi = np.array([iv["hi"] for iv in ivs], float)
+    ok = np.isfinite(v)
+    x = np.asarray(x, float)
+    ax.errorbar(x[ok], v[ok], yerr=[np.maximum(v - lo, 0)[ok], np.maximum(hi - v, 0)[ok]], fmt="o-", capsize=3, **kw)
+
+
+def settle_figure(study: str, results: dict) -> Figure:
+    """The settling runs (`posattn.papers.lwlc23.settle`): N* against alpha_*^-2 (ViT) and alpha_*^-4
+    (attention-free) in linear N, one line per alpha_#, with the fitted c (alpha_* - alpha_0)^-q; N*
+    against sigma and delta; or the removal curves' change, per setting."""
+    if study == "boundary":
+        nets = results["networks"]
+        fig = Figure(figsize=(5.5 * len(nets), 4.2))
+        axes = fig.subplots(1, len(nets), squeeze=False)[0]
+        for ax, (net, by_conf) in zip(axes, nets.items()):
+            power = 2 if net == "softmax" else 4
+            for nc, s in by_conf.items():
+                a = np.array(s["alpha_star"])
+                line = _errorbars(ax, a ** -power, s["N_star"], label=f"alpha_# = {s['alpha_conf']:.3f}")
+                if np.isfinite(s["q"]["value"]):
+                    aa = np.linspace(a.min(), a.max(), 60)
+                    ax.plot(aa ** -power, s["c"] * (aa - s["alpha0"]["value"]) ** -s["q"]["value"], ":", color="k",
+                            lw=0.8)
+            ax.set_xlabel(f"alpha_*^-{power}")
+            ax.set_ylabel("N* (success rate 1/2), 95% bootstrap")
+            ax.set_title(f"{'ViT' if net == 'softmax' else 'attention-free'}: dotted = c (alpha_* - alpha_0)^-q")
+            ax.legend(fontsize=7)
+        return fig
+    if study == "init_error":
+        fig = Figure(figsize=(10, 4))
+        axes = fig.subplots(1, 2)
+        rows = results["rows"]
+        for ax, knob, other in ((axes[0], "sigma", "delta"), (axes[1], "delta", "sigma")):
+            sel = sorted((r for r in rows if r[other] == 0), key=lambda r: r[knob])
+            _errorbars(ax, [r[knob] for r in sel], [r["N_star"] for r in sel])
+            ax.axvline(1 / 6 if knob == "sigma" else 0.49, color="tab:red", ls=":", label="theorem's regime ends")
+            ax.set_xlabel(f"{knob} ({other} = 0)")
+            ax.set_ylabel("N* (success rate 1/2), 95% bootstrap")
+            ax.legend(fontsize=7)
+        return fig
+    settings = results["settings"]
+    fig = Figure(figsize=(12, 4.5))
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, at in zip(axes, ("test", "train")):
+        sel = [s for s in settings if s["at"] == at]
+        for p, colour in POLICY_COLOURS.items():
+            if sel and p in sel[0]["policies"]:
+                _errorbars(ax, np.arange(len(sel)), [s["policies"][p]["change"] for s in sel], color=colour, label=p,
+                           alpha=0.8)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xticks(np.arange(len(sel)))
+        ax.set_xticklabels([f"L{s['L']} n{s['n']} {s['kind'][:3]} b{s['bound']:g}" for s in sel], rotation=90,
+                           fontsize=6)
+        ax.set_title(f"sparsification at {at} time: loss(k = n) - loss(0)")
+        if sel:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

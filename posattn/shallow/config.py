@@ -15,6 +15,8 @@ from posattn.errors import ConfigError, check_field_types
 
 ATTENTIONS = ("softmax", "none")
 SUCCESS = ("error", "hinge")
+NOISY_KINDS = ("any", "irrelevant")
+REMOVAL_POLICIES = ("random", "irrelevant", "noisy", "attention")  # posattn.shallow.removal
 TWO_E = 2 * math.e  # Theorem 1 of LWLC23 needs alpha_* >= alpha_# / c with c < 1 / (2e)
 
 
@@ -37,9 +39,11 @@ class TokenConfig:
       L: tokens per sample.
       alpha_star: label-relevant fraction alpha_*; alpha_conf: confusion fraction alpha_#.
       tau: bound on the token noise, ||z|| <= tau (Gaussian N(0, tau^2/d I) clipped to norm tau).
-      noisy_tokens: tokens per sample (at random positions, of any type) whose noise bound is
-        `noisy_tau` instead of tau: the "noisy tokens" of the token-sparsification experiment.
-      noisy_tau: their noise bound.
+      noisy_tokens: tokens per sample (at random positions) whose noise bound is `noisy_tau` instead of
+        tau: the "noisy tokens" of the token-sparsification experiment.
+      noisy_tau: their noise bound (the patterns are sqrt(2) apart: beyond sqrt(2)/2 a noisy token can lie
+        nearer another pattern than its own).
+      noisy_kind: "any" = noisy tokens of any type; "irrelevant" = only label-irrelevant tokens are noisy.
       theorem_margin: require alpha_* >= 2e alpha_#, the condition of Theorem 1, on the token counts
         (n_* >= 2e n_#).
     """
@@ -52,6 +56,7 @@ class TokenConfig:
     tau: float = 0.5
     noisy_tokens: int = 0
     noisy_tau: float = 2.0
+    noisy_kind: Literal["any", "irrelevant"] = "any"
     theorem_margin: bool = True
 
     def __post_init__(self):
@@ -75,6 +80,10 @@ class TokenConfig:
         _check(self.tau >= 0, f"tau={self.tau}: the noise bound must be >= 0")
         _check(0 <= self.noisy_tokens <= self.L, f"noisy_tokens={self.noisy_tokens} must lie in [0, L={self.L}]")
         _check(self.noisy_tau >= 0, f"noisy_tau={self.noisy_tau}: the noise bound must be >= 0")
+        _check(self.noisy_kind in NOISY_KINDS, f"noisy_kind={self.noisy_kind!r}: choose one of {NOISY_KINDS}")
+        _check(self.noisy_kind == "any" or self.noisy_tokens <= self.n_irrelevant,
+               f"noisy_tokens={self.noisy_tokens} > {self.n_irrelevant} label-irrelevant tokens: with "
+               f"noisy_kind='irrelevant' lower noisy_tokens or alpha_star, alpha_conf")
 
     @property
     def n_star(self) -> int:
@@ -85,6 +94,11 @@ class TokenConfig:
     def n_conf(self) -> int:
         """n_#: confusion tokens per sample."""
         return round(self.alpha_conf * self.L)
+
+    @property
+    def n_irrelevant(self) -> int:
+        """Label-irrelevant tokens per sample, L - n_* - n_#."""
+        return self.L - self.n_star - self.n_conf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +113,9 @@ class ModelConfig:
       scale_logits: divide the attention logits by sqrt(m_b) (Eq. (1) does not).
       sigma: ||W_V mu_j - p_j|| of the initial model; delta: ||W_K mu_j - q_j||, ||W_Q mu_j - r_j||.
       w_o_std: standard deviation of the Gaussian entries of W_O at initialisation.
+      per_token_output: False = one output vector a for every token (a_i = +-1/sqrt(m), half each);
+        True = Eq. (1)'s a_(l), one vector per token position l, entries drawn uniformly from
+        {+1/sqrt(m), -1/sqrt(m)} at initialisation and fixed (never trained).
     """
 
     attention: Literal["softmax", "none"] = "softmax"
@@ -109,6 +126,7 @@ class ModelConfig:
     sigma: float = 0.1
     delta: float = 0.1
     w_o_std: float = 0.1
+    per_token_output: bool = False
 
     def __post_init__(self):
         check_field_types(self)
@@ -131,12 +149,18 @@ class ModelConfig:
 class SGDConfig:
     """Mini-batch SGD with a constant step eta on the hinge loss max(0, 1 - y F(X)) (Theorem 1).
 
+    The default is the paper's algorithm: one step size eta for W_Q, W_K, W_V and W_O, and
+    T = ceil(t_scale / (alpha_* eta)) iterations (Theorem 1: T = Theta(1 / (alpha_* eta))).
+
     Attributes:
       N: training samples; batch: samples per step, drawn uniformly with replacement from the N.
-      steps: SGD iterations; eta: constant step size.
-      eta_attention: constant step size of W_Q and W_K (None = eta). SGD with step eta on W' = W / c
-        is SGD with step c^2 eta on W, so this is eta on a rescaled parametrisation of the attention
-        (docs/shallow_vit_results.md, Decisions).
+      steps: SGD iterations T; None = ceil(t_scale / (alpha_* eta)) at each run's alpha_*.
+      t_scale: the constant of T = t_scale / (alpha_* eta).
+      eta: constant step size.
+      eta_attention: a separate step size for W_Q and W_K (None = eta, the paper's). SGD with step eta on
+        W' = W / c is SGD with step c^2 eta on W, so this is eta on a rescaled parametrisation.
+      train_remove: tokens removed from every training sample (token sparsification at training time;
+        0 = none); train_policy: which (`posattn.shallow.removal`), decided per mini-batch.
       eval_every: steps between two history entries (history runs only).
       n_test: fresh test samples of each run.
       success: a run succeeds when its test error is 0 ("error") or its test hinge loss <= eps ("hinge").
@@ -145,24 +169,31 @@ class SGDConfig:
 
     N: int = 200
     batch: int = 8
-    steps: int = 150
+    steps: int | None = None
+    t_scale: float = 12.0
     eta: float = 0.2
-    eta_attention: float | None = 1.0
+    eta_attention: float | None = None
+    train_remove: int = 0
+    train_policy: Literal["random", "irrelevant", "noisy", "attention"] = "random"
     eval_every: int = 10
     n_test: int = 500
-    success: Literal["error", "hinge"] = "hinge"
+    success: Literal["error", "hinge"] = "error"
     eps: float = 0.01
 
     def __post_init__(self):
         check_field_types(self)
         _check(self.N >= 1, f"N={self.N}: the number of training samples must be positive")
         _check(self.batch >= 1, f"batch={self.batch} must be positive")
-        _check(self.steps >= 1, f"steps={self.steps} must be positive")
+        _check(self.steps is None or self.steps >= 1,
+               f"steps={self.steps} must be positive (or None = t_scale / (alpha_* eta))")
+        _check(self.t_scale > 0, f"t_scale={self.t_scale} must be positive")
         _check(self.eta > 0, f"eta={self.eta}: the step size must be positive")
         _check(self.eta_attention is None or self.eta_attention > 0,
                f"eta_attention={self.eta_attention}: the step size must be positive (or None = eta)")
-        _check(self.eval_every >= 1 and self.steps % self.eval_every == 0,
-               f"eval_every={self.eval_every} must be positive and divide steps={self.steps}")
+        _check(self.train_remove >= 0, f"train_remove={self.train_remove} must be >= 0")
+        _check(self.train_policy in REMOVAL_POLICIES,
+               f"train_policy={self.train_policy!r}: choose one of {REMOVAL_POLICIES}")
+        _check(self.eval_every >= 1, f"eval_every={self.eval_every} must be positive")
         _check(self.n_test >= 1, f"n_test={self.n_test} must be positive")
         _check(self.success in SUCCESS, f"success={self.success!r}: choose one of {SUCCESS}")
         _check(self.eps > 0, f"eps={self.eps} must be positive")

@@ -1,8 +1,10 @@
 """The token data of LWLC23 (Section 2): label-relevant, confusion and label-irrelevant tokens.
 
 `sample(key, cfg, n)` is a pure function of its key, jittable (with `cfg` and `n` static) and
-vmappable over keys. The grid knobs n_* and tau may be given as traced arrays (`n_star=`, `tau=`), so
-a whole phase map over alpha_* or tau is one vmapped computation (`posattn.shallow.grid`).
+vmappable over keys. The grid knobs n_*, n_#, tau and the noisy tokens' count and bound may be given as
+traced arrays (`Knobs`), so a whole phase map over them is one vmapped computation
+(`posattn.shallow.grid`). `sample_at(key, idx_B, ...)` draws training sample i from fold_in(key, i): a
+training set of any size that is never stored, of which the first N are the same for every N.
 """
 from typing import NamedTuple
 
@@ -48,31 +50,47 @@ def bounded_noise(key: jax.Array, bound_BxL: jax.Array, d: int) -> jax.Array:
     return g_BxLxd * shrink_BxL[..., None]
 
 
-def sample(key: jax.Array, cfg: TokenConfig, n: int, n_star=None, tau=None) -> Tokens:
+def sample(key: jax.Array, cfg: TokenConfig, n: int, n_star=None, tau=None, n_conf=None, noisy_tokens=None,
+           noisy_tau=None, noisy_irrelevant=None) -> Tokens:
     """Draw n samples of the data model: y uniform on {+1, -1}; n_* tokens of the label's pattern, n_#
     of the other discriminative pattern, the rest irrelevant patterns drawn uniformly from mu_3..mu_M;
-    every token plus noise of norm <= tau (`noisy_tokens` of them <= `noisy_tau`).
+    every token plus noise of norm <= tau (`noisy_tokens` of them, of any type or irrelevant only as
+    cfg.noisy_kind says, <= `noisy_tau`).
 
-    n_star, tau: override cfg's n_* and tau (may be traced, e.g. vmapped over a grid).
+    n_star, tau, n_conf, noisy_tokens, noisy_tau: override cfg's (may be traced, e.g. vmapped over a grid);
+    noisy_irrelevant: 1 = noisy tokens of irrelevant kind only, 0 = any (default: cfg.noisy_kind).
     """
     n_star = cfg.n_star if n_star is None else n_star
     tau = cfg.tau if tau is None else tau
+    n_conf = cfg.n_conf if n_conf is None else n_conf
+    noisy_tokens = cfg.noisy_tokens if noisy_tokens is None else noisy_tokens
+    noisy_tau = cfg.noisy_tau if noisy_tau is None else noisy_tau
+    noisy_irrelevant = (cfg.noisy_kind == "irrelevant") if noisy_irrelevant is None else noisy_irrelevant
     # Two random draws in all (each jax.random call adds about a second of XLA compile time on a CPU).
     k_u, k_noise = jax.random.split(key)
     u = jax.random.uniform(k_u, (n, 3 * cfg.L + 1))
     y_B = jnp.where(u[:, 0] < 0.5, 1.0, -1.0)
     rank_BxL = ranks(u[:, 1:cfg.L + 1])
     kind_BxL = jnp.where(rank_BxL < n_star, RELEVANT,
-                         jnp.where(rank_BxL < n_star + cfg.n_conf, CONFUSION, IRRELEVANT))
+                         jnp.where(rank_BxL < n_star + n_conf, CONFUSION, IRRELEVANT))
     own_B = jnp.where(y_B > 0, 0, 1)  # mu_1 for y = +1, mu_2 for y = -1
     u_irr = u[:, cfg.L + 1:2 * cfg.L + 1]  # uniform on mu_3..mu_M: floor(u (M - 2)), u < 1
     irrelevant_BxL = 2 + jnp.minimum(jnp.floor(u_irr * (cfg.M - 2)), cfg.M - 3).astype(jnp.int32)
     pattern_BxL = jnp.where(kind_BxL == RELEVANT, own_B[:, None],
                             jnp.where(kind_BxL == CONFUSION, 1 - own_B[:, None], irrelevant_BxL))
-    noisy_BxL = ranks(u[:, 2 * cfg.L + 1:]) < cfg.noisy_tokens
-    bound_BxL = jnp.where(noisy_BxL, cfg.noisy_tau, tau)
+    # noisy_irrelevant: irrelevant tokens rank first (u < 1 < 2) among the candidates for noise
+    u_noisy = u[:, 2 * cfg.L + 1:] + 2.0 * noisy_irrelevant * (kind_BxL != IRRELEVANT)
+    noisy_BxL = ranks(u_noisy) < noisy_tokens
+    bound_BxL = jnp.where(noisy_BxL, noisy_tau, tau)
     x_BxLxd = jax.nn.one_hot(pattern_BxL, cfg.d) + bounded_noise(k_noise, bound_BxL, cfg.d)
     return Tokens(x_BxLxd, y_B, kind_BxL, pattern_BxL, noisy_BxL)
+
+
+def sample_at(key: jax.Array, idx_B: jax.Array, cfg: TokenConfig, **knobs) -> Tokens:
+    """The training samples number idx_B of the set drawn from `key`: sample i comes from
+    fold_in(key, i), so it does not depend on which other samples are drawn. `knobs` as `sample`'s."""
+    one = lambda i: jax.tree.map(lambda a: a[0], sample(jax.random.fold_in(key, i), cfg, 1, **knobs))
+    return jax.vmap(one)(idx_B)
 
 
 def majority_label(pattern_BxL: jax.Array) -> jax.Array:

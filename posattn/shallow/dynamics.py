@@ -16,10 +16,11 @@ from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
 def seed_histories(keys_R: jax.Array, *, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig):
     """`train.train_with_history` for every seed key (vmapped): (final params, history of (R, T) arrays)."""
     cell = grid.base_cell(tokens, model, sgd)
+    T = train.iterations(sgd, tokens.n_star / tokens.L)
 
     def one(key):
-        params, train_set, test, k_sgd = grid.draw_run(key, cell, tokens, model, sgd, sgd.N)
-        return train.train_with_history(params, k_sgd, train_set, sgd.N, test, model, sgd)
+        params, batches, test, k_sgd = grid.draw_run(key, cell, tokens, model, sgd)
+        return train.train_with_history(params, k_sgd, batches, T, test, model, sgd)
 
     return jax.vmap(one)(keys_R)
 

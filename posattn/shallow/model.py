@@ -1,6 +1,9 @@
 """Eq. (1) of LWLC23: one self-attention layer followed by a two-layer perceptron, averaged over tokens.
 
-    F(X) = 1/|S| sum_{l in S} a^T ReLU( W_O sum_{s in S} W_V x_s softmax_{s in S}(x_s^T W_K^T W_Q x_l) )
+    F(X) = 1/|S| sum_{l in S} a_(l)^T ReLU( W_O sum_{s in S} W_V x_s softmax_{s in S}(x_s^T W_K^T W_Q x_l) )
+
+a_(l) is one fixed vector for every token (ModelConfig.per_token_output=False: +-1/sqrt(m), half each,
+the default) or, as Eq. (1) writes it, one per token position l (params["a"] of shape (L, m)).
 
 S is the set of kept tokens (`keep_BxL`): a removed token leaves both the softmax (as a key) and the
 average (as a query), so the output equals the model run on the shortened token list. With
@@ -11,6 +14,9 @@ import jax
 import jax.numpy as jnp
 
 from posattn.shallow.config import ModelConfig
+
+
+TRAINED = ("W_Q", "W_K", "W_V", "W_O")  # SGD trains these; a per-token "a" stays fixed
 
 
 def output_weights(m: int) -> jax.Array:
@@ -29,11 +35,14 @@ def attention_weights(params: dict, x_BxLxd: jax.Array, keep_BxL: jax.Array, cfg
 
 
 def token_outputs(params: dict, x_BxLxd: jax.Array, keep_BxL: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """a^T ReLU(W_O z_l) for every token l, with z_l the attention output (or W_V x_l without attention)."""
+    """a_(l)^T ReLU(W_O z_l) for every token l, with z_l the attention output (or W_V x_l without
+    attention); a_(l) = params["a"][l] when the model has per-token output weights."""
     v_BxLxm = x_BxLxd @ params["W_V"].T
     if cfg.attention == "softmax":
         v_BxLxm = attention_weights(params, x_BxLxd, keep_BxL, cfg) @ v_BxLxm
     hidden_BxLxm = jax.nn.relu(v_BxLxm @ params["W_O"].T)
+    if cfg.per_token_output:
+        return (hidden_BxLxm * params["a"]).sum(-1)
     return hidden_BxLxm @ output_weights(cfg.m)
 
 

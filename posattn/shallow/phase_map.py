@@ -21,10 +21,8 @@ LEVEL = 0.5  # success rate that defines the boundary
 
 
 def _sweep_cells(tokens, model, sgd, knob: str, values, Ns) -> grid.Cell:
-    """Cells over (knob value, N); knob "tau", or "init_error" (sigma = delta together)."""
-    field = "sigma" if knob == "init_error" else knob
-    cells, _ = grid.product_cells(tokens, model, sgd, **{field: list(values)}, N=list(Ns))
-    return cells._replace(delta=cells.sigma) if knob == "init_error" else cells
+    """Cells over (knob value, N) for a knob of `grid.Cell` ("tau", "sigma", "delta", ...)."""
+    return grid.product_cells(tokens, model, sgd, **{knob: list(values)}, N=list(Ns))[0]
 
 
 def maps_and_sweeps(keys_R, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig, n_stars, Ns,
@@ -32,14 +30,14 @@ def maps_and_sweeps(keys_R, tokens: TokenConfig, model: ModelConfig, sgd: SGDCon
     """The phase map over (n_*, N) and N* sweeps over other knobs, R = len(keys_R) runs a cell, all in one
     compiled call (`grid.run_cells` on the concatenated cells, so one program is compiled).
 
-    sweeps: {"tau": values, "init_error": values} (sigma = delta), each over the same Ns at the
-    configs' n_*. Returns (map: success rate, test error and hinge over (n_*, N); {knob: sweep result}).
+    sweeps: {knob: values} (knobs of `grid.Cell`: "tau", "sigma", "delta", ...), each over the same Ns
+    at the configs' n_*. One alpha_* row (one T) per batch of the compiled loop. Returns (map: success rate, test error and hinge over (n_*, N); {knob: sweep result}).
     """
     sweeps = sweeps or {}
     map_cells, _ = grid.product_cells(tokens, model, sgd, n_star=list(n_stars), N=list(Ns))
     parts = [map_cells] + [_sweep_cells(tokens, model, sgd, k, v, Ns) for k, v in sweeps.items()]
     cells = jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
-    out = grid.run_cells(keys_R, cells, tokens=tokens, model=model, sgd=sgd, n_max=max(Ns))
+    out = grid.run_cells(keys_R, cells, tokens=tokens, model=model, sgd=sgd, cells_per_batch=len(Ns))
     out = {k: np.asarray(v) for k, v in out.items()}
     split = np.cumsum([len(p.N) for p in parts])[:-1]
     pieces = [{k: v[a:b] for k, v in out.items()} for a, b in zip([0, *split], [*split, len(cells.N)])]
@@ -73,6 +71,12 @@ def boundary(Ns, rate, level: float = LEVEL) -> float:
         return float(Ns[0])
     t = (level - rate[i - 1]) / (rate[i] - rate[i - 1])
     return float(np.exp(np.log(Ns[i - 1]) + t * (np.log(Ns[i]) - np.log(Ns[i - 1]))))
+
+
+def short_top_rows(result: dict) -> list[float]:
+    """The alpha_* whose success rate at the largest N of the map is below 1: there the map has not
+    shown that training succeeds at all (T or the N grid too small), so its boundary says little."""
+    return [a for a, rate in zip(result["alpha_star"], result["success_rate"]) if rate[-1] < 1]
 
 
 def line_fit(x, y) -> dict:

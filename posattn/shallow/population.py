@@ -39,6 +39,14 @@ def check_config(cfg: TokenConfig) -> None:
                           f"{MAX_ROWS:,}; use fewer tokens or patterns")
 
 
+def check_model(model: ModelConfig) -> None:
+    """The table's rows stand for every order of their tokens only when every token has the same a."""
+    if model.per_token_output:
+        raise ConfigError("per_token_output=True: with an output vector a_(l) per position the order of the "
+                          "tokens changes F(X), so the exact population (one row per multiset) does not apply; "
+                          "set per_token_output=False")
+
+
 def population_table(cfg: TokenConfig) -> tuple[Tokens, np.ndarray]:
     """Every (label, multiset of irrelevant patterns) as one sample, with its probability.
 
@@ -75,17 +83,23 @@ def weighted_metrics(params: dict, table: Tokens, weight_K: jax.Array, model: Mo
 
 def population_metrics(params: dict, cfg: TokenConfig, model: ModelConfig) -> dict:
     """Exact population hinge loss, error and attention mass (tau = 0): weighted sums over the table."""
+    check_model(model)
     table, weight = population_table(cfg)
     return weighted_metrics(params, table, jnp.asarray(weight, jnp.float32), model)
+
+
+def _train_once(key, cell, tokens, model, sgd):
+    params, batches, test, k_sgd = grid.draw_run(key, cell, tokens, model, sgd)
+    T = train.iterations(sgd, tokens.n_star / tokens.L)
+    return params, train.train(params, k_sgd, batches, T, model, sgd), test
 
 
 def population_check(key: jax.Array, clean: TokenConfig, model: ModelConfig, sgd: SGDConfig) -> dict:
     """One model trained on noiseless tokens (`clean`): exact population metrics beside the estimate on its
     sgd.n_test sampled test samples, at the initial model and after training."""
+    check_model(model)
     cell = grid.base_cell(clean, model, sgd)
-    params, train_set, test, k_sgd = grid.draw_run(key, cell, clean, model, sgd, sgd.N)
-    params0 = params
-    params = jax.jit(lambda p: train.train(p, k_sgd, train_set, sgd.N, model, sgd))(params)
+    params0, params, test = jax.jit(lambda key: _train_once(key, cell, clean, model, sgd))(key)
     out = {}
     evaluate = jax.jit(metrics.evaluate, static_argnames="cfg")
     for when, p in (("init", params0), ("trained", params)):

@@ -1,77 +1,78 @@
-"""Token sparsification (LWLC23, Section 4): remove k tokens per test sample and re-evaluate.
+"""Token sparsification (LWLC23, Section 4) at test time and at training time.
 
-Policies, each a score per token (the k highest-scored tokens are removed; the first three break ties
-at random):
-- "random": uniformly random tokens;
-- "irrelevant": label-irrelevant tokens first (needs the token types, an oracle);
-- "noisy": the tokens with the larger noise level first (an oracle too);
-- "attention": the tokens that receive the least attention from the trained model, summed over all
-  queries of the full token list: the magnitude-based pruning the paper's sparse attention justifies,
-  which needs no labels or token types.
-A removed token leaves the softmax and the average of Eq. (1) (`posattn.shallow.model`).
+At test time (`at="test"`) one model per seed is trained on full token lists, and its test set is
+evaluated after removing k tokens per sample by each policy (`posattn.shallow.removal`). At training
+time (`at="train"`) a model is trained for every (policy, k), each training sample losing k tokens by
+the policy at every step, and evaluated on the test set sparsified the same way: the paper's claim that
+removing irrelevant or noisy tokens lowers the sample complexity is about training.
 """
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from posattn.errors import ConfigError
-from posattn.shallow import grid, metrics, train
-from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
-from posattn.shallow.data import IRRELEVANT, Tokens
-from posattn.shallow.model import attention_weights
+from posattn.shallow import grid, metrics, removal, train
+from posattn.shallow.config import REMOVAL_POLICIES as POLICIES, ModelConfig, SGDConfig, TokenConfig
+from posattn.shallow.data import Tokens
 
-POLICIES = ("random", "irrelevant", "noisy", "attention")
-
-
-def received_attention(params: dict, x_BxLxd: jax.Array, cfg: ModelConfig) -> jax.Array:
-    """(B, L): the attention each token receives as a key, summed over the queries of the full list."""
-    keep_BxL = jnp.ones(x_BxLxd.shape[:2], bool)
-    return attention_weights(params, x_BxLxd, keep_BxL, cfg).sum(axis=1)
-
-
-def removal_scores(key: jax.Array, policy: str, test: Tokens, params: dict, cfg: ModelConfig) -> jax.Array:
-    """(B, L) scores: the k highest are removed. A uniform draw in [0, 1/2) breaks ties at random."""
-    if policy not in POLICIES:
-        raise ConfigError(f"policy={policy!r}: choose one of {POLICIES}")
-    if policy == "attention" and cfg.attention != "softmax":
-        raise ConfigError("policy='attention' needs the ViT (attention='softmax'): the attention-free "
-                          "network has no attention to prune by")
-    u_BxL = 0.5 * jax.random.uniform(key, test.kind_BxL.shape)
-    if policy == "random":
-        return u_BxL
-    if policy == "irrelevant":
-        return (test.kind_BxL == IRRELEVANT) + u_BxL
-    if policy == "noisy":
-        return test.noisy_BxL + u_BxL
-    return -received_attention(params, test.x_BxLxd, cfg)
-
-
-def keep_mask(score_BxL: jax.Array, k) -> jax.Array:
-    """True for the tokens kept after removing the k highest-scored of each sample (k may be traced)."""
-    rank_BxL = jnp.argsort(jnp.argsort(-score_BxL, axis=-1), axis=-1)  # 0 = highest score
-    return rank_BxL >= k
+AT = ("test", "train")
 
 
 def sparsification_curve(key: jax.Array, params: dict, test: Tokens, cfg: ModelConfig, policy: str,
                          ks: jax.Array) -> dict:
-    """`metrics.evaluate` on `test` after removing k tokens per sample by `policy`, for every k in ks."""
-    score_BxL = removal_scores(key, policy, test, params, cfg)
-    return jax.vmap(lambda k: metrics.evaluate(params, test, cfg, keep_mask(score_BxL, k)))(jnp.asarray(ks))
+    """`metrics.evaluate` on `test` after removing k tokens per sample by `policy`, for every k in ks
+    (one k at a time: the attention maps of a whole test set are the memory)."""
+    score_BxL = removal.removal_scores(key, policy, test, params, cfg)
+    return jax.lax.map(lambda k: metrics.evaluate(params, test, cfg, removal.keep_mask(score_BxL, k)), ks)
 
 
-@functools.partial(jax.jit, static_argnames=("tokens", "model", "sgd", "policies"))
-def sparsification_runs(keys_R, ks, *, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig,
-                        policies: tuple[str, ...] = POLICIES) -> dict:
-    """Train one model per seed (on full token lists), then evaluate its test set after removing k tokens
-    by each policy, for every k in ks: {policy: {"test_hinge", "test_error", "attention_mass"} of
-    (R, len(ks)) arrays}. Every policy sees the same trained models and test sets; one compiled call."""
-    cell = grid.base_cell(tokens, model, sgd)
-
-    def one(key):
-        params, train_set, test, k_sgd = grid.draw_run(key, cell, tokens, model, sgd, sgd.N)
-        params = train.train(params, k_sgd, train_set, sgd.N, model, sgd)
-        k_policy = jax.random.fold_in(key, 1)  # the same tie-breaking draw for every policy
+def _runs(key, cell, ks, *, tokens, model, sgd, policies, at):
+    params0, batches, test, k_sgd = grid.draw_run(key, cell, tokens, model, sgd)
+    k_policy = jax.random.fold_in(key, 1)  # the same tie-breaking draw for every policy
+    if at == "test":
+        params = train.train(params0, k_sgd, batches, cell.T, model, sgd)
         return {p: sparsification_curve(k_policy, params, test, model, p, ks) for p in policies}
+    params = train.train(params0, k_sgd, batches, cell.T, model, sgd)  # k = 0: the same model for every policy
+    full = jax.tree.map(lambda a: a[None], metrics.evaluate(params, test, model))
+    out = {}
+    for p in policies:
+        sgd_p = dataclasses.replace(sgd, train_policy=p)
 
-    return jax.vmap(one)(keys_R)
+        def trained_at(k, sgd_p=sgd_p, p=p):
+            params = train.train(params0, k_sgd, batches, cell.T, model, sgd_p, k)
+            keep_BxL = removal.keep_mask(removal.removal_scores(k_policy, p, test, params, model), k)
+            return metrics.evaluate(params, test, model, keep_BxL)
+
+        rest = jax.lax.map(trained_at, ks[1:])  # ks[0] = 0 by the caller's contract
+        out[p] = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), full, rest)
+    return out
+
+
+def sparsification_runs(keys_R, ks, cells: grid.Cell | None = None, *, tokens: TokenConfig, model: ModelConfig,
+                        sgd: SGDConfig, policies: tuple[str, ...] = POLICIES, at: str = "test") -> dict:
+    """Removal curves for every seed (and every cell of `cells`, a Cell of vectors; None = the configs'
+    own cell): {policy: {"test_hinge", "test_error", "attention_mass"} of (R, K) arrays, or (cells, R, K)
+    with `cells`, where ks may then be (cells, K), one list of removal counts per cell}. Every policy sees
+    the same initial models, training and test sets; at="test" trains one model per seed on full token
+    lists, at="train" one per (policy, k > 0), the first k being 0 (the model trained on full lists)."""
+    if at not in AT:
+        raise ConfigError(f"at={at!r}: choose one of {AT}")
+    if at == "train" and np.any(np.asarray(ks)[..., 0] != 0):
+        raise ConfigError(f"ks={np.asarray(ks).tolist()}: at='train' needs k = 0 first (the unsparsified model)")
+    for p in policies:
+        removal.check_policy(p, model)
+    return _sparsification_runs(keys_R, jnp.asarray(ks), cells, tokens=tokens, model=model, sgd=sgd,
+                                policies=tuple(policies), at=at)
+
+
+@functools.partial(jax.jit, static_argnames=("tokens", "model", "sgd", "policies", "at"))
+def _sparsification_runs(keys_R, ks, cells, *, tokens, model, sgd, policies, at) -> dict:
+    one = functools.partial(_runs, tokens=tokens, model=model, sgd=sgd, policies=policies, at=at)
+    over_seeds = lambda cell, ks: jax.vmap(one, in_axes=(0, None, None))(keys_R, cell, ks)
+    if cells is None:
+        return over_seeds(grid.base_cell(tokens, model, sgd), ks)
+    ks_CxK = jnp.broadcast_to(ks, (cells.N.shape[0], ks.shape[-1]))
+    return jax.lax.map(lambda c_k: over_seeds(*c_k), (cells, ks_CxK))

@@ -10,7 +10,7 @@ from tests import envs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--config.seeds=2", "--config.n_stars=6,8,10", "--config.Ns=5,20", "--config.taus=1,0",
-        "--config.init_errors=0,1", "--config.sgd.steps=20", "--config.sgd.eval_every=10", "--config.sgd.n_test=50",
+        "--config.sigmas=0,1", "--config.deltas=0,1", "--config.sgd.steps=20", "--config.sgd.eval_every=10", "--config.sgd.n_test=50",
         "--config.sgd.N=40", "--config.remove=3", "--config.sparsify_noisy_tokens=3"]
 
 
@@ -29,7 +29,7 @@ def test_tiny_run_writes_every_output(tmp_path):
                  "boundary_sweeps.png", "attention.png", "sparsification.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert len(summary["rows"]) == 8 and all(r["verdict"] for r in summary["rows"])
+    assert len(summary["rows"]) == 9 and all(r["verdict"] for r in summary["rows"])
     assert len(summary["maps"]["vit"]["success_rate"]) == 3 and len(summary["maps"]["free"]["N"]) == 2
     stages = [json.loads(line)["stage"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert stages == ["attention", "grid vit", "grid free", "sparsification", "exact population"]

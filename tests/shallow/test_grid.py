@@ -18,10 +18,10 @@ def test_a_vmapped_grid_cell_equals_the_same_run_alone():
     assert shape == (2, 2)
     np.testing.assert_array_equal(cells.n_star, [5, 5, 6, 6])
     np.testing.assert_array_equal(cells.N, [8, 40, 8, 40])
-    together = grid.run_cells(keys, cells, tokens=TOK, model=MODEL, sgd=SGD, n_max=40, cells_per_batch=2)
+    together = grid.run_cells(keys, cells, tokens=TOK, model=MODEL, sgd=SGD, cells_per_batch=2)
     assert together["test_hinge"].shape == (4, 3)
     c, s = 2, 1  # n_* = 6, N = 8, seed 1, run on its own, unbatched
-    run_alone = jax.jit(lambda key, cell: grid.run_cell(key, cell, tokens=TOK, model=MODEL, sgd=SGD, n_max=40))
+    run_alone = jax.jit(lambda key, cell: grid.run_cell(key, cell, tokens=TOK, model=MODEL, sgd=SGD))
     alone = run_alone(keys[s], jax.tree.map(lambda a: a[c], cells))
     for name in ("test_hinge", "test_error", "attention_mass"):
         np.testing.assert_allclose(together[name][c, s], alone[name], rtol=2e-4, atol=1e-6, err_msg=name)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from posattn.errors import ConfigError
-from posattn.shallow import sparsify
+from posattn.shallow import removal, sparsify
 from posattn.shallow.config import ModelConfig, TokenConfig
 from posattn.shallow.data import IRRELEVANT, sample
 from posattn.shallow.init import init_params
@@ -19,8 +19,8 @@ MODEL = ModelConfig(m_a=6, m_b=6, m=8)
 
 def test_keep_mask_removes_the_k_highest_scores():
     score = jnp.array([[0.1, 0.9, 0.5, 0.7]])
-    np.testing.assert_array_equal(sparsify.keep_mask(score, 0), [[True] * 4])
-    np.testing.assert_array_equal(sparsify.keep_mask(score, 2), [[True, False, True, False]])
+    np.testing.assert_array_equal(removal.keep_mask(score, 0), [[True] * 4])
+    np.testing.assert_array_equal(removal.keep_mask(score, 2), [[True, False, True, False]])
 
 
 def test_policies_remove_their_tokens_first():
@@ -28,13 +28,13 @@ def test_policies_remove_their_tokens_first():
     params = init_params(jax.random.PRNGKey(1), TOK, MODEL)
     key = jax.random.PRNGKey(2)
     irr = np.asarray(t.kind_BxL == IRRELEVANT)  # 5 irrelevant tokens per sample
-    removed = ~np.asarray(sparsify.keep_mask(sparsify.removal_scores(key, "irrelevant", t, params, MODEL), 4))
+    removed = ~np.asarray(removal.keep_mask(removal.removal_scores(key, "irrelevant", t, params, MODEL), 4))
     assert (removed <= irr).all() and (removed.sum(1) == 4).all()
-    removed = ~np.asarray(sparsify.keep_mask(sparsify.removal_scores(key, "noisy", t, params, MODEL), 5))
+    removed = ~np.asarray(removal.keep_mask(removal.removal_scores(key, "noisy", t, params, MODEL), 5))
     assert (removed[np.asarray(t.noisy_BxL)]).all() and (removed.sum(1) == 5).all()
-    received = np.asarray(sparsify.received_attention(params, t.x_BxLxd, MODEL))
+    received = np.asarray(removal.received_attention(params, t.x_BxLxd, MODEL))
     np.testing.assert_allclose(received.sum(1), TOK.L, rtol=1e-5)  # every query's row sums to 1
-    removed = ~np.asarray(sparsify.keep_mask(sparsify.removal_scores(key, "attention", t, params, MODEL), 3))
+    removed = ~np.asarray(removal.keep_mask(removal.removal_scores(key, "attention", t, params, MODEL), 3))
     for b in range(5):
         assert set(np.nonzero(removed[b])[0]) == set(np.argsort(received[b])[:3])
 
@@ -53,4 +53,4 @@ def test_attention_policy_needs_attention():
     free = ModelConfig(attention="none", m_a=6, m_b=6, m=8)
     with pytest.raises(ConfigError, match="needs the ViT"):
         params = init_params(jax.random.PRNGKey(1), TOK, free)
-        sparsify.removal_scores(jax.random.PRNGKey(0), "attention", t, params, free)
+        removal.removal_scores(jax.random.PRNGKey(0), "attention", t, params, free)

@@ -73,7 +73,10 @@ def boundary_rows(vit_fit: dict, free_fit: dict, alphas) -> list[dict]:
         line_ok = (r2 > r4) == (paper_power == 2)
         power_ok = abs(fit["power"] - paper_power) < abs(fit["power"] - other)
         measured = not (math.isnan(r2) or math.isnan(r4) or math.isnan(fit["power"]))
-        verdict = ("too few boundaries inside the grid" if not measured else
+        short = fit.get("short_top_rows", [])
+        verdict = (f"not measured: success at the largest N below 1 at alpha_* = "
+                   f"{', '.join(f'{a:.2f}' for a in short)}" if short else
+                   "too few boundaries inside the grid" if not measured else
                    "reproduced" if line_ok and power_ok else
                    f"exponent {'nearer' if power_ok else 'not nearer'} {paper_power} than {other}; line fit "
                    f"{'better' if line_ok else 'worse'} in alpha^-{paper_power}")
@@ -118,7 +121,9 @@ def summary_markdown(rows, exact, tokens, model, sgd, g, seconds) -> str:
         f"Data: L={tokens.L}, d={tokens.d}, M={tokens.M}, alpha_*={tokens.alpha_star:.3g}, "
         f"alpha_#={tokens.alpha_conf:.3g}, tau={tokens.tau}, noisy_tau={tokens.noisy_tau}. Model: m_a={model.m_a}, "
         f"m_b={model.m_b}, m={model.m}, sigma={model.sigma}, delta={model.delta}, w_o_std={model.w_o_std}. "
-        f"SGD: N={sgd.N}, batch={sgd.batch}, steps={sgd.steps}, eta={sgd.eta}, eta_attention={sgd.eta_attention}. "
+        f"SGD (one step size unless eta_attention is set): N={sgd.N}, batch={sgd.batch}, "
+        f"T={sgd.steps if sgd.steps is not None else f'ceil({sgd.t_scale:g} / (alpha_* eta))'}, eta={sgd.eta}, "
+        f"eta_attention={sgd.eta_attention}. "
         f"Grids: n_*={g['n_stars']}, N={g['Ns']}, {g['seeds']} runs a cell; success = "
         f"{'zero test error' if sgd.success == 'error' else f'test hinge <= {sgd.eps}'} on {sgd.n_test} fresh samples.",
         "",

@@ -1,0 +1,138 @@
+r"""The pre-registered settling runs of LWLC23's three open results (tpu_configs/shallow_settle.py states
+their criteria; docs/shallow_vit_results.md, "Settling runs", their results):
+
+    python -m experiments.shallow_settle --config=tpu_configs/shallow_settle.py:boundary --workdir=DIR
+    python -m experiments.shallow_settle --config=tpu_configs/shallow_settle.py:sparsify --workdir=DIR
+    python -m experiments.shallow_settle --config=tpu_configs/shallow_settle.py:init_error --workdir=DIR
+
+`:STUDY,quick` shrinks the study to a smoke run. Every field is overridable as --config.FIELD=VALUE.
+Writes into --workdir: config.json, one parts/NAME.npz per finished part (the raw per-seed outcomes; a
+rerun with the same config skips them, so a stopped run resumes), results.json, summary.md and a figure.
+"""
+import dataclasses
+import os
+import time
+
+import jax
+import ml_collections
+import numpy as np
+from absl import flags
+
+from posattn import cli, io, ownership
+from posattn.errors import ConfigError
+from posattn.papers.lwlc23 import settle
+from posattn.plots import shallow as plots
+from posattn.shallow import grid
+from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
+
+CONFIGS = {"tokens": TokenConfig, "model": ModelConfig, "sgd": SGDConfig}
+
+
+def _schema(fields) -> ml_collections.ConfigDict:
+    """The study's fields (pre-registered values: tpu_configs/shallow_settle.py)."""
+    study = fields.get("study", "boundary")
+    c = ml_collections.ConfigDict({key: cli.dataclass_section(cls()) for key, cls in CONFIGS.items()})
+    c.tokens.update({"L": 30 if study == "init_error" else 60, "tau": 0.5 if study == "sparsify" else 1.0,
+                     "alpha_conf": 1 / 30, "theorem_margin": False})
+    c.sgd.t_scale = 10.0
+    c.update({
+        "study": study,
+        "seed": 0,
+        "seeds": 64 if study == "init_error" else 40 if study == "boundary" else 16,
+        "coarse_seeds": 8,
+        "coarse_Ns": (4, 16, 64, 256, 1024, 4096),
+        "window": 2.0,  # each row's fine grid spans N*_coarse / window .. N*_coarse * window
+        "ratio": 1.2,  # of the fine grid
+        "level": settle.LEVEL,
+        "boot": 1000,
+        "analyze_only": False,  # summarise the parts already saved, computing none (a study stopped early)
+        "parts_from": "",  # also read saved parts from this directory (another run's parts/, e.g. still running)
+        # boundary
+        "n_confs": (0, 2, 4),
+        "n_stars": (9, 12, 18, 24),
+        "attentions": ("softmax", "none"),
+        # init_error
+        "sigmas": (0.0, 1 / 6, 0.5, 1.0),
+        "deltas": (0.25, 0.49, 1.0),
+        # sparsify
+        "Ls": (30, 60, 100),
+        "noisy_counts": (5, 10, 20),
+        "noisy_kinds": ("any", "irrelevant"),
+        "noisy_taus": (1.0, 2.0),
+        "policies": ("random", "irrelevant", "noisy", "attention"),
+        "train_Ls": (60,),  # training-time sparsification (one model per policy and k: the costly part)
+        "train_policies": ("random", "irrelevant", "noisy"),
+    })
+    return c
+
+
+def _smoke(c):
+    c.update({"seeds": 4, "coarse_seeds": 2, "coarse_Ns": (4, 16, 64), "window": 1.5, "ratio": 1.5, "boot": 50,
+              "n_confs": (0, 2), "n_stars": (9, 18), "sigmas": (0.0, 1.0), "deltas": (1.0,), "Ls": (30,),
+              "noisy_counts": (5,), "noisy_kinds": ("any",), "noisy_taus": (2.0,), "train_Ls": (30,)})
+    c.sgd.n_test, c.sgd.t_scale = 100, 4.0
+
+
+SCHEMA = cli.Schema("a shallow_settle config", _schema, _smoke)
+_CONFIG = cli.define_config("tpu_configs/shallow_settle.py:boundary", SCHEMA, "The study and its grids")
+_WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
+
+
+def _saver(workdir, analyze_only: bool, parts_from: str):
+    """save(name, compute): parts/NAME.npz if a finished part is there (or in `parts_from`), else compute,
+    save and return it (None with analyze_only: the drivers then leave that part out)."""
+    parts = os.path.join(workdir, "parts")
+    os.makedirs(parts, exist_ok=True)
+
+    def save(name, compute):
+        path = os.path.join(parts, f"{name}.npz")
+        for found in (path, os.path.join(parts_from, f"{name}.npz") if parts_from else None):
+            if found and os.path.exists(found):
+                print(f"{name}: resumed from {found}", flush=True)
+                with np.load(found) as f:
+                    return dict(f)
+        if analyze_only:
+            print(f"{name}: not saved, left out (analyze_only)", flush=True)
+            return None
+        t0 = time.perf_counter()
+        out = {k: np.asarray(v) for k, v in compute().items()}
+        np.savez(path + ".tmp.npz", **out)
+        os.replace(path + ".tmp.npz", path)  # a part is there only when complete
+        print(f"{name}: done in {time.perf_counter() - t0:.0f}s", flush=True)
+        return out
+
+    return save
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
+    config = _CONFIG.value
+    cfg = {key: cls(**config[key].to_dict()) for key, cls in CONFIGS.items()}
+    cfg["model"].check_widths(cfg["tokens"])
+    if config.seeds < 2 or config.coarse_seeds < 1 or config.boot < 10:
+        raise ConfigError(f"seeds={config.seeds}, coarse_seeds={config.coarse_seeds}, boot={config.boot}: need "
+                          f"seeds >= 2, coarse_seeds >= 1, boot >= 10")
+    workdir = _WORKDIR.value
+    record = {"study": config.study, "config": config.to_dict()}
+    ownership.claim(workdir, "shallow_settle", record, resumes=True, may_change=("config.analyze_only",))
+    io.write_json(os.path.join(workdir, "config.json"), {**record, "jax_devices": [str(d) for d in jax.devices()]})
+    t0 = time.perf_counter()
+    run = {"boundary": settle.run_boundary, "init_error": settle.run_init_error,
+           "sparsify": settle.run_sparsify}[config.study]
+    results = run(config, cfg, _saver(workdir, config.analyze_only, config.parts_from))
+    results["seconds"] = time.perf_counter() - t0
+    io.write_json(os.path.join(workdir, "results.json"), results)
+    summary = settle.summary_markdown(config.study, results, config)
+    io.write_text(os.path.join(workdir, "summary.md"), summary)
+    fig = plots.settle_figure(config.study, results)
+    fig.savefig(os.path.join(workdir, f"{config.study}.png"), dpi=110)
+    print(summary, flush=True)
+
+
+def entry():
+    cli.run(main)
+
+
+if __name__ == "__main__":
+    entry()
