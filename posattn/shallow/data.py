@@ -2,7 +2,7 @@
 
 `sample(key, cfg, n)` is a pure function of its key, jittable (with `cfg` and `n` static) and
 vmappable over keys. The grid knobs n_*, n_#, tau and the noisy tokens' count and bound may be given as
-traced arrays (`Knobs`), so a whole phase map over them is one vmapped computation
+traced arrays (keyword arguments of `sample`), so a whole phase map over them is one vmapped computation
 (`posattn.shallow.grid`). `sample_at(key, idx_B, ...)` draws training sample i from fold_in(key, i): a
 training set of any size that is never stored, of which the first N are the same for every N.
 """

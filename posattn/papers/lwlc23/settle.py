@@ -316,7 +316,7 @@ def _setting(part, c, policies, resamples, **where) -> dict:
 def _iv(iv: dict, fmt: str = ".3g") -> str:
     if math.isnan(iv["value"]):
         return "censored"
-    cens = f", {iv['censored']:.0%} of resamples censored" if iv["censored"] else ""
+    cens = f", {iv['censored']:.0%} of resamples censored" if iv["censored"] >= 0.005 else ""
     return f"{iv['value']:{fmt}} [{iv['lo']:{fmt}}, {iv['hi']:{fmt}}]{cens}"
 
 
