@@ -9,7 +9,6 @@ their criteria; docs/shallow_vit_results.md, "Settling runs", their results):
 Writes into --workdir: config.json, one parts/NAME.npz per finished part (the raw per-seed outcomes; a
 rerun with the same config skips them, so a stopped run resumes), results.json, summary.md and a figure.
 """
-import dataclasses
 import os
 import time
 
@@ -22,7 +21,6 @@ from posattn import cli, io, ownership
 from posattn.errors import ConfigError
 from posattn.papers.lwlc23 import settle
 from posattn.plots import shallow as plots
-from posattn.shallow import grid
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
 
 CONFIGS = {"tokens": TokenConfig, "model": ModelConfig, "sgd": SGDConfig}
