@@ -5,11 +5,15 @@ their criteria; docs/shallow_vit_results.md, "Settling runs", their results):
     python -m experiments.shallow_settle --config=tpu_configs/shallow_settle.py:sparsify --workdir=DIR
     python -m experiments.shallow_settle --config=tpu_configs/shallow_settle.py:init_error --workdir=DIR
 
-`:STUDY,quick` shrinks the study to a smoke run. Every field is overridable as --config.FIELD=VALUE.
+`:STUDY,quick` shrinks the study to a smoke run (`:quick` alone: the boundary study). Every field is
+overridable as --config.FIELD=VALUE.
 Writes into --workdir: config.json, one parts/NAME.npz per finished part (the raw per-seed outcomes; a
 rerun with the same config skips them, so a stopped run resumes), results.json, summary.md and a figure.
+`--config.parts_from=DIR` also reads parts saved elsewhere and `--config.analyze_only=True` computes none,
+so a study still running (or stopped) can be summarised from what it saved.
+
+One host, one device: the models are a few thousand parameters; every study vmaps its seeds in one process.
 """
-import dataclasses
 import os
 import time
 
@@ -22,7 +26,6 @@ from posattn import cli, io, ownership
 from posattn.errors import ConfigError
 from posattn.papers.lwlc23 import settle
 from posattn.plots import shallow as plots
-from posattn.shallow import grid
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
 
 CONFIGS = {"tokens": TokenConfig, "model": ModelConfig, "sgd": SGDConfig}
@@ -69,7 +72,8 @@ def _schema(fields) -> ml_collections.ConfigDict:
 def _smoke(c):
     c.update({"seeds": 4, "coarse_seeds": 2, "coarse_Ns": (4, 16, 64), "window": 1.5, "ratio": 1.5, "boot": 50,
               "n_confs": (0, 2), "n_stars": (9, 18), "sigmas": (0.0, 1.0), "deltas": (1.0,), "Ls": (30,),
-              "noisy_counts": (5,), "noisy_kinds": ("any",), "noisy_taus": (2.0,), "train_Ls": (30,)})
+              "noisy_counts": (5,), "noisy_kinds": ("any",), "noisy_taus": (2.0,), "train_Ls": (30,),
+              "attentions": ("softmax",)})
     c.sgd.n_test, c.sgd.t_scale = 100, 4.0
 
 

@@ -1,4 +1,4 @@
-"""The one convention of the ten binaries: each is a console script, its --help lists --config and
+"""The one convention of the eleven binaries: each is a console script, its --help lists --config and
 --workdir from any directory (and the cluster flags, or why it runs on one host), and its default config file runs as `:quick` (its smoke run) from /."""
 import importlib.util
 import json
@@ -14,7 +14,7 @@ from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BINARIES = ("theory", "reproduce", "train_images", "compare_attention", "permuted", "how_vits_work",
-            "phase_three", "posemb_similarity", "shallow_vit", "token_grid")
+            "phase_three", "posemb_similarity", "shallow_vit", "shallow_settle", "token_grid")
 # posattn.experiments as installed (setup.py maps experiments/ under posattn); experiments.NAME with this
 # checkout on the path where the installed package is another checkout's (an editable install elsewhere)
 INSTALLED = pathlib.Path(importlib.util.find_spec("posattn.experiments").origin).parent == ROOT / "experiments"

@@ -44,6 +44,7 @@ STUDIES = ("boundary", "sparsify", "init_error")
 
 
 def get_config(arg=None):
+    arg = arg or "boundary"  # the file alone (and its smoke run, `:quick`) is the boundary study
     if arg not in STUDIES:
         raise ValueError(f"config argument {arg!r}: choose one of {STUDIES} (optionally with ,quick)")
     c = ml_collections.ConfigDict({"study": arg, "tokens": {}, "model": {}, "sgd": {}})

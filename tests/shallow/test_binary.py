@@ -53,3 +53,16 @@ def test_bad_input_exits_2_with_one_line(tmp_path, args, words):
     assert out.returncode == 2, out.stderr[-2000:]
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and words in last, last
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--config=tpu_configs/shallow_settle.py:nope"], "'nope'"),
+    (["--config.seeds=1"], "seeds=1"),
+])
+def test_settle_bad_input_exits_2_with_one_line(tmp_path, args, words):
+    env = envs.devices(1)
+    out = subprocess.run([sys.executable, "-m", "experiments.shallow_settle", *args, f"--workdir={tmp_path}"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 2, out.stderr[-2000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and words in last, last

@@ -7,13 +7,12 @@ Every interval is a percentile bootstrap over seeds: the seeds of a study are re
 replacement, the same resample for every cell (the cells of one seed share its key), and every N*,
 fit and difference is recomputed on each resample.
 """
+import dataclasses
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-import dataclasses
 
 from posattn.shallow import grid, phase_map, sparsify
 from posattn.shallow.config import TokenConfig
@@ -165,6 +164,7 @@ def two_stage(keys_coarse, keys_fine, rows, coarse_Ns, tokens, model, sgd, level
 
 
 def _keys(config):
+    """(coarse keys, fine keys): the coarse pass draws its own seeds."""
     keys = grid.seed_keys(config.seed, config.seeds)
     return grid.seed_keys(config.seed + 1, config.coarse_seeds), keys
 
