@@ -1,4 +1,5 @@
 """The summary rows, the settings' validation and the binary's handling of bad input."""
+import dataclasses
 import subprocess
 import sys
 import threading
@@ -29,10 +30,12 @@ def test_model_keys_and_table_columns():
     assert key(name="alternet", attention="vanilla", variant="XS/0000") == "resnet"
     assert key(name="alternet", attention="positional", variant="XS") == "alternet_positional"
     assert key(name="resnet18", attention="positional", variant="Ti/4") == "resnet18"
-    rows = [{"claim": "c", "paper": "p", "ours": {"resnet": "1", "vit_positional": "2"}}]
+    rows = [{"claim": "c", "paper": "p", "ours": {"resnet": "1", "vit_positional": "2"}, "verdict": "holds",
+             "positional": "-"}]
     table = claims.markdown(rows, ["resnet", "vit_positional"])
-    assert table.splitlines()[0] == "| PK22's claim | PK22's number | ResNet | ViT (positional) * |"
-    assert table.splitlines()[2] == "| c | p | 1 | 2 |"
+    assert table.splitlines()[0] == ("| PK22's claim | PK22's number | ResNet | ViT (positional) * | "
+                                     "verdict (intervals) | positional ViT |")
+    assert table.splitlines()[2] == "| c | p | 1 | 2 | holds | - |"
 
 
 def test_settings_are_validated():
@@ -42,8 +45,15 @@ def test_settings_are_validated():
         suite.Settings(landscape_grid=7)
     with pytest.raises(ConfigError, match="hessian_batches"):
         suite.Settings(hessian_batches=0)
-    with pytest.raises(ConfigError, match="landscape_images=20 must be a multiple of hessian_batch_size=16"):
+    with pytest.raises(ConfigError, match="landscape_images=20 must be a multiple of landscape_batch_size=64"):
         suite.Settings(landscape_images=20)
+    with pytest.raises(ConfigError, match="landscape_batch_size=40 must be a multiple of hessian_batch_size=16"):
+        suite.Settings(landscape_batch_size=40, landscape_images=0)
+    with pytest.raises(ConfigError, match="landscape_images=-64 must be >= 0"):
+        suite.Settings(landscape_images=-64)
+    with pytest.raises(ConfigError, match="the training split has 100 images"):
+        suite.landscape_image_count(suite.Settings(landscape_images=128), 100)
+    assert suite.landscape_image_count(suite.Settings(landscape_images=0), 1437) == 1408  # 22 batches of 64
     for field, value in (("noise_band", "disc"), ("hessian_l2_form", "l1"), ("landscape_normalisation", "layer"),
                          ("mixup_alpha", -1.0), ("label_smoothing", 1.0)):
         with pytest.raises(ConfigError, match=field):
@@ -66,7 +76,7 @@ def test_unknown_model_stops_the_report_before_any_training(tmp_path):
 
 def test_pipelines_start_with_the_convolutional_models():
     # the CNNs' pipelines are the longest: started last, one would run alone at the end
-    configs = {m: pk22_report.training_config(m, quick=True) for m in pk22_report.DEFAULT_MODELS}
+    configs = {m: pk22_report.training_config(m, quick=True) for m in pk22_report.DEFAULT_MODELS["digits"]}
     assert pk22_report.start_order(configs) == ["resnet", "alternet", "vit_vanilla", "vit_positional"]
 
 
@@ -125,3 +135,34 @@ def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monk
                                     (suite.Settings(noise_eps=0.5), 1, "other_run")):
         one(settings, seed, run_dir)
     assert len(measured) == 4  # another seed, other settings, another run: each measured again
+
+
+PARSE_SETTINGS = """
+import sys
+from absl import flags
+from experiments import how_vits_work as binary
+from posattn.papers.pk22 import suite
+flags.FLAGS(sys.argv)
+config = binary._CONFIG.value
+print(repr(suite.settings_from(config)), config.training_length, config.dataset)
+"""
+
+
+def test_every_measurement_knob_is_reachable_from_the_binary():
+    # --config.F=V for each field of the issue-35 knobs: the binary's settings carry the value given
+    given = {"hessian_batches": 3, "landscape_images": 0, "landscape_batch_size": 32, "eval_batch_size": 50,
+             "feature_images": 40, "bootstrap_resamples": 300, "bootstrap_seed": 7, "weight_decay": 0.01,
+             "mixup_alpha": 0.0}
+    argv = ["x", "--config=tpu_configs/pk22.py"] + [f"--config.{k}={v}" for k, v in given.items()] + ["--config.training_length=2",
+                                                                       "--config.dataset=fashion_mnist"]
+    proc = subprocess.run([sys.executable, "-c", PARSE_SETTINGS, *argv[1:]], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    settings_repr, length, dataset = proc.stdout.strip().rsplit(" ", 2)
+    expected = suite.Settings(**{k: type(getattr(suite.Settings(), k))(v) for k, v in given.items()})
+    assert settings_repr == repr(expected) and float(length) == 2.0 and dataset == "fashion_mnist"
+    # every field of Settings has its --config field
+    from experiments import how_vits_work as binary
+    schema = binary._schema(None)
+    missing = [f.name for f in dataclasses.fields(suite.Settings) if f.name not in schema]
+    assert set(missing) <= {"hessian_batch_size", "hessian_iterations", "hessian_tolerance", "top_k",
+                            "landscape_chunk"}, missing
