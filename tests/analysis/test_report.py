@@ -1,5 +1,6 @@
 """The summary rows, the settings' validation and the binary's handling of bad input."""
 import dataclasses
+import json
 import subprocess
 import sys
 import threading
@@ -80,14 +81,23 @@ def test_pipelines_start_with_the_convolutional_models():
     assert pk22_report.start_order(configs) == ["resnet", "alternet", "vit_vanilla", "vit_positional"]
 
 
-def _fake_results(attention: bool):
+def _fake_results(attention: bool, shift: float = 0.0):
+    """Results of a 3-layer model on 4 test images (2 noise bands), 2 Hessian mini-batches, 2 landscape
+    batches; `shift` moves every per-unit value of the Fourier tool."""
     names = ["stem", "block_00/attention" if attention else "block_00/conv", "block_01/conv"]
+    hf = np.array([[-2.5, -3.0, np.nan], [-2.4, -3.1, np.nan], [-2.6, -2.9, np.nan], [-2.5, -3.0, np.nan]]) + shift
+    var = np.array([[1.0, 0.5, 2.0], [1.1, 0.4, 2.1], [0.9, 0.6, 1.9], [1.0, 0.5, 2.0]])
+    surfaces = np.array([[[3, 2, 3], [2, 1, 2], [3, 2, 3]], [[3.2, 2.2, 3.2], [2.2, 1.2, 2.2], [3.2, 2.2, 3.2]]])
     return {"layers": names, "layer_sizes": [8, 8, 4], "fourier": {n: [0.0, -1.0, -2.0, -2.5] for n in names},
-            "high_frequency": [-2.5, -3.0, np.nan], "variance": [1.0, 0.5, 2.0],
-            "noise": {"frequencies_pi": [0.1, 0.9], "drop_points": [-1.0, -5.0], "clean_accuracy": 0.9},
-            "hessian": {"eigenvalues": [[3.0, -1.0], [2.0, 1.0]], "nep": 0.25, "ape": 2.0, "min": -1.0},
-            "landscape": {"axis": [-1.0, 0.0, 1.0], "loss": [[3, 2, 3], [2, 1, 2], [3, 2, 3]],
-                          "loss_at_optimum": 1.0, "nll_at_optimum": 0.9, "delta_at_half": 0.5, "delta_at_one": 1.0}}
+            "high_frequency": list(hf.mean(0)), "variance": list(var.mean(0)),
+            "per_image": {"high_frequency": hf.tolist(), "variance": var.tolist()},
+            "noise": {"frequencies_pi": [0.1, 0.9], "drop_points": [-25.0, -50.0], "clean_accuracy": 0.75,
+                      "correct": [[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]]},
+            "hessian": {"eigenvalues": [[3.0, -1.0], [2.0, 1.0]], "nep": 0.25, "ape": 2.0, "min": -1.0,
+                        "nep_interval": [0.0, 0.5], "ape_interval": [1.5, 3.0]},
+            "landscape": {"axis": [-1.0, 0.0, 1.0], "loss": surfaces.mean(0).tolist(), "batch_loss": surfaces.tolist(),
+                          "penalty_at_optimum": 0.1, "loss_at_optimum": 1.1, "nll_at_optimum": 1.0,
+                          "delta_at_half": 1.0, "delta_at_one": 1.0}}
 
 
 def test_figures_and_rows_from_results(tmp_path):
@@ -99,12 +109,39 @@ def test_figures_and_rows_from_results(tmp_path):
     plots.save(plots.noise_robustness(results), str(tmp_path / "noise.png"))
     assert (tmp_path / "noise.png").stat().st_size > 1000
     rows = claims.rows({"resnet": _fake_results(False), "vit_positional": _fake_results(True)})
-    by_claim = {r["claim"].split(":")[0] + str(i): r["ours"] for i, r in enumerate(rows)}
-    assert all(set(v) == {"resnet", "vit_positional"} for v in by_claim.values())
-    noise_09 = next(r for r in rows if r["claim"].startswith("Noise at 0.9"))
-    assert noise_09["ours"] == {"resnet": "-5.0", "vit_positional": "-5.0"}
-    fourier_att = next(r for r in rows if r["claim"].startswith("Fourier: attention"))
-    assert fourier_att["ours"] == {"resnet": "no attention", "vit_positional": "-0.50 (1 layers)"}
+    by_key = {r["key"]: r for r in rows}
+    assert all(set(r["ours"]) == {"resnet", "vit_positional"} for r in rows)
+    # the 0.9 pi drop of 4 images (clean 1 1 1 0, noisy 1 0 0 0): -50 points; its interval resamples images
+    assert by_key["noise_high"]["ours"]["resnet"].startswith("-50.0 [")
+    est = by_key["noise_high"]["estimates"]["resnet"]
+    assert -100 <= est["lo"] < -50 < est["hi"] <= 0
+    assert by_key["accuracy"]["estimates"]["resnet"]["value"] == 75.0
+    assert by_key["fourier_attention"]["ours"]["resnet"] == "no attention"
+    att = by_key["fourier_attention"]["estimates"]["vit_positional"]
+    assert att["value"] == pytest.approx(-0.5) and att["lo"] <= -0.5 <= att["hi"] < 0
+    assert by_key["fourier_attention"]["verdict"] == "ViT (positional): holds"  # its interval lies below 0
+    assert by_key["hessian_nep"]["ours"]["resnet"] == "0.25 [0.00, 0.50]"
+    # NLL at theta*: the batches' centre losses (1, 1.2) less the L2 term 0.1
+    assert by_key["landscape_nll"]["estimates"]["resnet"]["value"] == pytest.approx(1.0)
+    assert by_key["landscape_one"]["estimates"]["resnet"]["value"] == pytest.approx(1.0)
+    # ResNet vs vanilla ViT decide the orders; without a vanilla ViT there is nothing to decide
+    assert by_key["hessian_ape"]["verdict"] == "-" and by_key["landscape_nll"]["verdict"] == "-"
+    shifted = claims.rows({"resnet": _fake_results(False, shift=-5.0), "vit_vanilla": _fake_results(True),
+                           "vit_positional": _fake_results(True, shift=0.01)})
+    fourier_min = next(r for r in shifted if r["key"] == "fourier_min")
+    assert fourier_min["positional"] == "vs ViT (vanilla): not separated; vs ResNet: above"
+    hessian_ape = next(r for r in shifted if r["key"] == "hessian_ape")
+    assert hessian_ape["verdict"] == "undecided (ResNet vs ViT (vanilla): not separated)"
+
+
+def test_last_epoch_change_is_the_criterion_of_image_results(tmp_path):
+    logs = [{"step": s, "train_loss": loss} for s, loss in ((11, 2.0), (22, 1.0), (33, 0.70), (44, 0.69))]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in logs + [{"step": 44, "test_loss": 1}]))
+    # each log is the mean since the one before: the last epoch's are those whose steps all lie in it
+    flat = pk22_report.last_epoch_change(tmp_path, 22.5)  # steps 21.5 .. 44: the logs at 33 and 44
+    assert (flat["first_loss"], flat["last_loss"], flat["logs"]) == (0.70, 0.69, 2) and flat["converged"]
+    falling = pk22_report.last_epoch_change(tmp_path, 34)  # steps 10 .. 44: the logs at 22, 33, 44
+    assert falling["change"] == pytest.approx(-0.31) and not falling["converged"]
 
 
 def test_two_runs_of_one_model_stop_the_report_before_any_training(tmp_path):
@@ -125,6 +162,7 @@ def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monk
         return {**r, "seconds_by_program": {}, "hessian": {**r["hessian"], "max": 3.0}}
 
     monkeypatch.setattr(pk22_report.suite, "measure", measure)
+    monkeypatch.setattr(pk22_report, "training_summary", lambda run_dir, config: {})
     (tmp_path / "results").mkdir()
     one = lambda settings, seed, run_dir="run": pk22_report.measure_one(  # noqa: E731
         epath.Path(tmp_path), run_dir, settings, seed, None, threading.Lock())

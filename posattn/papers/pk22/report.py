@@ -87,16 +87,23 @@ CONVERGED = 0.03  # docs/image_results.md: the training loss of the last epoch c
 def last_epoch_change(run_dir, steps_per_epoch: float) -> dict:
     """The convergence criterion of docs/image_results.md on a run's metrics.jsonl: the relative change
     of the logged training loss (each log the mean since the one before) from the first to the last log
-    of the last epoch; "converged" where it is under `CONVERGED` in size. NaN where the last epoch
-    holds fewer than two logs."""
+    whose steps lie in the last epoch; "converged" where it is under `CONVERGED` in size. NaN where the
+    last epoch holds fewer than two logs."""
     logs = [json.loads(line) for line in (epath.Path(run_dir) / "metrics.jsonl").read_text().splitlines()
             if line.strip()]
-    logs = [m for m in logs if m.get("train_loss") is not None]
-    last = max(m["step"] for m in logs)
-    epoch = [m["train_loss"] for m in logs if m["step"] > last - steps_per_epoch]
+    logs = sorted((m for m in logs if m.get("train_loss") is not None), key=lambda m: m["step"])
+    last = logs[-1]["step"]
+    # a log is the mean over the steps since the previous one: those of the last epoch lie wholly in it
+    epoch = [m["train_loss"] for prev, m in zip([{"step": 0}] + logs, logs) if prev["step"] >= last - steps_per_epoch]
     change = (epoch[-1] - epoch[0]) / epoch[0] if len(epoch) > 1 else float("nan")
     return {"steps": last, "steps_per_epoch": steps_per_epoch, "first_loss": epoch[0], "last_loss": epoch[-1],
             "logs": len(epoch), "change": change, "converged": bool(abs(change) < CONVERGED)}
+
+
+def training_summary(run_dir, config) -> dict:
+    """`last_epoch_change` of a run, its epoch from its config's dataset and batch size."""
+    train_images = resolve(config, 1).split("train").num_examples
+    return last_epoch_change(run_dir, train_images / config.global_batch_size)
 
 
 def measure_one(workdir: epath.Path, run_dir: str, settings: suite.Settings, seed: int,
@@ -120,8 +127,7 @@ def measure_one(workdir: epath.Path, run_dir: str, settings: suite.Settings, see
     _say(f"measuring {key} ({run_dir})")
     r = suite.measure(model, variables, config, settings, jax.random.key(seed), name=key)
     r.update(measured_as)
-    train_images = resolve(config, 1).split("train").num_examples
-    r["training"] = last_epoch_change(run_dir, train_images / config.global_batch_size)
+    r["training"] = training_summary(run_dir, config)
     r["seconds"] = time.perf_counter() - t
     r["training_seconds"] = training_seconds
     with write_lock:
