@@ -55,6 +55,7 @@ def _schema(fields) -> ml_collections.ConfigDict:
         # training images per run of the landscape program (a multiple of 16): the unit of its intervals
         "landscape_batch_size": ml_collections.config_dict.placeholder(int),
         "eval_batch_size": ml_collections.config_dict.placeholder(int),  # test images per forward pass
+        "test_images": ml_collections.config_dict.placeholder(int),  # of the accuracy and noise; 0: all
         "feature_images": ml_collections.config_dict.placeholder(int),  # test images of the Fourier/variance tools
         "bootstrap_resamples": ml_collections.config_dict.placeholder(int),  # of the 95% intervals
         "bootstrap_seed": ml_collections.config_dict.placeholder(int),

@@ -188,7 +188,7 @@ print(repr(suite.settings_from(config)), config.training_length, config.dataset)
 
 def test_every_measurement_knob_is_reachable_from_the_binary():
     # --config.F=V for each field of the issue-35 knobs: the binary's settings carry the value given
-    given = {"hessian_batches": 3, "landscape_images": 0, "landscape_batch_size": 32, "eval_batch_size": 50,
+    given = {"hessian_batches": 3, "landscape_images": 0, "landscape_batch_size": 32, "eval_batch_size": 50, "test_images": 100,
              "feature_images": 40, "bootstrap_resamples": 300, "bootstrap_seed": 7, "weight_decay": 0.01,
              "mixup_alpha": 0.0}
     argv = ["x", "--config=tpu_configs/pk22.py"] + [f"--config.{k}={v}" for k, v in given.items()] + ["--config.training_length=2",

@@ -54,6 +54,7 @@ class Settings:
     label_smoothing: float = objective.LABEL_SMOOTHING
     feature_images: int = 128  # the first test images, for the Fourier and variance tools
     eval_batch_size: int = 256  # test images per pass of the forward program (the last batch padded)
+    test_images: int = 0  # the first test images of the accuracy and noise tools; 0: the whole split
     noise_eps: float = frequency_noise.EPS  # in units of the normalised inputs
     noise_band: str = "pk22"  # frequency_noise.BANDS
     landscape_normalisation: str = "pk22"  # landscape.NORMALISATIONS
@@ -72,7 +73,7 @@ class Settings:
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be a positive integer")
-        for name in ("landscape_images", "bootstrap_seed"):
+        for name in ("landscape_images", "test_images", "bootstrap_seed"):
             if int(getattr(self, name)) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 0")
         if self.landscape_grid < 5 or self.landscape_grid % 4 != 1:
@@ -345,7 +346,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     out = {}
     # Fourier, variance and accuracy under band-limited noise on the test split (PK22 Figs. 4, 5, 6)
     fwd = timed("forward", lambda: stream_forward(functools.partial(compiled["forward"], variables), setup,
-                                                  settings, k_noise))
+                                                  settings, k_noise, limit=settings.test_images or None))
     correct = fwd["correct"]
     acc = correct.mean(axis=1)
     out["layers"] = layers
