@@ -204,3 +204,13 @@ def test_every_measurement_knob_is_reachable_from_the_binary():
     missing = [f.name for f in dataclasses.fields(suite.Settings) if f.name not in schema]
     assert set(missing) <= {"hessian_batch_size", "hessian_iterations", "hessian_tolerance", "top_k",
                             "landscape_chunk"}, missing
+
+
+def test_positional_statements_are_kept_only_where_every_length_agrees():
+    row = lambda positional: [{"claim": "c", "verdict": "holds", "positional": positional}]  # noqa: E731
+    table = claims.across_lengths({
+        "short": row("vs ViT (vanilla): above; vs ResNet: below"),
+        "long": row("vs ViT (vanilla): above; vs ResNet: not separated")})
+    assert table.splitlines()[2].endswith("| vs ViT (vanilla): above |")
+    table = claims.across_lengths({"short": row("vs ViT (vanilla): below"), "long": row("vs ViT (vanilla): above")})
+    assert table.splitlines()[2].endswith("| none |")

@@ -220,6 +220,26 @@ def stem_position_table(results: dict[str, dict]) -> str:
             "stem does not add P shows the same stem without it):\n\n" + head + "\n" + "\n".join(lines) + "\n")
 
 
+def across_lengths(rows_by_length: dict[str, list[dict]]) -> str:
+    """A markdown table of the PK22 verdicts and the positional ViT's place (`rows`) at each training
+    length ({label: rows}), and which positional statements hold at every length: the same by the
+    separation rule everywhere, and not "not separated" (docs/how_vits_work.md, Verdicts)."""
+    labels = list(rows_by_length)
+    first = rows_by_length[labels[0]]
+    head = ["row"] + [f"verdict, {l}" for l in labels] + [f"positional ViT, {l}" for l in labels] + [
+        "positional statement at every length"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, row in enumerate(first):
+        rs = [rows_by_length[l][i] for l in labels]
+        places = [r["positional"] for r in rs]
+        parts = [p.split("; ") for p in places]
+        kept = [part for part in parts[0] if all(part in other for other in parts[1:]) and
+                not part.endswith("not separated")]
+        lines.append("| " + " | ".join([row["claim"]] + [r["verdict"] for r in rs] + places
+                                       + ["; ".join(kept) or "none"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(rows_: list[dict], models: list[str]) -> str:
     """The rows as a markdown table: claim | PK22 | one column per model (value [95% interval]) | PK22's
     verdict | the positional ViT against the vanilla ViT and the ResNet."""

@@ -189,6 +189,15 @@ def run(workdir: str, *, runs=(), models=DEFAULT_MODELS["digits"], quick: bool =
     return results
 
 
+def compare_lengths(workdirs: dict[str, str]) -> str:
+    """`claims.across_lengths` of finished how_vits_work workdirs ({label: workdir}, one per training
+    length), from their results/MODEL.json; the models are those every workdir measured."""
+    results = {label: {p.stem: _read_json(p) for p in sorted((epath.Path(w) / "results").glob("*.json"))}
+               for label, w in workdirs.items()}
+    common = [m for m in next(iter(results.values())) if all(m in r for r in results.values())]
+    return claims.across_lengths({label: claims.rows({m: r[m] for m in common}) for label, r in results.items()})
+
+
 def time_table(results: dict) -> str:
     """Per model: its training (steps, last-epoch loss change and whether that meets the 3% criterion,
     `last_epoch_change`) and wall-clock seconds: training (this run's, when it trained), the measurements'
