@@ -196,13 +196,13 @@ def rows(results: dict[str, dict]) -> list[dict]:
 
 def stem_position_table(results: dict[str, dict]) -> str:
     """The positional embedding's part of the stem's high-frequency value and variance (PK22 Figs. 4, 6)
-    for the models that have one (`suite.stem_position_parts`), each with its 95% interval over the
-    Fourier tool's test images; "" where no model has one."""
+    for the models whose stem adds one (`suite.stem_position_parts`), each with its 95% interval over the
+    Fourier tool's test images; "" where no model's does."""
     lines = []
     for m, r in results.items():
         parts = r.get("stem_position")
-        if not parts:
-            continue
+        if not parts or not np.any(np.asarray(parts["position"]["variance"])):
+            continue  # no P, or a stem that P does not enter (the positional ViT: P makes its maps alone)
         settings = r.get("settings", {})
         kw = dict(resamples=settings.get("bootstrap_resamples", bootstrap.RESAMPLES),
                   seed=settings.get("bootstrap_seed", bootstrap.SEED))
@@ -216,8 +216,8 @@ def stem_position_table(results: dict[str, dict]) -> str:
         return ""
     head = ("| model | stem high-frequency value | without P | P alone | stem variance | without P | P alone |\n"
             "|---|---|---|---|---|---|---|")
-    return ("The positional embedding P in the stem (the stem with P set to 0, and P alone; a model whose "
-            "stem does not add P shows the same stem without it):\n\n" + head + "\n" + "\n".join(lines) + "\n")
+    return ("The positional embedding P in the stem (the stem with P set to 0, and P alone; models whose "
+            "stem holds no P, such as the positional ViT, are left out):\n\n" + head + "\n" + "\n".join(lines) + "\n")
 
 
 def across_lengths(rows_by_length: dict[str, list[dict]]) -> str:

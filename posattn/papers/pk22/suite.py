@@ -102,7 +102,7 @@ class Settings:
 
 
 # two Hessian mini-batches and two landscape batches: the fewest units an interval can resample
-QUICK = Settings(hessian_batches=2, hessian_iterations=10, feature_images=32, eval_batch_size=128, landscape_grid=5,
+QUICK = Settings(hessian_batches=2, hessian_iterations=5, feature_images=32, eval_batch_size=128, landscape_grid=5,
                  landscape_images=32, landscape_batch_size=16, landscape_chunk=5, bootstrap_resamples=500)
 
 
