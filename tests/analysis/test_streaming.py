@@ -4,6 +4,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from posattn import cli
 from posattn.analysis import frequency_noise
@@ -12,7 +13,9 @@ from posattn.vision import config as config_lib
 from posattn.vision.setup import resolve
 
 
-def _tiny_vit():
+@pytest.fixture(scope="module")
+def tiny_vit():
+    """(setup, variables) of a one-block ViT on the 16 x 16 digits, shared by the tests of this module."""
     c = cli.load_config("tpu_configs/how_vits_work.py", "vit_vanilla", config_lib.SCHEMA)
     c.model.update(width=16, depth=1, num_heads=2, mlp_dim=16)
     setup = resolve(c, 1)
@@ -20,8 +23,8 @@ def _tiny_vit():
     return setup, setup.model.init(jax.random.key(0), x, train=False)
 
 
-def test_test_split_in_batches_equals_one_batch():
-    setup, variables = _tiny_vit()
+def test_test_split_in_batches_equals_one_batch(tiny_vit):
+    setup, variables = tiny_vit
     layers = ["stem", "block_00/attention", "block_00/mlp"]
     n, key = 23, jax.random.key(5)
     answers = []
@@ -44,8 +47,8 @@ def test_noise_drawn_per_image_does_not_depend_on_the_batch():
     assert np.abs(draw(keys_B)[2]).max() > 0.1 and not np.allclose(draw(keys_B)[2], draw(keys_B)[3])
 
 
-def test_training_minibatches_do_not_depend_on_the_cut():
-    setup, _ = _tiny_vit()
+def test_training_minibatches_do_not_depend_on_the_cut(tiny_vit):
+    setup, _ = tiny_vit
     settings = suite.Settings()
     images, labels = setup.split("train").read(np.arange(48))
     images, labels = jnp.asarray(images), jnp.asarray(labels)
