@@ -214,3 +214,14 @@ def test_positional_statements_are_kept_only_where_every_length_agrees():
     assert table.splitlines()[2].endswith("| vs ViT (vanilla): above |")
     table = claims.across_lengths({"short": row("vs ViT (vanilla): below"), "long": row("vs ViT (vanilla): above")})
     assert table.splitlines()[2].endswith("| none |")
+
+
+def test_results_of_several_workdirs_are_read_in_the_models_order(tmp_path):
+    for workdir, models in (("a", ["vit_positional"]), ("b", ["alternet", "resnet"])):
+        (tmp_path / workdir / "results").mkdir(parents=True)
+        for m in models:
+            (tmp_path / workdir / "results" / f"{m}.json").write_text(json.dumps({"model": m}))
+    results = pk22_report.read_results(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert list(results) == ["resnet", "alternet", "vit_positional"]
+    with pytest.raises(ConfigError, match="vit_positional is measured in two of"):
+        pk22_report.read_results(str(tmp_path / "a"), str(tmp_path / "a"))

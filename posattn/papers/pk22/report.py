@@ -189,11 +189,37 @@ def run(workdir: str, *, runs=(), models=DEFAULT_MODELS["digits"], quick: bool =
     return results
 
 
-def compare_lengths(workdirs: dict[str, str]) -> str:
-    """`claims.across_lengths` of finished how_vits_work workdirs ({label: workdir}, one per training
-    length), from their results/MODEL.json; the models are those every workdir measured."""
-    results = {label: {p.stem: _read_json(p) for p in sorted((epath.Path(w) / "results").glob("*.json"))}
-               for label, w in workdirs.items()}
+def read_results(*workdirs: str) -> dict:
+    """{model key: results} of finished how_vits_work workdirs, from their results/MODEL.json, in the
+    order of DEFAULT_MODELS["digits"] then any other (a model measured twice: ConfigError)."""
+    found = {}
+    for w in workdirs:
+        for p in sorted((epath.Path(w) / "results").glob("*.json")):
+            if p.stem in found:
+                raise ConfigError(f"{p.stem} is measured in two of {', '.join(workdirs)}")
+            found[p.stem] = _read_json(p)
+    order = list(DEFAULT_MODELS["digits"])
+    return dict(sorted(found.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+
+
+def write_combined(workdir: str, *measured: str) -> dict:
+    """The figures and summary.md of `write_report` in `workdir`, of the models measured in the
+    workdirs `measured` (each model once, with the same settings and seed: ConfigError otherwise); for
+    models measured by separate runs of the binary, e.g. while others still trained."""
+    results = read_results(*measured)
+    kept = {json.dumps({k: r.get(k) for k in ("settings", "seed")}, sort_keys=True) for r in results.values()}
+    if len(kept) > 1:
+        raise ConfigError(f"the models of {', '.join(measured)} were measured with other settings or seeds")
+    out = epath.Path(workdir)
+    out.mkdir(parents=True, exist_ok=True)
+    write_report(out, results, None, quick=False)
+    return results
+
+
+def compare_lengths(workdirs: dict[str, str | tuple]) -> str:
+    """`claims.across_lengths` of finished how_vits_work workdirs ({label: workdir or workdirs}, one label
+    per training length), from their results/MODEL.json; the models are those measured at every length."""
+    results = {label: read_results(*([w] if isinstance(w, str) else w)) for label, w in workdirs.items()}
     common = [m for m in next(iter(results.values())) if all(m in r for r in results.values())]
     return claims.across_lengths({label: claims.rows({m: r[m] for m in common}) for label, r in results.items()})
 
@@ -215,15 +241,17 @@ def time_table(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(workdir: epath.Path, results: dict, seconds: float, quick: bool) -> None:
-    """The figures (models side by side) and summary.md."""
+def write_report(workdir: epath.Path, results: dict, seconds: float | None, quick: bool) -> None:
+    """The figures (models side by side) and summary.md (`seconds`: the run's wall clock, None: unknown)."""
     labelled = {claims.LABELS.get(k, k): r for k, r in results.items()}
     for name, figure in FIGURES.items():
         plots.save(figure(labelled), str(workdir / f"pk22_{name}.png"))
     order = list(results)
     table = claims.markdown(claims.rows(results), order)
     stem = claims.stem_position_table(results)
-    text = (f"# PK22's measurements ({'--quick, ' if quick else ''}{seconds:.0f}s end to end)\n\n{table}\n"
+    timing = [] if seconds is None else [f"{seconds:.0f}s end to end"]
+    head = ", ".join((["--quick"] if quick else []) + timing)
+    text = (f"# PK22's measurements{f' ({head})' if head else ''}\n\n{table}\n"
             + (stem + "\n" if stem else "") +
             "Figures: " + ", ".join(f"pk22_{n}.png" for n in FIGURES) + ". Every number: results/MODEL.json.\n\n"
             + time_table(results))
