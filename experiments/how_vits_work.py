@@ -28,7 +28,10 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for the results, figu
 def _schema(fields) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict({
         "runs": "",  # comma-separated workdirs of trained posattn.vision runs; none = train `models`
-        "models": "resnet,vit_vanilla,alternet,vit_positional",  # of tpu_configs/how_vits_work.py
+        # of tpu_configs/how_vits_work.py; empty: the dataset's (digits: resnet,vit_vanilla,alternet,
+        # vit_positional; fashion_mnist: the same without AlterNet)
+        "models": "",
+        "dataset": "digits",  # of the models trained here: digits or fashion_mnist
         "quick": False,  # short training and small measurements (a smoke run): what `:quick` sets
         "seed": 0,  # of the measurements (mini-batches, directions, noise)
         # None: the measurement settings' own (posattn.papers.pk22.suite.Settings)
@@ -44,10 +47,20 @@ def _schema(fields) -> ml_collections.ConfigDict:
         "hessian_l2_form": ml_collections.config_dict.placeholder(str),  # default "squared" (suite.Settings)
         "mixup_alpha": ml_collections.config_dict.placeholder(float),  # of the objective's images (PK22: 1; 0 off)
         "label_smoothing": ml_collections.config_dict.placeholder(float),  # of the objective's targets (PK22: 0.1)
-        # training images per landscape point (a multiple of 16; PK22: the whole training set)
+        # training images per landscape point (a multiple of landscape_batch_size; 0: the whole training
+        # split, PK22's)
         "landscape_images": ml_collections.config_dict.placeholder(int),
         # "pk22": PK22's normalize_filter, "filter": Li et al.'s one norm per output unit
         "landscape_normalisation": ml_collections.config_dict.placeholder(str),
+        # training images per run of the landscape program (a multiple of 16): the unit of its intervals
+        "landscape_batch_size": ml_collections.config_dict.placeholder(int),
+        "eval_batch_size": ml_collections.config_dict.placeholder(int),  # test images per forward pass
+        "test_images": ml_collections.config_dict.placeholder(int),  # of the accuracy and noise; 0: all
+        "feature_images": ml_collections.config_dict.placeholder(int),  # test images of the Fourier/variance tools
+        "bootstrap_resamples": ml_collections.config_dict.placeholder(int),  # of the 95% intervals
+        "bootstrap_seed": ml_collections.config_dict.placeholder(int),
+        # multiplies the training steps (and warm-up) of every model trained here: a second training length
+        "training_length": 1.0,
     })
 
 
@@ -69,19 +82,24 @@ def main(argv):
 
     config = _CONFIG.value
     runs, models = ([s.strip() for s in text.split(",") if s.strip()] for text in (config.runs, config.models))
-    settings = suite.QUICK if config.quick else suite.Settings()
-    # every field of the config that is one of `suite.Settings` and is set overrides it
-    overrides = {f.name: config[f.name] for f in dataclasses.fields(suite.Settings) if f.name in config}
-    settings = dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+    if config.dataset not in pk22_report.DEFAULT_MODELS:
+        raise ConfigError(f"dataset={config.dataset!r} must be one of {', '.join(pk22_report.DEFAULT_MODELS)}")
+    models = models or list(pk22_report.DEFAULT_MODELS[config.dataset])
+    settings = suite.settings_from(config)
     check_seed(config.seed, "seed")
+    if not config.training_length > 0:
+        raise ConfigError(f"training_length={config.training_length} must be positive (1: the models' own steps)")
     for run in runs:
         ownership.check_run(run, "train_images")
     # its own (its trained runs resume), writable and locked, before any work
     ownership.claim(_WORKDIR.value, "how_vits_work", {"runs": runs, "models": models,
                                                       "quick": config.quick, "seed": config.seed,
+                                                      "training_length": config.training_length,
+                                                      "dataset": config.dataset,
                                                       "settings": dataclasses.asdict(settings)}, resumes=True)
     pk22_report.run(_WORKDIR.value, runs=runs, models=models, quick=config.quick,
-                    settings=settings, seed=config.seed)
+                    settings=settings, seed=config.seed, training_length=config.training_length,
+                    dataset=config.dataset)
 
 
 def entry():

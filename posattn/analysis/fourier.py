@@ -48,6 +48,14 @@ def frequencies(n: int) -> jax.Array:
     return jnp.arange(n) / max(n - 1, 1)
 
 
+def image_profiles(features: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """{name: profile_Bxn}: `relative_profile` of every image of every layer on its own. Their mean over
+    images is `layer_profiles` (the log amplitude's mean over the batch and the profile are linear), and
+    they are the units a bootstrap over images resamples (`posattn.analysis.bootstrap`)."""
+    one = jax.vmap(lambda z_HxWxC: relative_profile(z_HxWxC[None]))
+    return collections.OrderedDict((name, one(z)) for name, z in features.items())
+
+
 def layer_profiles(features: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """`relative_profile` of every layer of a `features` dict (name -> (B, h, w, C)), in its order."""
     # an OrderedDict: jax.jit returns a plain dict with its keys sorted, an OrderedDict in order

@@ -71,11 +71,24 @@ def empty_bands(h: int, w: int, frequencies=FREQUENCIES, half_width: float = HAL
     return [f for f in frequencies if not bool(band_mask(h, w, f, half_width, band).any())]
 
 
+def _gaussian(key, shape_BxHxWxC) -> jax.Array:
+    """N(0, I) of the shape from one key, or with a batch of B keys (a (B,) key array) image i's from key i."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.ndim == 1:
+        if key.shape[0] != shape_BxHxWxC[0]:
+            raise ValueError(f"{key.shape[0]} noise keys for a batch of {shape_BxHxWxC[0]} images")
+        return jax.vmap(lambda k: jax.random.normal(k, shape_BxHxWxC[1:], jnp.float32))(key)
+    return jax.random.normal(key, shape_BxHxWxC, jnp.float32)
+
+
 def band_limited_noise(key, shape_BxHxWxC, f, eps: float, half_width: float = HALF_WIDTH,
                        band: str = "pk22") -> jax.Array:
-    """eps * sign(xi), xi ~ N(0, I), with its spectrum restricted to the band around f (real part)."""
+    """eps * sign(xi), xi ~ N(0, I), with its spectrum restricted to the band around f (real part).
+
+    `key`: one key for the batch, or B keys (`jax.random.key` arrays of shape (B,)), one per image: a
+    split evaluated in batches then draws every image's noise from its own key, whatever the batching.
+    """
     _, H, W, _ = shape_BxHxWxC
-    delta = eps * jnp.sign(jax.random.normal(key, shape_BxHxWxC, jnp.float32))
+    delta = eps * jnp.sign(_gaussian(key, shape_BxHxWxC))
     F = jnp.fft.fftshift(jnp.fft.fft2(delta, axes=(1, 2)), axes=(1, 2))
     F = F * band_mask(H, W, f, half_width, band)[None, :, :, None]
     return jnp.real(jnp.fft.ifft2(jnp.fft.ifftshift(F, axes=(1, 2)), axes=(1, 2)))
@@ -100,8 +113,8 @@ def under_noise(
 
     The clean pass is the band at f = -inf, which holds no frequency: its noise is exactly zero, so it
     runs through the same `jax.lax.map` body as the noisy ones and the model appears once in the
-    compiled program. The same noise draw (`key`) serves every f, so the bands differ only in their
-    frequencies.
+    compiled program. The same noise draw (`key`: one key, or one per image, `band_limited_noise`) serves
+    every f, so the bands differ only in their frequencies.
     """
     fs = jnp.concatenate([jnp.array([-jnp.inf], jnp.float32), jnp.asarray(frequencies, jnp.float32)])
 

@@ -6,7 +6,8 @@ with respect to all parameters, found by power iteration with deflation on Hessi
 (PK22 Section 2: tolerance 1e-3, at most 100 iterations per eigenvalue). Largest magnitude, not
 algebraically largest: power iteration converges to the eigenvalue of largest |lambda|, which is how
 negative eigenvalues reach the spectrum at all. The values of many mini-batches are pooled into one
-density; its summaries are NEP (share of negative values) and APE (mean of the positive ones).
+density; its summaries are NEP (share of negative values) and APE (mean of the positive ones), each with
+a bootstrap interval over the mini-batches (`summaries`).
 
 The Hessian is never formed: `hvp` is forward-over-reverse differentiation (`jax.jvp` of `jax.grad`),
 one HVP costing about two gradient evaluations. Every function is pure and runs under `jax.jit`; the
@@ -19,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+
+from posattn.analysis import bootstrap
 
 LossFn = Callable[[Any, Any], jax.Array]  # (params, batch) -> scalar
 
@@ -140,16 +143,28 @@ def spectrum(
     return jax.lax.map(one, (batches, keys))
 
 
-def summaries(eigenvalues) -> dict[str, float]:
-    """PK22's summaries of a pooled spectrum: NEP (share of negative values), APE (mean of the positive
-    values; NaN if none), and the extremes."""
-    lams = np.ravel(np.asarray(eigenvalues, np.float64))
-    positive = lams[lams > 0]
-    return {
-        "nep": float(np.mean(lams < 0)),
-        "ape": float(positive.mean()) if positive.size else float("nan"),
-        "max": float(lams.max()),
-        "min": float(lams.min()),
-        "count": int(lams.size),
-    }
+def nep(eigenvalues_Mxk) -> float:
+    """NEP: the share of negative values in the pooled spectrum of the M mini-batches."""
+    return float(np.mean(np.asarray(eigenvalues_Mxk) < 0))
 
+
+def ape(eigenvalues_Mxk) -> float:
+    """APE: the mean of the positive values of the pooled spectrum (NaN where none is)."""
+    lams = np.asarray(eigenvalues_Mxk, np.float64)
+    positive = lams[lams > 0]
+    return float(positive.mean()) if positive.size else float("nan")
+
+
+def summaries(eigenvalues_Mxk, *, resamples: int = bootstrap.RESAMPLES, seed: int = bootstrap.SEED) -> dict:
+    """PK22's summaries of a pooled spectrum: NEP and APE, each with its 95% percentile interval
+    ("nep_interval", "ape_interval": [lo, hi]) over resamples of the M mini-batches
+    (`bootstrap.interval`; a mini-batch's k eigenvalues stay together, since they come from one
+    Hessian), and the extremes."""
+    lams_Mxk = np.asarray(eigenvalues_Mxk, np.float64)
+    lams_Mxk = lams_Mxk.reshape(lams_Mxk.shape[0], -1)
+    out = {"max": float(lams_Mxk.max()), "min": float(lams_Mxk.min()), "count": int(lams_Mxk.size),
+           "batches": int(lams_Mxk.shape[0])}
+    for name, statistic in (("nep", nep), ("ape", ape)):
+        est = bootstrap.estimate(lams_Mxk, statistic, resamples=resamples, seed=seed)
+        out[name], out[f"{name}_interval"] = est["value"], [est["lo"], est["hi"]]
+    return out

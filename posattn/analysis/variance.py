@@ -24,3 +24,10 @@ def layer_variances(features: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """`feature_variance` of every layer of a `features` dict (name -> (B, h, w, C)), in its order."""
     # an OrderedDict: jax.jit returns a plain dict with its keys sorted, an OrderedDict in order
     return collections.OrderedDict((name, feature_variance(z)) for name, z in features.items())
+
+
+def image_variances(features: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """{name: variance_B}: `feature_variance` of every image of every layer on its own; their mean over
+    images is `layer_variances`."""
+    one = jax.vmap(lambda z_HxWxC: feature_variance(z_HxWxC[None]))
+    return collections.OrderedDict((name, one(z)) for name, z in features.items())

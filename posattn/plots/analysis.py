@@ -34,13 +34,18 @@ def _panels(n: int, width: float = 3.4, height: float = 3.0, **kw):
 
 
 def hessian_spectra(results: dict) -> Figure:
-    """PK22 Fig. 2: density of the top-5 Hessian eigenvalues pooled over mini-batches, per model."""
+    """PK22 Fig. 2: density of the top-5 Hessian eigenvalues pooled over mini-batches, per model; NEP and
+    APE in the title, with their 95% intervals where the results hold them (`hessian.summaries`)."""
     fig, axes = _panels(len(results))
     for ax, (label, r) in zip(axes, results.items()):
         lams = np.ravel(r["hessian"]["eigenvalues"])
         ax.hist(lams, bins=30, density=True, color="tab:blue", alpha=0.8)
         ax.axvline(0, color="k", lw=0.8)
-        ax.set_title(f"{label}\nNEP {r['hessian']['nep']:.2f}, APE {r['hessian']['ape']:.1f}", fontsize=9)
+        h = r["hessian"]
+        interval = lambda k, d: (f" [{h[k + '_interval'][0]:.{d}f}, {h[k + '_interval'][1]:.{d}f}]"  # noqa: E731
+                                 if k + "_interval" in h else "")
+        ax.set_title(f"{label}\nNEP {h['nep']:.2f}{interval('nep', 2)}, APE {h['ape']:.1f}{interval('ape', 1)}",
+                     fontsize=9)
         ax.set_xlabel("top-5 Hessian eigenvalue")
     axes[0].set_ylabel("density")
     return fig

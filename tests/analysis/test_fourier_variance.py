@@ -81,3 +81,16 @@ def test_fourier_and_variance_compile_once_per_layer_shape():
         z = jax.random.normal(jax.random.key(seed), (2, 8, 8, 4))
         run({"stem": z, "block_00/attention": z * 2})
     assert len(traces) == 1
+
+
+def test_per_image_profiles_and_variances_average_to_the_layers():
+    # the bootstrap's units: their mean over images is the figure's value (the profile is linear in the
+    # batch mean of the log amplitude; the variance is a batch mean)
+    feats = {"a": jax.random.normal(jax.random.key(0), (5, 7, 7, 3)),
+             "b": jax.random.normal(jax.random.key(1), (5, 4, 4, 2)) ** 2}
+    for name in feats:
+        np.testing.assert_allclose(fourier.image_profiles(feats)[name].mean(0), fourier.layer_profiles(feats)[name],
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(variance.image_variances(feats)[name].mean(0), variance.layer_variances(feats)[name],
+                                   rtol=1e-5)
+    assert fourier.image_profiles(feats)["a"].shape == (5, 4)

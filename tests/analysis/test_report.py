@@ -1,4 +1,6 @@
 """The summary rows, the settings' validation and the binary's handling of bad input."""
+import dataclasses
+import json
 import subprocess
 import sys
 import threading
@@ -29,10 +31,12 @@ def test_model_keys_and_table_columns():
     assert key(name="alternet", attention="vanilla", variant="XS/0000") == "resnet"
     assert key(name="alternet", attention="positional", variant="XS") == "alternet_positional"
     assert key(name="resnet18", attention="positional", variant="Ti/4") == "resnet18"
-    rows = [{"claim": "c", "paper": "p", "ours": {"resnet": "1", "vit_positional": "2"}}]
+    rows = [{"claim": "c", "paper": "p", "ours": {"resnet": "1", "vit_positional": "2"}, "verdict": "holds",
+             "positional": "-"}]
     table = claims.markdown(rows, ["resnet", "vit_positional"])
-    assert table.splitlines()[0] == "| PK22's claim | PK22's number | ResNet | ViT (positional) * |"
-    assert table.splitlines()[2] == "| c | p | 1 | 2 |"
+    assert table.splitlines()[0] == ("| PK22's claim | PK22's number | ResNet | ViT (positional) * | "
+                                     "verdict (intervals) | positional ViT |")
+    assert table.splitlines()[2] == "| c | p | 1 | 2 | holds | - |"
 
 
 def test_settings_are_validated():
@@ -42,8 +46,15 @@ def test_settings_are_validated():
         suite.Settings(landscape_grid=7)
     with pytest.raises(ConfigError, match="hessian_batches"):
         suite.Settings(hessian_batches=0)
-    with pytest.raises(ConfigError, match="landscape_images=20 must be a multiple of hessian_batch_size=16"):
+    with pytest.raises(ConfigError, match="landscape_images=20 must be a multiple of landscape_batch_size=64"):
         suite.Settings(landscape_images=20)
+    with pytest.raises(ConfigError, match="landscape_batch_size=40 must be a multiple of hessian_batch_size=16"):
+        suite.Settings(landscape_batch_size=40, landscape_images=0)
+    with pytest.raises(ConfigError, match="landscape_images=-64 must be >= 0"):
+        suite.Settings(landscape_images=-64)
+    with pytest.raises(ConfigError, match="the training split has 100 images"):
+        suite.landscape_image_count(suite.Settings(landscape_images=128), 100)
+    assert suite.landscape_image_count(suite.Settings(landscape_images=0), 1437) == 1408  # 22 batches of 64
     for field, value in (("noise_band", "disc"), ("hessian_l2_form", "l1"), ("landscape_normalisation", "layer"),
                          ("mixup_alpha", -1.0), ("label_smoothing", 1.0)):
         with pytest.raises(ConfigError, match=field):
@@ -66,18 +77,27 @@ def test_unknown_model_stops_the_report_before_any_training(tmp_path):
 
 def test_pipelines_start_with_the_convolutional_models():
     # the CNNs' pipelines are the longest: started last, one would run alone at the end
-    configs = {m: pk22_report.training_config(m, quick=True) for m in pk22_report.DEFAULT_MODELS}
+    configs = {m: pk22_report.training_config(m, quick=True) for m in pk22_report.DEFAULT_MODELS["digits"]}
     assert pk22_report.start_order(configs) == ["resnet", "alternet", "vit_vanilla", "vit_positional"]
 
 
-def _fake_results(attention: bool):
+def _fake_results(attention: bool, shift: float = 0.0):
+    """Results of a 3-layer model on 4 test images (2 noise bands), 2 Hessian mini-batches, 2 landscape
+    batches; `shift` moves every per-unit value of the Fourier tool."""
     names = ["stem", "block_00/attention" if attention else "block_00/conv", "block_01/conv"]
+    hf = np.array([[-2.5, -3.0, np.nan], [-2.4, -3.1, np.nan], [-2.6, -2.9, np.nan], [-2.5, -3.0, np.nan]]) + shift
+    var = np.array([[1.0, 0.5, 2.0], [1.1, 0.4, 2.1], [0.9, 0.6, 1.9], [1.0, 0.5, 2.0]])
+    surfaces = np.array([[[3, 2, 3], [2, 1, 2], [3, 2, 3]], [[3.2, 2.2, 3.2], [2.2, 1.2, 2.2], [3.2, 2.2, 3.2]]])
     return {"layers": names, "layer_sizes": [8, 8, 4], "fourier": {n: [0.0, -1.0, -2.0, -2.5] for n in names},
-            "high_frequency": [-2.5, -3.0, np.nan], "variance": [1.0, 0.5, 2.0],
-            "noise": {"frequencies_pi": [0.1, 0.9], "drop_points": [-1.0, -5.0], "clean_accuracy": 0.9},
-            "hessian": {"eigenvalues": [[3.0, -1.0], [2.0, 1.0]], "nep": 0.25, "ape": 2.0, "min": -1.0},
-            "landscape": {"axis": [-1.0, 0.0, 1.0], "loss": [[3, 2, 3], [2, 1, 2], [3, 2, 3]],
-                          "loss_at_optimum": 1.0, "nll_at_optimum": 0.9, "delta_at_half": 0.5, "delta_at_one": 1.0}}
+            "high_frequency": list(hf.mean(0)), "variance": list(var.mean(0)),
+            "per_image": {"high_frequency": hf.tolist(), "variance": var.tolist()},
+            "noise": {"frequencies_pi": [0.1, 0.9], "drop_points": [-25.0, -50.0], "clean_accuracy": 0.75,
+                      "correct": [[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]]},
+            "hessian": {"eigenvalues": [[3.0, -1.0], [2.0, 1.0]], "nep": 0.25, "ape": 2.0, "min": -1.0,
+                        "nep_interval": [0.0, 0.5], "ape_interval": [1.5, 3.0]},
+            "landscape": {"axis": [-1.0, 0.0, 1.0], "loss": surfaces.mean(0).tolist(), "batch_loss": surfaces.tolist(),
+                          "penalty_at_optimum": 0.1, "loss_at_optimum": 1.1, "nll_at_optimum": 1.0,
+                          "delta_at_half": 1.0, "delta_at_one": 1.0}}
 
 
 def test_figures_and_rows_from_results(tmp_path):
@@ -89,12 +109,39 @@ def test_figures_and_rows_from_results(tmp_path):
     plots.save(plots.noise_robustness(results), str(tmp_path / "noise.png"))
     assert (tmp_path / "noise.png").stat().st_size > 1000
     rows = claims.rows({"resnet": _fake_results(False), "vit_positional": _fake_results(True)})
-    by_claim = {r["claim"].split(":")[0] + str(i): r["ours"] for i, r in enumerate(rows)}
-    assert all(set(v) == {"resnet", "vit_positional"} for v in by_claim.values())
-    noise_09 = next(r for r in rows if r["claim"].startswith("Noise at 0.9"))
-    assert noise_09["ours"] == {"resnet": "-5.0", "vit_positional": "-5.0"}
-    fourier_att = next(r for r in rows if r["claim"].startswith("Fourier: attention"))
-    assert fourier_att["ours"] == {"resnet": "no attention", "vit_positional": "-0.50 (1 layers)"}
+    by_key = {r["key"]: r for r in rows}
+    assert all(set(r["ours"]) == {"resnet", "vit_positional"} for r in rows)
+    # the 0.9 pi drop of 4 images (clean 1 1 1 0, noisy 1 0 0 0): -50 points; its interval resamples images
+    assert by_key["noise_high"]["ours"]["resnet"].startswith("-50.0 [")
+    est = by_key["noise_high"]["estimates"]["resnet"]
+    assert -100 <= est["lo"] < -50 < est["hi"] <= 0
+    assert by_key["accuracy"]["estimates"]["resnet"]["value"] == 75.0
+    assert by_key["fourier_attention"]["ours"]["resnet"] == "no attention"
+    att = by_key["fourier_attention"]["estimates"]["vit_positional"]
+    assert att["value"] == pytest.approx(-0.5) and att["lo"] <= -0.5 <= att["hi"] < 0
+    assert by_key["fourier_attention"]["verdict"] == "ViT (positional): holds"  # its interval lies below 0
+    assert by_key["hessian_nep"]["ours"]["resnet"] == "0.25 [0.00, 0.50]"
+    # NLL at theta*: the batches' centre losses (1, 1.2) less the L2 term 0.1
+    assert by_key["landscape_nll"]["estimates"]["resnet"]["value"] == pytest.approx(1.0)
+    assert by_key["landscape_one"]["estimates"]["resnet"]["value"] == pytest.approx(1.0)
+    # ResNet vs vanilla ViT decide the orders; without a vanilla ViT there is nothing to decide
+    assert by_key["hessian_ape"]["verdict"] == "-" and by_key["landscape_nll"]["verdict"] == "-"
+    shifted = claims.rows({"resnet": _fake_results(False, shift=-5.0), "vit_vanilla": _fake_results(True),
+                           "vit_positional": _fake_results(True, shift=0.01)})
+    fourier_min = next(r for r in shifted if r["key"] == "fourier_min")
+    assert fourier_min["positional"] == "vs ViT (vanilla): not separated; vs ResNet: above"
+    hessian_ape = next(r for r in shifted if r["key"] == "hessian_ape")
+    assert hessian_ape["verdict"] == "undecided (ResNet vs ViT (vanilla): not separated)"
+
+
+def test_last_epoch_change_is_the_criterion_of_image_results(tmp_path):
+    logs = [{"step": s, "train_loss": loss} for s, loss in ((11, 2.0), (22, 1.0), (33, 0.70), (44, 0.69))]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in logs + [{"step": 44, "test_loss": 1}]))
+    # each log is the mean since the one before: the last epoch's are those whose steps all lie in it
+    flat = pk22_report.last_epoch_change(tmp_path, 22.5)  # steps 21.5 .. 44: the logs at 33 and 44
+    assert (flat["first_loss"], flat["last_loss"], flat["logs"]) == (0.70, 0.69, 2) and flat["converged"]
+    falling = pk22_report.last_epoch_change(tmp_path, 34)  # steps 10 .. 44: the logs at 22, 33, 44
+    assert falling["change"] == pytest.approx(-0.31) and not falling["converged"]
 
 
 def test_two_runs_of_one_model_stop_the_report_before_any_training(tmp_path):
@@ -115,6 +162,7 @@ def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monk
         return {**r, "seconds_by_program": {}, "hessian": {**r["hessian"], "max": 3.0}}
 
     monkeypatch.setattr(pk22_report.suite, "measure", measure)
+    monkeypatch.setattr(pk22_report, "training_summary", lambda run_dir, config: {})
     (tmp_path / "results").mkdir()
     one = lambda settings, seed, run_dir="run": pk22_report.measure_one(  # noqa: E731
         epath.Path(tmp_path), run_dir, settings, seed, None, threading.Lock())
@@ -125,3 +173,55 @@ def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monk
                                     (suite.Settings(noise_eps=0.5), 1, "other_run")):
         one(settings, seed, run_dir)
     assert len(measured) == 4  # another seed, other settings, another run: each measured again
+
+
+PARSE_SETTINGS = """
+import sys
+from absl import flags
+from experiments import how_vits_work as binary
+from posattn.papers.pk22 import suite
+flags.FLAGS(sys.argv)
+config = binary._CONFIG.value
+print(repr(suite.settings_from(config)), config.training_length, config.dataset)
+"""
+
+
+def test_every_measurement_knob_is_reachable_from_the_binary():
+    # --config.F=V for each field of the issue-35 knobs: the binary's settings carry the value given
+    given = {"hessian_batches": 3, "landscape_images": 0, "landscape_batch_size": 32, "eval_batch_size": 50, "test_images": 100,
+             "feature_images": 40, "bootstrap_resamples": 300, "bootstrap_seed": 7, "weight_decay": 0.01,
+             "mixup_alpha": 0.0}
+    argv = ["x", "--config=tpu_configs/pk22.py"] + [f"--config.{k}={v}" for k, v in given.items()] + ["--config.training_length=2",
+                                                                       "--config.dataset=fashion_mnist"]
+    proc = subprocess.run([sys.executable, "-c", PARSE_SETTINGS, *argv[1:]], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    settings_repr, length, dataset = proc.stdout.strip().rsplit(" ", 2)
+    expected = suite.Settings(**{k: type(getattr(suite.Settings(), k))(v) for k, v in given.items()})
+    assert settings_repr == repr(expected) and float(length) == 2.0 and dataset == "fashion_mnist"
+    # every field of Settings has its --config field
+    from experiments import how_vits_work as binary
+    schema = binary._schema(None)
+    missing = [f.name for f in dataclasses.fields(suite.Settings) if f.name not in schema]
+    assert set(missing) <= {"hessian_batch_size", "hessian_iterations", "hessian_tolerance", "top_k",
+                            "landscape_chunk"}, missing
+
+
+def test_positional_statements_are_kept_only_where_every_length_agrees():
+    row = lambda positional: [{"claim": "c", "verdict": "holds", "positional": positional}]  # noqa: E731
+    table = claims.across_lengths({
+        "short": row("vs ViT (vanilla): above; vs ResNet: below"),
+        "long": row("vs ViT (vanilla): above; vs ResNet: not separated")})
+    assert table.splitlines()[2].endswith("| vs ViT (vanilla): above |")
+    table = claims.across_lengths({"short": row("vs ViT (vanilla): below"), "long": row("vs ViT (vanilla): above")})
+    assert table.splitlines()[2].endswith("| none |")
+
+
+def test_results_of_several_workdirs_are_read_in_the_models_order(tmp_path):
+    for workdir, models in (("a", ["vit_positional"]), ("b", ["alternet", "resnet"])):
+        (tmp_path / workdir / "results").mkdir(parents=True)
+        for m in models:
+            (tmp_path / workdir / "results" / f"{m}.json").write_text(json.dumps({"model": m}))
+    results = pk22_report.read_results(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert list(results) == ["resnet", "alternet", "vit_positional"]
+    with pytest.raises(ConfigError, match="vit_positional is measured in two of"):
+        pk22_report.read_results(str(tmp_path / "a"), str(tmp_path / "a"))

@@ -7,6 +7,7 @@ it apart, Fig. 6).
 """
 import numpy as np
 
+from posattn.analysis import bootstrap
 from posattn.papers.pk22 import published
 
 # model key -> label; the binary's default runs use these keys (tpu_configs/how_vits_work.py)
@@ -52,72 +53,203 @@ def _fmt(x, digits=2) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
 
 
-def _log_variance(r):
-    return [float(np.log(v)) if v and np.isfinite(v) and v > 0 else float("nan") for v in r["variance"]]
+def _cell(est: dict | None, digits=2) -> str:
+    """"value [lo, hi]"; "n/a" where there is no estimate."""
+    if est is None or not np.isfinite(est["value"]):
+        return "n/a"
+    return f"{_fmt(est['value'], digits)} [{_fmt(est['lo'], digits)}, {_fmt(est['hi'], digits)}]"
+
+
+def _log_variance(v):
+    v = np.asarray(v, np.float64)
+    return np.where(np.isfinite(v) & (v > 0), np.log(np.where(v > 0, v, 1.0)), np.nan)
+
+
+def estimates(r: dict, *, resamples: int | None = None, seed: int | None = None) -> dict[str, dict | None]:
+    """Every summary number of one model's results, {"value", "lo", "hi"} with its 95% percentile
+    bootstrap interval (`bootstrap.interval`) over the measurement's units: test images for the accuracy,
+    the noise drops and (the first `feature_images` of them) the Fourier and variance changes; mini-batches
+    for the Hessian (`hessian.summaries`); the landscape's batches for its NLL and rises. None where a
+    model has no such number (no attention layer). The resamples and seed are the results' settings'."""
+    settings = r.get("settings", {})
+    kw = dict(resamples=resamples or settings.get("bootstrap_resamples", bootstrap.RESAMPLES),
+              seed=settings.get("bootstrap_seed", bootstrap.SEED) if seed is None else seed)
+    est = lambda units, fn: bootstrap.estimate(np.asarray(units, np.float64), fn, **kw)  # noqa: E731
+    names, sizes = r["layers"], r["layer_sizes"]
+    out = {}
+    correct_NxF = np.asarray(r["noise"]["correct"], np.float64).T  # (N, 1 + F): the units are images
+    out["accuracy"] = est(correct_NxF[:, 0], lambda c: 100 * c.mean())
+    freqs = r["noise"]["frequencies_pi"]
+    for key, f in (("noise_low", 0.1), ("noise_high", 0.9)):
+        i = 1 + freqs.index(f)
+        out[key] = est(correct_NxF[:, [0, i]], lambda c: 100 * (c[:, 1].mean() - c[:, 0].mean()))
+    hf_NxL = np.asarray(r["per_image"]["high_frequency"], np.float64)
+    logvar = lambda v_NxL: _log_variance(np.asarray(v_NxL).mean(axis=0))  # noqa: E731
+    changes = {
+        "fourier": (hf_NxL, lambda v_NxL: np.asarray(v_NxL).mean(axis=0)),  # NaN: a one-point map
+        "variance": (np.asarray(r["per_image"]["variance"], np.float64), logvar),
+    }
+    for tool, (units, per_layer) in changes.items():
+        point = layer_changes(names, sizes, per_layer(units))
+        for kind in ("attention", "other"):
+            stat = lambda u, kind=kind: layer_changes(names, sizes, per_layer(u))[kind]  # noqa: E731
+            out[f"{tool}_{kind}"] = est(units, stat) if point[f"{kind}_layers"] else None
+    out["fourier_min"] = est(hf_NxL, lambda u: np.nanmin(u.mean(axis=0)))
+    out["fourier_max"] = est(hf_NxL, lambda u: np.nanmax(u.mean(axis=0)))
+    for name in ("ape", "nep"):
+        lo, hi = r["hessian"][f"{name}_interval"]
+        out[f"hessian_{name}"] = {"value": r["hessian"][name], "lo": lo, "hi": hi}
+    land = r["landscape"]
+    surf_BxGxG = np.asarray(land["batch_loss"], np.float64)
+    c = surf_BxGxG.shape[-1] // 2
+    penalty = land.get("penalty_at_optimum", land["loss_at_optimum"] - land["nll_at_optimum"])
+    out["landscape_nll"] = est(surf_BxGxG[:, c, c], lambda u: u.mean() - penalty)
+    for key, x in (("landscape_half", c + c // 2), ("landscape_one", 2 * c)):
+        out[key] = est(surf_BxGxG[:, c, [c, x]], lambda u: (u[:, 1] - u[:, 0]).mean())
+    return out
+
+
+# Each row: (key of `estimates`, claim, key of published.NUMBERS, PK22's verdict rule). A rule is
+# ("sign", s): the claim holds for a model where its interval lies on the side s of 0; or
+# ("order", [(a, b), ..]): it holds where a's interval lies wholly above b's for every pair present.
+# Fixed before the runs (docs/how_vits_work.md, Verdicts); `verdict` applies them.
+ROWS = (
+    ("accuracy", "Test accuracy (%): AlterNet > ResNet > ViT on small data", "accuracy",
+     ("order", [("alternet", "resnet"), ("resnet", "vit_vanilla")])),
+    ("hessian_ape", "Hessian APE (mean of the positive top-5 eigenvalues): the CNN's large, the ViT's small",
+     "hessian_ape", ("order", [("resnet", "vit_vanilla")])),
+    ("hessian_nep", "Hessian NEP (share of negative top-5 eigenvalues): the ViT's larger", "hessian_nep",
+     ("order", [("vit_vanilla", "resnet")])),
+    ("fourier_attention", "Fourier: attention lowers the high-frequency (1.0 pi) log amplitude: mean change at "
+     "attention layers", "fourier_attention", ("sign", -1)),
+    ("fourier_other", "Fourier: convs / MLPs raise it: mean change at the other layers", "fourier_other",
+     ("sign", +1)),
+    ("fourier_min", "Fourier: lowest high-frequency value over layers", "fourier_range", None),
+    ("fourier_max", "Fourier: highest high-frequency value over layers", "fourier_range", None),
+    ("noise_low", "Noise at 0.1 pi: accuracy change (points)", "noise_low", None),
+    ("noise_high", "Noise at 0.9 pi: ViT robust to high-frequency noise, ResNet not (accuracy change, points)",
+     "noise_high", ("order", [("vit_vanilla", "resnet")])),
+    ("variance_attention", "Variance: attention reduces the feature-map variance: mean change of log variance "
+     "at attention layers", "variance_attention", ("sign", -1)),
+    ("variance_other", "Variance: convs / MLPs increase it: mean change of log variance at the other layers",
+     "variance_other", ("sign", +1)),
+    ("landscape_nll", "Landscape: NLL at theta* (augmented training images)", "landscape_nll", None),
+    ("landscape_half", "Landscape: ViT flatter: loss rise at (0.5, 0)", "landscape_rise",
+     ("order", [("resnet", "vit_vanilla")])),
+    ("landscape_one", "Landscape: ViT flatter: loss rise at (1, 0)", "landscape_rise",
+     ("order", [("resnet", "vit_vanilla")])),
+)
+
+
+def _word(s: int, above="above", below="below") -> str:
+    return {1: above, -1: below, 0: "not separated"}[s]
+
+
+def verdict(rule, ests: dict[str, dict | None]) -> str:
+    """PK22's claim under `rule` (see ROWS) on the models' estimates: "holds", "fails" or "undecided",
+    with the models it was decided on; "-" where the row claims nothing or no model can decide it."""
+    if rule is None:
+        return "-"
+    kind, arg = rule
+    if kind == "sign":
+        parts = []
+        for m, e in ests.items():
+            if e is None:
+                continue
+            s = bootstrap.sign(e)
+            parts.append(f"{LABELS.get(m, m)}: " + ("holds" if s == arg else "undecided" if s == 0 else "fails"))
+        return "; ".join(parts) or "-"
+    pairs = [(a, b) for a, b in arg if ests.get(a) is not None and ests.get(b) is not None]
+    if not pairs:
+        return "-"
+    signs = [bootstrap.compare(ests[a], ests[b]) for a, b in pairs]
+    word = "holds" if all(s == 1 for s in signs) else "fails" if any(s == -1 for s in signs) else "undecided"
+    return word + " (" + ", ".join(f"{LABELS.get(a, a)} vs {LABELS.get(b, b)}: {_word(s)}"
+                                   for (a, b), s in zip(pairs, signs)) + ")"
+
+
+def positional_comparison(ests: dict[str, dict | None]) -> str:
+    """Where the positional ViT's interval lies against the vanilla ViT's and the ResNet's: "above",
+    "below" or "not separated" (the same separation rule as `verdict`)."""
+    pos = ests.get("vit_positional")
+    if pos is None:
+        return "-"
+    parts = [f"vs {LABELS[m]}: {_word(bootstrap.compare(pos, ests[m]))}" for m in ("vit_vanilla", "resnet")
+             if ests.get(m) is not None]
+    return "; ".join(parts) or "-"
 
 
 def rows(results: dict[str, dict]) -> list[dict]:
-    """[{"claim", "paper", "ours": {model: text}}] for every measurement, models as in `results`."""
-    def per_model(fn):
-        return {m: fn(r) for m, r in results.items()}
+    """[{"key", "claim", "paper", "ours": {model: "value [lo, hi]"}, "estimates", "verdict", "positional"}]
+    for every row of ROWS, models as in `results`."""
+    per_model = {m: estimates(r) for m, r in results.items()}
+    out = []
+    for key, claim, paper_key, rule in ROWS:
+        ests = {m: e[key] for m, e in per_model.items()}
+        digits = 1 if key in ("accuracy", "noise_low", "noise_high", "hessian_ape") else 2
+        ours = {m: ("no attention" if e is None and key.endswith("_attention") else _cell(e, digits))
+                for m, e in ests.items()}
+        out.append({"key": key, "claim": claim, "paper": published.NUMBERS[paper_key], "ours": ours,
+                    "estimates": ests, "verdict": verdict(rule, ests), "positional": positional_comparison(ests)})
+    return out
 
-    hf = lambda r: layer_changes(r["layers"], r["layer_sizes"], r["high_frequency"])  # noqa: E731
-    var = lambda r: layer_changes(r["layers"], r["layer_sizes"], _log_variance(r))  # noqa: E731
-    drop = lambda r, f: r["noise"]["drop_points"][r["noise"]["frequencies_pi"].index(f)]  # noqa: E731
-    land = lambda r: r["landscape"]  # noqa: E731
-    paper = published.NUMBERS
-    return [
-        {"claim": "Test accuracy (%): AlterNet > ResNet > ViT on small data",
-         "paper": paper["accuracy"],
-         "ours": per_model(lambda r: _fmt(100 * r["noise"]["clean_accuracy"], 1))},
-        {"claim": "Hessian: CNN's top-5 eigenvalues large and positive; ViT's small, many negative. "
-                  "APE (mean of the positive ones)",
-         "paper": paper["hessian_ape"],
-         "ours": per_model(lambda r: _fmt(r["hessian"]["ape"], 1))},
-        {"claim": "Hessian NEP (share of negative top-5 eigenvalues)",
-         "paper": paper["hessian_nep"],
-         "ours": per_model(lambda r: f"{_fmt(r['hessian']['nep'])} (min {_fmt(r['hessian']['min'], 1)})")},
-        {"claim": "Fourier: attention lowers the high-frequency (1.0 pi) log amplitude: mean change at "
-                  "attention layers",
-         "paper": paper["fourier_attention"],
-         "ours": per_model(lambda r: f"{_fmt(hf(r)['attention'])} ({hf(r)['attention_layers']} layers)"
-                           if hf(r)["attention_layers"] else "no attention")},
-        {"claim": "Fourier: convs / MLPs raise it: mean change at the other layers",
-         "paper": paper["fourier_other"],
-         "ours": per_model(lambda r: f"{_fmt(hf(r)['other'])} ({hf(r)['other_layers']} layers)")},
-        {"claim": "Fourier: range of the high-frequency value over layers",
-         "paper": paper["fourier_range"],
-         "ours": per_model(lambda r: f"{_fmt(np.nanmin(r['high_frequency']))} to "
-                                     f"{_fmt(np.nanmax(r['high_frequency']))}")},
-        {"claim": "Noise at 0.1 pi: accuracy drop (points)", "paper": paper["noise_low"],
-         "ours": per_model(lambda r: _fmt(drop(r, 0.1), 1))},
-        {"claim": "Noise at 0.9 pi: ViT robust to high-frequency noise, ResNet not",
-         "paper": paper["noise_high"],
-         "ours": per_model(lambda r: _fmt(drop(r, 0.9), 1))},
-        {"claim": "Variance: attention reduces the feature-map variance: mean change of log variance at "
-                  "attention layers (share that lower it)",
-         "paper": paper["variance_attention"],
-         "ours": per_model(lambda r: f"{_fmt(var(r)['attention'])} ({_fmt(var(r)['attention_lowers'])})"
-                           if var(r)["attention_layers"] else "no attention")},
-        {"claim": "Variance: convs / MLPs increase it: mean change of log variance at the other layers "
-                  "(share that lower it)",
-         "paper": paper["variance_other"],
-         "ours": per_model(lambda r: f"{_fmt(var(r)['other'])} ({_fmt(var(r)['other_lowers'])})")},
-        {"claim": "Landscape: NLL at theta* (augmented training images)",
-         "paper": paper["landscape_nll"],
-         "ours": per_model(lambda r: _fmt(land(r)["nll_at_optimum"]))},
-        {"claim": "Landscape: ViT flatter: loss rise at (0.5, 0) and at (1, 0)",
-         "paper": paper["landscape_rise"],
-         "ours": per_model(lambda r: f"{_fmt(land(r)['delta_at_half'])} and {_fmt(land(r)['delta_at_one'])}")},
-    ]
+
+def stem_position_table(results: dict[str, dict]) -> str:
+    """The positional embedding's part of the stem's high-frequency value and variance (PK22 Figs. 4, 6)
+    for the models whose stem adds one (`suite.stem_position_parts`), each with its 95% interval over the
+    Fourier tool's test images; "" where no model's does."""
+    lines = []
+    for m, r in results.items():
+        parts = r.get("stem_position")
+        if not parts or not np.any(np.asarray(parts["position"]["variance"])):
+            continue  # no P, or a stem that P does not enter (the positional ViT: P makes its maps alone)
+        settings = r.get("settings", {})
+        kw = dict(resamples=settings.get("bootstrap_resamples", bootstrap.RESAMPLES),
+                  seed=settings.get("bootstrap_seed", bootstrap.SEED))
+        cells = []
+        for quantity in ("high_frequency", "variance"):
+            for part in ("with", "without", "position"):
+                units = np.asarray(parts[part][quantity], np.float64)
+                cells.append(_cell(bootstrap.estimate(units, np.mean, **kw)))
+        lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(cells) + " |")
+    if not lines:
+        return ""
+    head = ("| model | stem high-frequency value | without P | P alone | stem variance | without P | P alone |\n"
+            "|---|---|---|---|---|---|---|")
+    return ("The positional embedding P in the stem (the stem with P set to 0, and P alone; models whose "
+            "stem holds no P, such as the positional ViT, are left out):\n\n" + head + "\n" + "\n".join(lines) + "\n")
+
+
+def across_lengths(rows_by_length: dict[str, list[dict]]) -> str:
+    """A markdown table of the PK22 verdicts and the positional ViT's place (`rows`) at each training
+    length ({label: rows}), and which positional statements hold at every length: the same by the
+    separation rule everywhere, and not "not separated" (docs/how_vits_work.md, Verdicts)."""
+    labels = list(rows_by_length)
+    first = rows_by_length[labels[0]]
+    head = ["row"] + [f"verdict, {l}" for l in labels] + [f"positional ViT, {l}" for l in labels] + [
+        "positional statement at every length"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, row in enumerate(first):
+        rs = [rows_by_length[l][i] for l in labels]
+        places = [r["positional"] for r in rs]
+        parts = [p.split("; ") for p in places]
+        kept = [part for part in parts[0] if all(part in other for other in parts[1:]) and
+                not part.endswith("not separated")]
+        lines.append("| " + " | ".join([row["claim"]] + [r["verdict"] for r in rs] + places
+                                       + ["; ".join(kept) or "none"]) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def markdown(rows_: list[dict], models: list[str]) -> str:
-    """The rows as a markdown table: claim | PK22 | one column per model."""
-    head = ["PK22's claim", "PK22's number"] + [LABELS.get(m, m) + (" *" if m in POSITIONAL else "")
-                                              for m in models]
+    """The rows as a markdown table: claim | PK22 | one column per model (value [95% interval]) | PK22's
+    verdict | the positional ViT against the vanilla ViT and the ResNet."""
+    head = (["PK22's claim", "PK22's number"] + [LABELS.get(m, m) + (" *" if m in POSITIONAL else "") for m in models]
+            + ["verdict (intervals)", "positional ViT"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows_:
-        lines.append("| " + " | ".join([row["claim"], row["paper"]] + [row["ours"].get(m, "") for m in models])
-                     + " |")
-    return "\n".join(lines) + "\n\n\\* positional attention (JSL22 Definition 3.2)\n"
+        cells = [row["claim"], row["paper"]] + [row["ours"].get(m, "") for m in models]
+        lines.append("| " + " | ".join(cells + [row.get("verdict", "-"), row.get("positional", "-")]) + " |")
+    return ("\n".join(lines) + "\n\nEvery number: the estimate [95% percentile bootstrap interval]. A verdict is "
+            "stated only where the intervals separate (docs/how_vits_work.md, Verdicts): a sign where the interval "
+            "excludes 0, an order where two intervals do not overlap; otherwise \"undecided\" or \"not separated\"."
+            "\n\n\\* positional attention (JSL22 Definition 3.2)\n")

@@ -1,10 +1,17 @@
 """Every PK22 measurement of one trained image model: what `experiments/how_vits_work.py` runs per run.
 
-`measure(model, variables, config, settings, key)` reads the run's dataset (test images for the
-Fourier, variance and noise tools; augmented, mixed-up training images for the Hessian and the
-landscape), runs the tools of `posattn.analysis` as three compiled programs (one evaluation pass per
-noise band serves the Fourier, variance and noise tools; the Hessian spectrum; the landscape), and
-returns plain numbers and arrays (`jsonable`). The Hessian and the landscape share an objective
+`measure(model, variables, config, settings, key)` streams the run's dataset through the tools of
+`posattn.analysis` in batches (test images for the Fourier, variance and noise tools; augmented, mixed-up
+training images for the Hessian and the landscape), as three compiled programs, each compiled once
+for its batch shape and run batch after batch: one evaluation pass per noise band serves the Fourier,
+variance and noise tools; the Hessian spectrum; the landscape on one batch of training images. A split of
+any size fits, since no program sees more than one batch (`Settings.eval_batch_size`,
+`Settings.landscape_batch_size`), and the answer does not depend on the batch size: the noise of a test
+image is drawn from its index, the augmentation and mixup of a training mini-batch from its index.
+
+It returns plain numbers and arrays (`jsonable`) and, beside every summary, the per-unit values the
+intervals of `posattn.papers.pk22.claims` resample (per test image, per Hessian mini-batch, per
+landscape batch: `posattn.analysis.bootstrap`). The Hessian and the landscape share an objective
 (`posattn.analysis.objective`, docs/how_vits_work.md, Decisions): the NLL of the model in evaluation
 mode (batch norm with its running statistics, no dropout) against PK22's mixed, label-smoothed targets,
 plus `settings.weight_decay` times an L2 term (PK22's sum of per-tensor norms for the landscape, half
@@ -22,7 +29,7 @@ import numpy as np
 from posattn.analysis import fourier, frequency_noise, hessian, landscape, objective, programs, subject, variance
 from posattn.errors import ConfigError
 from posattn.vision import losses
-from posattn.vision.models.sown import INTERMEDIATES
+from posattn.vision.models.sown import INTERMEDIATES, STEM
 from posattn.vision.setup import Setup, resolve
 
 
@@ -31,7 +38,8 @@ class Settings:
     """How much of each measurement to run, and how. Defaults: PK22's values where it gives them (the
     modules of `posattn.analysis` cite them)."""
 
-    hessian_batches: int = 8  # mini-batches pooled into the spectrum (docs/how_vits_work.md, Time)
+    # mini-batches of the Hessian spectrum: the units its intervals resample (docs/how_vits_work.md, Time)
+    hessian_batches: int = 8
     hessian_batch_size: int = 16  # PK22
     hessian_iterations: int = hessian.MAX_ITERATIONS
     hessian_tolerance: float = hessian.TOLERANCE
@@ -44,32 +52,43 @@ class Settings:
     hessian_l2_form: str = "squared"
     mixup_alpha: float = objective.MIXUP_ALPHA  # 0: no mixup
     label_smoothing: float = objective.LABEL_SMOOTHING
-    feature_images: int = 128  # test images for the Fourier and variance tools
+    feature_images: int = 128  # the first test images, for the Fourier and variance tools
+    eval_batch_size: int = 256  # test images per pass of the forward program (the last batch padded)
+    test_images: int = 0  # the first test images of the accuracy and noise tools; 0: the whole split
     noise_eps: float = frequency_noise.EPS  # in units of the normalised inputs
     noise_band: str = "pk22"  # frequency_noise.BANDS
     landscape_normalisation: str = "pk22"  # landscape.NORMALISATIONS
     landscape_grid: int = landscape.GRID
     # augmented training images the landscape loss averages over, mixed in mini-batches of
-    # hessian_batch_size (PK22: the whole training set)
-    landscape_images: int = 32
+    # hessian_batch_size; 0: the whole training split (PK22), rounded down to whole landscape batches
+    landscape_images: int = 256
+    landscape_batch_size: int = 64  # training images per run of the landscape program: its intervals' unit
     landscape_chunk: int = 21  # grid points per vmapped chunk
+    bootstrap_resamples: int = 2000  # of the 95% percentile intervals (posattn.analysis.bootstrap)
+    bootstrap_seed: int = 0
 
     def __post_init__(self):
         positive = ("hessian_batches", "hessian_batch_size", "hessian_iterations", "top_k", "feature_images",
-                    "landscape_images", "landscape_chunk")
+                    "eval_batch_size", "landscape_batch_size", "landscape_chunk", "bootstrap_resamples")
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be a positive integer")
+        for name in ("landscape_images", "test_images", "bootstrap_seed"):
+            if int(getattr(self, name)) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 0")
         if self.landscape_grid < 5 or self.landscape_grid % 4 != 1:
             raise ConfigError(f"landscape_grid={self.landscape_grid} must be 4k + 1 >= 5 (5, 9, .., 21): the "
                               "grid of [-1, 1] needs theta* and x = 0.5, where the rise is read, on it; PK22: 21")
         for name in ("hessian_tolerance", "noise_eps"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be positive")
-        if self.landscape_images % self.hessian_batch_size:
-            raise ConfigError(f"landscape_images={self.landscape_images} must be a multiple of "
+        if self.landscape_batch_size % self.hessian_batch_size:
+            raise ConfigError(f"landscape_batch_size={self.landscape_batch_size} must be a multiple of "
                               f"hessian_batch_size={self.hessian_batch_size}: its images are mixed up in "
                               "mini-batches of that size")
+        if self.landscape_images % self.landscape_batch_size:
+            raise ConfigError(f"landscape_images={self.landscape_images} must be a multiple of "
+                              f"landscape_batch_size={self.landscape_batch_size} (or 0: the whole training split)")
         for name in ("weight_decay", "mixup_alpha"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 0")
@@ -82,8 +101,20 @@ class Settings:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
 
 
-QUICK = Settings(hessian_batches=1, hessian_iterations=10, feature_images=32, landscape_grid=5,
-                 landscape_images=16, landscape_chunk=5)
+# the smoke run: two Hessian mini-batches and two landscape batches (the fewest units an interval can
+# resample), two batches of test images on any dataset
+QUICK = Settings(hessian_batches=2, hessian_iterations=5, feature_images=32, eval_batch_size=128, test_images=256,
+                 landscape_grid=5, landscape_images=32, landscape_batch_size=16, landscape_chunk=5,
+                 bootstrap_resamples=500)
+
+
+def settings_from(config) -> Settings:
+    """The `Settings` of a how_vits_work config: `QUICK` if config.quick else the defaults, with every
+    field of the config that is a field of `Settings` and is set (not None) in its place."""
+    base = QUICK if config.get("quick") else Settings()
+    overrides = {f.name: config[f.name] for f in dataclasses.fields(Settings)
+                 if f.name in config and config[f.name] is not None}
+    return dataclasses.replace(base, **overrides)
 
 
 def nll(model, variables, params, images, targets) -> jax.Array:
@@ -106,49 +137,82 @@ def objective_fn(model, variables, settings: Settings, l2_form: str):
 
 
 def test_set(setup: Setup, limit: int | None = None):
-    """(inputs, labels) of the test split (its first `limit` images), as the model sees them."""
+    """(inputs, labels) of the test split (its first `limit` images), as the model sees them, in one
+    array: for a small split (`measure` streams it in batches instead)."""
     split = setup.split("test")
     n = split.num_examples if limit is None else min(limit, split.num_examples)
     images, labels = split.read(np.arange(n))
     return setup.eval_inputs(setup.permutation(jnp.asarray(images))), jnp.asarray(labels)
 
 
-def augmented_training_images(key, setup: Setup, n: int):
-    """n random training images through the run's training augmentation (no mixup): (inputs, labels)."""
-    pick_key, aug_key = jax.random.split(key)
-    split = setup.split("train")
-    indices = jax.random.choice(pick_key, split.num_examples, (n,), replace=n > split.num_examples)
-    images, labels = split.read(np.asarray(indices))
-    return jax.jit(setup.training_inputs)(aug_key, jnp.asarray(images)), jnp.asarray(labels)
+def batches_of(n: int, size: int):
+    """(start, indices_size) of the batches that cover 0 .. n - 1 in order; the last is padded with
+    index 0, and its padding is dropped by the caller (start + size > n)."""
+    for start in range(0, n, size):
+        idx = np.arange(start, start + size)
+        yield start, np.where(idx < n, idx, 0)
 
 
-def mixed_minibatches(key, images_NxHxWxC, labels_N, num_classes: int, b: int, settings: Settings):
-    """The images in N / b mini-batches of b, each mixed up with its own lambda and given PK22's soft
-    targets (`objective.mixed_targets`): (images_MxbxHxWxC, targets_MxbxK)."""
+def mixed_minibatches(key, images_NxHxWxC, labels_N, num_classes: int, b: int, settings: Settings, first: int = 0):
+    """The images in N / b mini-batches of b, mini-batch j mixed up with its own lambda (drawn from
+    `fold_in(key, first + j)`) and given PK22's soft targets (`objective.mixed_targets`):
+    (images_MxbxHxWxC, targets_MxbxK). `first`: the index of the first mini-batch in its stream."""
     M = images_NxHxWxC.shape[0] // b
     x = images_NxHxWxC.reshape(M, b, *images_NxHxWxC.shape[1:])
+    keys = jax.vmap(jax.random.fold_in, (None, 0))(key, first + jnp.arange(M))
     mix = functools.partial(objective.mixed_targets, num_classes=num_classes, alpha=settings.mixup_alpha,
                             smoothing=settings.label_smoothing)
-    return jax.jit(jax.vmap(mix))(jax.random.split(key, M), x, labels_N.reshape(M, b))
+    return jax.vmap(mix)(keys, x, labels_N.reshape(M, b))
 
 
-def forward_measures(model, layers, settings: Settings, variables, x_BxHxWxC, labels_B, key):
-    """PK22 Figs. 4, 5 and 6 from one evaluation pass per noise band: (accuracy_1+F, profiles, variances).
+def training_minibatches(setup: Setup, settings: Settings, aug_key, mix_key, images_NxHxWxC, labels_N, first):
+    """Raw training images -> their augmented, mixed mini-batches of `settings.hessian_batch_size`
+    (`mixed_minibatches`), mini-batch j augmented with `fold_in(aug_key, first + j)`: so a stream of
+    images cut into batches of whole mini-batches gives the same mini-batches whatever the cut."""
+    b = settings.hessian_batch_size
+    M = images_NxHxWxC.shape[0] // b
+    keys = jax.vmap(jax.random.fold_in, (None, 0))(aug_key, first + jnp.arange(M))
+    x = jax.vmap(setup.training_inputs)(keys, images_NxHxWxC.reshape(M, b, *images_NxHxWxC.shape[1:]))
+    return mixed_minibatches(mix_key, x.reshape(images_NxHxWxC.shape), labels_N, setup.info.num_classes, b,
+                             settings, first)
 
-    Every pass (clean, then band-limited noise at each f, `frequency_noise.under_noise`) returns its
-    accuracy and the Fourier profile and variance of the `layers` feature maps of its first
-    `settings.feature_images` images; the clean pass's (index 0) are the figures' (PK22 measures them on
-    clean images). One forward pass in the program serves all three tools.
+
+def forward_measures(model, layers, settings: Settings, variables, x_BxHxWxC, labels_B, keys_B):
+    """PK22 Figs. 4, 5 and 6 per test image, from one evaluation pass per noise band:
+    (correct_(1+F)xB, {layer: profile_Bxn}, {layer: variance_B}).
+
+    Every pass (clean, then band-limited noise at each f, `frequency_noise.under_noise`; image i's noise
+    drawn from keys_B[i]) gives each image's correctness; the clean pass (index 0) also gives each
+    image's Fourier profile and variance of the `layers` feature maps (PK22 measures them on clean
+    images; their figures' values are the means over images). One forward pass in the program serves
+    all three tools.
     """
     def measure(x):
         logits, state = model.apply(variables, x, train=False, mutable=[INTERMEDIATES])
-        feats = collections.OrderedDict(
-            (name, state[INTERMEDIATES][name][-1][: settings.feature_images]) for name in layers)
-        return (frequency_noise.accuracy(logits, labels_B), fourier.layer_profiles(feats),
-                variance.layer_variances(feats))
+        feats = collections.OrderedDict((name, state[INTERMEDIATES][name][-1]) for name in layers)
+        return (jnp.argmax(logits, -1) == labels_B, fourier.image_profiles(feats),
+                variance.image_variances(feats))
 
-    return frequency_noise.under_noise(measure, x_BxHxWxC, key, eps=settings.noise_eps,
-                                       band=settings.noise_band)
+    correct, profiles, variances = frequency_noise.under_noise(
+        measure, x_BxHxWxC, keys_B, eps=settings.noise_eps, band=settings.noise_band)
+    return correct, jax.tree.map(lambda v: v[0], profiles), jax.tree.map(lambda v: v[0], variances)
+
+
+def stem_position_parts(model, variables, x_BxHxWxC):
+    """Per image, the high-frequency value and variance (PK22 Figs. 4, 6) of the stem, of the stem with
+    the model's "pos_embedding" set to 0, and of their difference (the positional embedding's part):
+    {"with": (hf_B, var_B), "without": .., "position": ..}. For a ViT that adds P to its patch embeddings
+    the stem is patches + P, so this splits the stem's Fourier value and variance into P's share."""
+    def stem(params):
+        _, state = model.apply({**variables, "params": params}, x_BxHxWxC, train=False, mutable=[INTERMEDIATES])
+        return state[INTERMEDIATES][STEM][-1]
+
+    params = variables["params"]
+    with_P = stem(params)
+    without_P = stem({**params, "pos_embedding": jnp.zeros_like(params["pos_embedding"])})
+    parts = {"with": with_P, "without": without_P, "position": with_P - without_P}
+    hf = lambda z: fourier.image_profiles({STEM: z})[STEM][:, -1]  # noqa: E731
+    return {k: (hf(z), variance.image_variances({STEM: z})[STEM]) for k, z in parts.items()}
 
 
 def hessian_spectrum(model, settings: Settings, variables, batches, key):
@@ -160,15 +224,19 @@ def hessian_spectrum(model, settings: Settings, variables, batches, key):
                             tolerance=settings.hessian_tolerance)
 
 
-def loss_landscape(model, settings: Settings, variables, batch, key):
-    """PK22 Fig. 1: (surface_GxG of `objective_fn` along two directions drawn from `key` and normalised
-    by `settings.landscape_normalisation`, the L2 term at theta*)."""
+def loss_landscape(model, settings: Settings, variables, batches, key):
+    """PK22 Fig. 1 on one batch of training images: (surface_GxG of `objective_fn` along two directions
+    drawn from `key` (the same for every batch) and normalised by `settings.landscape_normalisation`,
+    the L2 term at theta*). `batches` are mixed mini-batches (images_MxbxHxWxC, targets_MxbxK), scored
+    together: the loss is the mean over their M b images."""
     params = variables["params"]
     k1, k2 = jax.random.split(key)
     d1 = landscape.random_direction(k1, params, settings.landscape_normalisation)
     d2 = landscape.random_direction(k2, params, settings.landscape_normalisation)
     axis = landscape.grid(settings.landscape_grid)
     loss = objective_fn(model, variables, settings, settings.landscape_l2_form)
+    images, targets = batches
+    batch = (images.reshape(-1, *images.shape[2:]), targets.reshape(-1, targets.shape[-1]))
     surface = landscape.surface(loss, params, batch, d1, d2, xs=axis, ys=axis, chunk=settings.landscape_chunk)
     return surface, objective.l2_penalty(params, settings.weight_decay, settings.landscape_l2_form)
 
@@ -177,89 +245,167 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
+def _test_batch(setup: Setup, split, indices, key):
+    """(inputs, labels, noise keys) of the test images `indices`: image i's noise key is fold_in(key, i)."""
+    images, labels = split.read(indices)
+    keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.asarray(indices))
+    return setup.eval_inputs(setup.permutation(jnp.asarray(images))), jnp.asarray(labels), keys
+
+
+def stream_forward(run, setup: Setup, settings: Settings, key, limit: int | None = None) -> dict:
+    """`run(x, labels, keys)` (a compiled `forward_measures`) over the test split (its first `limit`
+    images) in batches of `settings.eval_batch_size`: {"correct": (1+F, N), "profiles": {layer: (n_feat,
+    points)}, "variances": {layer: (n_feat,)}} with n_feat = min(N, settings.feature_images) (the first
+    images). Padding is dropped, so the answer does not depend on the batch size."""
+    split = setup.split("test")
+    n = split.num_examples if limit is None else min(limit, split.num_examples)
+    n_feat = min(n, settings.feature_images)
+    correct, profiles, variances = [], collections.defaultdict(list), collections.defaultdict(list)
+    for start, idx in batches_of(n, settings.eval_batch_size):
+        c, p, v = jax.device_get(run(*_test_batch(setup, split, idx, key)))
+        real = min(n - start, len(idx))
+        correct.append(np.asarray(c)[:, :real])
+        keep = max(0, min(real, n_feat - start))
+        for name in p:
+            profiles[name].append(np.asarray(p[name])[:keep])
+            variances[name].append(np.asarray(v[name])[:keep])
+    return {"correct": np.concatenate(correct, axis=1),
+            "profiles": {k: np.concatenate(v) for k, v in profiles.items()},
+            "variances": {k: np.concatenate(v) for k, v in variances.items()}}
+
+
+def landscape_image_count(settings: Settings, num_train: int) -> int:
+    """How many training images the landscape scores: `settings.landscape_images`, or for 0 the whole
+    split rounded down to whole landscape batches; ConfigError where the split has too few."""
+    size = settings.landscape_batch_size
+    n = settings.landscape_images or num_train // size * size
+    if n == 0 or n > num_train:
+        raise ConfigError(f"landscape_images={settings.landscape_images}: the training split has {num_train} "
+                          f"images; give at most that many, a multiple of landscape_batch_size={size}")
+    return n
+
+
+def _mean_profiles(profiles: dict) -> dict:
+    return {k: v.mean(axis=0).tolist() for k, v in profiles.items()}
+
+
 def measure(model, variables, config, settings: Settings, key: jax.Array, *, name: str = "",
             dataset=None) -> dict:
     """Every PK22 measurement of one model; returns {tool: results}, all numbers and lists.
 
-    Three programs (`forward_measures`, `hessian_spectrum`, `loss_landscape`), each compiled once, two
-    at a time (`programs.compile_all`), then run; "seconds" holds each one's compile and run time.
-    `dataset` (one of your own arrays, named by config.dataset) replaces the lookup of config.dataset.
-    `model` is posattn's image model with its `variables`, or any model as a `posattn.analysis.subject.Subject`
-    with `variables` None (config.model is then not measured).
+    Three programs (`forward_measures`, `hessian_spectrum`, `loss_landscape`), each compiled once for its
+    batch shape, two at a time (`programs.compile_all`), then run over the batches of their split;
+    "seconds" holds each one's compile and run time. `dataset` (one of your own arrays, named by
+    config.dataset) replaces the lookup of config.dataset. `model` is posattn's image model with its
+    `variables`, or any model as a `posattn.analysis.subject.Subject` with `variables` None (config.model
+    is then not measured).
     """
     # every model runs as a Subject (posattn's own by `subject.of_model`), seen by the programs as a module
     subj = model if isinstance(model, subject.Subject) else subject.of_model(model, variables)
     model, variables = subject.as_module(subj)
     setup = resolve(config, 1, dataset)
-    k_hess, k_noise, k_land, k_data, k_mix = jax.random.split(key, 5)
-    x_test, y_test = test_set(setup)
-    # one draw of augmented training images, mixed up in mini-batches of b: the Hessian's M mini-batches,
-    # then the landscape's batch
-    M, b, L = settings.hessian_batches, settings.hessian_batch_size, settings.landscape_images
-    x_aug, y_aug = augmented_training_images(k_data, setup, M * b + L)
-    x_mix, t_mix = mixed_minibatches(k_mix, x_aug, y_aug, setup.info.num_classes, b, settings)
-    hess_batches = (x_mix[:M], t_mix[:M])
-    land_batch = (x_mix[M:].reshape(L, *x_mix.shape[2:]), t_mix[M:].reshape(L, -1))
-    feat_shapes = jax.eval_shape(functools.partial(subject.features, subj), x_test[:1])
+    k_hess, k_noise, k_land, k_data, k_aug, k_mix = jax.random.split(key, 6)
+    train = setup.split("train")
+    b, M = settings.hessian_batch_size, settings.hessian_batches
+    L, E = landscape_image_count(settings, train.num_examples), settings.landscape_batch_size
+    # one random order of the training split: the Hessian's M mini-batches are its first M b images
+    # (from the start again where the split is shorter), the landscape's its first L images
+    order = np.asarray(jax.random.permutation(k_data, train.num_examples))
+    minibatches = jax.jit(functools.partial(training_minibatches, setup, settings))
+
+    def train_batch(indices, first, stream):  # stream 0: the Hessian's, 1: the landscape's
+        images, labels = train.read(order[indices % train.num_examples])
+        keys = [jax.random.fold_in(k, stream) for k in (k_aug, k_mix)]
+        return minibatches(*keys, jnp.asarray(images), jnp.asarray(labels), first)
+
+    hess_batches = train_batch(np.arange(M * b), 0, 0)
+    test = setup.split("test")
+    x0, y0, keys0 = _test_batch(setup, test, next(batches_of(test.num_examples, settings.eval_batch_size))[1],
+                                k_noise)
+    land0 = train_batch(np.arange(E), 0, 1)
+    feat_shapes = jax.eval_shape(functools.partial(subject.features, subj), x0[:1])
     layers = list(feat_shapes)  # forward order (an OrderedDict)
+    with_position = "pos_embedding" in variables["params"] and STEM in layers
 
     t = time.perf_counter()
-    # the Hessian first: the longest compile, overlapped with the two others
-    compiled, compile_s = programs.compile_all({
-        "hessian": (jax.jit(functools.partial(hessian_spectrum, model, settings)),
-                    (variables, hess_batches, k_hess)),
+    # the Hessian first: the longest compile, overlapped with the others
+    specs = {
+        "hessian": (jax.jit(functools.partial(hessian_spectrum, model, settings)), (variables, hess_batches, k_hess)),
         "forward": (jax.jit(functools.partial(forward_measures, model, layers, settings)),
-                    (variables, x_test, y_test, k_noise)),
-        "landscape": (jax.jit(functools.partial(loss_landscape, model, settings)),
-                      (variables, land_batch, k_land)),
-    })
+                    (variables, x0, y0, keys0)),
+        "landscape": (jax.jit(functools.partial(loss_landscape, model, settings)), (variables, land0, k_land)),
+    }
+    if with_position:  # on the Fourier and variance tools' images
+        x_feat = _test_batch(setup, test, np.arange(min(test.num_examples, settings.feature_images)), k_noise)[0]
+        specs["stem"] = (jax.jit(functools.partial(stem_position_parts, model)), (variables, x_feat))
+    compiled, compile_s = programs.compile_all(specs)
     seconds = {"compile_wall": time.perf_counter() - t, **{f"compile_{k}": v for k, v in compile_s.items()}}
-    _say(f"  {name}: compiled its 3 programs in {seconds['compile_wall']:.1f}s (" +
+    _say(f"  {name}: compiled its {len(specs)} programs in {seconds['compile_wall']:.1f}s (" +
          ", ".join(f"{k} {v:.1f}s" for k, v in compile_s.items()) + ")")
 
-    def timed(tool, *args):
+    def timed(tool, fn):
         t = time.perf_counter()
-        out = jax.block_until_ready(compiled[tool](*args))
+        out = jax.block_until_ready(fn())
         seconds[f"run_{tool}"] = time.perf_counter() - t
         _say(f"  {name}: ran {tool} in {seconds[f'run_{tool}']:.1f}s")
         return out
 
     out = {}
-    # Fourier, variance and accuracy under band-limited noise on test images (PK22 Figs. 4, 5, 6)
-    acc, profiles, variances = timed("forward", variables, x_test, y_test, k_noise)
-    acc = np.asarray(acc)
+    # Fourier, variance and accuracy under band-limited noise on the test split (PK22 Figs. 4, 5, 6)
+    fwd = timed("forward", lambda: stream_forward(functools.partial(compiled["forward"], variables), setup,
+                                                  settings, k_noise, limit=settings.test_images or None))
+    correct = fwd["correct"]
+    acc = correct.mean(axis=1)
     out["layers"] = layers
     out["layer_sizes"] = [int(feat_shapes[k].shape[1]) for k in layers]
-    out["fourier"] = {k: np.asarray(v[0]).tolist() for k, v in profiles.items()}
+    out["fourier"] = _mean_profiles(fwd["profiles"])
     # a profile of one point (a 2 x 2 map or smaller) is the DC term's own 0: no high-frequency value
-    out["high_frequency"] = [float(np.asarray(v)[0, -1]) if v.shape[-1] > 1 else float("nan")
-                             for v in profiles.values()]
-    out["variance"] = [float(v[0]) for v in variances.values()]
+    hf_NxL = np.stack([p[:, -1] if p.shape[1] > 1 else np.full(p.shape[0], np.nan)
+                       for p in fwd["profiles"].values()], axis=1)
+    var_NxL = np.stack(list(fwd["variances"].values()), axis=1)
+    out["high_frequency"] = hf_NxL.mean(axis=0).tolist()
+    out["variance"] = var_NxL.mean(axis=0).tolist()
+    out["per_image"] = {"high_frequency": hf_NxL.tolist(), "variance": var_NxL.tolist()}
     out["noise"] = {"frequencies_pi": [round(f / np.pi, 3) for f in frequency_noise.FREQUENCIES],
                     "clean_accuracy": float(acc[0]), "drop_points": (100 * (acc[1:] - acc[0])).tolist(),
-                    "eps": settings.noise_eps, "band": settings.noise_band, "images": int(x_test.shape[0]),
+                    "correct": correct.astype(int).tolist(),  # (1 + F, N): clean, then each band
+                    "eps": settings.noise_eps, "band": settings.noise_band, "images": int(correct.shape[1]),
                     "empty_bands_pi": [round(f / np.pi, 3) for f in frequency_noise.empty_bands(
                         *setup.image_shape[:2], band=settings.noise_band)]}
+    if with_position:  # the positional embedding's share of the stem (docs/how_vits_work.md, Subjects)
+        parts = jax.device_get(compiled["stem"](variables, x_feat))
+        out["stem_position"] = {k: {"high_frequency": np.asarray(hf).tolist(), "variance": np.asarray(v).tolist()}
+                                for k, (hf, v) in parts.items()}
     objective_settings = {"weight_decay": settings.weight_decay, "mixup_alpha": settings.mixup_alpha,
                           "label_smoothing": settings.label_smoothing}
 
     # Hessian max-eigenvalue spectrum (PK22 Fig. 2)
-    eigs, iters = timed("hessian", variables, hess_batches, k_hess)
+    eigs, iters = timed("hessian", lambda: compiled["hessian"](variables, hess_batches, k_hess))
     out["hessian"] = {"eigenvalues": np.asarray(eigs).tolist(), "iterations": np.asarray(iters).tolist(),
-                      **hessian.summaries(eigs), "batch_size": b, "l2_form": settings.hessian_l2_form,
+                      **hessian.summaries(eigs, resamples=settings.bootstrap_resamples, seed=settings.bootstrap_seed),
+                      "batch_size": b, "l2_form": settings.hessian_l2_form,
                       **objective_settings}
 
-    # loss landscape (PK22 Fig. 1)
-    surf, penalty = timed("landscape", variables, land_batch, k_land)
-    surf, axis = np.asarray(surf), landscape.grid(settings.landscape_grid)
+    # loss landscape (PK22 Fig. 1): the mean of its batches' surfaces (batches of equal size)
+    def landscape_batches():
+        surfaces = []
+        for start in range(0, L, E):
+            batch = train_batch(np.arange(start, start + E), start // b, 1)
+            surf, penalty = compiled["landscape"](variables, batch, k_land)
+            surfaces.append(np.asarray(surf))
+        return np.stack(surfaces), float(penalty)
+
+    surf_BxGxG, penalty = timed("landscape", landscape_batches)
+    surf, axis = surf_BxGxG.mean(axis=0), landscape.grid(settings.landscape_grid)
     centre = settings.landscape_grid // 2
     row = surf[centre]  # y = 0: the loss along d1 through theta*
     at_optimum = float(row[centre])
-    out["landscape"] = {"axis": axis.tolist(), "loss": surf.tolist(),
+    out["landscape"] = {"axis": axis.tolist(), "loss": surf.tolist(), "batch_loss": surf_BxGxG.tolist(),
+                        "penalty_at_optimum": penalty,
                         "nll_at_optimum": float(at_optimum - penalty), "loss_at_optimum": at_optimum,
                         "delta_at_half": float(row[centre + centre // 2] - at_optimum),  # x = 0.5
                         "delta_at_one": float(row[-1] - at_optimum),
-                        "images": L, "normalisation": settings.landscape_normalisation,
+                        "images": L, "batch_size": E, "normalisation": settings.landscape_normalisation,
                         "l2_form": settings.landscape_l2_form, **objective_settings}
     out["seconds_by_program"] = seconds
     return out

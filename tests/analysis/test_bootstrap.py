@@ -1,0 +1,62 @@
+"""Percentile bootstrap intervals on cases whose answer is known."""
+import itertools
+
+import numpy as np
+import pytest
+
+from posattn.analysis import bootstrap, hessian
+
+
+def test_interval_of_two_units_is_the_exact_bootstrap_distribution():
+    # the mean of 2 resampled units of {0, 1}: 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4, so its 2.5% and
+    # 97.5% percentiles are 0 and 1, and its 30% and 70% percentiles are 0.5
+    units = np.array([0.0, 1.0])
+    assert bootstrap.interval(units, np.mean) == (0.0, 1.0)
+    assert bootstrap.interval(units, np.mean, level=0.4) == (0.5, 0.5)
+
+
+def test_interval_of_identical_units_is_the_point():
+    assert bootstrap.interval(np.full((5, 3), 2.5), np.mean) == (2.5, 2.5)
+
+
+def test_interval_of_a_mean_matches_its_normal_approximation_and_covers_the_truth():
+    # N = 400 draws of N(3, 2^2): the 95% interval of the mean is 3 +- 1.96 * 2 / 20 up to the sample
+    rng = np.random.default_rng(1)
+    x = rng.normal(3.0, 2.0, 400)
+    lo, hi = bootstrap.interval(x, np.mean)
+    assert lo < 3.0 < hi
+    half = 1.96 * x.std(ddof=1) / np.sqrt(x.size)
+    assert (hi - lo) / 2 == pytest.approx(half, rel=0.1)
+    assert (lo + hi) / 2 == pytest.approx(x.mean(), abs=0.1 * half)
+
+
+def test_interval_is_fixed_by_its_seed():
+    x = np.random.default_rng(0).normal(size=50)
+    assert bootstrap.interval(x, np.median, seed=3) == bootstrap.interval(x, np.median, seed=3)
+    assert bootstrap.interval(x, np.median, seed=3) != bootstrap.interval(x, np.median, seed=4)
+
+
+def test_hessian_intervals_resample_whole_minibatches():
+    # 3 mini-batches of 2 eigenvalues; the NEP of a resample is the mean of its batches' shares (0, 0.5, 1)
+    # over 27 equally likely resamples: P(0) = P(1) = 1/27 > 2.5%, so the 95% interval is [0, 1]; and
+    # P(NEP <= 1/6) = 4/27 > 10% > P(0), so the 80% interval is [1/6, 5/6] (by symmetry)
+    eigs = np.array([[1.0, 2.0], [-1.0, 4.0], [-2.0, -3.0]])
+    shares = sorted(np.mean([[0, 0.5, 1][i] for i in pick]) for pick in itertools.product(range(3), repeat=3))
+    assert shares[:4] == [0, 1 / 6, 1 / 6, 1 / 6] and shares[-1] == 1
+    s = hessian.summaries(eigs, resamples=20000, seed=0)
+    assert s["nep"] == 0.5 and s["nep_interval"] == [0.0, 1.0]
+    lo, hi = bootstrap.interval(eigs, hessian.nep, resamples=20000, level=0.8)
+    assert (lo, hi) == pytest.approx((1 / 6, 5 / 6))
+    assert s["ape"] == pytest.approx(7 / 3) and s["batches"] == 3 and s["count"] == 6
+    lo, hi = s["ape_interval"]
+    assert 1.5 <= lo < 7 / 3 < hi <= 4.0  # APE of a resample lies between its batches' extremes (1.5 .. 4)
+    # a resample of the third batch alone has no positive eigenvalue: its NaN APE is left out
+    assert np.isfinite(lo) and np.isfinite(hi)
+
+
+def test_sign_and_compare_state_only_separated_intervals():
+    est = lambda lo, hi: {"value": (lo + hi) / 2, "lo": lo, "hi": hi}  # noqa: E731
+    assert bootstrap.sign(est(0.1, 0.3)) == 1 and bootstrap.sign(est(-0.3, -0.1)) == -1
+    assert bootstrap.sign(est(-0.1, 0.3)) == 0 and bootstrap.sign(est(np.nan, np.nan)) == 0
+    assert bootstrap.compare(est(2, 3), est(0, 1)) == 1 and bootstrap.compare(est(0, 1), est(2, 3)) == -1
+    assert bootstrap.compare(est(0, 2), est(1, 3)) == 0
