@@ -20,7 +20,8 @@ from posattn.vision.setup import resolve
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "vision" / "fixtures"
 CLASSES = 5
 SETTINGS = suite.Settings(hessian_batches=1, hessian_batch_size=4, hessian_iterations=20, top_k=2,
-                          feature_images=8, landscape_grid=5, landscape_images=4, landscape_chunk=25)
+                          feature_images=8, landscape_grid=5, landscape_images=4, landscape_batch_size=4,
+                          landscape_chunk=25)
 
 
 class OwnNet(nn.Module):
