@@ -1,6 +1,9 @@
 """PK22's claims and published numbers set beside the measurements of `suite.measure`, as summary rows.
 
-Each row: what PK22 claims, the number it publishes (`published.NUMBERS`), and ours for every model. Layer
+Each row: what PK22 claims, the number it publishes (`published.NUMBERS`), and ours for every model with
+its 95% bootstrap interval (`estimates`), PK22's verdict where the intervals allow one and the positional
+ViT's place against the vanilla ViT and the ResNet (`verdict`, `positional_comparison`: the rules of
+docs/how_vits_work.md, Verdicts, fixed before the runs in `ROWS`). Layer
 changes (how a layer moves the high-frequency amplitude or the variance) compare each layer with the
 one before it at the same map size: a subsampling step changes both for reasons of its own (PK22 shades
 it apart, Fig. 6).
