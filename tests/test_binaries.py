@@ -34,6 +34,7 @@ def test_every_binary_is_a_console_script():
     assert scripts == {f"posattn-{n.replace('_', '-')}": f"posattn.experiments.{n}:entry" for n in BINARIES}
 
 
+@pytest.mark.slow  # (a new process end to end: `pytest -m slow`, as .ci/run)
 def test_help_lists_config_and_workdir_from_the_root_directory():
     procs = {n: subprocess.Popen(command(n, "--help"), cwd="/", env=env(), stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True) for n in BINARIES}  # (in parallel)

@@ -12,6 +12,9 @@ from posattn.papers.pk22 import suite
 from posattn.vision import config as config_lib
 from posattn.vision.setup import resolve
 
+# the streamed splits' end-to-end checks (~30 CPU-s): `pytest -m slow`, as .ci/run
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def tiny_vit():

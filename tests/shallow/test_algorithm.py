@@ -6,6 +6,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from posattn.shallow import grid, phase_map, removal, train
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
@@ -28,6 +29,7 @@ def test_defaults_are_the_papers_sgd():
     np.testing.assert_array_equal(cells.T, [train.iterations(SGD, 3 / 12), train.iterations(SGD, 6 / 12)])
 
 
+@pytest.mark.slow  # (seconds of training: `pytest -m slow`, as .ci/run)
 def test_one_step_size_for_every_matrix_and_a_stays_fixed():
     model = dataclasses.replace(MODEL, per_token_output=True)
     params = init_params(jax.random.PRNGKey(0), TOK, model)
@@ -62,6 +64,7 @@ def test_per_token_output_weights_follow_eq_1():
     assert not np.allclose(shared, expected, atol=1e-4)  # per-token weights change the output
 
 
+@pytest.mark.slow  # (seconds of training: `pytest -m slow`, as .ci/run)
 def test_a_traced_T_equals_the_same_run_of_static_T():
     params = init_params(jax.random.PRNGKey(5), TOK, MODEL)
     batches = train.drawn_batches(jax.random.PRNGKey(6), 40, SGD.batch, TOK)

@@ -181,6 +181,7 @@ print(float(np.mean(np.argmax(np.asarray(logits), -1) == data["labels"])), confi
 """
 
 
+@pytest.mark.slow  # (a new process end to end: `pytest -m slow`, as .ci/run)
 def test_a_run_on_arrays_loads_and_evaluates_in_a_new_process(tmp_path):
     x_train, y_train, x_test, y_test = digits_as_floats()
     ds = arrays.from_arrays(x_train, y_train, x_test, y_test, num_classes=10, name="my_digits")

@@ -198,6 +198,7 @@ def test_transfer_copies_every_leaf_spreads_P_over_the_grid_and_keeps_a_fresh_he
         warm_start.load("/nonexistent/run")
 
 
+@pytest.mark.slow  # (seconds of training: `pytest -m slow`, as .ci/run)
 def test_a_pretrained_cell_starts_from_the_pretrained_parameters(tmp_path, monkeypatch):
     base = cli.load_config(os.path.join(ROOT, "tpu_configs", "token_grid.py"), "quick", grid_experiment.SCHEMA)
     del base["grid"]
