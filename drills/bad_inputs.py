@@ -48,10 +48,8 @@ LONG = {
                  "--config.vit_steps=100000"),
     "how_vits_work": ("--quick", "--config.models=vit_positional"),
 }
-# Each binary's default config file (tpu_configs/NAME.py)
-OWN_CONFIG = {"train_images": "digits", "compare_attention": "digits", "theory": "theory", "reproduce": "reproduce",
-              "phase_three": "phase_three", "shallow_vit": "shallow_vit", "token_grid": "token_grid",
-              "permuted": "permuted", "posemb_similarity": "posemb_similarity", "how_vits_work": "pk22"}
+# Each binary's default config file, tpu_configs/NAME.py: NAME is the binary's own but for these
+DEFAULT_CONFIG = {"train_images": "digits", "compare_attention": "digits", "how_vits_work": "pk22"}
 # Broken config files (`{c}/NAME.py`)
 CONFIG_FILES = {
     "raises": 'raise RuntimeError("the config file fails while it loads")\n',
@@ -114,7 +112,8 @@ def _cases_config_files() -> list[Case]:
     return [Case(b, (f"--config={{c}}/{name}.py", *rest), f"config file: {name.replace('_', ' ')}")
             for b, rest in takes.items() for name in CONFIG_FILES] + [
         Case(b, (f"--config=tpu_configs/{name}.py", "--workdir={w}"), f"{name}.py, another binary's config file")
-        for b in BINARIES for name in sorted(set(OWN_CONFIG.values())) if name != OWN_CONFIG[b]]
+        for b in BINARIES for name in sorted({DEFAULT_CONFIG.get(o, o) for o in BINARIES})
+        if name != DEFAULT_CONFIG.get(b, b)]
 
 
 def _cases_numbers() -> list[Case]:

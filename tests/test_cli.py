@@ -112,8 +112,8 @@ def test_a_broken_config_file_is_one_configerror_naming_it(name, tmp_path):
 
 
 # The config files that set no field of their binary's and so name their schema (`cli.Schema.kind`).
-SCHEMA_NAMED = {"theory": "theory", "token_grid": "token_grid", "reproduce": "reproduce", "phase_three": "phase_three", "pk22": "how_vits_work",
-                "posemb_similarity": "posemb_similarity", "shallow_vit": "shallow_vit"}
+SCHEMA_NAMED = {"theory": "theory", "token_grid": "token_grid", "reproduce": "reproduce", "phase_three": "phase_three",
+                "pk22": "how_vits_work", "posemb_similarity": "posemb_similarity", "shallow_vit": "shallow_vit"}
 
 
 @pytest.mark.parametrize("name", list(SCHEMA_NAMED))

@@ -21,6 +21,5 @@ import ml_collections
 def get_config(arg=None):
     if arg:
         raise ValueError(f"unknown config argument {arg!r}: this file takes only `quick`")
-    # The binary's defaults, unchanged; naming its schema makes another binary refuse this file (a file that
-    # sets no field would fit any schema and run that binary's defaults).
+    # the binary's defaults, unchanged; `schema` names whose (posattn.cli.Schema.kind), so another binary refuses it
     return ml_collections.ConfigDict({"schema": "posemb_similarity"})

@@ -25,6 +25,5 @@ import ml_collections
 
 
 def get_config(arg=None):
-    # Naming the schema makes another binary given this file refuse it in one line instead of running its
-    # own defaults.
+    # `schema` names whose config this is (posattn.cli.Schema.kind), so another binary refuses it
     return ml_collections.ConfigDict({"schema": "theory", **({"preset": arg} if arg else {})})
