@@ -73,7 +73,8 @@ def load_state_dict(path: str) -> dict[str, np.ndarray]:
                               ".safetensors file needs none") from None
         obj = torch.load(path, map_location="cpu", weights_only=True)
         for wrapper in ("state_dict", "model"):
-            obj = obj.get(wrapper, obj) if isinstance(obj.get(wrapper), dict) else obj
+            if isinstance(obj.get(wrapper), dict):
+                obj = obj[wrapper]
         tensors = {k.removeprefix("module."): (v.float() if v.is_floating_point() else v).numpy()
                    for k, v in obj.items()}
     else:

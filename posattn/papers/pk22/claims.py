@@ -68,15 +68,21 @@ def _log_variance(v):
     return np.where(np.isfinite(v) & (v > 0), np.log(np.where(v > 0, v, 1.0)), np.nan)
 
 
-def estimates(r: dict, *, resamples: int | None = None, seed: int | None = None) -> dict[str, dict | None]:
+def _bootstrap_settings(r: dict) -> dict:
+    """{"resamples", "seed"} of the intervals of one model's results: its settings' (bootstrap's defaults
+    for results written without them)."""
+    settings = r.get("settings", {})
+    return {"resamples": settings.get("bootstrap_resamples", bootstrap.RESAMPLES),
+            "seed": settings.get("bootstrap_seed", bootstrap.SEED)}
+
+
+def estimates(r: dict) -> dict[str, dict | None]:
     """Every summary number of one model's results, {"value", "lo", "hi"} with its 95% percentile
     bootstrap interval (`bootstrap.interval`) over the measurement's units: test images for the accuracy,
     the noise drops and (the first `feature_images` of them) the Fourier and variance changes; mini-batches
     for the Hessian (`hessian.summaries`); the landscape's batches for its NLL and rises. None where a
     model has no such number (no attention layer). The resamples and seed are the results' settings'."""
-    settings = r.get("settings", {})
-    kw = dict(resamples=resamples or settings.get("bootstrap_resamples", bootstrap.RESAMPLES),
-              seed=settings.get("bootstrap_seed", bootstrap.SEED) if seed is None else seed)
+    kw = _bootstrap_settings(r)
     est = lambda units, fn: bootstrap.estimate(np.asarray(units, np.float64), fn, **kw)  # noqa: E731
     names, sizes = r["layers"], r["layer_sizes"]
     out = {}
@@ -206,9 +212,7 @@ def stem_position_table(results: dict[str, dict]) -> str:
         parts = r.get("stem_position")
         if not parts or not np.any(np.asarray(parts["position"]["variance"])):
             continue  # no P, or a stem that P does not enter (the positional ViT: P makes its maps alone)
-        settings = r.get("settings", {})
-        kw = dict(resamples=settings.get("bootstrap_resamples", bootstrap.RESAMPLES),
-                  seed=settings.get("bootstrap_seed", bootstrap.SEED))
+        kw = _bootstrap_settings(r)
         cells = []
         for quantity in ("high_frequency", "variance"):
             for part in ("with", "without", "position"):

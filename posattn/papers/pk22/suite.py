@@ -4,7 +4,8 @@
 `posattn.analysis` in batches (test images for the Fourier, variance and noise tools; augmented, mixed-up
 training images for the Hessian and the landscape), as three compiled programs, each compiled once
 for its batch shape and run batch after batch: one evaluation pass per noise band serves the Fourier,
-variance and noise tools; the Hessian spectrum; the landscape on one batch of training images. A split of
+variance and noise tools; the Hessian spectrum; the landscape on one batch of training images (and a
+fourth, `stem_position_parts`, for a model whose stem adds a "pos_embedding"). A split of
 any size fits, since no program sees more than one batch (`Settings.eval_batch_size`,
 `Settings.landscape_batch_size`), and the answer does not depend on the batch size: the noise of a test
 image is drawn from its index, the augmentation and mixup of a training mini-batch from its index.
@@ -141,8 +142,18 @@ def test_set(setup: Setup, limit: int | None = None):
     array: for a small split (`measure` streams it in batches instead)."""
     split = setup.split("test")
     n = split.num_examples if limit is None else min(limit, split.num_examples)
-    images, labels = split.read(np.arange(n))
+    return _test_inputs(setup, split, np.arange(n))
+
+
+def _test_inputs(setup: Setup, split, indices):
+    """(inputs, labels) of the test images `indices`, as the model sees them."""
+    images, labels = split.read(indices)
     return setup.eval_inputs(setup.permutation(jnp.asarray(images))), jnp.asarray(labels)
+
+
+def _fold_keys(key, indices) -> jax.Array:
+    """fold_in(key, i) for every i of `indices`: the keys of numbered units, whatever their batching."""
+    return jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.asarray(indices))
 
 
 def batches_of(n: int, size: int):
@@ -159,7 +170,7 @@ def mixed_minibatches(key, images_NxHxWxC, labels_N, num_classes: int, b: int, s
     (images_MxbxHxWxC, targets_MxbxK). `first`: the index of the first mini-batch in its stream."""
     M = images_NxHxWxC.shape[0] // b
     x = images_NxHxWxC.reshape(M, b, *images_NxHxWxC.shape[1:])
-    keys = jax.vmap(jax.random.fold_in, (None, 0))(key, first + jnp.arange(M))
+    keys = _fold_keys(key, first + jnp.arange(M))
     mix = functools.partial(objective.mixed_targets, num_classes=num_classes, alpha=settings.mixup_alpha,
                             smoothing=settings.label_smoothing)
     return jax.vmap(mix)(keys, x, labels_N.reshape(M, b))
@@ -171,7 +182,7 @@ def training_minibatches(setup: Setup, settings: Settings, aug_key, mix_key, ima
     images cut into batches of whole mini-batches gives the same mini-batches whatever the cut."""
     b = settings.hessian_batch_size
     M = images_NxHxWxC.shape[0] // b
-    keys = jax.vmap(jax.random.fold_in, (None, 0))(aug_key, first + jnp.arange(M))
+    keys = _fold_keys(aug_key, first + jnp.arange(M))
     x = jax.vmap(setup.training_inputs)(keys, images_NxHxWxC.reshape(M, b, *images_NxHxWxC.shape[1:]))
     return mixed_minibatches(mix_key, x.reshape(images_NxHxWxC.shape), labels_N, setup.info.num_classes, b,
                              settings, first)
@@ -247,9 +258,7 @@ def _say(message: str) -> None:
 
 def _test_batch(setup: Setup, split, indices, key):
     """(inputs, labels, noise keys) of the test images `indices`: image i's noise key is fold_in(key, i)."""
-    images, labels = split.read(indices)
-    keys = jax.vmap(jax.random.fold_in, (None, 0))(key, jnp.asarray(indices))
-    return setup.eval_inputs(setup.permutation(jnp.asarray(images))), jnp.asarray(labels), keys
+    return (*_test_inputs(setup, split, indices), _fold_keys(key, indices))
 
 
 def stream_forward(run, setup: Setup, settings: Settings, key, limit: int | None = None) -> dict:
@@ -285,17 +294,14 @@ def landscape_image_count(settings: Settings, num_train: int) -> int:
     return n
 
 
-def _mean_profiles(profiles: dict) -> dict:
-    return {k: v.mean(axis=0).tolist() for k, v in profiles.items()}
-
-
 def measure(model, variables, config, settings: Settings, key: jax.Array, *, name: str = "",
             dataset=None) -> dict:
     """Every PK22 measurement of one model; returns {tool: results}, all numbers and lists.
 
-    Three programs (`forward_measures`, `hessian_spectrum`, `loss_landscape`), each compiled once for its
-    batch shape, two at a time (`programs.compile_all`), then run over the batches of their split;
-    "seconds" holds each one's compile and run time. `dataset` (one of your own arrays, named by
+    Three programs (`forward_measures`, `hessian_spectrum`, `loss_landscape`; and `stem_position_parts`
+    where the stem adds a "pos_embedding"), each compiled once for its batch shape, two at a time
+    (`programs.compile_all`), then run over the batches of their split; "seconds" holds each one's
+    compile and run time. `dataset` (one of your own arrays, named by
     config.dataset) replaces the lookup of config.dataset. `model` is posattn's image model with its
     `variables`, or any model as a `posattn.analysis.subject.Subject` with `variables` None (config.model
     is then not measured).
@@ -336,7 +342,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
         "landscape": (jax.jit(functools.partial(loss_landscape, model, settings)), (variables, land0, k_land)),
     }
     if with_position:  # on the Fourier and variance tools' images
-        x_feat = _test_batch(setup, test, np.arange(min(test.num_examples, settings.feature_images)), k_noise)[0]
+        x_feat = _test_inputs(setup, test, np.arange(min(test.num_examples, settings.feature_images)))[0]
         specs["stem"] = (jax.jit(functools.partial(stem_position_parts, model)), (variables, x_feat))
     compiled, compile_s = programs.compile_all(specs)
     seconds = {"compile_wall": time.perf_counter() - t, **{f"compile_{k}": v for k, v in compile_s.items()}}
@@ -358,7 +364,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     acc = correct.mean(axis=1)
     out["layers"] = layers
     out["layer_sizes"] = [int(feat_shapes[k].shape[1]) for k in layers]
-    out["fourier"] = _mean_profiles(fwd["profiles"])
+    out["fourier"] = {k: v.mean(axis=0).tolist() for k, v in fwd["profiles"].items()}
     # a profile of one point (a 2 x 2 map or smaller) is the DC term's own 0: no high-frequency value
     hf_NxL = np.stack([p[:, -1] if p.shape[1] > 1 else np.full(p.shape[0], np.nan)
                        for p in fwd["profiles"].values()], axis=1)
