@@ -88,7 +88,8 @@ def _numbers(config, name, cast, low):
 
 def grids_from(config, tokens: TokenConfig) -> dict:
     g = {"n_stars": _numbers(config, "n_stars", int, 1), "Ns": _numbers(config, "Ns", int, 1),
-         "taus": _numbers(config, "taus", float, 0), "sigmas": _numbers(config, "sigmas", float, 0), "deltas": _numbers(config, "deltas", float, 0),
+         "taus": _numbers(config, "taus", float, 0), "sigmas": _numbers(config, "sigmas", float, 0),
+         "deltas": _numbers(config, "deltas", float, 0),
          "seeds": config.seeds, "remove": config.remove}
     for n in g["n_stars"]:  # each row must be a valid data model (majority, Theorem 1's margin)
         TokenConfig(**{**dataclasses.asdict(tokens), "alpha_star": n / tokens.L})
@@ -146,7 +147,8 @@ def main(argv):
     n_sweeps = (len(g["taus"]) + len(g["sigmas"]) + len(g["deltas"])) * len(g["Ns"])
     work = {"attention": R, "grid vit": R * (n_map + n_sweeps), "grid free": R * n_map, "sparsification": R,
             "exact population": 1}
-    stage = Stages(os.path.join(workdir, "metrics.jsonl"), {k: v * train.iterations(sgd, tokens.alpha_star) for k, v in work.items()})
+    T = train.iterations(sgd, tokens.alpha_star)  # the progress estimate's steps per run
+    stage = Stages(os.path.join(workdir, "metrics.jsonl"), {k: v * T for k, v in work.items()})
     t0 = time.perf_counter()
 
     _, history = dynamics.seed_histories(keys, tokens=tokens, model=model, sgd=sgd)

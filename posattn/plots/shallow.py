@@ -132,7 +132,7 @@ def settle_figure(study: str, results: dict) -> Figure:
             power = 2 if net == "softmax" else 4
             for nc, s in by_conf.items():
                 a = np.array(s["alpha_star"])
-                line = _errorbars(ax, a ** -power, s["N_star"], label=f"alpha_# = {s['alpha_conf']:.3f}")
+                _errorbars(ax, a ** -power, s["N_star"], label=f"alpha_# = {s['alpha_conf']:.3f}")
                 if np.isfinite(s["q"]["value"]):
                     aa = np.linspace(a.min(), a.max(), 60)
                     ax.plot(aa ** -power, s["c"] * (aa - s["alpha0"]["value"]) ** -s["q"]["value"], ":", color="k",

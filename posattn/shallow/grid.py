@@ -3,7 +3,7 @@
 A cell fixes the knobs a phase map varies: n_* (so alpha_* = n_*/L), the number of training samples N,
 the token noise tau, the initial-model errors sigma, delta, the confusion tokens n_#, the noisy tokens'
 count and bound, the SGD iterations T (by default ceil(t_scale / (alpha_* eta)) at the cell's alpha_*)
-and the tokens removed from each training sample. Each (cell, seed) run draws its own initial model,
+and (as a grid axis) the tokens removed from each training sample. Each (cell, seed) run draws its own initial model,
 training samples (sample i from its own key, drawn when used: the first N of one set for every N), a
 test set and SGD batches, all from its seed key, so two cells of one seed differ only by their knobs.
 Seeds are a `jax.vmap`; cells are a `lax.map` in batches of `cells_per_batch` (vmapped inside), which
@@ -37,7 +37,7 @@ class Cell(NamedTuple):
     noisy_tau: jax.Array
     noisy_irrelevant: jax.Array
     T: jax.Array
-    remove: jax.Array
+    remove: jax.Array | None  # None (unless a grid axis) = sgd.train_remove, a static count
 
     def token_knobs(self) -> dict:
         """The knobs `posattn.shallow.data.sample` takes."""
@@ -68,7 +68,9 @@ def product_cells(tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig, **axe
         columns[name] = [c[i] for c in combos]
     if columns["T"][0] is None:
         columns["T"] = [train.iterations(sgd, n / tokens.L) for n in columns["n_star"]]
-    cell = Cell(**{k: jnp.asarray(np.asarray(v, np.int32 if k in INT_KNOBS else np.float32))
+    if "remove" not in axes:  # a static count: a step that removes none skips the removal (`train.sgd_step`)
+        columns["remove"] = None
+    cell = Cell(**{k: None if v is None else jnp.asarray(np.asarray(v, np.int32 if k in INT_KNOBS else np.float32))
                    for k, v in columns.items()})
     return cell, tuple(len(v) for v in axes.values())
 

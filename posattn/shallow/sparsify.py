@@ -32,10 +32,10 @@ def sparsification_curve(key: jax.Array, params: dict, test: Tokens, cfg: ModelC
 def _runs(key, cell, ks, *, tokens, model, sgd, policies, at):
     params0, batches, test, k_sgd = grid.draw_run(key, cell, tokens, model, sgd)
     k_policy = jax.random.fold_in(key, 1)  # the same tie-breaking draw for every policy
+    params = train.train(params0, k_sgd, batches, cell.T, model, sgd)  # on full token lists
     if at == "test":
-        params = train.train(params0, k_sgd, batches, cell.T, model, sgd)
         return {p: sparsification_curve(k_policy, params, test, model, p, ks) for p in policies}
-    params = train.train(params0, k_sgd, batches, cell.T, model, sgd)  # k = 0: the same model for every policy
+    # at="train": the full-list model is every policy's k = 0
     full = jax.tree.map(lambda a: a[None], metrics.evaluate(params, test, model))
     out = {}
     for p in policies:

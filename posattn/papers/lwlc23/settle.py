@@ -15,9 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from posattn.shallow import grid, phase_map, sparsify
-from posattn.shallow.config import TokenConfig
+from posattn.shallow.config import TWO_E, TokenConfig
 
-TWO_E = 2 * math.e
 LEVEL = 0.5  # pre-registered: the boundary is where the success rate first reaches 1/2
 
 
