@@ -19,7 +19,6 @@ import time
 
 import jax
 import ml_collections
-import numpy as np
 from absl import flags
 
 from posattn import cli, io, ownership
@@ -82,32 +81,6 @@ _CONFIG = cli.define_config("tpu_configs/shallow_settle.py:boundary", SCHEMA, "T
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
 
 
-def _saver(workdir, analyze_only: bool, parts_from: str):
-    """save(name, compute): parts/NAME.npz if a finished part is there (or in `parts_from`), else compute,
-    save and return it (None with analyze_only: the drivers then leave that part out)."""
-    parts = os.path.join(workdir, "parts")
-    os.makedirs(parts, exist_ok=True)
-
-    def save(name, compute):
-        path = os.path.join(parts, f"{name}.npz")
-        for found in (path, os.path.join(parts_from, f"{name}.npz") if parts_from else None):
-            if found and os.path.exists(found):
-                print(f"{name}: resumed from {found}", flush=True)
-                with np.load(found) as f:
-                    return dict(f)
-        if analyze_only:
-            print(f"{name}: not saved, left out (analyze_only)", flush=True)
-            return None
-        t0 = time.perf_counter()
-        out = {k: np.asarray(v) for k, v in compute().items()}
-        np.savez(path + ".tmp.npz", **out)
-        os.replace(path + ".tmp.npz", path)  # a part is there only when complete
-        print(f"{name}: done in {time.perf_counter() - t0:.0f}s", flush=True)
-        return out
-
-    return save
-
-
 def main(argv):
     if len(argv) > 1:
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
@@ -124,7 +97,7 @@ def main(argv):
     t0 = time.perf_counter()
     run = {"boundary": settle.run_boundary, "init_error": settle.run_init_error,
            "sparsify": settle.run_sparsify}[config.study]
-    results = run(config, cfg, _saver(workdir, config.analyze_only, config.parts_from))
+    results = run(config, cfg, settle.part_saver(workdir, config.analyze_only, config.parts_from))
     results["seconds"] = time.perf_counter() - t0
     io.write_json(os.path.join(workdir, "results.json"), results)
     summary = settle.summary_markdown(config.study, results, config)

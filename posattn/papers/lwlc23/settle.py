@@ -9,6 +9,8 @@ fit and difference is recomputed on each resample.
 """
 import dataclasses
 import math
+import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -393,3 +395,29 @@ def summary_markdown(study: str, results: dict, config) -> str:
                          f"{P[pols[0]]['loss'][0]['value']:.3f} | " + " | ".join(cols) +
                          f" | {'yes' if flat else 'no'} |")
     return "\n".join(lines) + "\n"
+
+
+def part_saver(workdir, analyze_only: bool, parts_from: str):
+    """save(name, compute): parts/NAME.npz if a finished part is there (or in `parts_from`), else compute,
+    save and return it (None with analyze_only: the drivers then leave that part out)."""
+    parts = os.path.join(workdir, "parts")
+    os.makedirs(parts, exist_ok=True)
+
+    def save(name, compute):
+        path = os.path.join(parts, f"{name}.npz")
+        for found in (path, os.path.join(parts_from, f"{name}.npz") if parts_from else None):
+            if found and os.path.exists(found):
+                print(f"{name}: resumed from {found}", flush=True)
+                with np.load(found) as f:
+                    return dict(f)
+        if analyze_only:
+            print(f"{name}: not saved, left out (analyze_only)", flush=True)
+            return None
+        t0 = time.perf_counter()
+        out = {k: np.asarray(v) for k, v in compute().items()}
+        np.savez(path + ".tmp.npz", **out)
+        os.replace(path + ".tmp.npz", path)  # a part is there only when complete
+        print(f"{name}: done in {time.perf_counter() - t0:.0f}s", flush=True)
+        return out
+
+    return save
