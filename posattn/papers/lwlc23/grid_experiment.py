@@ -18,7 +18,7 @@ import ml_collections
 from posattn import cli
 from posattn.analysis import slot_attention
 from posattn.errors import ConfigError, check_seed
-from posattn.vision import config as config_lib, train
+from posattn.vision import config as config_lib, sweep, train
 from posattn.vision.data import datasets, token_grid
 from posattn.vision.models.attention import ATTENTIONS
 from posattn.vision.setup import resolve
@@ -167,9 +167,10 @@ def pretrain_name(attention: str, seed: int) -> str:
 
 
 def pretrain(config, workdir: str) -> dict:
-    """Train the pre-training `config` in `workdir` (resumed if present): {"pretrain" (the workdir's
-    name), "attention", "seed", "dataset", "steps", "test_accuracy" (on the base's test split), "seconds"}."""
-    summary = train.train(config, workdir)[1]
+    """Train the pre-training `config` in `workdir` (read back if finished, resumed if begun:
+    `sweep.run_cell`): {"pretrain" (the workdir's name), "attention", "seed", "dataset", "steps",
+    "test_accuracy" (on the base's test split), "seconds"}."""
+    summary = sweep.run_cell(config, workdir, say=lambda _: None)
     return {"pretrain": os.path.basename(os.path.normpath(workdir)), "attention": config.model.attention,
             "seed": int(config.seed), "dataset": config.dataset, "steps": summary["steps"],
             "test_accuracy": summary["test_accuracy"], "seconds": summary["seconds"]}
