@@ -27,7 +27,7 @@ HEAD = "head"
 
 
 def _path(keys) -> str:
-    return "/".join(str(getattr(k, "key", k)) for k in keys)
+    return jax.tree_util.keystr(keys, simple=True, separator="/")
 
 
 def _grid_side(tokens: int) -> tuple[int, int] | None:

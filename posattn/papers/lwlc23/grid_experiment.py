@@ -18,7 +18,7 @@ import ml_collections
 from posattn import cli
 from posattn.analysis import slot_attention
 from posattn.errors import ConfigError, check_seed
-from posattn.vision import config as config_lib, train
+from posattn.vision import checkpoint, config as config_lib, sweep
 from posattn.vision.data import datasets, token_grid
 from posattn.vision.models.attention import ATTENTIONS
 from posattn.vision.setup import resolve
@@ -167,9 +167,10 @@ def pretrain_name(attention: str, seed: int) -> str:
 
 
 def pretrain(config, workdir: str) -> dict:
-    """Train the pre-training `config` in `workdir` (resumed if present): {"pretrain" (the workdir's
-    name), "attention", "seed", "dataset", "steps", "test_accuracy" (on the base's test split), "seconds"}."""
-    summary = train.train(config, workdir)[1]
+    """Train the pre-training `config` in `workdir` (read back if finished, resumed if begun:
+    `sweep.run_cell`): {"pretrain" (the workdir's name), "attention", "seed", "dataset", "steps",
+    "test_accuracy" (on the base's test split), "seconds"}."""
+    summary = sweep.run_cell(config, workdir, say=lambda _: None)
     return {"pretrain": os.path.basename(os.path.normpath(workdir)), "attention": config.model.attention,
             "seed": int(config.seed), "dataset": config.dataset, "steps": summary["steps"],
             "test_accuracy": summary["test_accuracy"], "seconds": summary["seconds"]}
@@ -197,12 +198,15 @@ def slot_grids(name: str, split: str, data_dir: str | None = None) -> token_grid
 
 
 def run_cell(config, workdir: str, ks, *, seed: int = 0) -> dict:
-    """Train `config` in `workdir` (resuming from its checkpoint if any), then its slot metrics on the
-    test grids: {"R", "alpha_star", "alpha_conf", "attention", "start", "seed", "test_accuracy", "train_accuracy",
-    "seconds", "relevant_mass", "chance_mass", "accuracy_attention_pruned", ...} (see
-    `slot_attention.evaluate`)."""
+    """Train `config` in `workdir` (read back if finished, resumed if begun: `sweep.run_cell`), then the
+    slot metrics of its final checkpoint on the test grids: {"R", "alpha_star", "alpha_conf", "attention",
+    "start", "seed", "test_accuracy", "train_accuracy", "seconds", "relevant_mass", "chance_mass",
+    "accuracy_attention_pruned", ...} (see `slot_attention.evaluate`)."""
     setup = check_cell(config)
-    state, summary = train.train(config, workdir)
+    # A finished cell keeps its own summary: resuming it at its last step would evaluate it again and
+    # record no training accuracy (the curves average it).
+    summary = sweep.run_cell(config, workdir, say=lambda _: None)
+    state = checkpoint.restore_state(workdir, setup.model, setup.image_shape, config)
     R = int(config.dataset.rpartition("/")[2])
     _, confusion, _ = token_grid.slot_counts(R)
     grids = slot_grids(config.dataset, "test", config.get("data_dir"))

@@ -86,9 +86,13 @@ def _fmt(values, digits: int = 3) -> str:
     return ", ".join(f"{x:.{digits}f}" for x in values)
 
 
+def _fmt_interval(mean: float, low: float, high: float, spec: str = ".3f") -> str:
+    """"mean [low, high]", or "mean" alone where there is no interval (one seed)."""
+    return f"{mean:{spec}}" + ("" if math.isnan(low) else f" [{low:{spec}}, {high:{spec}}]")
+
+
 def _with_interval(point: dict) -> str:
-    mean, low, high = point["accuracy_interval"]
-    return f"{mean:.3f}" if math.isnan(low) else f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+    return _fmt_interval(*point["accuracy_interval"])
 
 
 def rows(cells: list[dict]) -> list[dict]:
@@ -143,17 +147,17 @@ def start_rows(cells: list[dict]) -> list[dict]:
     out = []
     for kind in dict.fromkeys(c["attention"] for c in cells):
         acc = {(c["start"], c["R"], c["seed"]): c["test_accuracy"] for c in cells if c["attention"] == kind}
-        Rs = sorted({R for start, R, _ in acc if start == "pretrained"})
-        gains = {R: interval([acc["pretrained", R, s] - acc["scratch", R, s] for st, r, s in acc
-                              if st == "pretrained" and r == R and ("scratch", R, s) in acc]) for R in Rs}
-        gains = {R: g for R, g in gains.items() if not math.isnan(g[0])}
+        diffs: dict[int, list[float]] = {}  # R -> the gains of the seeds with both starts
+        for (start, R, seed), a in sorted(acc.items()):
+            if start == "pretrained" and ("scratch", R, seed) in acc:
+                diffs.setdefault(R, []).append(a - acc["scratch", R, seed])
+        gains = {R: interval(d) for R, d in diffs.items()}
         if not gains:
             continue
         above = [R for R, (_, low, _) in gains.items() if low > 0]
         out.append({"claim": f"{kind}: the pre-trained start beats the scratch one (accuracy gain, paired by seed)",
                     "paper": "the paper trains from pre-trained inits only",
-                    "ours": "; ".join(f"R = {R}: {m:+.3f}" + ("" if math.isnan(lo) else f" [{lo:+.3f}, {hi:+.3f}]")
-                                      for R, (m, lo, hi) in gains.items()),
+                    "ours": "; ".join(f"R = {R}: {_fmt_interval(*g, '+.3f')}" for R, g in gains.items()),
                     "verdict": ("one seed: no interval" if all(math.isnan(g[1]) for g in gains.values()) else
                                 f"better at R = {', '.join(map(str, above))} (interval above 0)" if above
                                 else "better at no R (every interval holds 0 or lies below it)")})
