@@ -32,7 +32,7 @@ DIGITS = "--config=tpu_configs/digits.py"
 LOCAL = "--config=tpu_configs/digits.py:quick"
 SIGNALS = {"SIGINT": 130, "SIGTERM": 143}
 BINARIES = ("train_images", "theory", "reproduce", "phase_three", "shallow_vit", "token_grid", "compare_attention",
-            "permuted", "posemb_similarity", "how_vits_work")
+            "permuted", "posemb_similarity", "how_vits_work", "shallow_settle")
 THEORY_TINY = ("--config.gd.steps=50", "--config.gd.N=100", "--config.gd.n_test=100", "--config.gd.n_final_test=100")
 # Runs long enough to be interrupted, and each binary's shortest way to one
 LONG = {
@@ -47,6 +47,7 @@ LONG = {
     "permuted": ("--quick", "--config.models=vit", "--config.seeds=1", "--config.block_sizes=2",
                  "--config.vit_steps=100000"),
     "how_vits_work": ("--quick", "--config.models=vit_positional"),
+    "shallow_settle": ("--config=tpu_configs/shallow_settle.py:boundary,quick",),
 }
 # Each binary's default config file, tpu_configs/NAME.py: NAME is the binary's own but for these
 DEFAULT_CONFIG = {"train_images": "digits", "compare_attention": "digits", "how_vits_work": "pk22"}
@@ -135,6 +136,8 @@ def _cases_numbers() -> list[Case]:
         Case("phase_three", ("--config.steps=3000000000", "--workdir={w}"), "steps beyond int32"),
         Case("phase_three", ("--config.q=nan", "--workdir={w}"), "q=nan"),
         Case("how_vits_work", ("--config.noise_eps=nan", "--workdir={w}"), "noise_eps=nan"),
+        Case("shallow_settle", ("--config.seeds=1", "--workdir={w}"), "seeds=1 (an interval needs two)"),
+        Case("shallow_settle", ("--config.sgd.eta=inf", "--workdir={w}"), "eta=inf"),
         Case("reproduce", ("--config.seed=99999999999999999999", "--workdir={w}"), "seed beyond 64 bits"),
         Case("theory", ("--config.seed=99999999999999999999", "--workdir={w}"), "seed beyond 64 bits"),
     ]
