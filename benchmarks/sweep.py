@@ -26,11 +26,13 @@ from posattn.theory.presets import get_preset
 from posattn.theory.optim import gd_hyperparameters, gradient_descent
 from posattn.theory.step import descend, evaluate, init_state
 
-flags.DEFINE_integer("max_seeds", 1024, "largest sweep (seeds, powers of 4 from 1)")
+flags.DEFINE_integer("max_seeds", 1024, "largest sweep (seeds, powers of --growth from 1)")
 flags.DEFINE_integer("N", 256, "training samples per run")
 flags.DEFINE_integer("steps", 200, "GD steps per run")
 flags.DEFINE_integer("n_test", 512, "test samples per run")
 flags.DEFINE_float("max_call_s", 120.0, "stop growing a sweep once one call takes longer")
+flags.DEFINE_integer("growth", 4, "each sweep this many times the last (1, growth, growth^2, ...)")
+flags.DEFINE_bool("plain", True, "also time the sweep with `jax.grad`'s step")
 FLAGS = flags.FLAGS
 
 
@@ -63,6 +65,19 @@ def two_calls(fn):
     return out
 
 
+def section_body(ways, rows) -> str:
+    return "\n".join([
+        f"`small` preset (D=16, C=4, d=32), N={FLAGS.N} samples and {FLAGS.steps} GD steps per run, each "
+        f"run with its own task, initialisation and data, all seeds in one compiled call (`fit_grid` splits "
+        f"them over the CPU devices, one per core; the `jax.grad` sweep is vmapped on one device); "
+        f"seeds per second on the second call (compile excluded; the call's seconds in brackets). "
+        f"Machine: {machine()}.", "",
+        f"Command: `python -m benchmarks.sweep --max_seeds={FLAGS.max_seeds} --N={FLAGS.N} --steps={FLAGS.steps} "
+        f"--growth={FLAGS.growth} --plain={FLAGS.plain} "
+        f"--max_call_s={FLAGS.max_call_s:g}`", "",
+        f"| seeds | {' | '.join(ways)} |", "|---|" + "---|" * len(ways), *rows])
+
+
 def main(argv):
     del argv
     mesh_lib.use_cpu_cores()  # as the binaries do: one CPU device per core, the seeds split over them
@@ -71,6 +86,8 @@ def main(argv):
     plain = jax.jit(functools.partial(plain_sweep, cfg=cfg, gd=gd))
     ways = {"one-pass (`fit_grid`)": lambda keys: gd_lib.fit_grid(keys, cfg=cfg, gd=gd, sizes=(FLAGS.N,)),
             "jax.grad step": plain}
+    if not FLAGS.plain:
+        del ways["jax.grad step"]
     rows, growing, seeds = [], set(ways), 1
     while seeds <= FLAGS.max_seeds and growing:
         keys = keys_lib.seed_keys(0, seeds)
@@ -94,17 +111,9 @@ def main(argv):
             if second > FLAGS.max_call_s:
                 growing.discard(name)
         rows.append(f"| {seeds} | {' | '.join(cells)} |")
-        seeds *= 4
-    body = "\n".join([
-        f"`small` preset (D=16, C=4, d=32), N={FLAGS.N} samples and {FLAGS.steps} GD steps per run, each "
-        f"run with its own task, initialisation and data, all seeds in one compiled call (`fit_grid` splits "
-        f"them over the CPU devices, one per core; the `jax.grad` sweep is vmapped on one device); "
-        f"seeds per second on the second call (compile excluded; the call's seconds in brackets). "
-        f"Machine: {machine()}.", "",
-        f"Command: `python -m benchmarks.sweep --max_seeds={FLAGS.max_seeds} "
-        f"--max_call_s={FLAGS.max_call_s:g}`", "",
-        f"| seeds | {' | '.join(ways)} |", "|---|" + "---|" * len(ways), *rows])
-    update_section("Theory: seeds per second as a sweep grows (benchmarks/sweep.py)", body)
+        # after every size: a run stopped by a time limit keeps what it measured
+        update_section("Theory: seeds per second as a sweep grows (benchmarks/sweep.py)", section_body(ways, rows))
+        seeds *= FLAGS.growth
 
 
 if __name__ == "__main__":

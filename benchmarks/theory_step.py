@@ -48,12 +48,32 @@ from posattn.theory.step import descend, init_state, make_batch
 flags.DEFINE_integer("chunk", 20, "GD steps per compiled call")
 flags.DEFINE_integer("rounds", 7, "interleaved timing rounds")
 flags.DEFINE_integer("repeats", 3, "calls of the GEMV and of the PyTorch step per round")
+flags.DEFINE_list("cases", ["n50k", "paper"], "problems to time: n50k (N=50,000, D=10, d=100), paper (the "
+                  "paper preset), n1m (N=1,000,000, D=10, d=100: an accelerator's size)")
 FLAGS = flags.FLAGS
 
 try:
     import torch
 except ImportError:  # the bench extra is not installed
     torch = None
+
+
+def torch_device() -> str | None:
+    """Where the PyTorch step runs: the platform JAX runs on (a GPU through CUDA, else the CPU); None
+    where torch cannot (not installed, or JAX on a GPU that torch does not see, or on a TPU)."""
+    if torch is None:
+        return None
+    backend = jax.default_backend()
+    if backend == "cpu":
+        return "cpu"
+    return "cuda" if backend == "gpu" and torch.cuda.is_available() else None
+
+
+def _torch_where() -> str:
+    device = torch_device()
+    if device is None:
+        return "(not run)"
+    return f"with {torch.get_num_threads()} threads" if device == "cpu" else f"on {device}"
 
 
 def torch_step(X, y, A, v, *, lr: float, lr_A: float, D: int, d: int):
@@ -64,7 +84,7 @@ def torch_step(X, y, A, v, *, lr: float, lr_A: float, D: int, d: int):
     loss = torch.nn.functional.softplus(-y * (u**3).sum(-1)).mean()
     loss.backward()
     with torch.no_grad():
-        A -= lr_A * A.grad * (1 - torch.eye(D))  # the diagonal stays frozen
+        A -= lr_A * A.grad * (1 - torch.eye(D, device=A.device))  # the diagonal stays frozen
         v -= lr * v.grad
     return loss
 
@@ -93,6 +113,9 @@ def gemv_loop(X, v):
     return jax.lax.fori_loop(0, FLAGS.chunk, one, jnp.zeros(X.shape[0], X.dtype))
 
 
+# Issue 17's goals for ours: at least this much faster than the PyTorch step, within this of one GEMV
+GOAL_TORCH_RATIO, GOAL_FLOOR_RATIO = 1.5, 1.3
+
 PROBES = {"tiles, X_j v": (False, False), "tiles, both products": (True, False),
           "one tile, both products": (True, True)}
 
@@ -120,7 +143,11 @@ def seconds(fn, calls: int) -> float:
     t0 = time.perf_counter()
     for _ in range(calls):
         out = fn()
-    jax.block_until_ready(out)
+    if torch is not None and isinstance(out, torch.Tensor):
+        if out.is_cuda:
+            torch.cuda.synchronize()
+    else:
+        jax.block_until_ready(out)
     return (time.perf_counter() - t0) / calls
 
 
@@ -159,10 +186,11 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     for name, (both, one_tile) in PROBES.items():
         probe = tile_probe(mesh, both, one_tile)
         candidates[name] = lambda probe=probe: seconds(lambda: probe(tiles.X, params["v"]), 1) / FLAGS.chunk
-    if torch is not None:
-        X_t, y_t = torch.from_numpy(np.asarray(train.X)), torch.from_numpy(np.asarray(train.y))
-        A_t = torch.tensor(np.asarray(params["A"]), requires_grad=True)
-        v_t = torch.tensor(np.asarray(params["v"]), requires_grad=True)
+    device = torch_device()
+    if device is not None:
+        X_t, y_t = (torch.from_numpy(np.asarray(a)).to(device) for a in (train.X, train.y))
+        A_t = torch.tensor(np.asarray(params["A"]), device=device, requires_grad=True)
+        v_t = torch.tensor(np.asarray(params["v"]), device=device, requires_grad=True)
         step = lambda: torch_step(X_t, y_t, A_t, v_t, lr=gd.lr, lr_A=gd.lr_A, D=cfg.D, d=cfg.d)
         X_t_flat = X_t.reshape(-1, cfg.d)
         candidates["PyTorch"] = lambda: seconds(step, FLAGS.repeats)
@@ -181,16 +209,53 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     return {"ms": ms, "median": median, "compile_s": compile_s}
 
 
+def section_body(rows, split_rows, verdicts) -> str:
+    torch_version = torch.__version__ if torch is not None else "(not installed)"
+    return "\n".join([
+        f"Full-batch GD on (E), float32. ms per step, minimum (median) over {FLAGS.rounds} interleaved "
+        f"rounds; ours, its XLA tile loop and jax.grad: {FLAGS.chunk} steps per compiled call, the "
+        f"library's optimiser (ours: "
+        f"{'the CPU kernel' if fused.uses_kernel(jnp.float32) else 'the XLA tile loop'}, "
+        f"as `fit` runs it here); PyTorch "
+        f"{torch_version} eager {_torch_where()}; GEMV: one "
+        f"pass X @ v over the training samples, the faster of jax and PyTorch. "
+        f"Machine: {machine()}.", "",
+        f"Command: `python -m benchmarks.theory_step --cases={','.join(FLAGS.cases)} --rounds={FLAGS.rounds} "
+        f"--chunk={FLAGS.chunk}`", "",
+        "| problem | ours (ms) | ours, XLA tile loop (ms) | jax.grad step (ms) | PyTorch step (ms) | "
+        "one GEMV over X (ms) | PyTorch / ours | ours / GEMV | XLA tile loop / GEMV | jax.grad / ours | "
+        "compile (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
+        f"Goals (issue 17): PyTorch / ours >= {GOAL_TORCH_RATIO} and ours / GEMV <= {GOAL_FLOOR_RATIO}; "
+        f"measured: {'; '.join(verdicts)}. "
+        "`jax.grad` is the step the library took before the one-pass step (`posattn.theory.fused`).", "",
+        "Where the XLA tile loop spends its time above the floor (ms per step, minima as above): the "
+        "probes walk its tiles (`posattn.theory.fused.tiled`) without the loss, first multiplying each "
+        "tile by v, then adding the second product from cache; the differences are the tile copy and "
+        "loop, the second read, and the loss with its gradient per tile. \"One tile, both products\" runs "
+        "both products on every device's first tile alone, as often as the loop has tiles: their arithmetic "
+        "with X in cache, no memory read. \"Tiles, both products\" is the floor of this tile loop before "
+        "its loss, the last column its ratio to the GEMV.", "",
+        "| problem | GEMV | tiles, X_j v | tiles, both products | XLA tile loop | copy and loop | "
+        "second read | loss per tile | one tile, both products | tiles, both products / GEMV |",
+        "|---|---|---|---|---|---|---|---|---|---|", *split_rows])
+
+
 def main(argv):
     del argv
     mesh_lib.use_cpu_cores()  # as the binaries do: one CPU device per core, the sample axis split over them
     paper_cfg, paper_gd = get_preset("paper")
-    cases = {
-        "N=50,000, D=10, d=100": (TheoryConfig(D=10, C=2, d=100, q=0.4, partition="random"),
-                                 dataclasses.replace(paper_gd, N=50_000)),
-        "paper preset (N=20,000, D=36, d=64)": (paper_cfg, paper_gd),
+    small = TheoryConfig(D=10, C=2, d=100, q=0.4, partition="random")
+    cases = {  # --cases key -> (row name, problem)
+        "n50k": ("N=50,000, D=10, d=100", small, dataclasses.replace(paper_gd, N=50_000)),
+        "n1m": ("N=1,000,000, D=10, d=100", small, dataclasses.replace(paper_gd, N=1_000_000)),
+        "paper": ("paper preset (N=20,000, D=36, d=64)", paper_cfg, paper_gd),
     }
-    rows, split_rows = [], []
+    unknown = set(FLAGS.cases) - set(cases)
+    if unknown:
+        raise app.UsageError(f"--cases: unknown {sorted(unknown)} (known: {', '.join(cases)})")
+    cases = {cases[key][0]: cases[key][1:] for key in FLAGS.cases}
+    rows, split_rows, verdicts = [], [], []
     for name, (cfg, gd) in cases.items():
         r = measure(cfg, gd)
         ms, med = r["ms"], r["median"]
@@ -212,34 +277,14 @@ def main(argv):
                           f"{' | '.join(f'{b - a:+.1f}' for a, b in zip(steps, steps[1:]))} | "
                           f"{ms['one tile, both products']:.1f} | "
                           f"{ms['tiles, both products'] / ms['GEMV']:.2f}x |")
-    torch_version = torch.__version__ if torch is not None else "not installed"
-    body = "\n".join([
-        f"Full-batch GD on (E), float32. ms per step, minimum (median) over {FLAGS.rounds} interleaved "
-        f"rounds; ours, its XLA tile loop and jax.grad: {FLAGS.chunk} steps per compiled call, the "
-        f"library's optimiser (ours: "
-        f"{'the CPU kernel' if fused.uses_kernel(jnp.float32) else 'the XLA tile loop'}, "
-        f"as `fit` runs it here); PyTorch "
-        f"{torch_version} eager with {torch.get_num_threads() if torch else '-'} threads; GEMV: one "
-        f"pass X @ v over the training samples, the faster of jax and PyTorch. "
-        f"Machine: {machine()}.", "",
-        "Command: `python -m benchmarks.theory_step`", "",
-        "| problem | ours (ms) | ours, XLA tile loop (ms) | jax.grad step (ms) | PyTorch step (ms) | "
-        "one GEMV over X (ms) | PyTorch / ours | ours / GEMV | XLA tile loop / GEMV | jax.grad / ours | "
-        "compile (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
-        "Goals (issue 17): PyTorch / ours >= 1.5 and ours / GEMV <= 1.3 at N=50,000, D=10, d=100. "
-        "`jax.grad` is the step the library took before the one-pass step (`posattn.theory.fused`).", "",
-        "Where the XLA tile loop spends its time above the floor (ms per step, minima as above): the "
-        "probes walk its tiles (`posattn.theory.fused.tiled`) without the loss, first multiplying each "
-        "tile by v, then adding the second product from cache; the differences are the tile copy and "
-        "loop, the second read, and the loss with its gradient per tile. \"One tile, both products\" runs "
-        "both products on every device's first tile alone, as often as the loop has tiles: their arithmetic "
-        "with X in cache, no memory read. \"Tiles, both products\" is the floor of this tile loop before "
-        "its loss, the last column its ratio to the GEMV.", "",
-        "| problem | GEMV | tiles, X_j v | tiles, both products | XLA tile loop | copy and loop | "
-        "second read | loss per tile | one tile, both products | tiles, both products / GEMV |",
-        "|---|---|---|---|---|---|---|---|---|---|", *split_rows])
-    update_section("Theory: GD steps per second (benchmarks/theory_step.py)", body)
+        verdicts.append(f"{name}: ours / GEMV {floor_ratio:.2f}x, "
+                        f"{'met' if floor_ratio <= GOAL_FLOOR_RATIO else 'missed'}"
+                        + (f"; PyTorch / ours {torch_ratio}, "
+                           f"{'met' if ms['PyTorch'] / ms['ours'] >= GOAL_TORCH_RATIO else 'missed'}"
+                           if "PyTorch" in ms else ""))
+        # after every problem: a run stopped by a time limit keeps what it measured
+        update_section("Theory: GD steps per second (benchmarks/theory_step.py)",
+                       section_body(rows, split_rows, verdicts))
 
 
 if __name__ == "__main__":

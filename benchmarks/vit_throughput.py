@@ -35,6 +35,7 @@ Goals (issue 17): positional attention at least 1.25x vanilla's images/s at the 
 ViT at least as fast as timm + torch.compile; ViT-S/16 at 40% MFU or more. The section written says
 met or missed for each, from the measured figures.
 """
+import concurrent.futures
 import functools
 import os
 import statistics
@@ -47,6 +48,7 @@ import numpy as np
 import optax
 from absl import app, flags
 
+from benchmarks import profile
 from benchmarks.report import machine, update_section
 from posattn.vision import losses, models, optim
 from posattn.vision.models import flops as vit_flops
@@ -57,6 +59,12 @@ flags.DEFINE_integer("steps", 8, "Timed steps per variant (after the warm-up).")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 flags.DEFINE_integer("flops_batch", 256, "Batch at which XLA's FLOP ratio is also given (no run).")
 flags.DEFINE_enum("peer", "timm", ["timm", "none"], "Also time timm's ViT of the same shape (torch.compile).")
+flags.DEFINE_list("shapes", ["CIFAR ViT-Ti/4", "ImageNet ViT-Ti/16", "ImageNet ViT-S/16"], "Shapes to time.")
+flags.DEFINE_enum("fused_attention", "none", ["none", "xla", "cudnn"],
+                  "Also time the vanilla ViT with `jax.nn.dot_product_attention` of this implementation "
+                  "(cudnn: the fused kernel of an NVIDIA GPU).")
+flags.DEFINE_string("profile_dir", "", "If set, trace the steps of the goals' MFU shape there and summarise "
+                    "the busiest operations of each variant in the section.")
 flags.DEFINE_bool("write", True, "Write the section of docs/benchmarks.md.")
 FLAGS = flags.FLAGS
 
@@ -74,6 +82,8 @@ PEAK_TFLOPS_GPU = (("H100 PCIe", 756.0), ("H100 NVL", None), ("H100", 989.0), ("
 GOAL_POSITIONAL_SPEEDUP = 1.25
 GOAL_VANILLA_OVER_TIMM = 1.0
 GOAL_MFU_SHAPE, GOAL_MFU = "ImageNet ViT-S/16", 0.40
+# Steps traced per variant by --profile_dir.
+PROFILE_CALLS = 3
 # Untimed steps of the timm peer, the first of which compiles.
 TIMM_WARMUP = 3
 # The optimiser of both frameworks (ours: `posattn.vision.optim`).
@@ -86,15 +96,24 @@ except ImportError:  # the bench extra is not installed
     torch = timm_vit = None
 
 
-def make_model(variant: str, attention: str, side: int, classes: int, dtype=jnp.float32):
-    cfg = ml_collections.ConfigDict({"name": "vit", "variant": variant, "attention": attention})
+def make_model(variant: str, attention: str, side: int, classes: int, dtype=jnp.float32, options: str = ""):
+    cfg = ml_collections.ConfigDict({"name": "vit", "variant": variant, "attention": attention,
+                                     "attention_options": options})
     return models.create_model(cfg, num_classes=classes, image_size=side, channels=3, dtype=dtype)
 
 
-def make_step(variant: str, attention: str, side: int, classes: int, batch: int, dtype):
-    """(compiled step, state, batch, compile seconds): a jitted AdamW training step of one ViT on random
-    data."""
-    model = make_model(variant, attention, side, classes, dtype)
+def variants() -> dict[str, tuple[str, str]]:
+    """label -> (attention kind, its options) of the models timed at each shape."""
+    out = {"vanilla": ("vanilla", ""), "positional": ("positional", "")}
+    if FLAGS.fused_attention != "none":
+        out[f"vanilla, {FLAGS.fused_attention}"] = ("vanilla", f"implementation='{FLAGS.fused_attention}'")
+    return out
+
+
+def lower_step(variant: str, attention: str, side: int, classes: int, batch: int, dtype, options: str = ""):
+    """(lowered step, state, batch): a jitted AdamW training step of one ViT on random data, traced and
+    lowered but not compiled (`make_step` compiles it; `measure` compiles the variants side by side)."""
+    model = make_model(variant, attention, side, classes, dtype, options)
     opt_cfg = ml_collections.ConfigDict(OPT)
     tx = optim.make_optimizer(opt_cfg, optim.hyperparameters(opt_cfg, total_steps=1000))
     key_x, key_y, key_p = jax.random.split(jax.random.key(0), 3)
@@ -111,9 +130,15 @@ def make_step(variant: str, attention: str, side: int, classes: int, batch: int,
         updates, opt_state = tx.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), loss
 
+    return jax.jit(step, donate_argnums=(0,)).lower(state, images, labels), state, (images, labels)
+
+
+def make_step(variant: str, attention: str, side: int, classes: int, batch: int, dtype, options: str = ""):
+    """(compiled step, state, batch, compile seconds): `lower_step`'s step, compiled."""
+    lowered, state, data = lower_step(variant, attention, side, classes, batch, dtype, options)
     t0 = time.perf_counter()
-    compiled = jax.jit(step, donate_argnums=(0,)).lower(state, images, labels).compile()
-    return compiled, state, (images, labels), time.perf_counter() - t0
+    compiled = lowered.compile()
+    return compiled, state, data, time.perf_counter() - t0
 
 
 def xla_training_flops(variant: str, attention: str, side: int, classes: int, batch: int) -> float:
@@ -127,6 +152,8 @@ def xla_training_flops(variant: str, attention: str, side: int, classes: int, ba
         return optax.softmax_cross_entropy(model.apply({"params": p}, x, train=True), y).mean()
 
     cost = jax.jit(jax.grad(loss_fn)).lower(params, images, labels).cost_analysis()
+    if cost is None:  # a backend without a cost model before compiling (a GPU under jax 0.11): no check
+        return float("nan")
     return float((cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"])
 
 
@@ -145,17 +172,45 @@ def _flops(compiled) -> float:
     return float(cost.get("flops", float("nan")))
 
 
-def measure(name: str, batch: int, dtype) -> dict:
-    """Both variants of one shape, their steps interleaved; per variant the median step time."""
+def _compile_timed(lowered):
+    t0 = time.perf_counter()
+    compiled = lowered.compile()
+    return compiled, time.perf_counter() - t0
+
+
+def measure(name: str, batch: int, dtype, profile_dir: str = "") -> tuple[dict, list[str]]:
+    """Every variant of one shape, their steps interleaved: per variant the median step time; with
+    `profile_dir`, also the busiest operations of each variant's step (`benchmarks.profile`).
+
+    The variants are traced one after another, then compiled side by side in threads (XLA compiles
+    without the GIL), so a many-core host compiles them in about the time of one."""
     variant, side, classes, _ = SHAPES[name]
+    def not_timed(label, e):  # a fused kernel the device lacks: say so, time the others
+        if label in ("vanilla", "positional"):
+            raise e
+        print(f"{name}, {label}: not timed ({type(e).__name__}: {str(e).splitlines()[0][:200]})", flush=True)
+
+    lowered = {}
+    for label, (attention, options) in variants().items():
+        try:
+            lowered[label] = lower_step(variant, attention, side, classes, batch, dtype, options)
+        except Exception as e:  # noqa: BLE001 - see not_timed
+            not_timed(label, e)
+    with concurrent.futures.ThreadPoolExecutor(len(lowered)) as pool:
+        futures = {label: pool.submit(_compile_timed, low[0]) for label, low in lowered.items()}
     runs = {}
-    for attention in ("vanilla", "positional"):
-        compiled, state, data, compile_s = make_step(variant, attention, side, classes, batch, dtype)
-        state, loss = compiled(state, *data)  # warm-up
-        jax.block_until_ready(loss)
-        runs[attention] = {"compiled": compiled, "state": state, "data": data, "times": [],
-                           "compile_s": compile_s, "flops": _flops(compiled)}
-        runs[attention]["peak"] = _peak_bytes(compiled)
+    for label, future in futures.items():
+        _, state, data = lowered[label]
+        try:
+            compiled, compile_s = future.result()
+            state, loss = compiled(state, *data)  # warm-up
+            jax.block_until_ready(loss)
+        except Exception as e:  # noqa: BLE001 - see not_timed
+            not_timed(label, e)
+            continue
+        runs[label] = {"compiled": compiled, "state": state, "data": data, "times": [], "compile_s": compile_s,
+                       "flops": _flops(compiled), "peak": _peak_bytes(compiled)}
+    del lowered
     for _ in range(FLAGS.steps):
         for r in runs.values():
             t0 = time.perf_counter()
@@ -163,13 +218,26 @@ def measure(name: str, batch: int, dtype) -> dict:
             jax.block_until_ready(loss)
             r["times"].append(time.perf_counter() - t0)
     out = {}
-    for attention, r in runs.items():
+    for label, r in runs.items():
         step_s = float(np.median(r["times"]))
-        analytic = vit_flops.training_flops(make_model(variant, attention, side, classes), batch)
-        out[attention] = {"step_ms": 1e3 * step_s, "images_per_s": batch / step_s, "peak_mb": r["peak"] / 2**20,
-                          "gflops": analytic / 1e9, "xla_gflops": r["flops"] / 1e9,
-                          "compile_s": r["compile_s"], "mfu": _mfu(analytic, step_s, dtype)}
-    return out
+        analytic = vit_flops.training_flops(make_model(variant, variants()[label][0], side, classes), batch)
+        out[label] = {"step_ms": 1e3 * step_s, "images_per_s": batch / step_s, "peak_mb": r["peak"] / 2**20,
+                      "gflops": analytic / 1e9, "xla_gflops": r["flops"] / 1e9,
+                      "compile_s": r["compile_s"], "mfu": _mfu(analytic, step_s, dtype)}
+    profiled = []
+    if profile_dir:
+        profiled.append(f"Profile of {name} at batch {batch} (`jax.profiler`, {PROFILE_CALLS} steps; per step):")
+        for label, r in runs.items():
+            def step(r=r):
+                r["state"], loss = r["compiled"](r["state"], *r["data"])
+                return loss
+
+            try:
+                path = profile.trace(step, PROFILE_CALLS, os.path.join(profile_dir, label.replace(", ", "_")))
+                profiled += [f"{label}:", *profile.summary_lines(path, PROFILE_CALLS)]
+            except Exception as e:  # noqa: BLE001 - a profiler the device lacks must not lose the timings
+                profiled.append(f"{label}: no profile ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+    return out, profiled
 
 
 def _mfu(flops: float, step_s: float, dtype):
@@ -251,8 +319,10 @@ def goals(results: dict) -> list[str]:
     ips = {name: {k: m["images_per_s"] if m else None for k, m in r.items()} for name, r in results.items()}
     pos = "; ".join(f"{name} {_verdict(s['positional'] / s['vanilla'], GOAL_POSITIONAL_SPEEDUP, times)}"
                     for name, s in ips.items())
+    fused = lambda s: "".join(f" ({label}: {_verdict(s['timm'] and s[label] / s['timm'], GOAL_VANILLA_OVER_TIMM, times)})"
+                              for label in s if label.startswith("vanilla, "))
     peer = "; ".join(f"{name} {_verdict(s['timm'] and s['vanilla'] / s['timm'], GOAL_VANILLA_OVER_TIMM, times)}"
-                     for name, s in ips.items())
+                     f"{fused(s)}" for name, s in ips.items())
     r = results.get(GOAL_MFU_SHAPE)
     mfu = "; ".join(f"{a} {_verdict(r[a]['mfu'], GOAL_MFU, percent, 'n/a') if r else 'not measured'}"
                     for a in ("vanilla", "positional"))
@@ -285,18 +355,49 @@ def _peer_missing() -> str | None:
     return None
 
 
+def section_body(rows, ratios, peer_notes, goal_lines, profile) -> str:
+    return "\n".join([
+        f"Training step (forward, backward, AdamW) of ViTs with the same shape, {FLAGS.dtype}, median of "
+        f"{FLAGS.steps} interleaved steps per variant after one warm-up. Machine: {machine()}. "
+        f"{_peer_line()}", "",
+        f"Command: `python -m benchmarks.vit_throughput --batch_cifar={FLAGS.batch_cifar} "
+        f"--batch_imagenet={FLAGS.batch_imagenet} --steps={FLAGS.steps} --dtype={FLAGS.dtype} "
+        f"--flops_batch={FLAGS.flops_batch} --peer={FLAGS.peer} --fused_attention={FLAGS.fused_attention}"
+        + (" --profile_dir=DIR" if FLAGS.profile_dir else "") + "`", "",
+        "GFLOP/step: the analytic matmul count of `posattn.vision.models.flops` (3 forward passes), "
+        "which MFU divides by; XLA's count of the compiled step (elementwise work and the optimiser "
+        "included) beside it as a check. \"vanilla, cudnn\": the vanilla ViT with its attention through "
+        "`jax.nn.dot_product_attention(implementation='cudnn')` (the model's "
+        "`attention_options=\"implementation='cudnn'\"`).", "",
+        "| shape | batch | attention | images/s | step (ms) | peak memory, XLA (MiB) | GFLOP/step | "
+        "GFLOP/step, XLA | MFU | timm + torch.compile images/s | ours / timm |",
+        "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
+        "Throughput ratio positional / vanilla: " + "; ".join(ratios) + ".", "",
+        *([f"timm peer: {'; '.join(peer_notes)}.", ""] if peer_notes else []),
+        "Goals (issue 17), from the figures above:", *goal_lines, *(["", *profile] if profile else [])])
+
+
 def main(argv):
     del argv
     if FLAGS.peer == "timm" and torch is not None:
         # Before JAX takes the device: allocate as needed, so that torch finds memory on the same card.
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    for name in FLAGS.shapes:
+        if name not in SHAPES:
+            raise app.UsageError(f"--shapes: unknown shape {name!r} (known: {', '.join(SHAPES)})")
     dtype = jnp.dtype(FLAGS.dtype)
     print(_peer_line(), flush=True)
     peer_missing = _peer_missing()
-    rows, ratios, results, peer_notes = [], [], {}, []
-    for name in SHAPES:
+    rows, ratios, results, peer_notes, profiled = [], [], {}, [], []
+    # the goals' MFU shape is profiled (else the last one timed)
+    profile_at = GOAL_MFU_SHAPE if GOAL_MFU_SHAPE in FLAGS.shapes else FLAGS.shapes[-1]
+    title = ("Image regime: ViT training throughput, vanilla vs positional attention, "
+             f"{FLAGS.dtype} (benchmarks/vit_throughput.py)")
+    for name in FLAGS.shapes:
         batch = getattr(FLAGS, SHAPES[name][3])
-        r = measure(name, batch, dtype)
+        profile_here = FLAGS.profile_dir if name == profile_at else ""
+        r, shape_profile = measure(name, batch, dtype, profile_here)
+        profiled += shape_profile
         r["timm"] = None if peer_missing else measure_timm(name, batch, dtype)
         results[name] = r
         v, p, t = r["vanilla"], r["positional"], r["timm"]
@@ -311,39 +412,21 @@ def main(argv):
                               f"timed steps {t['range_ms'][0]:.1f}-{t['range_ms'][1]:.1f} ms"
                               + (f" ({t['error']})" if t["error"] else ""))
             print(peer_notes[-1], flush=True)
-        for attention, m in r.items():
-            if attention == "timm":
+        for label, m in r.items():
+            if label == "timm":
                 continue
             mfu = "n/a" if m["mfu"] is None else f"{100 * m['mfu']:.1f}%"
             timm_ips = peer_missing or f"{t['images_per_s']:.1f}"
-            vs_timm = f"{m['images_per_s'] / t['images_per_s']:.2f}x" if t and attention == "vanilla" else ""
-            row = (f"| {name} | {batch} | {attention} | {m['images_per_s']:.1f} | {m['step_ms']:.1f} | "
+            vs_timm = f"{m['images_per_s'] / t['images_per_s']:.2f}x" if t and label != "positional" else ""
+            row = (f"| {name} | {batch} | {label} | {m['images_per_s']:.1f} | {m['step_ms']:.1f} | "
                    f"{m['peak_mb']:.0f} | {m['gflops']:.1f} | {m['xla_gflops']:.1f} | {mfu} | {timm_ips} | "
                    f"{vs_timm} |")
             print(row, flush=True)
             rows.append(row)
         print(ratios[-1], flush=True)
-    goal_lines = goals(results)
-    print("\n".join(goal_lines), flush=True)
-    body = "\n".join([
-        f"Training step (forward, backward, AdamW) of ViTs with the same shape, {FLAGS.dtype}, median of "
-        f"{FLAGS.steps} interleaved steps per variant after one warm-up. Machine: {machine()}. "
-        f"{_peer_line()}", "",
-        f"Command: `python -m benchmarks.vit_throughput --batch_cifar={FLAGS.batch_cifar} "
-        f"--batch_imagenet={FLAGS.batch_imagenet} --steps={FLAGS.steps} --dtype={FLAGS.dtype} "
-        f"--flops_batch={FLAGS.flops_batch} --peer={FLAGS.peer}`", "",
-        "GFLOP/step: the analytic matmul count of `posattn.vision.models.flops` (3 forward passes), "
-        "which MFU divides by; XLA's count of the compiled step (elementwise work and the optimiser "
-        "included) beside it as a check.", "",
-        "| shape | batch | attention | images/s | step (ms) | peak memory, XLA (MiB) | GFLOP/step | "
-        "GFLOP/step, XLA | MFU | timm + torch.compile images/s | ours vanilla / timm |",
-        "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
-        "Throughput ratio positional / vanilla: " + "; ".join(ratios) + ".", "",
-        *([f"timm peer: {'; '.join(peer_notes)}.", ""] if peer_notes else []),
-        "Goals (issue 17), from the figures above:", *goal_lines])
-    if FLAGS.write:
-        update_section("Image regime: ViT training throughput, vanilla vs positional attention, "
-                       f"{FLAGS.dtype} (benchmarks/vit_throughput.py)", body)
+        if FLAGS.write:  # after every shape: a run stopped by a time limit keeps what it measured
+            update_section(title, section_body(rows, ratios, peer_notes, goals(results), profiled))
+    print("\n".join(goals(results) + profiled), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 layout, against `jax.value_and_grad` of the plain model, and its derivatives through JAX's transforms."""
 import dataclasses
 import functools
+import math
 import subprocess
 import sys
 
@@ -199,6 +200,18 @@ def test_tile_count():
     assert tile_count(20_000, 9_216, tile_bytes=1 << 20) == 160  # 125 samples a tile (113.8 fit 1 MiB)
     assert tile_count(96, 512, tile_bytes=2048) == 24
     assert tile_count(20_011, 4_000) == 1  # a prime count: one tile, the plain two reads
+    assert tile_count(50_000, 4_000) == 100  # the CPU's 2 MiB tiles where none are given
+
+
+def test_an_accelerator_takes_one_tile_per_device(monkeypatch):
+    # A GPU runs the scan's tiles one after another, each too small to fill it (docs/accelerator.md):
+    # off the CPU the default is one tile, the whole block of samples of a device.
+    assert tile_count(1_000_000, 4_000, tile_bytes=math.inf) == 1
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert fused.default_tile_bytes() == math.inf
+    assert tile_count(50_000, 4_000) == 1
+    X = jnp.ones((64, 4, 8))
+    assert tiled(X, jnp.ones(64), jnp.ones(64), num_shards=2).X.shape == (2, 8, 128)
 
 
 def test_tiles_that_do_not_divide_the_samples_are_refused():

@@ -157,6 +157,26 @@ def test_vanilla_attention_depends_on_input():
     assert not np.allclose(S_a, S_b)
 
 
+@pytest.mark.parametrize("with_keep", [False, True])
+def test_vanilla_attention_through_dot_product_attention_equals_the_written_out_softmax(with_keep):
+    # The fused implementation (jax.nn.dot_product_attention; "cudnn" on a GPU) must be the same function
+    # as the einsum path, removed keys included; it returns no weights, so the model sows none.
+    x_BxNxD = jax.random.normal(jax.random.key(0), (3, 10, 16))
+    keep_BxN = jnp.arange(10)[None, :] < jnp.array([[10], [4], [1]]) if with_keep else None
+    written = attention.VanillaAttention(num_heads=2)
+    fused = attention.VanillaAttention(num_heads=2, implementation="xla")
+    params = written.init(jax.random.key(1), x_BxNxD)
+    y_written, att = written.apply(params, x_BxNxD, None, keep_BxN)
+    y_fused, none = fused.apply(params, x_BxNxD, None, keep_BxN)
+    np.testing.assert_allclose(y_fused, y_written, atol=1e-5, rtol=1e-5)
+    assert att.shape == (3, 2, 10, 10) and none is None
+    model = _model(attention="vanilla", attention_options="implementation='xla'")
+    variables = _init(model)
+    assert _attention_maps(model, variables, _images(1, batch=2)) == []
+    with pytest.raises(ConfigError, match="implementation"):
+        attention.VanillaAttention(num_heads=2, implementation="flash")
+
+
 def _intermediate_shapes(jaxpr):
     """Shapes of every value a jaxpr computes, nested jaxprs (pjit, custom_jvp) included."""
     for eqn in jaxpr.eqns:

@@ -144,7 +144,8 @@ class WindowAttentionBlock(nn.Module):
             y_XxNxC, att = attend(y_XxNxC, P_NxC)
         else:
             y_XxNxC, att = attend(y_XxNxC + P_NxC.astype(y_XxNxC.dtype), None)
-        return x_BxHxWxC + from_windows(y_XxNxC, B, H, W, win), full_map(att, B, H, W, win)
+        return (x_BxHxWxC + from_windows(y_XxNxC, B, H, W, win),
+                None if att is None else full_map(att, B, H, W, win))
 
 
 class AlterNet(nn.Module):
@@ -187,7 +188,8 @@ class AlterNet(nn.Module):
                     x, att = WindowAttentionBlock(heads, self.attention, self.attention_options, self.window,
                                                   self.pos_init_std, self.dtype, name=name)(x)
                     self.sow(INTERMEDIATES, block_feature(index, "attention"), x)
-                    self.sow(INTERMEDIATES, attention_weights(index), att)
+                    if att is not None:  # a fused attention implementation returns no weights
+                        self.sow(INTERMEDIATES, attention_weights(index), att)
                 else:
                     strides = 2 if stage > 0 and block == 0 else 1
                     x = PreActBlock(features, strides, self.dtype, name=name)(x, train)

@@ -44,12 +44,27 @@ def _drop_keys(logits_BxHxNxN: jax.Array, keep_BxN: jax.Array) -> jax.Array:
     return jnp.where(keep_BxN[:, None, None, :], logits_BxHxNxN, -jnp.inf)
 
 
+# `VanillaAttention.implementation`: "einsum" writes the products and the softmax out (the weights are
+# returned for maps and features); the others call `jax.nn.dot_product_attention` with that
+# implementation ("xla", or "cudnn": the fused kernel of an NVIDIA GPU, bfloat16 or float16 only),
+# which never materialises the weights.
+IMPLEMENTATIONS = ("einsum", "xla", "cudnn")
+
+
 class VanillaAttention(nn.Module):
-    """Standard multi-head self-attention; queries, keys and values all come from the tokens."""
+    """Standard multi-head self-attention; queries, keys and values all come from the tokens.
+
+    `implementation` (`IMPLEMENTATIONS`): the fused ones return None for the weights, so a model built
+    with them trains and predicts but has no attention maps."""
 
     num_heads: int
     dtype: Any = jnp.float32
+    implementation: str = "einsum"
     takes_position: ClassVar[bool] = False
+
+    def __post_init__(self):
+        check_choice(self.implementation, IMPLEMENTATIONS, "vanilla attention implementation")
+        super().__post_init__()
 
     @nn.compact
     def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None = None, keep_BxN: jax.Array | None = None):
@@ -61,6 +76,11 @@ class VanillaAttention(nn.Module):
             (3, H, K), dtype=self.dtype, kernel_init=_KERNEL_INIT, name="qkv"
         )(x_BxNxD)
         q_BxNxHxK, k_BxNxHxK, v_BxNxHxK = (qkv_BxNx3xHxK[:, :, i] for i in range(3))
+        if self.implementation != "einsum":
+            mask = None if keep_BxN is None else keep_BxN[:, None, None, :]
+            out_BxNxHxK = jax.nn.dot_product_attention(q_BxNxHxK, k_BxNxHxK, v_BxNxHxK, mask=mask,
+                                                       implementation=self.implementation)
+            return _project_out(out_BxNxHxK, width, self.dtype), None
         # Scaling q (B N H K) rather than the logits (B H N N) is the cheaper place for 1/sqrt(d_head).
         logits_BxHxNxN = jnp.einsum("bnhk,bmhk->bhnm", q_BxNxHxK * K**-0.5, k_BxNxHxK)
         # Softmax in float32: bf16 logits lose the small differences that decide the weights.

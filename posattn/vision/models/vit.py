@@ -191,7 +191,8 @@ class ViT(nn.Module):
             )(x_BxTxD, p_per_block[i], train, keep_BxT)
             self._sow_grid(block_feature(i, "attention"), mid_BxTxD, (h, w))
             self._sow_grid(block_feature(i, "mlp"), x_BxTxD, (h, w))
-            self.sow(INTERMEDIATES, attention_weights(i), att)
+            if att is not None:  # a fused attention implementation returns no weights
+                self.sow(INTERMEDIATES, attention_weights(i), att)
         x_BxTxD = nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x_BxTxD)
 
         # Pool and classify in float32: the head is tiny and the logits feed a float32 loss.
