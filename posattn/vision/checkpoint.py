@@ -37,6 +37,7 @@ from etils import epath
 from posattn import io
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, replicated
+from posattn.vision import config as vision_config
 from posattn.vision import optim
 from posattn.vision.data import datasets
 from posattn.vision.data.permutation import BlockPermutation
@@ -277,11 +278,27 @@ def restore_state(workdir, model, image_shape, config, *, step: int | None = Non
 
 def run_config(workdir) -> ml_collections.ConfigDict:
     """The config a run in `workdir` was trained with (its config.json; JSON's lists back to the tuples
-    of the config's fields, e.g. channel_mean)."""
+    of the config's fields, e.g. channel_mean). An image run recorded before a field joined
+    `base_config()` gets that field's default, the behaviour it was trained with (a field is only ever
+    added with a default that keeps the former behaviour, e.g. init_from "": a fresh start)."""
     path = epath.Path(workdir) / "config.json"
     if not path.exists():
         raise ConfigError(f"{path} not found: a run's workdir holds config.json and checkpoints/")
-    return ml_collections.ConfigDict(json.loads(path.read_text(), object_hook=_lists_to_tuples))
+    recorded = ml_collections.ConfigDict(json.loads(path.read_text(), object_hook=_lists_to_tuples))
+    if "model" not in recorded or "dataset" not in recorded:  # not an image run: its reader says so
+        return recorded
+    return _with_later_fields(recorded, vision_config.base_config())
+
+
+def _with_later_fields(recorded: ml_collections.ConfigDict, base: ml_collections.ConfigDict):
+    """`recorded` with every field of `base` it lacks, at base's value, sections included."""
+    for key, value in base.items():
+        if key not in recorded:
+            with recorded.unlocked():
+                recorded[key] = value
+        elif isinstance(value, ml_collections.ConfigDict) and isinstance(recorded[key], ml_collections.ConfigDict):
+            _with_later_fields(recorded[key], value)
+    return recorded
 
 
 def _lists_to_tuples(record: dict) -> dict:

@@ -174,3 +174,20 @@ def test_a_launch_without_a_checkpoint_is_a_failed_launch_for_any_other_config()
     assert resume.failed_launch(stored, _short(optimizer__lr=1e-4), None)  # even a change a resume allows
     assert not resume.failed_launch(stored, _short(seed=1), 2)  # a checkpoint: a resume, refused or not
     assert not resume.failed_launch(None, _short(seed=1), None)
+
+
+def test_a_run_recorded_before_a_field_existed_reads_back_with_its_default(tmp_path):
+    # A finished run of an older version lacks fields added since (init_from, attention_options): it
+    # was trained as their defaults say, so reading it (to measure or resume it) fills them in.
+    recorded = config_lib.base_config().to_dict()
+    del recorded["init_from"], recorded["model"]["attention_options"]
+    recorded["model"]["attention"] = "vanilla"
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    config = checkpoint.run_config(tmp_path)
+    assert config.init_from == "" and config.model.attention_options == ""
+    assert config.model.attention == "vanilla"  # what the run recorded wins
+    config_lib.check_schema(config)
+    # another binary's record (a theory run) is returned as it is, for its reader to refuse
+    (tmp_path / "config.json").write_text(json.dumps({"theory": {"D": 8}, "gd": {"steps": 10}}))
+    with pytest.raises(ConfigError, match="has no"):
+        config_lib.check_schema(checkpoint.run_config(tmp_path))
