@@ -110,6 +110,15 @@ def of_model(model: nn.Module, variables) -> Subject:
                    prefix_tokens=int(model.pool == "cls"))
 
 
+def replace_at(params, path: str, fn):
+    """`params` with the array at the "/"-path `path` (as `Subject.pos_embedding` names it) replaced by
+    `fn(array)`; the other leaves shared, nothing changed in place."""
+    key, _, rest = path.partition("/")
+    if not hasattr(params, "keys") or key not in params:
+        raise ConfigError(f"{path!r}: no {key!r} in the params")
+    return {**params, key: replace_at(params[key], rest, fn) if rest else fn(params[key])}
+
+
 def patch_embedding(subject: Subject, block: int = 0):
     """P of the patches as an (h, w, D) grid (what `posemb.similarity_maps` takes): the array at
     `subject.pos_embedding`, (T, D), (1, T, D) (timm, big_vision) or (depth, T, D) with one P per block

@@ -134,6 +134,35 @@ def test_a_subject_runs_as_a_module():
     assert not np.allclose(module.apply({"params": params}, x), logits)
 
 
+def test_the_stem_split_zeroes_p_where_the_subject_says_it_lives():
+    # A user's ViT whose stem is patches + P, P at "embed/pos" (not posattn's "pos_embedding"): the
+    # split's position part is P's own statistics, the rest those of the patches alone.
+    rng = np.random.default_rng(0)
+    params = {"embed": {"proj": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32),
+                        "pos": jnp.asarray(rng.normal(size=(16, 4)), jnp.float32)},
+              "head": jnp.asarray(rng.normal(size=(4, CLASSES)), jnp.float32)}
+
+    def apply(p, x_BxHxWxC):
+        patches_BxNx4 = x_BxHxWxC.reshape(x_BxHxWxC.shape[0], 16, 3) @ p["embed"]["proj"]
+        stem_BxNx4 = patches_BxNx4 + p["embed"]["pos"]
+        return stem_BxNx4.mean(1) @ p["head"], {"stem": stem_BxNx4}
+
+    subj = subject.Subject(apply, params, grid_hw=(4, 4), pos_embedding="embed/pos")
+    module, variables = subject.as_module(subj)
+    x = jax.random.normal(jax.random.key(1), (3, 4, 4, 3))
+    parts = suite.stem_position_parts(module, subj.pos_embedding, variables, x)
+    grid = lambda z: z.reshape(3, 4, 4, 4)  # noqa: E731 - tokens on their patch grid, as the subject sows them
+    P = jnp.broadcast_to(params["embed"]["pos"], (3, 16, 4))
+    patches = x.reshape(3, 16, 3) @ params["embed"]["proj"]
+    for part, z in (("position", P), ("without", patches)):
+        hf, var = parts[part]
+        np.testing.assert_allclose(hf, fourier.image_profiles({"stem": grid(z)})["stem"][:, -1], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(var, variance.image_variances({"stem": grid(z)})["stem"], rtol=1e-4, atol=1e-6)
+    assert subject.replace_at(params, "embed/pos", jnp.zeros_like)["embed"]["proj"] is params["embed"]["proj"]
+    with pytest.raises(ConfigError, match="no 'pos'"):
+        subject.replace_at(params, "head/pos", jnp.zeros_like)
+
+
 def test_posattn_models_are_subjects():
     model = models.create_model({"name": "vit", "variant": "test/4", "pool": "cls"}, num_classes=3,
                                 image_size=8, channels=1)

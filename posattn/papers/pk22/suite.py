@@ -5,7 +5,7 @@
 training images for the Hessian and the landscape), as three compiled programs, each compiled once
 for its batch shape and run batch after batch: one evaluation pass per noise band serves the Fourier,
 variance and noise tools; the Hessian spectrum; the landscape on one batch of training images (and a
-fourth, `stem_position_parts`, for a model whose stem adds a "pos_embedding"). A split of
+fourth, `stem_position_parts`, for a model whose Subject names a positional embedding). A split of
 any size fits, since no program sees more than one batch (`Settings.eval_batch_size`,
 `Settings.landscape_batch_size`), and the answer does not depend on the batch size: the noise of a test
 image is drawn from its index, the augmentation and mixup of a training mini-batch from its index.
@@ -209,18 +209,19 @@ def forward_measures(model, layers, settings: Settings, variables, x_BxHxWxC, la
     return correct, jax.tree.map(lambda v: v[0], profiles), jax.tree.map(lambda v: v[0], variances)
 
 
-def stem_position_parts(model, variables, x_BxHxWxC):
+def stem_position_parts(model, pos_path: str, variables, x_BxHxWxC):
     """Per image, the high-frequency value and variance (PK22 Figs. 4, 6) of the stem, of the stem with
-    the model's "pos_embedding" set to 0, and of their difference (the positional embedding's part):
-    {"with": (hf_B, var_B), "without": .., "position": ..}. For a ViT that adds P to its patch embeddings
-    the stem is patches + P, so this splits the stem's Fourier value and variance into P's share."""
+    the model's positional embedding (at the "/"-path `pos_path` of its params, `Subject.pos_embedding`)
+    set to 0, and of their difference (the positional embedding's part): {"with": (hf_B, var_B),
+    "without": .., "position": ..}. For a ViT that adds P to its patch embeddings the stem is patches +
+    P, so this splits the stem's Fourier value and variance into P's share."""
     def stem(params):
         _, state = model.apply({**variables, "params": params}, x_BxHxWxC, train=False, mutable=[INTERMEDIATES])
         return state[INTERMEDIATES][STEM][-1]
 
     params = variables["params"]
     with_P = stem(params)
-    without_P = stem({**params, "pos_embedding": jnp.zeros_like(params["pos_embedding"])})
+    without_P = stem(subject.replace_at(params, pos_path, jnp.zeros_like))
     parts = {"with": with_P, "without": without_P, "position": with_P - without_P}
     hf = lambda z: fourier.image_profiles({STEM: z})[STEM][:, -1]  # noqa: E731
     return {k: (hf(z), variance.image_variances({STEM: z})[STEM]) for k, z in parts.items()}
@@ -299,7 +300,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     """Every PK22 measurement of one model; returns {tool: results}, all numbers and lists.
 
     Three programs (`forward_measures`, `hessian_spectrum`, `loss_landscape`; and `stem_position_parts`
-    where the stem adds a "pos_embedding"), each compiled once for its batch shape, two at a time
+    where the Subject names a positional embedding and sows a stem), each compiled once for its batch shape, two at a time
     (`programs.compile_all`), then run over the batches of their split; "seconds" holds each one's
     compile and run time. `dataset` (one of your own arrays, named by
     config.dataset) replaces the lookup of config.dataset. `model` is posattn's image model with its
@@ -331,7 +332,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     land0 = train_batch(np.arange(E), 0, 1)
     feat_shapes = jax.eval_shape(functools.partial(subject.features, subj), x0[:1])
     layers = list(feat_shapes)  # forward order (an OrderedDict)
-    with_position = "pos_embedding" in variables["params"] and STEM in layers
+    with_position = subj.pos_embedding is not None and STEM in layers
 
     t = time.perf_counter()
     # the Hessian first: the longest compile, overlapped with the others
@@ -343,7 +344,8 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     }
     if with_position:  # on the Fourier and variance tools' images
         x_feat = _test_inputs(setup, test, np.arange(min(test.num_examples, settings.feature_images)))[0]
-        specs["stem"] = (jax.jit(functools.partial(stem_position_parts, model)), (variables, x_feat))
+        specs["stem"] = (jax.jit(functools.partial(stem_position_parts, model, subj.pos_embedding)),
+                         (variables, x_feat))
     compiled, compile_s = programs.compile_all(specs)
     seconds = {"compile_wall": time.perf_counter() - t, **{f"compile_{k}": v for k, v in compile_s.items()}}
     _say(f"  {name}: compiled its {len(specs)} programs in {seconds['compile_wall']:.1f}s (" +
