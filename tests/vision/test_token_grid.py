@@ -384,8 +384,16 @@ def test_tiny_run_of_the_binary(tmp_path):
     assert 0 <= cell["relevant_mass"] <= 1 and (tmp_path / "scratch_vanilla_R6_s0" / "summary.json").exists()
     assert cell["accuracy_attention_pruned"][0] == pytest.approx(cell["test_accuracy"])
     assert "| claim | paper | ours | verdict |" in (tmp_path / "summary.md").read_text()
+    first_summary = (tmp_path / "summary.json").read_text()
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r.get("pretrain") or (r["start"], r["R"]) for r in records] == [
         ("scratch", 6), "pretrain_vanilla_s0", ("pretrained", 6)]
     assert records[2]["init_from"] == str(tmp_path / "pretrain_vanilla_s0")
     assert json.loads((tmp_path / "pretrain_vanilla_s0" / "config.json").read_text())["dataset"] == "digits"
+    # The same command again on the finished experiment reads its cells back (a resumed cell was once
+    # evaluated again with no training accuracy, and the report's average of it raised)
+    again = subprocess.run(out.args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    reread = json.loads((tmp_path / "summary.json").read_text())
+    assert reread["cells"] == json.loads(first_summary)["cells"]  # (its "seconds" are this run's)
+    assert all(r["train_accuracy"] is not None for r in records if "train_accuracy" in r)
