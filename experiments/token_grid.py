@@ -53,7 +53,10 @@ def main(argv):
     Rs, kinds, starts, seeds, ks = grid_experiment.check_grid(grid)
     base = ml_collections.ConfigDict(_CONFIG.value.to_dict())
     del base["grid"]
-    workdir = os.path.abspath(_WORKDIR.value)  # (the cells record their pre-trained start by path)
+    # refused if empty before it is made absolute (which would make "" the current directory); a local
+    # path made absolute, since the cells record their pre-trained start by path
+    workdir = ownership.check_path(_WORKDIR.value)
+    workdir = workdir if "://" in workdir else os.path.abspath(workdir)
     pretrains, configs = grid_experiment.plan(base, grid, workdir, Rs, kinds, starts, seeds)
     for config in configs.values():  # every run's config, before the workdir is touched
         grid_experiment.check_cell(config)

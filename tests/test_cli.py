@@ -72,10 +72,11 @@ def run_binary(binary, *args, cwd=ROOT):
                           text=True, timeout=300, env=envs.devices(1, PYTHONPATH=str(ROOT)))
 
 
-def test_an_empty_workdir_is_refused_and_nothing_is_written(tmp_path):
+@pytest.mark.parametrize("binary", ["theory", "token_grid"])  # token_grid made it absolute first: ran in cwd
+def test_an_empty_workdir_is_refused_and_nothing_is_written(binary, tmp_path):
     # (it passed absl's required=True and wrote into the current directory and /; a blank one:
     # tests/test_ownership.py, every binary: drills/bad_inputs.py)
-    out = run_binary("theory", "--workdir=", cwd=tmp_path)
+    out = run_binary(binary, "--workdir=", cwd=tmp_path)
     assert out.returncode == 2 and out.stderr == "error: --workdir is empty: give a directory, e.g. --workdir=/tmp/run\n"
     assert list(tmp_path.iterdir()) == []
 

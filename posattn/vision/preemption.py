@@ -45,13 +45,17 @@ class Watcher:
 
     `signum` is the signal received (SIGTERM for the multi-host service). The previous handlers are
     restored on exit, so a test or notebook that calls `train` keeps its own (and Ctrl-C its
-    KeyboardInterrupt outside the run). Off the main thread (where Python cannot install handlers) only
-    the multi-host service is polled.
+    KeyboardInterrupt outside the run). A signal that came after the last step's poll (during the final
+    evaluation or save) was not acted on by the run, which finished: on a normal exit it is passed on to
+    the previous handler, so that whatever runs `train` (the next cell of a sweep or grid, a binary's
+    own handler) stops too instead of losing the request. Off the main thread (where Python cannot
+    install handlers) only the multi-host service is polled.
     """
 
     def __init__(self):
         self._previous = {}
         self.signum = None
+        self._acted_on = False
 
     def _on_signal(self, signum, frame):  # runs between bytecodes: only record it
         self.signum = self.signum or signum
@@ -61,10 +65,13 @@ class Watcher:
             self._previous = {s: signal.signal(s, self._on_signal) for s in SIGNALS}
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, traceback):
         for s, previous in self._previous.items():
             signal.signal(s, previous)
+        unanswered = bool(self._previous) and self.signum is not None and not self._acted_on
         self._previous = {}
+        if unanswered and exc_type is None:  # (an exception on its way out says more than the signal)
+            signal.raise_signal(self.signum)
         return False
 
     def reached(self, step: int, mngr: ocp.CheckpointManager) -> bool:
@@ -75,5 +82,6 @@ class Watcher:
 
     def stopped(self, step: int, saved_in) -> Preempted:
         """The exception that ends the run at `step`, saved in checkpoints folder `saved_in`."""
+        self._acted_on = True
         return Preempted(f"{SIGNALS[self.signum]} at step {step}: saved checkpoint {step} in {saved_in}; "
                          f"rerun the same command to resume from step {step}", self.signum)

@@ -343,3 +343,26 @@ def test_a_stopped_run_ends_the_binary_with_one_line_and_its_exit_status(signum,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
     assert done.returncode == status
     assert done.stderr == "stopped: notice at step 7: rerun to resume\n"
+
+
+def test_a_stop_that_came_after_the_last_poll_is_passed_on_not_lost():
+    # SIGTERM during a run's final evaluation or save: the run finishes (it was at its last step), and
+    # the request reaches the previous handler, so the next cell of a grid does not start. Once lost,
+    # a token grid signalled there ran every remaining cell and exited 0 (the fault drill's case 24).
+    calls = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
+    try:
+        with preemption.Watcher() as watcher:
+            signal.raise_signal(signal.SIGTERM)
+            assert watcher.signum == signal.SIGTERM and calls == []  # recorded, not yet passed on
+        assert calls == [signal.SIGTERM]
+        with preemption.Watcher() as watcher:  # acted on (saved and stopped): not passed on again
+            signal.raise_signal(signal.SIGTERM)
+            stopped = watcher.stopped(7, "/tmp/x")
+        assert calls == [signal.SIGTERM] and stopped.exit_status == 143
+        with pytest.raises(ValueError), preemption.Watcher():  # a crash on its way out keeps its own story
+            signal.raise_signal(signal.SIGTERM)
+            raise ValueError("boom")
+        assert calls == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
