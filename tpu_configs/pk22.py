@@ -15,7 +15,8 @@ CNNs 450 steps and the ViTs 1,350, then measured with PK22's settings, every sum
 Time); before it (300 training steps, 32 landscape images) the default took 8.4 min and `:quick` 2.2 min
 on 2 quiet cores. `--config.dataset=fashion_mnist` trains the ResNet and the two ViTs on Fashion-MNIST
 for 4 epochs each (a ViT about 15 CPU-minutes by tpu_configs/fashion_mnist.py's cost per step; not run
-to its end yet: docs/how_vits_work.md, The study).
+to its end yet); the committed Fashion-MNIST study measured the converged runs of docs/image_results.md
+instead (`--config.runs=RUN_DIR,...`, 19 min: docs/how_vits_work.md, "Fashion-MNIST").
 
 Fields: runs, models, dataset, training_length, quick, seed and the measurement settings, fields of posattn.papers.pk22.suite.Settings
 (None: the measurement settings' own, PK22's code's); this file changes none of them.

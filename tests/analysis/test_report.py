@@ -225,3 +225,14 @@ def test_results_of_several_workdirs_are_read_in_the_models_order(tmp_path):
     assert list(results) == ["resnet", "alternet", "vit_positional"]
     with pytest.raises(ConfigError, match="vit_positional is measured in two of"):
         pk22_report.read_results(str(tmp_path / "a"), str(tmp_path / "a"))
+
+
+def test_a_measured_resnet18_run_plays_the_resnet_of_the_claims():
+    # `--config.runs` of train_images runs measures a ResNet-18 (key "resnet18"), not the study's own
+    # ResNet: the orders against "the ResNet" are decided on it (they were all "-" on Fashion-MNIST).
+    est = lambda lo, hi: {"value": (lo + hi) / 2, "lo": lo, "hi": hi}  # noqa: E731
+    ests = {"resnet18": est(300, 460), "vit_vanilla": est(40, 64), "vit_positional": est(70, 90)}
+    assert claims.verdict(("order", [("resnet", "vit_vanilla")]), ests) == "holds (ResNet-18 vs ViT (vanilla): above)"
+    assert claims.positional_comparison(ests) == "vs ViT (vanilla): above; vs ResNet-18: below"
+    both = {**ests, "resnet": est(0, 1)}  # the study's own ResNet, where present, keeps the role
+    assert claims.verdict(("order", [("resnet", "vit_vanilla")]), both) == "fails (ResNet vs ViT (vanilla): below)"

@@ -150,6 +150,12 @@ ROWS = (
 )
 
 
+def _resnet(ests: dict) -> str:
+    """The key that plays PK22's ResNet: the study's own ("resnet") or, where only a ResNet-18 run was
+    measured (`--config.runs` of `train_images` runs), "resnet18"."""
+    return "resnet18" if ests.get("resnet") is None and ests.get("resnet18") is not None else "resnet"
+
+
 def _word(s: int, above="above", below="below") -> str:
     return {1: above, -1: below, 0: "not separated"}[s]
 
@@ -168,7 +174,9 @@ def verdict(rule, ests: dict[str, dict | None]) -> str:
             s = bootstrap.sign(e)
             parts.append(f"{LABELS.get(m, m)}: " + ("holds" if s == arg else "undecided" if s == 0 else "fails"))
         return "; ".join(parts) or "-"
-    pairs = [(a, b) for a, b in arg if ests.get(a) is not None and ests.get(b) is not None]
+    role = lambda m: _resnet(ests) if m == "resnet" else m  # noqa: E731
+    pairs = [(role(a), role(b)) for a, b in arg]
+    pairs = [(a, b) for a, b in pairs if ests.get(a) is not None and ests.get(b) is not None]
     if not pairs:
         return "-"
     signs = [bootstrap.compare(ests[a], ests[b]) for a, b in pairs]
@@ -183,7 +191,7 @@ def positional_comparison(ests: dict[str, dict | None]) -> str:
     pos = ests.get("vit_positional")
     if pos is None:
         return "-"
-    parts = [f"vs {LABELS[m]}: {_word(bootstrap.compare(pos, ests[m]))}" for m in ("vit_vanilla", "resnet")
+    parts = [f"vs {LABELS[m]}: {_word(bootstrap.compare(pos, ests[m]))}" for m in ("vit_vanilla", _resnet(ests))
              if ests.get(m) is not None]
     return "; ".join(parts) or "-"
 
