@@ -44,3 +44,9 @@ def test_attention_and_sweep_verdicts():
     sweep = {"values": [0, 1, 2], "N_star": [5.0, 11.0, math.nan], "alpha_star": 0.3}
     assert report.sweep_row(sweep, "tau")["verdict"] == "reproduced"
     assert report.sweep_row({**sweep, "N_star": [12.0, 10.0, 28.0]}, "tau")["verdict"] == "not reproduced"
+    # every N* at the grid's floor (success >= 0.5 at its smallest N) or beyond it: the grid decides nothing
+    at_floor = report.sweep_row({**sweep, "N": [4, 9, 20], "N_star": [4.0, 4.0, 4.0]}, "tau")
+    assert at_floor["verdict"] == "not decidable at this grid (every N* at its floor, N = 4)"
+    assert at_floor["ours"] == "ViT N* at alpha_* = 0.30: 0: <= 4, 1: <= 4, 2: <= 4"
+    assert report.sweep_row({**sweep, "N_star": [math.nan] * 3}, "tau")["verdict"].startswith("not decidable")
+    assert report.sweep_row({**sweep, "N": [4, 9, 20], "N_star": [4.0, 4.0, 9.0]}, "tau")["verdict"] == "reproduced"

@@ -100,10 +100,20 @@ def boundary_rows(vit_fit: dict, free_fit: dict, alphas) -> list[dict]:
 
 
 def sweep_row(sweep: dict, what: str) -> dict:
-    pairs = ", ".join(f"{v:g}: {_fmt_n(n)}" for v, n in zip(sweep["values"], sweep["N_star"]))
+    """The abstract's "N* grows with" `what` along one sweep; not decidable where every N* is censored at
+    the same end of the sweep's N grid (`sweep["N"]`: every value at its floor, or every one beyond it),
+    since the grid then cannot tell the values apart."""
+    floor = sweep["N"][0] if sweep.get("N") else None
+    shown = lambda n: f"<= {floor:g}" if floor is not None and n == floor else _fmt_n(n)  # noqa: E731
+    pairs = ", ".join(f"{v:g}: {shown(n)}" for v, n in zip(sweep["values"], sweep["N_star"]))
+    if floor is not None and all(n == floor for n in sweep["N_star"]):
+        verdict = f"not decidable at this grid (every N* at its floor, N = {floor:g})"
+    elif all(math.isnan(n) for n in sweep["N_star"]):
+        verdict = "not decidable at this grid (every N* beyond it)"
+    else:
+        verdict = "reproduced" if _grows(sweep["N_star"]) else "not reproduced"
     return {"claim": f"N* grows with {what} (abstract)", "paper": "positively correlated",
-            "ours": f"ViT N* at alpha_* = {sweep['alpha_star']:.2f}: {pairs}",
-            "verdict": "reproduced" if _grows(sweep["N_star"]) else "not reproduced"}
+            "ours": f"ViT N* at alpha_* = {sweep['alpha_star']:.2f}: {pairs}", "verdict": verdict}
 
 
 def markdown_table(rows: list[dict]) -> str:
