@@ -133,12 +133,17 @@ def lower_step(variant: str, attention: str, side: int, classes: int, batch: int
     return jax.jit(step, donate_argnums=(0,)).lower(state, images, labels), state, (images, labels)
 
 
+def _compile_timed(lowered):
+    t0 = time.perf_counter()
+    compiled = lowered.compile()
+    return compiled, time.perf_counter() - t0
+
+
 def make_step(variant: str, attention: str, side: int, classes: int, batch: int, dtype, options: str = ""):
     """(compiled step, state, batch, compile seconds): `lower_step`'s step, compiled."""
     lowered, state, data = lower_step(variant, attention, side, classes, batch, dtype, options)
-    t0 = time.perf_counter()
-    compiled = lowered.compile()
-    return compiled, state, data, time.perf_counter() - t0
+    compiled, compile_s = _compile_timed(lowered)
+    return compiled, state, data, compile_s
 
 
 def xla_training_flops(variant: str, attention: str, side: int, classes: int, batch: int) -> float:
@@ -172,12 +177,6 @@ def _flops(compiled) -> float:
     return float(cost.get("flops", float("nan")))
 
 
-def _compile_timed(lowered):
-    t0 = time.perf_counter()
-    compiled = lowered.compile()
-    return compiled, time.perf_counter() - t0
-
-
 def measure(name: str, batch: int, dtype, profile_dir: str = "") -> tuple[dict, list[str]]:
     """Every variant of one shape, their steps interleaved: per variant the median step time; with
     `profile_dir`, also the busiest operations of each variant's step (`benchmarks.profile`).
@@ -185,6 +184,7 @@ def measure(name: str, batch: int, dtype, profile_dir: str = "") -> tuple[dict, 
     The variants are traced one after another, then compiled side by side in threads (XLA compiles
     without the GIL), so a many-core host compiles them in about the time of one."""
     variant, side, classes, _ = SHAPES[name]
+
     def not_timed(label, e):  # a fused kernel the device lacks: say so, time the others
         if label in ("vanilla", "positional"):
             raise e
