@@ -170,9 +170,11 @@ def test_vanilla_attention_through_dot_product_attention_equals_the_written_out_
     y_fused, none = fused.apply(params, x_BxNxD, None, keep_BxN)
     np.testing.assert_allclose(y_fused, y_written, atol=1e-5, rtol=1e-5)
     assert att.shape == (3, 2, 10, 10) and none is None
+
+
+def test_a_vit_with_fused_attention_sows_no_weights_and_an_unknown_implementation_is_refused():
     model = _model(attention="vanilla", attention_options="implementation='xla'")
-    variables = _init(model)
-    assert _attention_maps(model, variables, _images(1, batch=2)) == []
+    assert _attention_maps(model, _init(model), _images(1, batch=2)) == []
     with pytest.raises(ConfigError, match="implementation"):
         attention.VanillaAttention(num_heads=2, implementation="flash")
 
