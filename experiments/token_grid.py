@@ -55,8 +55,7 @@ def main(argv):
     del base["grid"]
     # refused if empty before it is made absolute (which would make "" the current directory); a local
     # path made absolute, since the cells record their pre-trained start by path
-    workdir = ownership.check_path(_WORKDIR.value)
-    workdir = workdir if "://" in workdir else os.path.abspath(workdir)
+    workdir = io.absolute(ownership.check_path(_WORKDIR.value))
     pretrains, configs = grid_experiment.plan(base, grid, workdir, Rs, kinds, starts, seeds)
     for config in configs.values():  # every run's config, before the workdir is touched
         grid_experiment.check_cell(config)

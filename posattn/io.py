@@ -6,6 +6,7 @@ finished. Paths may be local or any `etils.epath` location (e.g. gs:// on a TPU 
 writes, so the same call is safe on every host of a multi-process run.
 """
 import json
+import os
 
 import jax
 import numpy as np
@@ -18,6 +19,16 @@ from posattn.errors import ConfigError
 def is_writer() -> bool:
     """True on the process that writes files and prints (process 0 of a multi-process run)."""
     return jax.process_index() == 0
+
+
+def is_local(path) -> bool:
+    """Whether `path` is on this machine's file system (no scheme such as gs://)."""
+    return "://" not in str(path)
+
+
+def absolute(path) -> str:
+    """`path` made absolute if it is local; a gs://... path as it is."""
+    return os.path.abspath(path) if is_local(path) else str(path)
 
 
 def jsonable(x):

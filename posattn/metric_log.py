@@ -43,10 +43,6 @@ def from_theory(entry: dict) -> dict:
     return paired_test_metrics(record)
 
 
-def _is_local(path) -> bool:
-    return "://" not in str(path)
-
-
 class MetricLog:
     """Appends records to `workdir/metrics.jsonl` and to TensorBoard events in `workdir/tensorboard`.
 
@@ -65,7 +61,7 @@ class MetricLog:
         elif start_step is not None and io.is_writer() and epath.Path(self.path).exists():
             io.write_jsonl(self.path, [r for r in io.read_jsonl(self.path) if r["step"] <= start_step])
         self._events = None
-        if io.is_writer() and _is_local(workdir):
+        if io.is_writer() and io.is_local(workdir):
             from tensorboardX import SummaryWriter  # imported here: only a writing process needs it
 
             purge = None if start_step is None else start_step + 1

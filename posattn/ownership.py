@@ -97,10 +97,6 @@ def check_path(workdir, flag: str = "workdir") -> str:
     return str(workdir)
 
 
-def _is_local(path) -> bool:
-    return "://" not in str(path)
-
-
 def _flat_config(config) -> dict:
     """The config as plain JSON (dicts, lists, numbers, strings), as the marker stores it; nested
     ml_collections.ConfigDicts as their dicts."""
@@ -167,7 +163,7 @@ def _listing(path: epath.Path) -> dict:
         return {}
     names = [p.name for p in path.iterdir()
              if p.name not in _OWN_FILES and not p.name.startswith(".write_probe.")]
-    if not _is_local(path):
+    if not io.is_local(path):
         return dict.fromkeys(names)
     stats = {name: os.stat(os.path.join(path, name), follow_symlinks=False) for name in names}
     return {name: (s.st_size, s.st_mtime_ns) for name, s in stats.items()}
@@ -226,7 +222,7 @@ def _differences(stored: dict, config, may_change) -> str:
 
 def _is_locked(path: epath.Path) -> bool:
     """Whether another process holds the workdir's lock (False where locks are not used)."""
-    if not _is_local(path) or not (path / LOCK).exists():
+    if not io.is_local(path) or not (path / LOCK).exists():
         return False
     import fcntl
 
@@ -244,7 +240,7 @@ def _lock(path: epath.Path, workdir: str) -> tuple[int | None, bytes]:
     """Take the workdir's lock for this process and write our pid in it: (its descriptor, what it held
     before); ConfigError naming the holder if another process has it. No descriptor where locks are not
     used (a remote workdir: a warning)."""
-    if not _is_local(path):
+    if not io.is_local(path):
         print(f"note: {workdir} is not a local directory: it is not locked, so make sure one process at a time "
               "runs in it", flush=True)
         return None, b""

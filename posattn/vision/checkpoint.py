@@ -25,7 +25,6 @@ no prepared dataset, and a run trained on arrays of your own loads in a process 
 import dataclasses
 import hashlib
 import json
-import os
 from typing import NamedTuple
 
 import jax
@@ -77,8 +76,7 @@ def manager(workdir: str, *, keep: int = 0, read_only: bool = False) -> ocp.Chec
 
 def checkpoints_dir(workdir) -> epath.Path:
     """WORKDIR/checkpoints, absolute (a gs://... workdir stays as is)."""
-    root = str(workdir) if "://" in str(workdir) else os.path.abspath(workdir)
-    return epath.Path(root) / CHECKPOINTS_DIR
+    return epath.Path(io.absolute(workdir)) / CHECKPOINTS_DIR
 
 
 @dataclasses.dataclass(frozen=True)
