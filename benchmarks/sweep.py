@@ -12,6 +12,7 @@ stops growing once one call takes longer than --max_call_s.
 """
 import dataclasses
 import functools
+import os
 import time
 
 import jax
@@ -70,8 +71,9 @@ def section_body(ways, rows) -> str:
         f"`small` preset (D=16, C=4, d=32), N={FLAGS.N} samples and {FLAGS.steps} GD steps per run, each "
         f"run with its own task, initialisation and data, all seeds in one compiled call (`fit_grid` splits "
         f"them over the CPU devices, one per core; the `jax.grad` sweep is vmapped on one device); "
-        f"seeds per second on the second call (compile excluded; the call's seconds in brackets). "
-        f"Machine: {machine()}.", "",
+        f"seeds per second on the second call (compile excluded; the call's seconds in brackets, then the "
+        f"first call's, compile included). Machine: {machine()}"
+        + (f", XLA_FLAGS={os.environ['XLA_FLAGS']!r}" if os.environ.get("XLA_FLAGS") else "") + ".", "",
         f"Command: `python -m benchmarks.sweep --max_seeds={FLAGS.max_seeds} --N={FLAGS.N} --steps={FLAGS.steps} "
         f"--growth={FLAGS.growth} --plain={FLAGS.plain} "
         f"--max_call_s={FLAGS.max_call_s:g}`", "",
@@ -107,7 +109,7 @@ def main(argv):
                 continue
             print(f"{seeds} seeds, {name}: {seeds / second:.1f} seeds/s ({second:.2f} s; first call "
                   f"{first:.2f} s)", flush=True)
-            cells.append(f"{seeds / second:.1f} ({second:.2f} s)")
+            cells.append(f"{seeds / second:.1f} ({second:.2f} s; first {first:.1f} s)")
             if second > FLAGS.max_call_s:
                 growing.discard(name)
         rows.append(f"| {seeds} | {' | '.join(cells)} |")

@@ -396,9 +396,15 @@ def main(argv):
     for name in FLAGS.shapes:
         batch = getattr(FLAGS, SHAPES[name][3])
         profile_here = FLAGS.profile_dir if name == profile_at else ""
+        t0 = time.perf_counter()
         r, shape_profile = measure(name, batch, dtype, profile_here)
         profiled += shape_profile
+        # where a shape's seconds go, for sizing a device run's time budget
+        print(f"{name}: ours in {time.perf_counter() - t0:.0f} s (compile "
+              + ", ".join(f"{label} {m['compile_s']:.0f} s" for label, m in r.items()) + ")", flush=True)
+        t0 = time.perf_counter()
         r["timm"] = None if peer_missing else measure_timm(name, batch, dtype)
+        print(f"{name}: timm in {time.perf_counter() - t0:.0f} s", flush=True)
         results[name] = r
         v, p, t = r["vanilla"], r["positional"], r["timm"]
         ratio = p["images_per_s"] / v["images_per_s"]
