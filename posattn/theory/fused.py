@@ -66,7 +66,8 @@ def default_tile_bytes() -> float:
     device (infinite). A GPU runs the tile loop's `lax.scan` one small tile after another, none filling
     the chip: on an H200 at N = 1,000,000 (D = 10, d = 100) the 2 MiB tiles took 29.0 ms a step against
     1.0 ms for one GEMV over X and 4.2 ms for `jax.grad` of the plain model (docs/accelerator.md). One
-    tile is two whole-X products, the shape of that `jax.grad` step, with the loss read once."""
+    tile is two whole-X products, the shape of that `jax.grad` step, with the loss read once: on an H100
+    5.8 ms a step against 5.7 for `jax.grad` and 1.4 for the GEMV."""
     return TILE_BYTES if jax.default_backend() == "cpu" else math.inf
 
 
