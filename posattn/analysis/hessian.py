@@ -10,8 +10,9 @@ density; its summaries are NEP (share of negative values) and APE (mean of the p
 a bootstrap interval over the mini-batches (`summaries`).
 
 The Hessian is never formed: `hvp` is forward-over-reverse differentiation (`jax.jvp` of `jax.grad`),
-one HVP costing about two gradient evaluations. Every function is pure and runs under `jax.jit`; the
-number of mini-batches and their shapes fix one compiled program, reused for every batch.
+one HVP costing about two gradient evaluations. Every function but `spectrum_on_host` is pure and runs
+under `jax.jit`: `spectrum` is one program for all mini-batches; `spectrum_on_host` drives the same
+`power_step` from Python, one compiled HVP step for every batch, which XLA runs faster on a CPU.
 """
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,63 @@ def hvp(loss_fn: LossFn, params, batch, v):
     return jax.jvp(grad_fn, (params,), (v,))[1]
 
 
+def power_init(v0_P: jax.Array, k: int = TOP_K) -> dict:
+    """The state of `power_step` before its first step: k eigenpairs to find from the start vector v0_P
+    (P,). "i" counts the eigenpairs found; "v", "lam", "old_lam", "it" are those of the run under way."""
+    v0_P = v0_P.astype(jnp.float32)
+    U_kxP = jnp.zeros((k, v0_P.shape[0]), jnp.float32)
+    return {"v0": v0_P, "U": U_kxP, "lams": jnp.zeros((k,), jnp.float32), "iters": jnp.zeros((k,), jnp.int32),
+            "i": jnp.int32(0), "v": _start(v0_P, U_kxP, 0), "lam": jnp.float32(0.0),
+            "old_lam": jnp.float32(0.0), "it": jnp.int32(0)}
+
+
+def _project_out(v_P, U_kxP):
+    # the rows of U not yet found are zero, so projecting on them does nothing
+    return v_P - U_kxP.T @ (U_kxP @ v_P)
+
+
+def _normalise(v_P):
+    return v_P / jnp.maximum(jnp.linalg.norm(v_P), jnp.finfo(jnp.float32).tiny)
+
+
+def _start(v0_P, U_kxP, i):
+    """Run i's start vector: v0 rolled by i (so no run starts where another ended), the eigenvectors
+    found so far projected out."""
+    return _normalise(_project_out(jnp.roll(v0_P, i), U_kxP))
+
+
+def power_step(
+    matvec: Callable[[jax.Array], jax.Array],
+    state: dict,
+    *,
+    max_iterations: int = MAX_ITERATIONS,
+    tolerance: float = TOLERANCE,
+) -> dict:
+    """One iteration (one `matvec`) of power iteration with deflation, from `power_init`'s state.
+
+    Eigenvector i is sought in the orthogonal complement of eigenvectors 0..i-1 (every iterate is
+    projected out of them, Gram-Schmidt, as PyHessian does), so the i-th run converges to the i-th
+    largest |lambda|. A run ends when |lambda_t - lambda_{t-1}| <= tolerance * |lambda_{t-1}| (after at
+    least two iterations) or after `max_iterations`; its eigenpair is then stored and run i + 1 starts.
+    A state with state["i"] == k is done (a further step changes nothing stored).
+    """
+    U_kxP, i, k = state["U"], state["i"], state["U"].shape[0]
+    Hv_P = _project_out(matvec(state["v"]), U_kxP)
+    lam, old_lam = jnp.vdot(state["v"], Hv_P), state["lam"]  # Rayleigh quotient of the unit vector v
+    v_P, it = _normalise(Hv_P), state["it"] + 1
+    moved = jnp.abs(lam - old_lam) > tolerance * jnp.abs(old_lam)
+    ended = (i < k) & ~((it < max_iterations) & ((it < 2) | moved))
+    row = jnp.minimum(i, k - 1)
+    U_kxP = U_kxP.at[row].set(jnp.where(ended, v_P, U_kxP[row]))
+    next_v = _start(state["v0"], U_kxP, i + 1)
+    return {**state, "U": U_kxP,
+            "lams": state["lams"].at[row].set(jnp.where(ended, lam, state["lams"][row])),
+            "iters": state["iters"].at[row].set(jnp.where(ended, it, state["iters"][row])),
+            "i": i + ended.astype(jnp.int32), "v": jnp.where(ended, next_v, v_P),
+            "lam": jnp.where(ended, 0.0, lam), "old_lam": jnp.where(ended, 0.0, old_lam),
+            "it": jnp.where(ended, 0, it)}
+
+
 def power_iteration(
     matvec: Callable[[jax.Array], jax.Array],
     v0_P: jax.Array,
@@ -44,53 +102,32 @@ def power_iteration(
     max_iterations: int = MAX_ITERATIONS,
     tolerance: float = TOLERANCE,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The k eigenvalues of largest magnitude of a symmetric operator, by power iteration with deflation.
+    """The k eigenvalues of largest magnitude of a symmetric operator, by power iteration with deflation
+    (`power_step` until k runs have ended, in one `lax.while_loop`).
 
-    `matvec` maps a vector of shape (P,) to the operator applied to it. Eigenvector i is sought in the
-    orthogonal complement of eigenvectors 0..i-1 (the start vector and every iterate are projected out
-    of them, Gram-Schmidt, as PyHessian does), so the i-th run converges to the i-th largest |lambda|.
-    A run stops when |lambda_t - lambda_{t-1}| <= tolerance * |lambda_{t-1}| or after `max_iterations`.
-
-    Returns (eigenvalues_k in the order found, eigenvectors_kxP, iterations_k used by each run).
+    `matvec` maps a vector of shape (P,) to the operator applied to it. Returns (eigenvalues_k in the
+    order found, eigenvectors_kxP, iterations_k used by each run).
     """
-    v0_P = v0_P.astype(jnp.float32)
-    P = v0_P.shape[0]
-    tiny = jnp.finfo(jnp.float32).tiny
+    step = lambda s: power_step(matvec, s, max_iterations=max_iterations, tolerance=tolerance)  # noqa: E731
+    state = jax.lax.while_loop(lambda s: s["i"] < k, step, power_init(v0_P, k))
+    return state["lams"], state["U"], state["iters"]
 
-    def project_out(v_P, U_kxP):
-        # the rows of U not yet found are zero, so projecting on them does nothing
-        return v_P - U_kxP.T @ (U_kxP @ v_P)
 
-    def normalise(v_P):
-        return v_P / jnp.maximum(jnp.linalg.norm(v_P), tiny)
+def hvp_matvec(loss_fn: LossFn, params, batch) -> Callable[[jax.Array], jax.Array]:
+    """v_P -> H v_P on flat vectors of P entries (float32), H the Hessian of `loss_fn(., batch)` at
+    `params`: the parameters flattened into one vector, so the deflation works on plain vectors."""
+    flat_P, unravel = ravel_pytree(params)
 
-    def one_eigenpair(U_kxP, v_P):
-        v_P = normalise(project_out(v_P, U_kxP))
+    def matvec(v_P):
+        Hv = hvp(loss_fn, params, batch, unravel(v_P.astype(flat_P.dtype)))
+        return ravel_pytree(Hv)[0].astype(jnp.float32)
 
-        def body(carry):
-            v_P, lam, _, it = carry
-            Hv_P = project_out(matvec(v_P), U_kxP)
-            new_lam = jnp.vdot(v_P, Hv_P)  # Rayleigh quotient of the unit vector v
-            return normalise(Hv_P), new_lam, lam, it + 1
+    return matvec
 
-        def not_converged(carry):
-            _, lam, old_lam, it = carry
-            moved = jnp.abs(lam - old_lam) > tolerance * jnp.abs(old_lam)
-            return (it < max_iterations) & ((it < 2) | moved)
 
-        init = (v_P, jnp.float32(0.0), jnp.float32(0.0), jnp.int32(0))
-        v_P, lam, _, it = jax.lax.while_loop(not_converged, body, init)
-        return lam, v_P, it
-
-    def next_pair(i, carry):
-        # a loop, not k unrolled copies: the HVP appears once in the compiled program
-        U_kxP, lams_k, iters_k = carry
-        lam, u_P, it = one_eigenpair(U_kxP, jnp.roll(v0_P, i))
-        return U_kxP.at[i].set(u_P), lams_k.at[i].set(lam), iters_k.at[i].set(it)
-
-    init = (jnp.zeros((k, P), jnp.float32), jnp.zeros((k,), jnp.float32), jnp.zeros((k,), jnp.int32))
-    U_kxP, lams_k, iters_k = jax.lax.fori_loop(0, k, next_pair, init)
-    return lams_k, U_kxP, iters_k
+def start_vector(key: jax.Array, params) -> jax.Array:
+    """The Gaussian start vector (P,) of one mini-batch's power iteration."""
+    return jax.random.normal(key, ravel_pytree(params)[0].shape, jnp.float32)
 
 
 def top_eigenvalues(
@@ -103,20 +140,10 @@ def top_eigenvalues(
     max_iterations: int = MAX_ITERATIONS,
     tolerance: float = TOLERANCE,
 ) -> tuple[jax.Array, jax.Array]:
-    """(eigenvalues_k, iterations_k): the k largest-magnitude Hessian eigenvalues of one mini-batch.
-
-    The start vector is Gaussian (drawn from `key`); the parameters are flattened into one vector of P
-    entries so the deflation works on plain vectors.
-    """
-    flat_P, unravel = ravel_pytree(params)
-    flat_P = flat_P.astype(jnp.float32)
-
-    def matvec(v_P):
-        Hv = hvp(loss_fn, params, batch, unravel(v_P.astype(flat_P.dtype)))
-        return ravel_pytree(Hv)[0].astype(jnp.float32)
-
-    v0_P = jax.random.normal(key, flat_P.shape, jnp.float32)
-    lams, _, iters = power_iteration(matvec, v0_P, k=k, max_iterations=max_iterations, tolerance=tolerance)
+    """(eigenvalues_k, iterations_k): the k largest-magnitude Hessian eigenvalues of one mini-batch,
+    from the start vector drawn from `key`."""
+    lams, _, iters = power_iteration(hvp_matvec(loss_fn, params, batch), start_vector(key, params), k=k,
+                                     max_iterations=max_iterations, tolerance=tolerance)
     return lams, iters
 
 
@@ -130,10 +157,11 @@ def spectrum(
     max_iterations: int = MAX_ITERATIONS,
     tolerance: float = TOLERANCE,
 ) -> tuple[jax.Array, jax.Array]:
-    """Top-k eigenvalues of each of M mini-batches: (eigenvalues_Mxk, iterations_Mxk).
+    """Top-k eigenvalues of each of M mini-batches: (eigenvalues_Mxk, iterations_Mxk), as one program.
 
     `batches` is a pytree whose leaves carry a leading axis of M mini-batches; they are mapped one after
-    another (`jax.lax.map`), since each power iteration already uses the whole machine.
+    another (`jax.lax.map`), since each power iteration already uses the whole machine. On a CPU,
+    `spectrum_on_host` gives the same values faster for convolutional models.
     """
     M = jax.tree.leaves(batches)[0].shape[0]
     keys = jax.random.split(key, M)
@@ -141,6 +169,69 @@ def spectrum(
         loss_fn, params, xs[0], xs[1], k=k, max_iterations=max_iterations, tolerance=tolerance
     )
     return jax.lax.map(one, (batches, keys))
+
+
+def spectrum_step(loss_fn: LossFn, *, max_iterations: int = MAX_ITERATIONS, tolerance: float = TOLERANCE):
+    """(params, batch, state) -> state: one `power_step` on the Hessian of `loss_fn(., batch)` at
+    `params`, the program that `spectrum_on_host` calls (jit it, donating the state)."""
+    def step(params, batch, state):
+        return power_step(hvp_matvec(loss_fn, params, batch), state, max_iterations=max_iterations,
+                          tolerance=tolerance)
+
+    return step
+
+
+def _overlapping_convolution(jaxpr) -> bool:
+    """Whether a jaxpr (or one nested in it) holds a convolution whose kernel is wider than its stride."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "conv_general_dilated":
+            spatial = eqn.params["dimension_numbers"].rhs_spec[2:]
+            kernel = [eqn.invars[1].aval.shape[d] for d in spatial]
+            if any(k > s for k, s in zip(kernel, eqn.params["window_strides"])):
+                return True
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns") and _overlapping_convolution(inner):
+                    return True
+    return False
+
+
+def host_loop_is_faster(loss_fn: LossFn, params, batch) -> bool:
+    """Whether `spectrum_on_host` beats `spectrum` here: on a CPU, for a loss with overlapping
+    convolutions (a kernel wider than its stride: a ResNet's, not a ViT's patch embedding).
+
+    Measured on the digits models, 16 images per mini-batch (docs/how_vits_work.md, Time): ResNet 446 ms
+    per HVP inside the program's while loop against 123 ms from the host; AlterNet 321 against 72; but
+    the positional ViT 47 against 70, since inside the loop XLA hoists the HVP's parts that do not
+    depend on the vector. Elsewhere than on a CPU: not measured, the one program."""
+    if jax.default_backend() != "cpu":
+        return False
+    return _overlapping_convolution(jax.make_jaxpr(loss_fn)(params, batch).jaxpr)
+
+
+def spectrum_on_host(step, params, batches, key: jax.Array, *, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
+    """`spectrum`'s (eigenvalues_Mxk, iterations_Mxk), the same start vectors and arithmetic, with the
+    loops on the host: `step(batch, state)` (a jitted `spectrum_step` at `params`, e.g.
+    `lambda b, s: jitted(params, b, s)`) is called once per Hessian-vector product until each
+    mini-batch's k runs have ended.
+
+    Why: XLA's CPU backend runs a convolutional network's HVP about 4 times slower inside a while loop
+    than as a program of its own (a digits ResNet, 16 images: 446 against 107-114 ms; its weight-gradient
+    convolutions keep their non-canonical layouts in a loop body), and a host loop costs one
+    synchronisation per product (docs/how_vits_work.md, Time).
+    """
+    M = jax.tree.leaves(batches)[0].shape[0]
+    keys = jax.random.split(key, M)
+    lams, iters = [], []
+    for m in range(M):
+        batch = jax.tree.map(lambda a: a[m], batches)
+        state = power_init(start_vector(keys[m], params), k)
+        while int(state["i"]) < k:
+            state = step(batch, state)
+        lams.append(np.asarray(state["lams"]))
+        iters.append(np.asarray(state["iters"]))
+    return np.stack(lams), np.stack(iters)
 
 
 def nep(eigenvalues_Mxk) -> float:

@@ -83,6 +83,64 @@ def test_spectrum_maps_minibatches_and_compiles_once():
     np.testing.assert_allclose(run(params, batches, jax.random.key(3))[0][0], one, rtol=1e-4)
 
 
+def test_spectrum_on_host_equals_the_one_program_spectrum():
+    # the host loop (what the PK22 suite runs) and the in-program loops run the same steps from the same
+    # start vectors: the same eigenvalues and iteration counts, for every mini-batch
+    params, _ = _tiny()
+    batches = jax.tree.map(lambda *xs: jnp.stack(xs), *[_tiny(50 + i)[1] for i in range(3)])
+    key = jax.random.key(4)
+    lams, iters = jax.jit(lambda p, b, k: hessian.spectrum(_tiny_loss, p, b, k, k=4, max_iterations=60))(
+        params, batches, key)
+    step = jax.jit(hessian.spectrum_step(_tiny_loss, max_iterations=60), donate_argnums=2)
+    calls = []
+
+    def counted(batch, state):
+        calls.append(1)
+        return step(params, batch, state)
+
+    host_lams, host_iters = hessian.spectrum_on_host(counted, params, batches, key, k=4)
+    np.testing.assert_array_equal(host_iters, iters)
+    np.testing.assert_allclose(host_lams, lams, rtol=1e-4, atol=1e-6)
+    assert len(calls) == int(np.sum(iters))  # one call per Hessian-vector product
+
+
+def test_host_loop_is_chosen_for_overlapping_convolutions_only():
+    import flax.linen as nn
+
+    x = jnp.ones((2, 8, 8, 1))
+
+    def loss_of(module):
+        params = module.init(jax.random.key(0), x)
+
+        def loss(p, b):
+            return jnp.mean(module.apply(p, b) ** 2)
+
+        return hessian.host_loop_is_faster(loss, params, x)
+
+    assert loss_of(nn.Conv(4, (3, 3)))  # a ResNet's 3 x 3, stride 1
+    assert not loss_of(nn.Conv(4, (2, 2), strides=(2, 2)))  # a ViT's patch embedding
+    assert not loss_of(nn.Dense(4))
+    # found inside nested programs too (a scan inside a jitted function)
+    def scanned(w, b):
+        def block(c, _):
+            return jax.lax.conv_general_dilated(c, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")), None
+
+        return jnp.mean(jax.jit(lambda c: jax.lax.scan(block, c, None, length=2)[0])(b) ** 2)
+
+    assert hessian.host_loop_is_faster(scanned, jnp.ones((3, 3, 1, 1)), x)
+
+
+def test_power_step_after_the_last_run_changes_nothing_stored():
+    M = jnp.diag(jnp.arange(1.0, 7.0))
+    state = hessian.power_init(jnp.ones(6), k=2)
+    while int(state["i"]) < 2:
+        state = hessian.power_step(lambda v: M @ v, state, max_iterations=200, tolerance=1e-6)
+    done = hessian.power_step(lambda v: M @ v, state)
+    for name in ("U", "lams", "iters", "i"):
+        np.testing.assert_array_equal(done[name], state[name])
+    np.testing.assert_allclose(state["lams"], [6.0, 5.0], rtol=1e-3)
+
+
 def test_summaries():
     s = hessian.summaries(np.array([[3.0, -1.0, 5.0], [-2.0, 4.0, 0.0]]))
     assert s["nep"] == 2 / 6

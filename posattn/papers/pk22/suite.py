@@ -34,6 +34,9 @@ from posattn.vision.models.sown import INTERMEDIATES, STEM
 from posattn.vision.setup import Setup, resolve
 
 
+HESSIAN_LOOPS = ("auto", "host", "program")
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """How much of each measurement to run, and how. Defaults: PK22's values where it gives them (the
@@ -51,6 +54,9 @@ class Settings:
     # sphere and a tensor near zero then fills the top of the spectrum (docs/how_vits_work.md, Decisions)
     landscape_l2_form: str = "norms"
     hessian_l2_form: str = "squared"
+    # "host": the power iterations driven from Python, one compiled HVP step; "program": one program for
+    # all mini-batches; "auto": `hessian.host_loop_is_faster` (host on a CPU for convolutional models)
+    hessian_loop: str = "auto"
     mixup_alpha: float = objective.MIXUP_ALPHA  # 0: no mixup
     label_smoothing: float = objective.LABEL_SMOOTHING
     feature_images: int = 128  # the first test images, for the Fourier and variance tools
@@ -64,17 +70,17 @@ class Settings:
     # hessian_batch_size; 0: the whole training split (PK22), rounded down to whole landscape batches
     landscape_images: int = 256
     landscape_batch_size: int = 64  # training images per run of the landscape program: its intervals' unit
-    landscape_chunk: int = 21  # grid points per vmapped chunk
+    landscape_chunk: int = 0  # grid points per vmapped chunk; 0: the backend's (`landscape.default_chunk`)
     bootstrap_resamples: int = 2000  # of the 95% percentile intervals (posattn.analysis.bootstrap)
     bootstrap_seed: int = 0
 
     def __post_init__(self):
         positive = ("hessian_batches", "hessian_batch_size", "hessian_iterations", "top_k", "feature_images",
-                    "eval_batch_size", "landscape_batch_size", "landscape_chunk", "bootstrap_resamples")
+                    "eval_batch_size", "landscape_batch_size", "bootstrap_resamples")
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be a positive integer")
-        for name in ("landscape_images", "test_images", "bootstrap_seed"):
+        for name in ("landscape_images", "test_images", "bootstrap_seed", "landscape_chunk"):
             if int(getattr(self, name)) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 0")
         if self.landscape_grid < 5 or self.landscape_grid % 4 != 1:
@@ -97,7 +103,8 @@ class Settings:
             raise ConfigError(f"label_smoothing={self.label_smoothing} must be in [0, 1)")
         for name, choices in (("landscape_l2_form", objective.L2_FORMS),
                               ("hessian_l2_form", objective.L2_FORMS), ("noise_band", frequency_noise.BANDS),
-                              ("landscape_normalisation", landscape.NORMALISATIONS)):
+                              ("landscape_normalisation", landscape.NORMALISATIONS),
+                              ("hessian_loop", HESSIAN_LOOPS)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
 
@@ -105,7 +112,7 @@ class Settings:
 # the smoke run: two Hessian mini-batches and two landscape batches (the fewest units an interval can
 # resample), two batches of test images on any dataset
 QUICK = Settings(hessian_batches=2, hessian_iterations=5, feature_images=32, eval_batch_size=128, test_images=256,
-                 landscape_grid=5, landscape_images=32, landscape_batch_size=16, landscape_chunk=5,
+                 landscape_grid=5, landscape_images=32, landscape_batch_size=16,
                  bootstrap_resamples=500)
 
 
@@ -228,12 +235,40 @@ def stem_position_parts(model, pos_path: str, variables, x_BxHxWxC):
 
 
 def hessian_spectrum(model, settings: Settings, variables, batches, key):
-    """PK22 Fig. 2: `hessian.spectrum` of `objective_fn` over the M mini-batches of `batches`
-    ((images_MxbxHxWxC, targets_MxbxK)): (eigenvalues_Mxk, iterations_Mxk)."""
+    """PK22 Fig. 2 as one program: `hessian.spectrum` of `objective_fn` over the M mini-batches of
+    `batches` ((images_MxbxHxWxC, targets_MxbxK)): (eigenvalues_Mxk, iterations_Mxk)."""
     loss = objective_fn(model, variables, settings, settings.hessian_l2_form)
-    return hessian.spectrum(loss, variables["params"], batches, key,
-                            k=settings.top_k, max_iterations=settings.hessian_iterations,
-                            tolerance=settings.hessian_tolerance)
+    return hessian.spectrum(loss, variables["params"], batches, key, k=settings.top_k,
+                            max_iterations=settings.hessian_iterations, tolerance=settings.hessian_tolerance)
+
+
+def hessian_step(model, settings: Settings, variables, batch, state):
+    """PK22 Fig. 2: one Hessian-vector product of the power iteration (`hessian.spectrum_step`) of
+    `objective_fn` on one mini-batch (images_bxHxWxC, targets_bxK); `measure` calls it from the host
+    (`hessian.spectrum_on_host`) over the M mini-batches."""
+    loss = objective_fn(model, variables, settings, settings.hessian_l2_form)
+    step = hessian.spectrum_step(loss, max_iterations=settings.hessian_iterations,
+                                 tolerance=settings.hessian_tolerance)
+    return step(variables["params"], batch, state)
+
+
+def on_host(model, variables, settings: Settings, batches) -> bool:
+    """Whether the Hessian's power iterations run from the host (`settings.hessian_loop`; "auto":
+    `hessian.host_loop_is_faster` on the first mini-batch)."""
+    if settings.hessian_loop != "auto":
+        return settings.hessian_loop == "host"
+    loss = objective_fn(model, variables, settings, settings.hessian_l2_form)
+    return hessian.host_loop_is_faster(loss, variables["params"], jax.tree.map(lambda a: a[0], batches))
+
+
+def hessian_program(model, variables, settings: Settings, batches, key, host: bool) -> tuple:
+    """(jitted function, example arguments) of the Hessian for `programs.compile_all`: the HVP step
+    (`hessian_step`, state donated) where `host` (`on_host`), else the whole spectrum (`hessian_spectrum`)."""
+    if host:
+        state = hessian.power_init(hessian.start_vector(key, variables["params"]), settings.top_k)
+        return (jax.jit(functools.partial(hessian_step, model, settings), donate_argnums=2),
+                (variables, jax.tree.map(lambda a: a[0], batches), state))
+    return jax.jit(functools.partial(hessian_spectrum, model, settings)), (variables, batches, key)
 
 
 def loss_landscape(model, settings: Settings, variables, batches, key):
@@ -249,7 +284,8 @@ def loss_landscape(model, settings: Settings, variables, batches, key):
     loss = objective_fn(model, variables, settings, settings.landscape_l2_form)
     images, targets = batches
     batch = (images.reshape(-1, *images.shape[2:]), targets.reshape(-1, targets.shape[-1]))
-    surface = landscape.surface(loss, params, batch, d1, d2, xs=axis, ys=axis, chunk=settings.landscape_chunk)
+    surface = landscape.surface(loss, params, batch, d1, d2, xs=axis, ys=axis,
+                                chunk=settings.landscape_chunk or None)
     return surface, objective.l2_penalty(params, settings.weight_decay, settings.landscape_l2_form)
 
 
@@ -299,7 +335,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
             dataset=None) -> dict:
     """Every PK22 measurement of one model; returns {tool: results}, all numbers and lists.
 
-    Three programs (`forward_measures`, `hessian_spectrum`, `loss_landscape`; and `stem_position_parts`
+    Three programs (`forward_measures`, `hessian_program`, `loss_landscape`; and `stem_position_parts`
     where the Subject names a positional embedding and sows a stem), each compiled once for its batch shape, two at a time
     (`programs.compile_all`), then run over the batches of their split; "seconds" holds each one's
     compile and run time. `dataset` (one of your own arrays, named by
@@ -334,10 +370,11 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     layers = list(feat_shapes)  # forward order (an OrderedDict)
     with_position = subj.pos_embedding is not None and STEM in layers
 
+    hess_on_host = on_host(model, variables, settings, hess_batches)
     t = time.perf_counter()
     # the Hessian first: the longest compile, overlapped with the others
     specs = {
-        "hessian": (jax.jit(functools.partial(hessian_spectrum, model, settings)), (variables, hess_batches, k_hess)),
+        "hessian": hessian_program(model, variables, settings, hess_batches, k_hess, hess_on_host),
         "forward": (jax.jit(functools.partial(forward_measures, model, layers, settings)),
                     (variables, x0, y0, keys0)),
         "landscape": (jax.jit(functools.partial(loss_landscape, model, settings)), (variables, land0, k_land)),
@@ -388,7 +425,12 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
                           "label_smoothing": settings.label_smoothing}
 
     # Hessian max-eigenvalue spectrum (PK22 Fig. 2)
-    eigs, iters = timed("hessian", lambda: compiled["hessian"](variables, hess_batches, k_hess))
+    if hess_on_host:
+        eigs, iters = timed("hessian", lambda: hessian.spectrum_on_host(
+            lambda batch, state: compiled["hessian"](variables, batch, state), variables["params"],
+            hess_batches, k_hess, k=settings.top_k))
+    else:
+        eigs, iters = timed("hessian", lambda: compiled["hessian"](variables, hess_batches, k_hess))
     out["hessian"] = {"eigenvalues": np.asarray(eigs).tolist(), "iterations": np.asarray(iters).tolist(),
                       **hessian.summaries(eigs, resamples=settings.bootstrap_resamples, seed=settings.bootstrap_seed),
                       "batch_size": b, "l2_form": settings.hessian_l2_form,
