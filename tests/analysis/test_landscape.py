@@ -107,6 +107,11 @@ def test_surface_at_origin_is_the_loss_and_matches_a_quadratic():
     for iy, ix in ((0, 0), (3, 17), (20, 5)):
         moved = jax.tree.map(lambda t, a, b: t + xs[ix] * a + xs[iy] * b, params, d1, d2)
         np.testing.assert_allclose(L[iy, ix], loss(moved, batch), rtol=1e-5)
+    # a coarser grid of 4k + 1 points (the PK22 suite's 9) holds the points the claims read, with the same values
+    coarse = jax.jit(lambda p, b, u, v: landscape.surface(loss, p, b, u, v, xs=landscape.grid(9),
+                                                          ys=landscape.grid(9)))(params, batch, d1, d2)
+    # x, y in {-1, -0.5, 0, 0.5, 1}: every second point of 9, every fifth of 21
+    np.testing.assert_allclose(coarse[::2, ::2], L[::5, ::5], rtol=1e-5)
     # the chunk is a matter of speed only: one point at a time (the CPU's default) gives the same surface
     assert landscape.default_chunk() == 1  # the tests run on a CPU
     one = jax.jit(lambda p, b, u, v: landscape.surface(loss, p, b, u, v))(params, batch, d1, d2)
