@@ -10,7 +10,8 @@ workdir's marker records how the run ended.
 
 Every binary takes one ml_collections config file, `--config=FILE[:ARG]` (`define_config`: a default
 file, `--config.FIELD=VALUE` overrides, the smoke run `:quick`), which states only the fields it
-changes and imports only ml_collections; `load_config` merges it onto the binary's `Schema`.
+changes and imports only ml_collections; `load_config` merges it onto the binary's `Schema`. A smoke
+run compiles every program at LLVM level 1 (`compile_options.fast_compile_everywhere`).
 """
 import dataclasses
 import difflib
@@ -29,7 +30,7 @@ from absl import app, flags
 from ml_collections import config_flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
-from posattn import mesh, ownership
+from posattn import compile_options, mesh, ownership
 from posattn.errors import ConfigError, RunStopped
 
 
@@ -270,6 +271,8 @@ def _resolve_config_files(argv) -> list[str]:
             value += "," if ":" in value else ":"
             value += "quick"
         path, colon, arg = value.partition(":")
+        if any(t.strip() in SMOKE_TOKENS for t in arg.split(",")):
+            compile_options.fast_compile_everywhere()  # a smoke run's programs run briefly
         found = find_config_file(path)
         if not os.path.isfile(found):
             where = "" if os.path.isabs(path) else f" (relative to the current directory {os.getcwd()})"

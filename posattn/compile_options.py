@@ -8,8 +8,13 @@ floating-point reductions may change in the last digits. Programs whose run time
 the image train step) keep the default. Other platforms: XLA's defaults.
 """
 import functools
+import os
 
 import jax
+from jax._src import xla_bridge
+
+# XLA_FLAGS of a smoke run (`fast_compile_everywhere`): `run_once`'s level for every program
+FAST_COMPILE_FLAG = "--xla_backend_optimization_level=1"
 
 
 def run_once(platform: str | None = None) -> dict | None:
@@ -27,3 +32,16 @@ def jit_run_once(fn, **static):
 @functools.lru_cache(maxsize=64)
 def _jit_run_once(fn, static: tuple):
     return jax.jit(functools.partial(fn, **dict(static)), compiler_options=run_once())
+
+
+def fast_compile_everywhere() -> bool:
+    """Compile every program of this process at LLVM level 1, through XLA_FLAGS: what a smoke run
+    (`--config=FILE:quick`, `posattn.cli`) asks for, since its programs run briefly and compiling is most
+    of its time (`experiments.shallow_vit --quick`: 79.6 s -> 44.7 s wall on 2 cores, empty cache,
+    docs/shallow_vit_results.md). XLA reads XLA_FLAGS when JAX starts its backends: after that, or where
+    XLA_FLAGS already sets the level, nothing changes. Returns whether the flag was added."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if xla_bridge.backends_are_initialized() or "xla_backend_optimization_level" in flags:
+        return False
+    os.environ["XLA_FLAGS"] = f"{flags} {FAST_COMPILE_FLAG}".strip()
+    return True

@@ -11,7 +11,7 @@ import jax
 import ml_collections
 import pytest
 
-from posattn import cli, ownership
+from posattn import cli, compile_options, ownership
 from posattn.errors import ConfigError
 from posattn.vision import config as config_lib
 from tests import envs
@@ -183,3 +183,26 @@ def test_running_out_of_memory_is_one_line():
                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert out.returncode == 2 and out.stderr == ("error: out of memory (MemoryError): choose smaller sizes (batch, "
                                                   "samples N, model) or a device with more memory\n"), out.stderr
+
+
+SMOKE_FLAGS = """
+import os, sys
+from posattn import cli, compile_options
+from experiments import shallow_vit  # defines its --config flag
+cli._resolve_config_files(["shallow_vit", f"--config=tpu_configs/shallow_vit.py{sys.argv[1]}", "--workdir=/tmp/x"])
+print("flags:", os.environ.get("XLA_FLAGS", ""))
+import jax
+jax.devices()
+print(compile_options.fast_compile_everywhere())  # the backends have started: too late
+"""
+
+
+@pytest.mark.parametrize("arg, fast", [(":quick", True), ("", False)])
+def test_a_smoke_run_compiles_at_llvm_level_one(arg, fast):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, "-c", SMOKE_FLAGS, arg], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    flags_line, late = out.stdout.strip().splitlines()[-2:]
+    assert (compile_options.FAST_COMPILE_FLAG in flags_line) == fast
+    assert late == "False"
