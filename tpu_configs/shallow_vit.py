@@ -8,9 +8,9 @@ Command (from any directory: the binaries find tpu_configs/ in the checkout or t
   python -m posattn.experiments.shallow_vit --config=tpu_configs/shallow_vit.py:quick --workdir=/tmp/smoke
   python -m posattn.experiments.shallow_vit --workdir=DIR --config.tokens.tau=0.3 --config.seeds=10
 
-Hardware: one CPU (2 cores). Wall clock on 2 quiet cores (2026-11-26): 286 s with an empty compilation
-cache (`:quick`: smaller grids, 4 seeds, T = ceil(6 / (alpha_* eta)): 90 s with an empty cache, 13 s
-with a filled one; docs/shallow_vit_results.md, Cost). Expected result (docs/shallow_vit_results.md): summary.md gives each
+Hardware: one CPU (2 cores). Wall clock on 2 quiet cores (2026-11-26): 264 s with an empty compilation
+cache (`:quick`: smaller grids, 4 seeds, T = ceil(6 / (alpha_* eta)): 37 s with an empty cache;
+docs/shallow_vit_results.md, Cost). Expected result (docs/shallow_vit_results.md): summary.md gives each
 claim of LWLC23 with the paper's number, ours and a verdict (attention concentrating on label-relevant
 tokens, the phase boundary N* falling with alpha_* and rising with the token noise and initial error,
 sparsification keeping accuracy).

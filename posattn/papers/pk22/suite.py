@@ -4,7 +4,8 @@
 `posattn.analysis` in batches (test images for the Fourier, variance and noise tools; augmented, mixed-up
 training images for the Hessian and the landscape), as three compiled programs, each compiled once
 for its batch shape and run batch after batch: one evaluation pass per noise band serves the Fourier,
-variance and noise tools; the Hessian spectrum; the landscape on one batch of training images (and a
+variance and noise tools; the Hessian spectrum (or, where `on_host`, its Hessian-vector step called
+from Python); the landscape on one batch of training images (and a
 fourth, `stem_position_parts`, for a model whose Subject names a positional embedding). A split of
 any size fits, since no program sees more than one batch (`Settings.eval_batch_size`,
 `Settings.landscape_batch_size`), and the answer does not depend on the batch size: the noise of a test
