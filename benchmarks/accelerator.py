@@ -43,8 +43,9 @@ FLAGS = flags.FLAGS
 
 # Seconds a part may take at most (its share of the budget when the others run as expected).
 CAPS = {"theory": 60, "vit": 330, "sweep": 80, "fashion": 150}
-# A GPU autotunes every new GEMM shape of the vmapped sweep (the 16-seed program of the first device
-# session compiled for 68 s against 4 s on a CPU): the sweep part runs without the search.
+# The sweep part runs without XLA's GEMM autotuning, as the H100 figures of docs/benchmarks.md were
+# measured. It was tried against the 16-seed program's 68 s compile on the H200 (4 s on a CPU) and is
+# not its cause: each size still compiled for 40-60 s on the H100 (docs/accelerator.md).
 PART_ENV = {"sweep": {"XLA_FLAGS": "--xla_gpu_autotune_level=0"}}
 FASHION_TRAIN = 60_000
 FASHION_BATCH = 512
@@ -64,7 +65,7 @@ def part_commands(part: str, tiny: bool) -> list[list[str]]:
         return [py + ["benchmarks.vit_throughput", *sizes, "--fused_attention=cudnn",
                       f"--profile_dir={os.path.join(FLAGS.out, 'profile')}"]]
     if part == "sweep":
-        # 1, 16, 256, 4,096 seeds, ours alone: a GPU compiles each size of the vmapped sweep anew
+        # 1, 16, 256, 4,096 seeds, ours alone: a GPU compiles each size of the vmapped sweep anew (40-60 s)
         sizes = (["--max_seeds=4", "--N=32", "--steps=20", "--n_test=32"] if tiny else
                  ["--max_seeds=4096", "--growth=16", "--plain=false"])
         return [py + ["benchmarks.sweep", *sizes, "--max_call_s=30"]]

@@ -97,6 +97,11 @@ class Schema:
     kind: str = ""  # what a config file names in `schema` to say it is this schema's
 
 
+def _is_smoke(arg: str | None) -> bool:
+    """Whether a config file's argument (FILE:ARG) holds the smoke token."""
+    return any(t.strip() in SMOKE_TOKENS for t in (arg or "").split(","))
+
+
 def load_config(path: str, arg: str | None, schema: Schema) -> ml_collections.ConfigDict:
     """The config of a config file such as "tpu_configs/digits.py" (`find_config_file`) with its argument
     (FILE:ARG; None without a colon), merged onto `schema`: `get_config(arg)` without the smoke token
@@ -106,7 +111,7 @@ def load_config(path: str, arg: str | None, schema: Schema) -> ml_collections.Co
     it loads or in get_config, defines no get_config, returns no ml_collections.ConfigDict, names
     another schema's kind in `schema`, or sets a field the schema lacks or a value of the wrong type."""
     tokens = [t.strip() for t in (arg or "").split(",") if t.strip()]
-    quick = any(t in SMOKE_TOKENS for t in tokens)
+    quick = _is_smoke(arg)
     fields = _config_file_fields(path, ",".join(t for t in tokens if t not in SMOKE_TOKENS) or None)
     smoke, kind = (fields.get(k) for k in ("smoke", "schema"))  # (no schema has fields of these names)
     for key in ("smoke", "schema"):
@@ -254,7 +259,8 @@ def _replace_flag_value(argv: list[str], name: str, value: str) -> None:
 
 def _resolve_config_files(argv) -> list[str]:
     """argv with every ml_collections config-file flag's FILE (of FILE[:ARG]) found by
-    `find_config_file`; fail unless each exists.
+    `find_config_file`; fail unless each exists. A smoke run (`quick`) turns on
+    `compile_options.fast_compile_everywhere` here, before JAX starts its backends.
 
     ml_collections keeps a missing file as a placeholder that raises only when the config is first
     used (or, with `--config.FIELD` overrides, while the flags parse), with a traceback either way.
@@ -271,8 +277,8 @@ def _resolve_config_files(argv) -> list[str]:
             value += "," if ":" in value else ":"
             value += "quick"
         path, colon, arg = value.partition(":")
-        if any(t.strip() in SMOKE_TOKENS for t in arg.split(",")):
-            compile_options.fast_compile_everywhere()  # a smoke run's programs run briefly
+        if _is_smoke(arg):  # before JAX starts its backends: a smoke run's programs run briefly
+            compile_options.fast_compile_everywhere()
         found = find_config_file(path)
         if not os.path.isfile(found):
             where = "" if os.path.isabs(path) else f" (relative to the current directory {os.getcwd()})"

@@ -5,7 +5,9 @@ than running; level 1 compiles them 2-4x faster (measured: the digits ResNet's i
 its PK22 Hessian 19.0 -> 14.6, the theory paper preset's draw 4.2 -> 2.1 and final test 4.7 -> 3.2;
 docs/how_vits_work.md and docs/benchmarks.md). Random draws and initial parameters stay bit-identical;
 floating-point reductions may change in the last digits. Programs whose run time matters (the GD chunk,
-the image train step) keep the default. Other platforms: XLA's defaults.
+the image train step) keep the default. Other platforms: XLA's defaults. A smoke run, and
+`experiments.shallow_vit` (each of its stages is one program run once), compile every program of the
+process at level 1 (`fast_compile_everywhere`).
 """
 import functools
 import os
@@ -13,14 +15,16 @@ import os
 import jax
 from jax._src import xla_bridge
 
+RUN_ONCE_LEVEL = 1  # LLVM optimisation level of run-once programs on a CPU
 # XLA_FLAGS of a smoke run (`fast_compile_everywhere`): `run_once`'s level for every program
-FAST_COMPILE_FLAG = "--xla_backend_optimization_level=1"
+FAST_COMPILE_FLAG = f"--xla_backend_optimization_level={RUN_ONCE_LEVEL}"
 
 
 def run_once(platform: str | None = None) -> dict | None:
     """`compiler_options` for a run-once program on `platform` (default: JAX's default backend, which
     this call starts: choose the devices first): LLVM level 1 on CPU, None (XLA's defaults) elsewhere."""
-    return {"xla_backend_optimization_level": 1} if (platform or jax.default_backend()) == "cpu" else None
+    return ({"xla_backend_optimization_level": RUN_ONCE_LEVEL} if (platform or jax.default_backend()) == "cpu"
+            else None)
 
 
 def jit_run_once(fn, **static):

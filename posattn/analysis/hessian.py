@@ -10,9 +10,10 @@ density; its summaries are NEP (share of negative values) and APE (mean of the p
 a bootstrap interval over the mini-batches (`summaries`).
 
 The Hessian is never formed: `hvp` is forward-over-reverse differentiation (`jax.jvp` of `jax.grad`),
-one HVP costing about two gradient evaluations. Every function but `spectrum_on_host` is pure and runs
-under `jax.jit`: `spectrum` is one program for all mini-batches; `spectrum_on_host` drives the same
-`power_step` from Python, one compiled HVP step for every batch, which XLA runs faster on a CPU.
+one HVP costing about two gradient evaluations. Every function but `spectrum_on_host` and
+`host_loop_is_faster` is pure and runs under `jax.jit`: `spectrum` is one program for all
+mini-batches; `spectrum_on_host` drives the same `power_step` from Python, one compiled HVP step for
+every batch, which XLA runs faster on a CPU for convolutional models.
 """
 from collections.abc import Callable
 from typing import Any
@@ -77,21 +78,23 @@ def power_step(
     least two iterations) or after `max_iterations`; its eigenpair is then stored and run i + 1 starts.
     A state with state["i"] == k is done (a further step changes nothing stored).
     """
-    U_kxP, i, k = state["U"], state["i"], state["U"].shape[0]
-    Hv_P = _project_out(matvec(state["v"]), U_kxP)
-    lam, old_lam = jnp.vdot(state["v"], Hv_P), state["lam"]  # Rayleigh quotient of the unit vector v
-    v_P, it = _normalise(Hv_P), state["it"] + 1
+    Hv_P = _project_out(matvec(state["v"]), state["U"])
+    lam = jnp.vdot(state["v"], Hv_P)  # Rayleigh quotient of the unit vector v
+    v_P, it, old_lam = _normalise(Hv_P), state["it"] + 1, state["lam"]
     moved = jnp.abs(lam - old_lam) > tolerance * jnp.abs(old_lam)
-    ended = (i < k) & ~((it < max_iterations) & ((it < 2) | moved))
-    row = jnp.minimum(i, k - 1)
-    U_kxP = U_kxP.at[row].set(jnp.where(ended, v_P, U_kxP[row]))
-    next_v = _start(state["v0"], U_kxP, i + 1)
-    return {**state, "U": U_kxP,
-            "lams": state["lams"].at[row].set(jnp.where(ended, lam, state["lams"][row])),
-            "iters": state["iters"].at[row].set(jnp.where(ended, it, state["iters"][row])),
-            "i": i + ended.astype(jnp.int32), "v": jnp.where(ended, next_v, v_P),
-            "lam": jnp.where(ended, 0.0, lam), "old_lam": jnp.where(ended, 0.0, old_lam),
-            "it": jnp.where(ended, 0, it)}
+    ended = (state["i"] < state["U"].shape[0]) & ~((it < max_iterations) & ((it < 2) | moved))
+
+    def end_run(_):  # store the eigenpair, start run i + 1 (only here: the start costs two k x P products)
+        i = state["i"]
+        U_kxP = state["U"].at[i].set(v_P)
+        return {**state, "U": U_kxP, "lams": state["lams"].at[i].set(lam), "iters": state["iters"].at[i].set(it),
+                "i": i + 1, "v": _start(state["v0"], U_kxP, i + 1), "lam": jnp.zeros_like(lam),
+                "old_lam": jnp.zeros_like(lam), "it": jnp.zeros_like(it)}
+
+    def go_on(_):
+        return {**state, "v": v_P, "lam": lam, "old_lam": old_lam, "it": it}
+
+    return jax.lax.cond(ended, end_run, go_on, None)
 
 
 def power_iteration(
@@ -203,8 +206,10 @@ def host_loop_is_faster(loss_fn: LossFn, params, batch) -> bool:
 
     Measured on the digits models, 16 images per mini-batch (docs/how_vits_work.md, Time): ResNet 446 ms
     per HVP inside the program's while loop against 123 ms from the host; AlterNet 321 against 72; but
-    the positional ViT 47 against 70, since inside the loop XLA hoists the HVP's parts that do not
-    depend on the vector. Elsewhere than on a CPU: not measured, the one program."""
+    the positional ViT 47 against 70 (presumably since XLA hoists the parts of the HVP that do not depend
+    on the vector out of the loop). In XLA's dump of a two-convolution HVP inside a loop, the
+    weight-gradient convolutions keep their non-canonical layouts. Elsewhere than on a CPU: not
+    measured, the one program."""
     if jax.default_backend() != "cpu":
         return False
     return _overlapping_convolution(jax.make_jaxpr(loss_fn)(params, batch).jaxpr)
@@ -216,10 +221,8 @@ def spectrum_on_host(step, params, batches, key: jax.Array, *, k: int = TOP_K) -
     `lambda b, s: jitted(params, b, s)`) is called once per Hessian-vector product until each
     mini-batch's k runs have ended.
 
-    Why: XLA's CPU backend runs a convolutional network's HVP about 4 times slower inside a while loop
-    than as a program of its own (a digits ResNet, 16 images: 446 against 107-114 ms; its weight-gradient
-    convolutions keep their non-canonical layouts in a loop body), and a host loop costs one
-    synchronisation per product (docs/how_vits_work.md, Time).
+    Why: a host loop costs one synchronisation per product, and where `host_loop_is_faster` XLA runs
+    the product several times slower inside a while loop than as a program of its own.
     """
     M = jax.tree.leaves(batches)[0].shape[0]
     keys = jax.random.split(key, M)

@@ -256,23 +256,25 @@ def hessian_step(model, settings: Settings, variables, batch, state):
     return step(variables["params"], batch, state)
 
 
-def on_host(model, variables, settings: Settings, batches) -> bool:
+def on_host(model, variables, settings: Settings, batch) -> bool:
     """Whether the Hessian's power iterations run from the host (`settings.hessian_loop`; "auto":
-    `hessian.host_loop_is_faster` on the first mini-batch)."""
+    `hessian.host_loop_is_faster` on one mini-batch `batch`)."""
     if settings.hessian_loop != "auto":
         return settings.hessian_loop == "host"
     loss = objective_fn(model, variables, settings, settings.hessian_l2_form)
-    return hessian.host_loop_is_faster(loss, variables["params"], jax.tree.map(lambda a: a[0], batches))
+    return hessian.host_loop_is_faster(loss, variables["params"], batch)
 
 
-def hessian_program(model, variables, settings: Settings, batches, key, host: bool) -> tuple:
-    """(jitted function, example arguments) of the Hessian for `programs.compile_all`: the HVP step
-    (`hessian_step`, state donated) where `host` (`on_host`), else the whole spectrum (`hessian_spectrum`)."""
-    if host:
+def hessian_program(model, variables, settings: Settings, batches, key) -> tuple:
+    """(jitted function, example arguments, whether it runs from the host) of the Hessian for
+    `programs.compile_all`: the HVP step (`hessian_step`, state donated) where `on_host`, else the whole
+    spectrum (`hessian_spectrum`)."""
+    first = jax.tree.map(lambda a: a[0], batches)
+    if on_host(model, variables, settings, first):
         state = hessian.power_init(hessian.start_vector(key, variables["params"]), settings.top_k)
-        return (jax.jit(functools.partial(hessian_step, model, settings), donate_argnums=2),
-                (variables, jax.tree.map(lambda a: a[0], batches), state))
-    return jax.jit(functools.partial(hessian_spectrum, model, settings)), (variables, batches, key)
+        step = jax.jit(functools.partial(hessian_step, model, settings), donate_argnums=2)
+        return step, (variables, first, state), True
+    return jax.jit(functools.partial(hessian_spectrum, model, settings)), (variables, batches, key), False
 
 
 def loss_landscape(model, settings: Settings, variables, batches, key):
@@ -374,11 +376,11 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     layers = list(feat_shapes)  # forward order (an OrderedDict)
     with_position = subj.pos_embedding is not None and STEM in layers
 
-    hess_on_host = on_host(model, variables, settings, hess_batches)
+    hess_fn, hess_args, hess_on_host = hessian_program(model, variables, settings, hess_batches, k_hess)
     t = time.perf_counter()
     # the Hessian first: the longest compile, overlapped with the others
     specs = {
-        "hessian": hessian_program(model, variables, settings, hess_batches, k_hess, hess_on_host),
+        "hessian": (hess_fn, hess_args),
         "forward": (jax.jit(functools.partial(forward_measures, model, layers, settings)),
                     (variables, x0, y0, keys0)),
         "landscape": (jax.jit(functools.partial(loss_landscape, model, settings)), (variables, land0, k_land)),
