@@ -35,16 +35,23 @@ FIGURES = {
 }
 
 
+SMOKE_VIT_DEPTH = 2  # blocks of the smoke run's ViTs (the default's: 4)
+
+
 def training_config(model: str, quick: bool, training_length: float = 1.0, dataset: str = "digits"):
     """The config of `tpu_configs/how_vits_work.py` for `model`, its steps and warm-up multiplied by
-    `training_length` (a second training length of the same recipe); quick: 20 steps (a smoke run of the
-    whole pipeline). ConfigError, with the config file's list of models, for any other."""
+    `training_length` (a second training length of the same recipe); quick: 20 steps and the ViTs two
+    blocks deep (a smoke run of the whole pipeline, most of which is compiling, and a ViT's programs
+    grow with its depth: docs/how_vits_work.md, Time). ConfigError, with the config file's list of
+    models, for any other."""
     try:
         c = cli.load_config(CONFIG_FILE, model if dataset == "digits" else f"{model},{dataset}", config_lib.SCHEMA)
     except ConfigError as e:
         raise ConfigError(f"unknown model {model!r} for --models on {dataset} ({e})") from None
     if quick:
         c.total_steps, c.optimizer.warmup_steps, c.log_every = 20, 5, 10
+        if c.model.name == "vit":
+            c.model.depth = SMOKE_VIT_DEPTH
     elif training_length != 1:
         c.total_steps = max(1, round(c.total_steps * training_length))
         c.optimizer.warmup_steps = round(c.optimizer.warmup_steps * training_length)
