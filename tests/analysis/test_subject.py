@@ -163,6 +163,7 @@ def test_the_stem_split_zeroes_p_where_the_subject_says_it_lives():
         subject.replace_at(params, "head/pos", jnp.zeros_like)
 
 
+@pytest.mark.slow
 def test_posattn_models_are_subjects():
     model = models.create_model({"name": "vit", "variant": "test/4", "pool": "cls"}, num_classes=3,
                                 image_size=8, channels=1)

@@ -84,6 +84,7 @@ def test_drawn_training_samples_do_not_depend_on_the_batch():
     assert not np.allclose(both.x_BxLxd[0], both.x_BxLxd[1])
 
 
+@pytest.mark.slow
 def test_training_time_sparsification_trains_on_the_kept_tokens():
     params = init_params(jax.random.PRNGKey(9), TOK, MODEL)
     batch = jax.jit(sample, static_argnums=(1, 2))(jax.random.PRNGKey(10), TOK, SGD.batch)

@@ -3,6 +3,7 @@ import math
 
 import jax
 import numpy as np
+import pytest
 
 from posattn.shallow import dynamics, grid, phase_map
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
@@ -12,6 +13,7 @@ MODEL = ModelConfig(m_a=6, m_b=6, m=8)
 SGD = SGDConfig(N=40, batch=4, steps=30, eta=0.2, eta_attention=1.0, n_test=64)
 
 
+@pytest.mark.slow
 def test_a_vmapped_grid_cell_equals_the_same_run_alone():
     keys = grid.seed_keys(0, 3)
     cells, shape = grid.product_cells(TOK, MODEL, SGD, n_star=[5, 6], N=[8, 40])

@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from posattn.shallow.config import ModelConfig, TokenConfig
 from posattn.shallow.data import sample
@@ -15,6 +16,7 @@ VIT = ModelConfig(m_a=6, m_b=8, m=10, w_o_std=0.5)
 FREE = ModelConfig(attention="none", m_a=6, m_b=8, m=10, w_o_std=0.5)
 
 
+@pytest.mark.slow
 def test_mask_equals_model_on_the_shortened_token_list():
     t = jax.tree.map(lambda a: a[:3], SAMPLE(jax.random.PRNGKey(0), TOK, 16))
     params = init_params(jax.random.PRNGKey(1), TOK, VIT)

@@ -37,6 +37,7 @@ def test_glm_depends_on_x_only_through_the_weighted_sum():
                                atol=1e-5)
 
 
+@pytest.mark.slow
 def test_glm_training_lowers_its_risk_and_oracle_error_is_a_label_count():
     task = make_task(jax.random.key(0), CFG)
     X, y = sample(jax.random.key(1), CFG, task, 256)
@@ -62,6 +63,7 @@ def test_glm_training_lowers_its_risk_and_oracle_error_is_a_label_count():
                                by_hand, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_construction_avoids_own_sets_and_equals_the_set_sum_model():
     task = make_task(jax.random.key(0), CFG)
     params = construction.construction_params(CFG, task)
@@ -82,6 +84,7 @@ def test_own_set_detector_sees_the_diagonal_and_ties():
     assert construction.own_set_in_top_c(jnp.zeros((CFG.D, CFG.D)), task).all()  # all tied
 
 
+@pytest.mark.slow
 def test_vmapped_grid_matches_a_single_run_on_the_prefix():
     seeds = keys.seed_keys(0, 2)
     sizes = (16, 48)
@@ -97,6 +100,7 @@ def test_vmapped_grid_matches_a_single_run_on_the_prefix():
     assert not np.allclose(entries["loss"][0], entries["loss"][1])  # the sizes did differ
 
 
+@pytest.mark.slow
 def test_grid_splits_seeds_over_the_devices_without_changing_a_run():
     seeds = keys.seed_keys(2, jax.device_count())  # 8 host devices (conftest): one seed each
     entries = gd_lib.fit_grid(seeds, cfg=CFG, gd=GD, sizes=(GD.N,))
@@ -107,6 +111,7 @@ def test_grid_splits_seeds_over_the_devices_without_changing_a_run():
         np.testing.assert_allclose(entries[name][0, 3], alone[name][0, 0], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_frozen_a_stays_and_fit_sizes_keeps_the_order_of_sizes():
     task = make_task(jax.random.key(0), CFG)
     A = 0.5 * construction.construction_params(CFG, task)["A"]

@@ -106,6 +106,7 @@ def test_label_noise_counts_every_tie_and_matches_its_exact_rate():
     assert abs(disagrees.mean() - exact) < 3 * se, (disagrees.mean(), exact)
 
 
+@pytest.mark.slow
 def test_final_test_error_is_taken_on_exactly_the_samples_asked_for():
     cfg = TheoryConfig(D=16, C=4, d=32, q=0.8)
     task = make_task(jax.random.key(0), cfg)

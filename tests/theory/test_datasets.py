@@ -30,6 +30,7 @@ def _majority_flip_module():
 FLIPPED = _majority_flip_module()
 
 
+@pytest.mark.slow
 def test_a_registered_module_is_a_dataset():
     datasets.register_dataset("flipped", FLIPPED)
     datasets.register_dataset("flipped", FLIPPED)  # the same module again: nothing changes

@@ -22,6 +22,7 @@ def fresh_chunks():
     gd_lib.make_chunk_fn.cache_clear(), gd_lib._seed_fns.cache_clear()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seeds", [1, 2])
 def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(monkeypatch, fresh_chunks, seeds):
     monkeypatch.setattr(step_lib, "risk_and_grad", fault_injection.nan_at_step(step_lib.risk_and_grad, 13))

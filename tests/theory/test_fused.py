@@ -60,6 +60,7 @@ def path(request):
 
 
 # The kernel's blocks of 32 samples: three full ones, one partial one alone, two full and a partial one.
+@pytest.mark.slow
 @pytest.mark.parametrize("n, num_tiles", [(96, 1), (96, 4), (96, 96), (1, 1), (77, 1)])
 def test_matches_autodiff_of_the_plain_model(n, num_tiles, path):
     params, X, y, weight = _problem(n=n)
@@ -79,6 +80,7 @@ def test_matches_autodiff_of_the_plain_model(n, num_tiles, path):
                                     dict(D=21, C=3, partition="random"),
                                     dict(D=9, C=3, d=7, partition="random"),
                                     dict(D=21, C=3, d=3, partition="random")])
+@pytest.mark.slow
 def test_matches_autodiff_under_the_model_options(change, path):
     cfg = dataclasses.replace(CFG, **change)
     params, X, y, _ = _problem(cfg, n=77)
@@ -87,6 +89,7 @@ def test_matches_autodiff_under_the_model_options(change, path):
     _assert_round_off(empirical_risk_and_grad(params, X, y, cfg, num_tiles=7, implementation=path), want)
 
 
+@pytest.mark.slow
 def test_the_kernels_baseline_instance_gives_the_same():
     """The kernel's instance for CPUs without AVX2 (4 lanes: SSE2, as NEON on ARM), forced by
     POSATTN_CPU_KERNEL=baseline in a process of its own, against jax.grad."""

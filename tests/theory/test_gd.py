@@ -37,6 +37,7 @@ GOLDEN_V = [-0.0950562134385109, -0.06885501742362976, -0.03730148449540138, 0.0
             0.02234255149960518, -0.020768383517861366, 0.025186413899064064, 0.006078410428017378]
 
 
+@pytest.mark.slow
 def test_diagonal_never_moves_and_history_is_complete_and_golden():
     result = fit(jax.random.key(0), CFG, GD)
     # The default optimiser (optax) gives the numbers of the hand-written GD it replaced.
@@ -53,6 +54,7 @@ def test_diagonal_never_moves_and_history_is_complete_and_golden():
         assert h[name].shape == (3,) and np.isfinite(h[name]).all(), name
 
 
+@pytest.mark.slow
 def test_a_loop_of_fits_builds_its_compiled_chunk_once():
     gd = GDConfig(N=64, steps=4, eval_every=2, n_test=64)
     misses = make_chunk_fn.cache_info().misses
@@ -113,6 +115,7 @@ SWEEP_GD = GDConfig(N=72, steps=6, eval_every=3, n_test=64, a0=4.0)  # a problem
 LRS = (0.003, 0.01, 0.03, 0.1)
 
 
+@pytest.mark.slow
 def test_a_sweep_over_learning_rates_compiles_once_and_vmaps_in_one_call(caplog):
     key = jax.random.key(4)
     runs = {}
@@ -134,6 +137,7 @@ def test_a_sweep_over_learning_rates_compiles_once_and_vmaps_in_one_call(caplog)
     np.testing.assert_allclose(more.history["loss"][-1, 2], runs[LRS[2]].history["loss"][-1], rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_adam_is_one_argument_and_a_run_continues_from_its_result():
     adam = optax.adam(0.01)
     gd = dataclasses.replace(SWEEP_GD, steps=4, eval_every=2)
@@ -167,6 +171,7 @@ def test_adam_is_one_argument_and_a_run_continues_from_its_result():
         fit(key, CFG, gd, optimizer=adam, hyperparams={"learning_rate": 0.1})
 
 
+@pytest.mark.slow
 def test_fit_on_the_callers_arrays_is_fit_on_the_same_arrays_drawn():
     key, gd = jax.random.key(8), SWEEP_GD
     drawn = fit(key, CFG, gd)
@@ -236,6 +241,7 @@ def test_uniform_attention_moves_every_row_alike_on_any_data():
     assert np.abs(broken - broken[0]).max() > 1e-2 * np.abs(broken).max()
 
 
+@pytest.mark.slow
 def test_small_problem_learns_patch_association_for_every_seed():
     gd = GDConfig(N=4000, steps=400, lr=0.003, lr_A=30.0, a0=4.0, eval_every=200, n_test=2000)
     h = fit_seeds(jax.random.split(jax.random.key(0), 3), CFG, gd).history
@@ -252,6 +258,7 @@ def test_a_vmapped_seed_is_the_run_fit_makes_from_its_key():
     np.testing.assert_allclose(one.history["loss"], many.history["loss"][:, 2], rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_sweep_split_over_devices_needs_no_communication():
     """Each device trains its own seeds (`mesh.split_runs`): left to sharding propagation, the CPU
     kernel's custom call gathered every seed's samples onto every device, which repeated every run."""

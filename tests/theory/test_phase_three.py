@@ -10,6 +10,7 @@ from posattn.theory.population.reduced import alpha_drift_split, reduced_risk
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha,gamma,rho", [(0.2, 0.0, 0.0), (0.15, 6.0, -1.0)])
 def test_the_split_adds_up_to_minus_the_gradient_in_alpha(alpha, gamma, rho):
     split = alpha_drift_split(alpha, gamma, rho, CFG, a=4.0)

@@ -111,6 +111,7 @@ def test_heat_expansion_error_is_third_order():
 # ---------------------------------------------------------------------------------------------------
 # The two enumerations agree, and the multiset path's full-matrix gradient is the general one.
 
+@pytest.mark.slow
 def test_three_value_path_matches_general_path_at_D16():
     with jax.enable_x64(True):
         task = make_task(jax.random.key(0), SMALL)
@@ -249,6 +250,7 @@ def test_gradient_matches_central_differences(cfg, method):
             np.testing.assert_allclose(exact, fd, rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg, method", [(CHEAP, "general"), (PAPER, "multiset")])
 def test_gradient_along_v_perp_is_exactly_zero_at_v_perp_zero(cfg, method):
     with jax.enable_x64(True):
@@ -271,6 +273,7 @@ def test_gradient_along_v_perp_is_exactly_zero_at_v_perp_zero(cfg, method):
 # ---------------------------------------------------------------------------------------------------
 # The invariance that keeps A three-valued under GD on (P), and the scalar recursions.
 
+@pytest.mark.slow
 def test_population_gd_keeps_three_values_and_follows_the_scalar_recursions():
     cfg, lr, lr_A, steps = CHEAP, 0.002, 2000.0, 200
     with jax.enable_x64(True):
@@ -304,6 +307,7 @@ def test_population_gd_keeps_three_values_and_follows_the_scalar_recursions():
         assert alpha[-1] > 1.5 * 0.05 and gamma[-1] - rho[-1] > 1.0
 
 
+@pytest.mark.slow
 def test_reduced_recursions_with_v_perp_match_full_gd():
     # With v_perp != 0, only ||v_perp||^2 matters: the fourth recursion p <- p (1 - 2 lr dR/dp)^2.
     cfg, lr, lr_A, steps = PAPER, 0.02, 30.0, 5
@@ -338,6 +342,7 @@ def test_patch_association_iff_min_diagonal_gamma_above_rho():
 # ---------------------------------------------------------------------------------------------------
 # The method is the caller's, static; starts and problems it would get wrong are refused.
 
+@pytest.mark.slow
 def test_method_is_static_and_wrong_starts_are_refused():
     task = make_task(jax.random.key(0), PAPER)
     three = {"A": three_value_A(PAPER, task, 8.0, 1.0, 0.0), "v": 0.1 * task.w_star}
@@ -392,6 +397,7 @@ def test_exact_population_gd_and_the_overlay(tmp_path):
     assert (tmp_path / "overlay.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_patterns_split_over_devices_give_the_same_risk_and_gradient():
     """The multiset pass on a "data" mesh: each device takes its share of the chunks of patterns (the
     10 chunks at L=7, padded to 16 over 8 devices), the sums are added over the devices."""

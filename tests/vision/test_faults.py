@@ -73,6 +73,7 @@ def signal_at_step(monkeypatch, signum: int, at: int) -> None:
     monkeypatch.setattr(Setup, "train_batches", batches_with_a_signal)
 
 
+@pytest.mark.slow
 @no_leaks
 def test_sigterm_saves_at_the_current_step_and_the_restart_ends_bitwise_equal(straight, tmp_path, monkeypatch,
                                                                             capsys):
@@ -244,6 +245,7 @@ def test_a_save_that_fails_in_the_background_stops_the_run_at_the_first_step_tha
     assert checkpoint.survey(tmp_path / "checkpoints").complete == ()  # the tmp folder is not a checkpoint
 
 
+@pytest.mark.slow
 @no_leaks
 def test_a_failed_final_save_stops_with_one_line_and_the_rerun_resumes_bitwise(straight, tmp_path, capsys):
     config = tiny_digits(total_steps=6, checkpoint_every=3, log_every=3)
@@ -324,6 +326,7 @@ def test_checkpoint_bytes_counts_every_array_of_the_state():
     assert workdir_lib.checkpoint_bytes(shapes) == int(405 * 1.1)
 
 
+@pytest.mark.slow
 def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(tmp_path, monkeypatch):
     monkeypatch.setattr(train, "make_train_step", fault_injection.nan_at_step(train.make_train_step, 4))
     with pytest.raises(train.NonFiniteLoss, match=r"non-finite loss nan .* at step 4; .*checkpoint "

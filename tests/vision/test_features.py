@@ -27,6 +27,7 @@ def _images(batch=3):
     return jax.random.normal(jax.random.key(1), (batch, 8, 8, 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention, pool", [("positional", "gap"), ("vanilla", "cls")])
 def test_vit_features_names_order_shapes_and_the_attention_branch(attention, pool):
     model = _model(attention=attention, pool=pool)

@@ -123,6 +123,7 @@ def _attention_maps(model, variables, images):
     return list(attention_maps(model, variables, images).values())
 
 
+@pytest.mark.slow
 def test_positional_attention_is_input_independent_and_follows_definition():
     model = _model(pool="cls")
     variables = _perturbed(_init(model))
@@ -270,6 +271,7 @@ def test_cnn_bfloat16_keeps_float32_parameters_and_logits(name):
     assert logits.shape == (4, 10) and logits.dtype == jnp.float32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet18", "vgg16"])
 def test_cnn_on_digits_size_with_batch_norm(name):
     model = _model(name=name, channels=1)

@@ -100,6 +100,7 @@ def test_training_images_are_augmented_then_permuted():
         resolve(still, 1).training_inputs(key, permutation.permute_blocks(images, 2, perm)))
 
 
+@pytest.mark.slow
 def test_one_and_eight_devices_give_the_same_parameters(tmp_path):
     c = tiny_digits(total_steps=6, log_every=3)
     state1, summary1 = train.train(c, tmp_path / "one", devices=jax.devices()[:1])
@@ -192,6 +193,7 @@ class TinyBatchNormNet(nn.Module):
         return nn.Dense(10)(jnp.mean(nn.relu(x), axis=(1, 2)))
 
 
+@pytest.mark.slow
 def test_batch_norm_statistics_are_global_over_the_sharded_batch_and_checkpointed(tmp_path):
     c = tiny_digits(total_steps=4)
     setup = dataclasses.replace(resolve(c, 1), model=TinyBatchNormNet())
