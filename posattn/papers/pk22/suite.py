@@ -113,11 +113,11 @@ class Settings:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
 
 
-# the smoke run: two Hessian mini-batches and two landscape batches (the fewest units an interval can
-# resample), two batches of test images on any dataset
-QUICK = Settings(hessian_batches=2, hessian_iterations=5, feature_images=32, eval_batch_size=128, test_images=256,
-                 landscape_grid=5, landscape_images=32, landscape_batch_size=16,
-                 bootstrap_resamples=500)
+# the smoke run: two Hessian mini-batches of 8 images and two landscape batches (the fewest units an
+# interval can resample), two batches of test images on any dataset
+QUICK = Settings(hessian_batches=2, hessian_batch_size=8, hessian_iterations=5, feature_images=32,
+                 eval_batch_size=128, test_images=256, landscape_grid=5, landscape_images=32,
+                 landscape_batch_size=16, bootstrap_resamples=500)
 
 
 def settings_from(config) -> Settings:
