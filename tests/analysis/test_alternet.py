@@ -77,6 +77,10 @@ def test_plain_resnet_variant_and_errors():
     maps = jax.eval_shape(lambda: attention_maps(model, model.init(jax.random.key(0), images), images))
     assert maps == {}
     assert not any(alternet.parse_variant("XS/0000")[1]) and all(alternet.parse_variant("18/1111")[1])
+    # two stages (the smoke's size): the default pattern's last two digits, and two digits to give
+    assert alternet.parse_variant("XXS") == ((16, 32), (True, True))
+    with pytest.raises(ConfigError, match="one digit"):
+        _model(variant="XXS/0111")
     with pytest.raises(ConfigError, match="AlterNet variant"):
         _model(variant="Ti/4")
     with pytest.raises(ConfigError, match="AlterNet variant"):

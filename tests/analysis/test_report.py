@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 
+import jax
 import numpy as np
 import pytest
 from etils import epath
@@ -12,6 +13,7 @@ from ml_collections import ConfigDict
 
 from posattn.papers.pk22 import claims, report as pk22_report, suite
 from posattn.errors import ConfigError
+from posattn.vision.models import features
 
 
 def test_layer_changes_split_attention_from_other_layers_and_skip_subsampling():
@@ -81,6 +83,26 @@ def test_pipelines_start_with_the_longest_training():
     assert pk22_report.start_order(configs) == ["vit_vanilla", "vit_positional", "resnet", "alternet"]
     quick = {m: pk22_report.training_config(m, quick=True) for m in pk22_report.DEFAULT_MODELS["digits"]}
     assert pk22_report.start_order(quick) == list(pk22_report.DEFAULT_MODELS["digits"])  # equal: as given
+
+
+def test_the_smoke_trains_smaller_models_of_the_same_kinds():
+    from posattn.vision.setup import resolve
+
+    def blocks(config):  # the sown features of the model: its stem and blocks, in order
+        setup = resolve(config, 1)
+        images = jax.numpy.zeros((1, *setup.image_shape))
+        return list(jax.eval_shape(lambda: features(setup.model, setup.model.init(jax.random.key(0), images),
+                                                    images)))
+
+    for model in pk22_report.DEFAULT_MODELS["digits"]:
+        full, smoke = (pk22_report.training_config(model, quick) for quick in (False, True))
+        assert claims.model_key(smoke) == claims.model_key(full)  # the same column of the summary
+        assert smoke.total_steps == 20
+        full_blocks, smoke_blocks = blocks(full), blocks(smoke)
+        assert len(smoke_blocks) < len(full_blocks)
+        # an attention block where the default model has one, so every tool sees every kind of layer
+        assert any(b.endswith("/attention") for b in smoke_blocks) == any(b.endswith("/attention")
+                                                                          for b in full_blocks)
 
 
 def _fake_results(attention: bool, shift: float = 0.0):

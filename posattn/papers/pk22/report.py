@@ -23,6 +23,7 @@ from posattn.papers.pk22 import claims, suite
 from posattn.errors import ConfigError
 from posattn.plots import analysis as plots
 from posattn.vision import checkpoint, config as config_lib
+from posattn.vision.models import alternet
 from posattn.vision.setup import resolve
 
 CONFIG_FILE = "tpu_configs/how_vits_work.py"  # found from any directory (`cli.find_config_file`)
@@ -35,23 +36,35 @@ FIGURES = {
 }
 
 
-SMOKE_VIT_DEPTH = 2  # blocks of the smoke run's ViTs (the default's: 4)
+# The smoke run's models, smaller than the default's, since most of a smoke run is compiling and a
+# model's programs grow with its blocks (docs/how_vits_work.md, Time): ViTs two blocks deep (the
+# default's: 4), CNNs of the AlterNet "XXS" size (two stages, the msas of the default's last two)
+SMOKE_VIT_DEPTH = 2
+SMOKE_CNN_SIZE = "XXS"
+
+
+def smoke_model(model) -> None:
+    """Make the config's `model` fields the smoke run's smaller model of the same kind (in place)."""
+    if model.name == "vit":
+        model.depth = SMOKE_VIT_DEPTH
+    elif model.name == "alternet":
+        msas = alternet.parse_variant(model.variant)[1]
+        model.variant = f"{SMOKE_CNN_SIZE}/" + "".join(
+            "1" if m else "0" for m in msas[-len(alternet.SIZES[SMOKE_CNN_SIZE]):])
 
 
 def training_config(model: str, quick: bool, training_length: float = 1.0, dataset: str = "digits"):
     """The config of `tpu_configs/how_vits_work.py` for `model`, its steps and warm-up multiplied by
-    `training_length` (a second training length of the same recipe); quick: 20 steps and the ViTs two
-    blocks deep (a smoke run of the whole pipeline, most of which is compiling, and a ViT's programs
-    grow with its depth: docs/how_vits_work.md, Time). ConfigError, with the config file's list of
-    models, for any other."""
+    `training_length` (a second training length of the same recipe); quick: 20 steps of the smaller
+    model of `smoke_model` (a smoke run of the whole pipeline). ConfigError, with the config file's list
+    of models, for any other."""
     try:
         c = cli.load_config(CONFIG_FILE, model if dataset == "digits" else f"{model},{dataset}", config_lib.SCHEMA)
     except ConfigError as e:
         raise ConfigError(f"unknown model {model!r} for --models on {dataset} ({e})") from None
     if quick:
         c.total_steps, c.optimizer.warmup_steps, c.log_every = 20, 5, 10
-        if c.model.name == "vit":
-            c.model.depth = SMOKE_VIT_DEPTH
+        smoke_model(c.model)
     elif training_length != 1:
         c.total_steps = max(1, round(c.total_steps * training_length))
         c.optimizer.warmup_steps = round(c.optimizer.warmup_steps * training_length)

@@ -18,9 +18,10 @@ the ResNet-18 shape, two blocks each, and a stage with k = 1 ends in an MSA bloc
   widths; 32 keeps at least one head on the narrow digits models).
 
 Variants (`model.variant`): "<size>" or "<size>/<msas>" with size in `SIZES` ("XS": widths 16-32-64-128,
-"18": ResNet-18's 64-128-256-512) and msas four digits 0 or 1, one per stage, 1 = the stage ends in an
-MSA block (default "0111", the pattern of PK22 on the last three stages). "XS/0000" is the plain
-pre-activation ResNet of the same widths: PK22's ResNet-vs-AlterNet comparison with nothing else changed.
+"18": ResNet-18's 64-128-256-512; "XXS": 16-32, two stages, the PK22 smoke run's size) and msas one digit
+0 or 1 per stage, 1 = the stage ends in an MSA block (default "0111", the pattern of PK22 on the last
+three stages; the last digits of it for fewer stages). "XS/0000" is the plain pre-activation ResNet of
+the same widths: PK22's ResNet-vs-AlterNet comparison with nothing else changed.
 
 Sown as the `posattn.vision.models` contract says: "stem" (stem conv output), "block_{i:02d}/conv" for
 conv blocks and "block_{i:02d}/attention" for MSA blocks (the residual stream after the block), and
@@ -42,7 +43,7 @@ from posattn.vision.models.resnet import batch_norm, block_conv
 from posattn.vision.models.sown import INTERMEDIATES, STEM, attention_weights, block_feature
 
 _CONV_INIT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
-SIZES = {"XS": (16, 32, 64, 128), "18": (64, 128, 256, 512)}
+SIZES = {"XXS": (16, 32), "XS": (16, 32, 64, 128), "18": (64, 128, 256, 512)}
 DEFAULT_MSAS = "0111"
 DEFAULT_VARIANT = f"XS/{DEFAULT_MSAS}"  # what the `alternet` config token selects
 BLOCKS_PER_STAGE = 2
@@ -53,7 +54,7 @@ WINDOW = 4  # PK22 on CIFAR
 def parse_variant(variant: str) -> tuple[tuple[int, ...], tuple[bool, ...]]:
     """"XS/0111" -> (stage widths, which stages end in an MSA block); ConfigError if malformed."""
     size, sep, msas = str(variant).partition("/")
-    msas = msas if sep else DEFAULT_MSAS
+    msas = msas if sep else DEFAULT_MSAS[-len(SIZES.get(size, DEFAULT_MSAS)):]
     if size not in SIZES or len(msas) != len(SIZES.get(size, ())) or set(msas) - {"0", "1"}:
         raise ConfigError(
             f"unknown AlterNet variant {variant!r}: use '<size>' or '<size>/<msas>' with size in "
