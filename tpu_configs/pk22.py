@@ -12,8 +12,8 @@ Hardware: one CPU (2 cores). The models (tpu_configs/how_vits_work.py) are train
 (the training loss flat over the last epoch, docs/image_results.md's criterion): on the digits the
 CNNs 450 steps and the ViTs 1,350, then measured with PK22's settings, every summary number with a
 95% bootstrap interval. Wall clock on 2 quiet cores with an empty compilation cache (2026-11-26,
-docs/how_vits_work.md, Time): the default 15.0 min, `:quick` 4.1 min (afternoon; 3.3 min in the
-morning, before the default's speed-ups). `--config.dataset=fashion_mnist` trains the ResNet and the two ViTs on Fashion-MNIST
+evening, docs/how_vits_work.md, Time): the default 14.5 min, `:quick` 2.3 min (its models smaller ones
+of the same kinds); the machine ran 15-40% slower that afternoon. `--config.dataset=fashion_mnist` trains the ResNet and the two ViTs on Fashion-MNIST
 for 4 epochs each (a ViT about 15 CPU-minutes by tpu_configs/fashion_mnist.py's cost per step; not run
 to its end yet); the committed Fashion-MNIST study measured the converged runs of docs/image_results.md
 instead (`--config.runs=RUN_DIR,...`, 19 min: docs/how_vits_work.md, "Fashion-MNIST").

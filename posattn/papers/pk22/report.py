@@ -48,9 +48,8 @@ def smoke_model(model) -> None:
     if model.name == "vit":
         model.depth = SMOKE_VIT_DEPTH
     elif model.name == "alternet":
-        msas = alternet.parse_variant(model.variant)[1]
-        model.variant = f"{SMOKE_CNN_SIZE}/" + "".join(
-            "1" if m else "0" for m in msas[-len(alternet.SIZES[SMOKE_CNN_SIZE]):])
+        msas = "".join("01"[m] for m in alternet.parse_variant(model.variant)[1])
+        model.variant = f"{SMOKE_CNN_SIZE}/{msas[-len(alternet.SIZES[SMOKE_CNN_SIZE]):]}"
 
 
 def training_config(model: str, quick: bool, training_length: float = 1.0, dataset: str = "digits"):
