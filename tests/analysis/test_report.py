@@ -6,6 +6,7 @@ import sys
 import threading
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from etils import epath
@@ -14,6 +15,7 @@ from ml_collections import ConfigDict
 from posattn.papers.pk22 import claims, report as pk22_report, suite
 from posattn.errors import ConfigError
 from posattn.vision.models import features
+from posattn.vision.setup import resolve
 
 
 def test_layer_changes_split_attention_from_other_layers_and_skip_subsampling():
@@ -86,11 +88,9 @@ def test_pipelines_start_with_the_longest_training():
 
 
 def test_the_smoke_trains_smaller_models_of_the_same_kinds():
-    from posattn.vision.setup import resolve
-
     def blocks(config):  # the sown features of the model: its stem and blocks, in order
         setup = resolve(config, 1)
-        images = jax.numpy.zeros((1, *setup.image_shape))
+        images = jnp.zeros((1, *setup.image_shape))
         return list(jax.eval_shape(lambda: features(setup.model, setup.model.init(jax.random.key(0), images),
                                                     images)))
 
