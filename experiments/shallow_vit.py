@@ -129,7 +129,7 @@ def main(argv):
     if len(argv) > 1:
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
     # each stage is one program run once: LLVM level 1 compiles them 2x faster and runs the default's
-    # whole grid faster too (357 -> 319 s on 2 cores; docs/shallow_vit_results.md, Time)
+    # whole grid faster too (357 -> 319 s on 2 cores; docs/shallow_vit_results.md, Cost)
     compile_options.fast_compile_everywhere()
     config = _CONFIG.value
     cfg = configs_from(config)

@@ -365,8 +365,8 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     def train_batch(indices, first, stream):  # stream 0: the Hessian's, 1: the landscape's
         images, labels = train.read(order[indices % train.num_examples])
         keys = [jax.random.fold_in(k, stream) for k in (k_aug, k_mix)]
-        # one mini-batch per call, so one program serves both streams (mixup's Beta draw compiles in
-        # seconds); mini-batch j is drawn from its index whatever the cut (`training_minibatches`)
+        # one mini-batch per call, so one program (2-3 s of compile on a CPU) serves both streams;
+        # mini-batch j is drawn from its index whatever the cut (`training_minibatches`)
         parts = [minibatches(*keys, jnp.asarray(images[j:j + b]), jnp.asarray(labels[j:j + b]), first + j // b)
                  for j in range(0, len(indices), b)]
         return jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
