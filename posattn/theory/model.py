@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from posattn.errors import ConfigError, check_choice, check_sign_labels
 from posattn.theory.config import ACTIVATIONS, GDConfig, TheoryConfig
+from posattn.theory.data import check_patches
 
 
 def check_params(params, D: int, d: int) -> None:
@@ -18,13 +19,6 @@ def check_params(params, D: int, d: int) -> None:
     if shapes != {"A": (D, D), "v": (d,)}:
         raise ConfigError(f"params {shapes or type(params).__name__}: Eq. (T) here needs {{'A': ({D}, {D}), "
                           f"'v': ({d},)}} (D={D}, d={d}): give parameters of this config (init_params)")
-
-
-def check_patches(X, cfg: TheoryConfig, what: str = "X") -> None:
-    """ConfigError unless X is (..., D, d), samples of `cfg`'s D patches of dimension d (shape only)."""
-    if jnp.ndim(X) < 2 or tuple(jnp.shape(X)[-2:]) != (cfg.D, cfg.d):
-        raise ConfigError(f"{what} has shape {jnp.shape(X)}: samples of this config are (n, D, d) = "
-                          f"(n, {cfg.D}, {cfg.d})")
 
 
 def sigma(z: jax.Array, activation: str) -> jax.Array:

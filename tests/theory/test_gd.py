@@ -21,7 +21,7 @@ from posattn.theory import GDConfig, TheoryConfig, fit, make_task, sample, same_
 from posattn.theory import gd as gd_lib, optim
 from posattn.theory.gd import fit_grid, fit_seeds, make_chunk_fn
 from posattn.theory.keys import run_keys
-from posattn.theory.step import descend, freeze_diagonal, init_state
+from posattn.theory.step import descend, freeze_diagonal, init_state, make_batch, train_chunk
 from posattn.theory.model import empirical_risk, forward, init_params
 
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
@@ -245,6 +245,20 @@ def test_fit_grid_refuses_an_A_init_and_sizes_it_would_broadcast_or_round():
             fit_grid(keys, cfg=CFG, gd=SWEEP_GD, sizes=sizes)
     with pytest.raises(ConfigError, match="whole numbers >= 1"):
         gd_lib.fit_sizes(keys, cfg=CFG, gd=SWEEP_GD, sizes=(8, 100.5))
+
+
+def test_a_step_refuses_gradients_samples_and_counts_that_do_not_fit_the_run():
+    task = make_task(jax.random.key(0), CFG)
+    X, y = sample(jax.random.key(1), CFG, task, 8)
+    state = init_state(init_params(jax.random.key(2), CFG, GD), optim.gradient_descent())
+    with pytest.raises(ConfigError, match=r"grads .* do not match the parameters"):
+        descend(state, {"A": jnp.zeros((16, 16)), "v": jnp.zeros(8)}, optim.gradient_descent())
+    chunk = lambda steps, y: train_chunk(state, steps, make_batch(X, y), make_batch(X, y), jax.random.key(3),
+                                         task, cfg=CFG, gd=GD, optimizer=optim.gradient_descent())
+    with pytest.raises(ConfigError, match=r"train.y: labels must be -1 or \+1"):
+        chunk(1, (y + 1) / 2)
+    with pytest.raises(ConfigError, match="num_steps=-1"):
+        chunk(-1, y)  # the loop ran no step and returned its start silently
 
 
 def test_jit_and_vmap_of_fit_name_what_to_use_instead():
