@@ -8,6 +8,7 @@ import numbers
 import types
 import typing
 
+import jax
 import numpy as np
 
 
@@ -45,6 +46,21 @@ def check_seed(seed, what: str = "seed") -> int:
     if isinstance(seed, _BOOLS) or not isinstance(seed, numbers.Integral) or not -2**63 <= seed < 2**63:
         raise ConfigError(f"{what}={seed!r}: give an integer in [-2**63, 2**63)")
     return seed
+
+
+def check_sign_labels(y, what: str) -> None:
+    """ConfigError unless every label in `y` is -1 or +1, the convention of the margin losses y F(X)
+    (logistic, hinge): a label 0 gives y F(X) = 0, a constant loss with no gradient, and {0, 1} labels
+    train on half the data. Values are read only where `y` is concrete: under jit, vmap or grad it is a
+    tracer, whose values are not known until it runs (its shape is the caller's to check)."""
+    if isinstance(y, jax.core.Tracer):
+        return
+    values = np.unique(np.asarray(y))
+    if np.isin(values, (-1, 1)).all():
+        return
+    fix = "convert labels in {0, 1} with 2 * y - 1" if np.isin(values, (0, 1)).all() else "give -1 or +1"
+    raise ConfigError(f"{what}: labels must be -1 or +1, got values {values[:4].tolist()}"
+                      f"{'...' if values.size > 4 else ''}: {fix}")
 
 
 def check_field_types(config) -> None:

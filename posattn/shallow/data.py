@@ -6,11 +6,14 @@ traced arrays (keyword arguments of `sample`), so a whole phase map over them is
 (`posattn.shallow.grid`). `sample_at(key, idx_B, ...)` draws training sample i from fold_in(key, i): a
 training set of any size that is never stored, of which the first N are the same for every N.
 """
+import numbers
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from posattn.errors import ConfigError
 from posattn.shallow.config import TokenConfig
 
 RELEVANT, CONFUSION, IRRELEVANT = 0, 1, 2  # token types; "noisy" is a separate flag (any type)
@@ -50,6 +53,27 @@ def bounded_noise(key: jax.Array, bound_BxL: jax.Array, d: int) -> jax.Array:
     return g_BxLxd * shrink_BxL[..., None]
 
 
+def check_knobs(cfg: TokenConfig, n_star=None, n_conf=None, noisy_tokens=None, tau=None, noisy_tau=None):
+    """ConfigError unless `sample`'s overrides that are given and concrete keep the data model's
+    invariants (as TokenConfig checks its own): 0 <= n_# < n_* (the label is the majority vote of the
+    discriminative tokens: else it disagrees with them), n_* + n_# <= L, 0 <= noisy tokens <= L and
+    noise bounds >= 0. Traced values (a grid's, under vmap) are not known here."""
+    traced = lambda v: isinstance(v, jax.core.Tracer)
+    if (n_star is not None or n_conf is not None) and not (traced(n_star) or traced(n_conf)):
+        star = np.asarray(cfg.n_star if n_star is None else n_star)
+        conf = np.asarray(cfg.n_conf if n_conf is None else n_conf)
+        if not ((0 <= conf) & (conf < star) & (star + conf <= cfg.L)).all():
+            raise ConfigError(f"n_star={star.tolist()}, n_conf={conf.tolist()}: need 0 <= n_conf < n_star "
+                              f"and n_star + n_conf <= L={cfg.L} (the label is the discriminative tokens' "
+                              "majority)")
+    if noisy_tokens is not None and not traced(noisy_tokens):
+        if not ((0 <= np.asarray(noisy_tokens)) & (np.asarray(noisy_tokens) <= cfg.L)).all():
+            raise ConfigError(f"noisy_tokens={np.asarray(noisy_tokens).tolist()} must lie in [0, L={cfg.L}]")
+    for name, bound in (("tau", tau), ("noisy_tau", noisy_tau)):
+        if bound is not None and not traced(bound) and (np.asarray(bound) < 0).any():
+            raise ConfigError(f"{name}={np.asarray(bound).tolist()}: the noise bound must be >= 0")
+
+
 def sample(key: jax.Array, cfg: TokenConfig, n: int, n_star=None, tau=None, n_conf=None, noisy_tokens=None,
            noisy_tau=None, noisy_irrelevant=None) -> Tokens:
     """Draw n samples of the data model: y uniform on {+1, -1}; n_* tokens of the label's pattern, n_#
@@ -59,7 +83,12 @@ def sample(key: jax.Array, cfg: TokenConfig, n: int, n_star=None, tau=None, n_co
 
     n_star, tau, n_conf, noisy_tokens, noisy_tau: override cfg's (may be traced, e.g. vmapped over a grid);
     noisy_irrelevant: 1 = noisy tokens of irrelevant kind only, 0 = any (default: cfg.noisy_kind).
+    ConfigError for n that is not an integer >= 0, and for concrete overrides outside TokenConfig's
+    ranges (`check_knobs`; traced ones, a grid's, are the caller's to keep in range).
     """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise ConfigError(f"n={n!r}: draw an integer number of samples >= 0")
+    check_knobs(cfg, n_star, n_conf, noisy_tokens, tau, noisy_tau)
     n_star = cfg.n_star if n_star is None else n_star
     tau = cfg.tau if tau is None else tau
     n_conf = cfg.n_conf if n_conf is None else n_conf

@@ -12,7 +12,9 @@ F(X) = 1/|S| sum_l a^T ReLU(W_O W_V x_l) (every token attends only to itself).
 """
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from posattn.errors import ConfigError, check_sign_labels
 from posattn.shallow.config import ModelConfig
 
 
@@ -46,8 +48,34 @@ def token_outputs(params: dict, x_BxLxd: jax.Array, keep_BxL: jax.Array, cfg: Mo
     return hidden_BxLxm @ output_weights(cfg.m)
 
 
+def check_inputs(params: dict, x_BxLxd, cfg: ModelConfig, keep_BxL=None) -> None:
+    """ConfigError unless `params` are Eq. (1)'s of `cfg` for tokens x (B, L, d) (W_Q, W_K (m_b, d), W_V
+    (m_a, d), W_O (m, m_a), and a (L, m) exactly when `cfg.per_token_output`: a stray one was ignored),
+    `keep_BxL` is (B, L) and, where it is concrete, keeps a token of every sample (none gives F = NaN).
+    Shapes are checked while tracing, so a compiled step pays nothing."""
+    if jnp.ndim(x_BxLxd) != 3:
+        raise ConfigError(f"x has shape {jnp.shape(x_BxLxd)}: give tokens (B, L, d)")
+    B, L, d = jnp.shape(x_BxLxd)
+    want = {"W_Q": (cfg.m_b, d), "W_K": (cfg.m_b, d), "W_V": (cfg.m_a, d), "W_O": (cfg.m, cfg.m_a)}
+    if cfg.per_token_output:
+        want["a"] = (L, cfg.m)
+    got = {name: tuple(jnp.shape(w)) for name, w in params.items()}
+    if got != want:
+        raise ConfigError(f"params {got}: Eq. (1) of this ModelConfig on tokens (B, {L}, {d}) needs {want}: "
+                          "give parameters of this config (init_params)")
+    if keep_BxL is None:
+        return
+    if jnp.shape(keep_BxL) != (B, L):
+        raise ConfigError(f"keep_BxL has shape {jnp.shape(keep_BxL)}: give one flag per token, ({B}, {L})")
+    if not isinstance(keep_BxL, jax.core.Tracer) and not np.asarray(keep_BxL).any(-1).all():
+        raise ConfigError("keep_BxL removes every token of some sample: F averages over kept tokens, so "
+                          "keep at least one per sample")
+
+
 def forward(params: dict, x_BxLxd: jax.Array, cfg: ModelConfig, keep_BxL: jax.Array | None = None) -> jax.Array:
-    """F(X) of Eq. (1) (or Proposition 1's attention-free network) for every sample: shape (B,)."""
+    """F(X) of Eq. (1) (or Proposition 1's attention-free network) for every sample: shape (B,).
+    ConfigError for inputs `check_inputs` refuses."""
+    check_inputs(params, x_BxLxd, cfg, keep_BxL)
     if keep_BxL is None:
         keep_BxL = jnp.ones(x_BxLxd.shape[:2], bool)
     out_BxL = token_outputs(params, x_BxLxd, keep_BxL, cfg)
@@ -56,5 +84,10 @@ def forward(params: dict, x_BxLxd: jax.Array, cfg: ModelConfig, keep_BxL: jax.Ar
 
 def hinge_loss(params: dict, x_BxLxd: jax.Array, y_B: jax.Array, cfg: ModelConfig,
                keep_BxL: jax.Array | None = None) -> jax.Array:
-    """The empirical hinge loss 1/B sum_n max(0, 1 - y_n F(X_n)) of Theorem 1."""
+    """The empirical hinge loss 1/B sum_n max(0, 1 - y_n F(X_n)) of Theorem 1. ConfigError unless y_B
+    is (B,) (a (B, 1) would broadcast to a (B, B) loss) with labels -1 or +1 where it is concrete."""
+    if jnp.shape(y_B) != jnp.shape(x_BxLxd)[:1]:
+        raise ConfigError(f"y_B has shape {jnp.shape(y_B)}: give one label per sample, "
+                          f"({jnp.shape(x_BxLxd)[0]},)")
+    check_sign_labels(y_B, "hinge_loss")
     return jax.nn.relu(1.0 - y_B * forward(params, x_BxLxd, cfg, keep_BxL)).mean()

@@ -37,8 +37,18 @@ def dataset(cfg: TheoryConfig):
     return REGISTRY[cfg.dataset]
 
 
+def check_patches(X, cfg: TheoryConfig) -> None:
+    """ConfigError unless X is (..., D, d), samples of `cfg`'s D patches of dimension d (shape only)."""
+    if jnp.ndim(X) < 2 or tuple(jnp.shape(X)[-2:]) != (cfg.D, cfg.d):
+        raise ConfigError(f"X has shape {jnp.shape(X)}: samples of this config are (n, D, d) = "
+                          f"(n, {cfg.D}, {cfg.d})")
+
+
 def labelling_function(X: jax.Array, cfg: TheoryConfig, task: Task) -> jax.Array:
-    """f*(X) of `cfg.dataset` (Assumption 1: sum_l Threshold_{0.9C}(sum_{i in S_l} <w*, X_i>))."""
+    """f*(X) of `cfg.dataset` (Assumption 1: sum_l Threshold_{0.9C}(sum_{i in S_l} <w*, X_i>)).
+    ConfigError for X or a task of other shapes than `cfg`'s (their indexing clipped silently)."""
+    check_patches(X, cfg)
+    check_task(cfg, task)
     return dataset(cfg).labelling_function(X, cfg, task)
 
 

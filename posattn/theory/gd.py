@@ -52,12 +52,12 @@ import numpy as np
 import optax
 
 from posattn import compile_options, mesh as mesh_lib
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, check_sign_labels
 from posattn.theory import fused, optim, population
 from posattn.theory.config import GDConfig, TheoryConfig
-from posattn.theory.data import Task, make_task, sample
+from posattn.theory.data import Task, check_task, make_task, sample
 from posattn.theory.keys import run_keys
-from posattn.theory.model import init_params
+from posattn.theory.model import check_params, init_params
 from posattn.theory.step import evaluate, init_state, make_batch, train_chunk
 
 
@@ -113,14 +113,44 @@ def _check_not_traced(name: str, *trees) -> None:
             "posattn.theory.step.train_chunk")
 
 
+def check_samples(samples, cfg: TheoryConfig, what: str, runs: int | None = None) -> None:
+    """ConfigError unless `samples` is a pair (X (n, D, d), y (n,)) of `cfg`'s D and d (with a leading
+    axis of `runs` on both, for `fit_seeds`) whose labels are -1 or +1 (read where y is concrete:
+    `errors.check_sign_labels`)."""
+    if not isinstance(samples, (tuple, list)) or len(samples) != 2:
+        raise ConfigError(f"{what}= is a pair (X, y) of arrays, not a {type(samples).__name__}")
+    lead, runs_ = ((), "") if runs is None else ((runs,), f"{runs}, ")
+    X, y = jnp.shape(samples[0]), jnp.shape(samples[1])
+    k = len(lead)
+    if len(X) != k + 3 or X[:k] != lead or X[k + 1:] != (cfg.D, cfg.d) or y != X[:k + 1]:
+        raise ConfigError(f"{what}: X {X} and y {y} must be ({runs_}n, D, d) = ({runs_}n, {cfg.D}, {cfg.d}) "
+                          f"and ({runs_}n{',' if runs is None else ''})")
+    check_sign_labels(samples[1], f"{what}'s y")
+
+
 def _samples(X, y, cfg: TheoryConfig, what: str):
     """Caller's samples (X (n, D, d), y (n,)) as float arrays, or a ConfigError naming the shapes."""
+    check_samples((X, y), cfg, what)
     X = jnp.asarray(X)
-    y = jnp.asarray(y, X.dtype)
-    if X.ndim != 3 or X.shape[1:] != (cfg.D, cfg.d) or y.shape != X.shape[:1]:
-        raise ConfigError(f"{what}: X {X.shape} and y {y.shape} must be (n, D, d) = (n, {cfg.D}, {cfg.d}) "
-                          "and (n,)")
-    return X, y
+    return X, jnp.asarray(y, X.dtype)
+
+
+def _check_callers_data(cfg: TheoryConfig, train, test, task, runs: int | None = None) -> None:
+    """The caller's arrays of a run checked before anything compiles (`check_samples`), and a training
+    set refused without the problem that made it: the test set is drawn from `task`, or from the run
+    key's task when it is None, which is another problem than the one that made the caller's X (its
+    w* nearly orthogonal: test errors worse than chance)."""
+    if train is not None:
+        check_samples(train, cfg, "train", runs)
+        if task is None and test is None:
+            raise ConfigError("train= without task= or test=: the test set would come from the task of the "
+                              "run's key, not the one that made X: pass task= (the Task that made X) or "
+                              "test= (its test set, or a sampler(key, n))"
+                              if runs is None else
+                              "train= without test=: the test sets would come from the tasks of the keys, "
+                              "not the ones that made X: pass test= (arrays, or a sampler(key, n))")
+    if test is not None and not callable(test):
+        check_samples(test, cfg, "test", runs)
 
 
 def draw_start(key, cfg: TheoryConfig, gd: GDConfig, task: Task | None = None, params=None):
@@ -312,6 +342,16 @@ def _divergence_hint(gd: GDConfig, optimizer) -> str:
     return "the optimiser diverged, lower its step sizes"
 
 
+def _check_start(cfg: TheoryConfig, task: Task | None, params, runs: int | None = None) -> None:
+    """ConfigError unless the given task and parameters (of each run, with `runs`) have `cfg`'s shapes:
+    another config's would index patches that do not exist, or fail deep inside the compiled step."""
+    one = (lambda tree: tree) if runs is None else (lambda tree: jax.tree.map(lambda a: a[0], tree))
+    if task is not None:
+        check_task(cfg, one(task))
+    if params is not None:
+        check_params(one(params), cfg.D, cfg.d)
+
+
 def _check_continues(init: FitResult, key, optimizer) -> None:
     """A ConfigError unless `init` (a `fit` or `fit_seeds` result) is the run of `key` and `optimizer`."""
     if not np.array_equal(jax.random.key_data(key), jax.random.key_data(init.key)):
@@ -344,10 +384,16 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransf
     init: a `FitResult` of the same key and optimiser: the run goes on from its state for `gd.steps`
       more steps, its history continued (the task and samples are redrawn from the key, as they were);
       its step sizes are the run's (in its optimiser state) unless `hyperparams` sets them.
-    task, params: default to draws from `key` (see `draw_run`).
-    train: the caller's training set (X (n, D, d), y (n,)) of (E), in place of the n = `gd.N` drawn.
+    task, params: default to draws from `key` (see `draw_run`); ConfigError for shapes of another cfg.
+    train: the caller's training set (X (n, D, d), y (n,) in {-1, +1}) of (E), in place of the n = `gd.N`
+      drawn. It needs the problem that made it: `task=` (the Task that made X: the test set is drawn
+      from it and it is the result's task) or `test=`; without either, ConfigError (the key's task is
+      another problem). With `test=` but no `task=`, the result's task and the history's parameter
+      scalars (alpha, patch association, ...) are the key's task's: right when X was drawn from it
+      (`posattn.theory.keys` shows how), not checked otherwise.
     test: the caller's test set (X, y), or a jittable sampler(key, n) -> (X, y), in place of the
-      `gd.n_test` samples drawn (it gets the run's "test" key and `gd.n_test`).
+      `gd.n_test` samples drawn (it gets the run's "test" key and `gd.n_test`; a sampler's shapes are
+      checked, its labels are not: they are traced).
     devices: default all; they form the data mesh. on_eval(entry) sees every history entry as it
       arrives (progress reporting).
     Under `jax.jit` or `jax.vmap` it stops at once with a ConfigError naming what to use instead.
@@ -361,6 +407,8 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransf
                               "params=")
         _check_continues(init, key, optimizer)
         task, params = init.task, init.params
+    _check_callers_data(cfg, train, test, task)
+    _check_start(cfg, task, params)
     mesh = mesh_lib.data_mesh(devices)
     compiled = _compiled(gd)
     draw = compile_options.jit_run_once(_draw, cfg=cfg, gd=compiled, mesh=mesh,
@@ -459,7 +507,9 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.Gradien
     hyperparams: as in `fit`, each a scalar for every run or an array (S,) with one value per run: a
     sweep over step sizes in one call (e.g. {"lr": lrs} with the same key S times).
     train, test: as in `fit`, with a leading run axis (X (S, n, D, d), y (S, n)); a test sampler is
-    called per run. init: a `fit_seeds` result of the same keys, continued.
+    called per run. A training set needs `test=` (ConfigError without it, unless `init` gives the
+    tasks): each run's test set would otherwise come from its key's task, not the one that made X.
+    init: a `fit_seeds` result of the same keys, continued.
     The result carries a leading seed axis on params, task and optimiser state, and history entries of
     shape (T, S).
     """
@@ -467,8 +517,10 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.Gradien
     hint = _divergence_hint(gd, optimizer)
     optimizer, hyper = _optimizer(optimizer, gd, hyperparams)
     hyper = _per_run(hyper, len(keys))
+    _check_callers_data(cfg, train, test, None if init is None else init.task, len(keys))
     if init is not None:
         _check_continues(init, keys, optimizer)
+        _check_start(cfg, init.task, init.params, len(keys))
     sampler = test if callable(test) else None
     draw, chunk, evaluate_fn = _seed_fns(cfg, _compiled(gd), optimizer, sampler)
     start_of = (None, None) if init is None else (init.task, init.params)
@@ -498,15 +550,30 @@ def fit_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, 
     shape (sizes, seeds).
 
     keys: (S,) seed keys. task: shared by every seed (None: each seed draws its own). A_init: the
-    initial A of every run (None: a0 I from `gd`). train_A=False trains v only (`step.descend`).
+    initial A (D, D) of every run (None: a0 I from `gd`). train_A=False trains v only (`step.descend`).
+    ConfigError for a task or A_init of other shapes than `cfg`'s, or sizes that are not whole numbers
+    >= 1.
     optimizer, hyperparams: as in `fit_seeds` (one value per seed, or one for all). One compiled call;
     the step count and step sizes are its arguments, so grids that differ only in them compile once.
     The final entry holds `test_error` (on the seed's `gd.n_test` samples), `patch_association_share`,
     `loss`, `alpha`, ...
     """
     optimizer, hyper = _optimizer(optimizer, gd, hyperparams)
+    _check_start(cfg, task, None)
+    if A_init is not None and jnp.shape(A_init) != (cfg.D, cfg.D):  # broadcast to every run's A below
+        raise ConfigError(f"A_init has shape {jnp.shape(A_init)}: give one D x D = ({cfg.D}, {cfg.D}) "
+                          "matrix, the initial A of every run")
     return _grid(keys, task, A_init, _per_run(hyper, len(keys)), _steps(gd.steps), cfg=cfg, gd=_compiled(gd),
-                 sizes=tuple(int(n) for n in sizes), train_A=train_A, optimizer=optimizer)
+                 sizes=_sizes(sizes), train_A=train_A, optimizer=optimizer)
+
+
+def _sizes(sizes: Sequence[int]) -> tuple[int, ...]:
+    """`sizes` as a tuple of integers >= 1, or a ConfigError: a size 0 has no samples to average (a
+    NaN loss) and int() would round a fractional one silently."""
+    sizes = tuple(np.ravel(sizes).tolist())
+    if not sizes or any(isinstance(n, bool) or not float(n).is_integer() or n < 1 for n in sizes):
+        raise ConfigError(f"sizes={list(sizes)}: give sample sizes that are whole numbers >= 1")
+    return tuple(int(n) for n in sizes)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "gd", "sizes", "train_A", "optimizer"))
@@ -554,6 +621,7 @@ def fit_sizes(keys, task=None, A_init=None, *, cfg: TheoryConfig, gd: GDConfig, 
               optimizer: optax.GradientTransformation | None = None, hyperparams: dict | None = None) -> dict:
     """`fit_grid` over a wide log grid of sizes, one compiled call per `size_groups` group (so no run
     computes on more than `spread` x its own samples); entries concatenated in the order of `sizes`."""
+    sizes = _sizes(sizes)  # before `size_groups` rounds them
     parts = [fit_grid(keys, task, A_init, cfg=cfg, gd=gd, sizes=group, train_A=train_A, optimizer=optimizer,
                       hyperparams=hyperparams)
              for group in size_groups(sizes, spread)]

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from posattn.errors import ConfigError
 from posattn.theory.data import Task, same_set_mask
+from posattn.theory.model import check_params
 
 
 def check_attention_matrix(A: jax.Array, task: Task) -> None:
@@ -73,7 +74,9 @@ def value_alignment(v: jax.Array, w_star: jax.Array):
 
 
 def parameter_metrics(params, task: Task) -> dict:
-    """The per-step scalars of the history that depend on the parameters only."""
+    """The per-step scalars of the history that depend on the parameters only; ConfigError for
+    parameters of another shape than the task's ({"A": (D, D), "v": (d,)})."""
+    check_params(params, task.sets.size, task.w_star.shape[0])
     alpha, cos, v_perp = value_alignment(params["v"], task.w_star)
     within, across = within_across_means(params["A"], task)
     rows, _ = patch_association(params["A"], task)

@@ -8,8 +8,17 @@ Parameters are a plain dict {"A": (D, D), "v": (d,)}; the diagonal of A is froze
 import jax
 import jax.numpy as jnp
 
-from posattn.errors import check_choice
+from posattn.errors import ConfigError, check_choice, check_sign_labels
 from posattn.theory.config import ACTIVATIONS, GDConfig, TheoryConfig
+from posattn.theory.data import check_patches
+
+
+def check_params(params, D: int, d: int) -> None:
+    """ConfigError unless `params` is Eq. (T)'s {"A": (D, D), "v": (d,)} (shapes only: free under jit)."""
+    shapes = {k: tuple(jnp.shape(a)) for k, a in params.items()} if isinstance(params, dict) else None
+    if shapes != {"A": (D, D), "v": (d,)}:
+        raise ConfigError(f"params {shapes or type(params).__name__}: Eq. (T) here needs {{'A': ({D}, {D}), "
+                          f"'v': ({d},)}} (D={D}, d={d}): give parameters of this config (init_params)")
 
 
 def sigma(z: jax.Array, activation: str) -> jax.Array:
@@ -21,7 +30,11 @@ def sigma(z: jax.Array, activation: str) -> jax.Array:
 
 
 def attention(A: jax.Array, cfg: TheoryConfig) -> jax.Array:
-    """Score matrix S = softmax_j(A_ij / sqrt(d)) (Definition 3.2; temperature optional)."""
+    """Score matrix S = softmax_j(A_ij / sqrt(d)) (Definition 3.2; temperature optional); ConfigError
+    unless A is D x D."""
+    if jnp.shape(A) != (cfg.D, cfg.D):
+        raise ConfigError(f"A has shape {jnp.shape(A)}: the attention matrix of Eq. (T) is D x D = "
+                          f"({cfg.D}, {cfg.D})")
     logits = A / jnp.sqrt(cfg.d) if cfg.temperature else A
     return jax.nn.softmax(logits, axis=-1)
 
@@ -38,7 +51,10 @@ def pre_activations(params, X: jax.Array, cfg: TheoryConfig) -> jax.Array:
 
 
 def forward(params, X: jax.Array, cfg: TheoryConfig) -> jax.Array:
-    """F(X) of Eq. (T), shape (n,), for X of shape (n, D, d)."""
+    """F(X) of Eq. (T), shape (n,), for X of shape (n, D, d); ConfigError for params or X of other
+    shapes than `cfg`'s (checked while tracing: free in a compiled step)."""
+    check_params(params, cfg.D, cfg.d)
+    check_patches(X, cfg)
     return sigma(pre_activations(params, X, cfg), cfg.activation).sum(-1)
 
 
@@ -48,7 +64,16 @@ def logistic_loss(margin: jax.Array) -> jax.Array:
 
 
 def empirical_risk(params, X, y, cfg: TheoryConfig, weight=None) -> jax.Array:
-    """Risk (E): mean logistic loss of y F(X); `weight` (n,) masks padding (mean over weight > 0)."""
+    """Risk (E): mean logistic loss of y F(X); `weight` (n,) masks padding (mean over weight > 0).
+
+    ConfigError unless y (and weight) are (n,) for X (n, D, d) (a y of shape (n, 1) would broadcast to
+    an (n, n) loss), and, where y is concrete, unless its labels are -1 or +1 (`check_sign_labels`).
+    """
+    n = jnp.shape(X)[:1]
+    if jnp.shape(y) != n or (weight is not None and jnp.shape(weight) != n):
+        raise ConfigError(f"y {jnp.shape(y)}" + ("" if weight is None else f", weight {jnp.shape(weight)}")
+                          + f": give one per sample of X {jnp.shape(X)}, shape {n}")
+    check_sign_labels(y, "empirical_risk")
     losses = logistic_loss(y * forward(params, X, cfg))
     if weight is None:
         return losses.mean()
@@ -60,11 +85,17 @@ def init_params(key: jax.Array, cfg: TheoryConfig, gd: GDConfig = GDConfig(), w_
 
     `gd.v_init="aligned"` puts v^(0) = v_std sqrt(d) w* (same expected norm as the random draw) and needs
     `w_star`.
+    ConfigError for `w_star` of another shape than (d,), and for a start GD cannot leave: v^(0) = 0
+    (v_std = 0) with the cubic sigma, where every gradient of Eq. (T) vanishes (sigma'(0) = 0).
     """
+    if gd.v_std == 0 and cfg.activation == "cubic":
+        raise ConfigError("v_std=0 starts GD at v = 0, where every gradient of Eq. (T) with sigma = z^3 "
+                          "vanishes and nothing trains: give v_std > 0")
     A = gd.a0 * jnp.eye(cfg.D)
     if gd.v_init == "aligned":
-        if w_star is None:
-            raise ValueError("v_init='aligned' needs w_star")
+        if w_star is None or jnp.shape(w_star) != (cfg.d,):
+            raise ConfigError(f"v_init='aligned' needs w_star of shape ({cfg.d},), got "
+                              f"{None if w_star is None else jnp.shape(w_star)}: pass task.w_star")
         v = gd.v_std * jnp.sqrt(cfg.d) * w_star
     else:
         v = gd.v_std * jax.random.normal(key, (cfg.d,))

@@ -27,7 +27,7 @@ import math
 from ml_collections import config_dict
 
 from posattn import cli
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, check_choice
 from posattn.theory.config import GDConfig, TheoryConfig
 
 # The sample sizes N of the (E) runs drawn beside (P) (`overlay_N`, `posattn.papers.jsl22.overlay`).
@@ -59,9 +59,8 @@ DEFAULT = "phases"  # the preset of `python -m posattn.experiments.theory` witho
 
 
 def get_preset(name: str) -> tuple[TheoryConfig, GDConfig]:
-    if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r}: choose one of {sorted(PRESETS)}")
-    return PRESETS[name]
+    """(TheoryConfig, GDConfig) of a name of `PRESETS`; ConfigError naming the nearest for another."""
+    return PRESETS[check_choice(name, PRESETS, "preset")]
 
 
 def preset_config(name: str = DEFAULT) -> config_dict.ConfigDict:

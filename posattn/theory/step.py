@@ -16,11 +16,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from posattn.errors import ConfigError, check_sign_labels
 from posattn.metrics import classification_error
 from posattn.theory import fused, metrics, optim
 from posattn.theory.config import GDConfig, TheoryConfig
-from posattn.theory.data import Task, sample
-from posattn.theory.model import empirical_risk, forward
+from posattn.theory.data import Task, check_patches, check_task, sample
+from posattn.theory.model import check_params, empirical_risk, forward
 from posattn.theory.population import exact_risk
 
 
@@ -63,6 +64,10 @@ def descend(state: dict, grads: dict, optimizer: optax.GradientTransformation, t
     optimiser this is theta <- theta - eta grad, eta = lr for v and lr_A for A.
     """
     params = state["params"]
+    shapes = lambda tree: jax.tree.map(jnp.shape, tree)
+    if shapes(grads) != shapes(params):
+        raise ConfigError(f"grads {shapes(grads)} do not match the parameters {shapes(params)}: give the "
+                          "gradient of the risk in params (jax.grad of it)")
     updates, opt_state = optimizer.update(_trained(grads, train_A), state["opt_state"], params)
     return {"params": optax.apply_updates(params, _trained(updates, train_A)), "opt_state": opt_state,
             "step": state["step"] + 1}
@@ -136,7 +141,21 @@ def train_chunk(state: dict, num_steps, train: Batch | fused.Tiles, test: Batch,
     population method and implementation are read; the step sizes are the optimiser's (in its state
     for the default, `posattn.theory.optim`). `train_A=False` trains v alone, A fixed at its given value
     (transfer with A frozen, Theorem 5.1).
+    ConfigError (while tracing: shapes only) for a state, task or samples of another config's shapes, a
+    negative concrete `num_steps`, and (where concrete) labels other than -1 and +1.
     """
+    check_params(state["params"], cfg.D, cfg.d)
+    check_task(cfg, task)
+    for name, batch in (("train", train), ("test", test)):
+        if isinstance(batch, Batch):  # `fused.Tiles` are laid out by the driver from checked samples
+            check_patches(batch.X, cfg)
+            if jnp.shape(batch.y) != jnp.shape(batch.X)[:1]:
+                raise ConfigError(f"{name}.y has shape {jnp.shape(batch.y)}: give one label per sample "
+                                  f"of {name}.X {jnp.shape(batch.X)}")
+            check_sign_labels(batch.y, f"{name}.y")
+    if not isinstance(num_steps, jax.core.Tracer) and int(num_steps) < 0:
+        raise ConfigError(f"num_steps={num_steps}: give a number of steps >= 0")
+
     def one_step(_, state):
         _, grads = risk_and_grad(state["params"], state["step"], train, key, task, cfg=cfg, gd=gd,
                                  sharding=sharding)

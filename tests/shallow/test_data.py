@@ -72,3 +72,15 @@ def test_theorem_margin_holds_on_the_rounded_counts():
     # alpha_* = 0.2 < 2e 0.04 as fractions, but the samples hold 6 >= 2e 1 tokens of each kind.
     tokens = TokenConfig(alpha_star=0.2, alpha_conf=0.04)
     assert (tokens.n_star, tokens.n_conf) == (6, 1)
+
+
+@pytest.mark.parametrize("n, knobs, words", [
+    (-1, {}, "n=-1: draw an integer"),  # was an MLIR error about a tensor dimension
+    (4, dict(n_star=1, n_conf=1), "need 0 <= n_conf < n_star"),  # a tie: y was not the tokens' majority
+    (4, dict(n_star=25), "n_star \\+ n_conf <= L=20"),
+    (4, dict(noisy_tokens=21), "noisy_tokens=21 must lie in \\[0, L=20\\]"),
+    (4, dict(noisy_tau=-0.5), "noisy_tau=-0.5: the noise bound must be >= 0"),
+])
+def test_sample_refuses_a_count_and_concrete_knobs_outside_the_data_model(n, knobs, words):
+    with pytest.raises(ConfigError, match=words):
+        sample(jax.random.PRNGKey(0), CFG, n, **knobs)

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from posattn.errors import ConfigError
 from posattn.shallow.config import ModelConfig, TokenConfig
 from posattn.shallow.data import sample
 from posattn.shallow.init import init_params
@@ -69,3 +70,25 @@ def test_hinge_gradient_matches_finite_differences():
         fd = (loss({**params, name: params[name] + h * v}) - loss({**params, name: params[name] - h * v})) / (2 * h)
         np.testing.assert_allclose(fd, jnp.vdot(grads[name], v), rtol=2e-2, atol=1e-4, err_msg=name)
         assert abs(float(jnp.vdot(grads[name], v))) > 1e-3, name
+
+
+def test_hinge_loss_refuses_labels_in_0_1_and_labels_of_another_shape():
+    t = SAMPLE(jax.random.PRNGKey(6), TOK, 16)
+    params = init_params(jax.random.PRNGKey(7), TOK, VIT)
+    with pytest.raises(ConfigError, match=r"labels must be -1 or \+1.*2 \* y - 1"):
+        hinge_loss(params, t.x_BxLxd, (t.y_B + 1) / 2, VIT)
+    with pytest.raises(ConfigError, match=r"y_B has shape \(16, 1\)"):
+        hinge_loss(params, t.x_BxLxd, t.y_B[:, None], VIT)  # broadcast to a (16, 16) loss
+
+
+def test_forward_refuses_parameters_of_another_config_and_samples_with_no_token_kept():
+    t = SAMPLE(jax.random.PRNGKey(6), TOK, 4)
+    params = init_params(jax.random.PRNGKey(7), TOK, VIT)
+    per_token = ModelConfig(m_a=6, m_b=8, m=10, w_o_std=0.5, per_token_output=True)
+    with pytest.raises(ConfigError, match=r"needs \{.*'a': \(12, 10\)\}"):
+        forward(params, t.x_BxLxd, per_token)  # was a KeyError
+    with pytest.raises(ConfigError, match="Eq. \\(1\\) of this ModelConfig"):
+        forward(init_params(jax.random.PRNGKey(7), TOK, per_token), t.x_BxLxd, VIT)  # "a" was ignored
+    keep = jnp.ones((4, 12), bool).at[2].set(False)
+    with pytest.raises(ConfigError, match="removes every token of some sample"):
+        forward(params, t.x_BxLxd, VIT, keep)  # F was NaN

@@ -85,6 +85,8 @@ def test_presets_are_valid_and_unknown_is_refused():
     assert (theory.D, theory.C, theory.L, theory.d) == (36, 4, 9, 64)
     with pytest.raises(ConfigError, match="unknown preset"):
         get_preset("huge")
+    with pytest.raises(ConfigError, match="unknown preset 'smal': did you mean 'small'"):
+        get_preset("smal")
 
 
 def test_defaults_are_the_small_preset_and_presets_are_exported():

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posattn.theory import TheoryConfig, grid_sets, labelling_function, make_task, sample, set_index
+from posattn.theory import (TheoryConfig, grid_sets, labelling_function, make_task, same_set_mask, sample,
+                            set_index)
 from posattn.errors import ConfigError
 from posattn.theory import evaluation
 from posattn.theory.model import forward
@@ -158,3 +159,27 @@ def test_figure2_gaussian_data_is_labelled_by_the_cnn():
     swapped = np.asarray(X).copy()
     swapped[:, [blocks[0, 0], blocks[0, 1]]] = swapped[:, [blocks[0, 1], blocks[0, 0]]]
     assert not np.allclose(np.asarray(labelling_function(jnp.asarray(swapped), cfg, task)), f)
+
+
+def test_grid_sets_refuses_sizes_with_no_k_by_k_blocks():
+    for D, C in ((16, 2), (15, 4), (36, 16)):  # (16, 2) returned row pairs {0,1}, {2,3}, ... silently
+        with pytest.raises(ConfigError, match=rf"grid_sets\(D={D}, C={C}\): k x k blocks"):
+            grid_sets(D, C)
+
+
+def test_set_index_refuses_sets_that_are_not_a_0_based_partition():
+    with pytest.raises(ConfigError, match=r"0\.\.15 once \(0-based\), got values 1\.\.16"):
+        set_index(jnp.arange(1, 17).reshape(4, 4))  # patch 16 was dropped, patch 0 put in set 0
+    with pytest.raises(ConfigError, match="1 repeats"):
+        same_set_mask(jnp.array([[0, 1], [1, 2]]))
+    # Traced sets are the caller's (a task's partition is drawn by make_task): shapes only.
+    np.testing.assert_array_equal(jax.jit(set_index)(grid_sets(16, 4)), set_index(grid_sets(16, 4)))
+
+
+def test_labelling_function_refuses_samples_and_tasks_of_another_config():
+    task = make_task(jax.random.key(0), CFG)
+    X, _ = sample(jax.random.key(1), CFG, task, 4)
+    with pytest.raises(ConfigError, match=r"X has shape \(4, 8, 32\)"):
+        labelling_function(X[:, :8], CFG, task)  # indices past patch 7 were clipped silently
+    with pytest.raises(ConfigError, match="draw it with make_task"):
+        labelling_function(X, CFG, make_task(jax.random.key(0), TheoryConfig(D=36, C=4, d=32)))

@@ -16,12 +16,13 @@ import pytest
 
 from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
+from posattn.metrics import classification_error
 from posattn.theory import GDConfig, TheoryConfig, fit, make_task, sample, same_set_mask
 from posattn.theory import gd as gd_lib, optim
 from posattn.theory.gd import fit_grid, fit_seeds, make_chunk_fn
 from posattn.theory.keys import run_keys
-from posattn.theory.step import descend, freeze_diagonal, init_state
-from posattn.theory.model import empirical_risk
+from posattn.theory.step import descend, freeze_diagonal, init_state, make_batch, train_chunk
+from posattn.theory.model import empirical_risk, forward, init_params
 
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
 GD = GDConfig(N=1000, steps=40, lr=0.01, lr_A=30.0, a0=4.0, eval_every=20, n_test=1000)
@@ -190,6 +191,74 @@ def test_fit_on_the_callers_arrays_is_fit_on_the_same_arrays_drawn():
     assert not np.allclose(flipped.history["loss"][1:], drawn.history["loss"][1:])
     with pytest.raises(ConfigError, match=r"must be \(n, D, d\) = \(n, 16, 16\)"):
         fit(key, CFG, gd, train=(train[0][:, :4], train[1]))
+
+
+def test_fit_on_the_callers_arrays_without_their_task_or_test_set_is_refused():
+    # README's call: X drawn from make_task(key(0)); the run's key draws another task (cosine ~0.1 of
+    # w*), on which the test error was 0.24 where the task's own is 0.03 (N=1000, 40 steps).
+    key, gd = jax.random.key(0), SWEEP_GD
+    X, y = sample(jax.random.key(1), CFG, make_task(key, CFG), gd.N)
+    with pytest.raises(ConfigError, match=r"pass task= \(the Task that made X\) or test="):
+        fit(key, CFG, gd, train=(X, y))
+    with pytest.raises(ConfigError, match=r"pass test="):
+        fit_seeds(jnp.stack([key] * 2), CFG, gd, train=(jnp.stack([X] * 2), jnp.stack([y] * 2)))
+
+
+@pytest.mark.slow
+def test_fit_on_the_callers_arrays_tests_on_the_task_that_made_them():
+    key, gd = jax.random.key(0), SWEEP_GD
+    task = make_task(key, CFG)
+    X, y = sample(jax.random.key(1), CFG, task, gd.N)
+    mine = fit(key, CFG, gd, train=(X, y), task=task)
+    np.testing.assert_array_equal(mine.task.w_star, task.w_star)
+    X_test, y_test = sample(run_keys(key)["test"], CFG, task, gd.n_test)  # the history's test set: task's
+    assert mine.history["test_error"][-1] == classification_error(forward(mine.params, X_test, CFG), y_test)
+
+
+def test_fit_refuses_labels_shapes_and_starts_of_another_problem():
+    key, gd = jax.random.key(0), SWEEP_GD
+    task = make_task(key, CFG)
+    X, y = sample(jax.random.key(1), CFG, task, 8)
+    with pytest.raises(ConfigError, match=r"train's y: labels must be -1 or \+1.*2 \* y - 1"):
+        fit(key, CFG, gd, train=(X, (y + 1) / 2), task=task)
+    with pytest.raises(ConfigError, match=r"test's y: labels must be -1 or \+1.*2 \* y - 1"):
+        fit(key, CFG, gd, test=(X, (y + 1) / 2))
+    with pytest.raises(ConfigError, match=r"must be \(n, D, d\) = \(n, 16, 16\)"):
+        fit(key, CFG, gd, train=(X[..., :8], y), task=task)
+    with pytest.raises(ConfigError, match=r"must be \(n, D, d\)"):
+        fit(key, CFG, gd, train=(X, y[:, None]), task=task)
+    with pytest.raises(ConfigError, match=r"must be \(2, n, D, d\)"):  # one training set per seed
+        fit_seeds(jnp.stack([key] * 2), CFG, gd, train=(X, y), test=(X, y))
+    other = TheoryConfig(D=36, C=4, d=16)
+    with pytest.raises(ConfigError, match="draw it with make_task"):
+        fit(key, CFG, gd, task=make_task(key, other))
+    with pytest.raises(ConfigError, match=r"Eq. \(T\) here needs \{'A': \(16, 16\)"):
+        fit(key, CFG, gd, params=init_params(key, other, gd))
+
+
+def test_fit_grid_refuses_an_A_init_and_sizes_it_would_broadcast_or_round():
+    keys = jax.random.split(jax.random.key(0), 2)
+    with pytest.raises(ConfigError, match=r"A_init has shape \(\): give one D x D = \(16, 16\)"):
+        fit_grid(keys, None, 4.0, cfg=CFG, gd=SWEEP_GD, sizes=(8,))
+    for sizes in ((0, 8), (8.5,)):
+        with pytest.raises(ConfigError, match="whole numbers >= 1"):
+            fit_grid(keys, cfg=CFG, gd=SWEEP_GD, sizes=sizes)
+    with pytest.raises(ConfigError, match="whole numbers >= 1"):
+        gd_lib.fit_sizes(keys, cfg=CFG, gd=SWEEP_GD, sizes=(8, 100.5))
+
+
+def test_a_step_refuses_gradients_samples_and_counts_that_do_not_fit_the_run():
+    task = make_task(jax.random.key(0), CFG)
+    X, y = sample(jax.random.key(1), CFG, task, 8)
+    state = init_state(init_params(jax.random.key(2), CFG, GD), optim.gradient_descent())
+    with pytest.raises(ConfigError, match=r"grads .* do not match the parameters"):
+        descend(state, {"A": jnp.zeros((16, 16)), "v": jnp.zeros(8)}, optim.gradient_descent())
+    chunk = lambda steps, y: train_chunk(state, steps, make_batch(X, y), make_batch(X, y), jax.random.key(3),
+                                         task, cfg=CFG, gd=GD, optimizer=optim.gradient_descent())
+    with pytest.raises(ConfigError, match=r"train.y: labels must be -1 or \+1"):
+        chunk(1, (y + 1) / 2)
+    with pytest.raises(ConfigError, match="num_steps=-1"):
+        chunk(-1, y)  # the loop ran no step and returned its start silently
 
 
 def test_jit_and_vmap_of_fit_name_what_to_use_instead():

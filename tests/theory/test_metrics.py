@@ -6,7 +6,8 @@ import pytest
 from posattn.errors import ConfigError
 
 from posattn.papers.jsl22.phases import detect_phases, patch_association_step
-from posattn.theory import grid_sets, patch_association, top_c_overlap, within_across_means
+from posattn.theory import (grid_sets, parameter_metrics, patch_association, top_c_overlap,
+                            within_across_means)
 from posattn.theory.metrics import off_diagonal_overlap
 from posattn.theory.data import Task, same_set_mask
 
@@ -28,6 +29,11 @@ def test_an_attention_matrix_that_is_not_d_by_d_is_refused():
         patch_association(jnp.ones((16, 15)), TASK)
     with pytest.raises(ConfigError, match="A has shape"):
         top_c_overlap(jnp.ones((4, 4)), TASK)
+
+
+def test_parameter_metrics_refuse_a_value_vector_of_another_d():
+    with pytest.raises(ConfigError, match=r"Eq. \(T\) here needs \{'A': \(16, 16\), 'v': \(4,\)\}"):
+        parameter_metrics({"A": jnp.eye(16), "v": jnp.ones(8)}, TASK)  # was a dot_general TypeError
 
 
 def test_a_large_diagonal_counts_in_top_c_but_not_off_it():

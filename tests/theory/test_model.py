@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from posattn.errors import ConfigError
 from posattn.theory import GDConfig, TheoryConfig, forward, init_params, make_task, sample
 from posattn.theory.model import attention, empirical_risk, sigma
 
@@ -81,3 +82,36 @@ def test_init_params():
     q = init_params(jax.random.key(1), CFG, GDConfig(v_init="aligned", v_std=0.1), task.w_star)
     np.testing.assert_allclose(np.asarray(q["v"]), 0.1 * np.sqrt(8) * np.asarray(task.w_star),
                                rtol=1e-6)
+
+
+def test_the_risk_refuses_labels_in_0_1_and_labels_of_another_shape():
+    params, X, y = _point(0)
+    with pytest.raises(ConfigError, match=r"labels must be -1 or \+1, got values \[0.0, 1.0\].*2 \* y - 1"):
+        empirical_risk(params, X, (y + 1) / 2, CFG)  # y = 0 gave a constant log 2 with no gradient
+    with pytest.raises(ConfigError, match=r"y \(64, 1\): give one per sample of X"):
+        empirical_risk(params, X, y[:, None], CFG)  # broadcast to a (64, 64) loss
+    with pytest.raises(ConfigError, match=r"weight \(3,\)"):
+        empirical_risk(params, X, y, CFG, jnp.ones(3))
+    # Under jit the labels are traced: shapes only, no host sync.
+    np.testing.assert_allclose(jax.jit(lambda y: empirical_risk(params, X, y, CFG))(y),
+                               empirical_risk(params, X, y, CFG), rtol=1e-6)
+
+
+def test_the_model_refuses_parameters_and_samples_of_another_config():
+    params, X, _ = _point(0)
+    other = TheoryConfig(D=16, C=4, d=16)
+    with pytest.raises(ConfigError, match=r"X has shape \(64, 16, 8\): .* \(n, 16, 16\)"):
+        forward(init_params(jax.random.key(0), other), X, other)
+    with pytest.raises(ConfigError, match=r"Eq. \(T\) here needs \{'A': \(16, 16\), 'v': \(16,\)\}"):
+        forward(params, jnp.zeros((2, 16, 16)), other)
+    with pytest.raises(ConfigError, match=r"A has shape \(4, 4\)"):
+        attention(jnp.eye(4), CFG)  # a softmax of any square matrix ran
+
+
+def test_init_refuses_a_start_gradient_descent_cannot_leave_and_a_w_star_of_another_d():
+    with pytest.raises(ConfigError, match="v_std=0 starts GD at v = 0"):
+        init_params(jax.random.key(0), CFG, GDConfig(v_std=0.0))
+    quintic = TheoryConfig(D=16, C=4, d=8, activation="quintic")  # sigma'(0) = 0.03: v = 0 moves
+    assert not np.asarray(init_params(jax.random.key(0), quintic, GDConfig(v_std=0.0))["v"]).any()
+    with pytest.raises(ConfigError, match=r"needs w_star of shape \(8,\), got \(16,\)"):
+        init_params(jax.random.key(0), CFG, GDConfig(v_init="aligned"), jnp.ones(16) / 4)
