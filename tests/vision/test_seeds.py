@@ -2,9 +2,11 @@
 checkpoints that resume bitwise and restore and resume as a separate run's, the refusals (nothing in
 the workdirs changed) and the fall-back to separate runs (sweep.run_seeds), on the 8 simulated devices."""
 import json
-import re
 import pathlib
+import re
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 from posattn import cli
 from posattn.errors import ConfigError
 from posattn.vision import checkpoint, config as config_lib, resume, seeds, sweep, train
+from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -142,3 +145,22 @@ def test_seeds_whose_programs_do_not_fit_in_memory_run_separately_and_the_log_sa
     assert said[1].startswith("== separate runs instead: the vmapped programs do not fit: 2 seeds, ")
     assert said[1].endswith("of 0.5 MiB free per device; train the seeds separately (or fewer at once)")
     assert [s["steps"] for s in summaries] == [2, 2] and not any("vmapped_seeds" in s for s in summaries)
+
+
+@pytest.mark.slow
+def test_compare_attention_vmaps_each_kinds_seeds_to_the_accuracies_of_separate_runs(tmp_path):
+    flags = ["--config=tpu_configs/digits.py:quick", "--seeds=2", "--config.total_steps=4",
+             "--config.optimizer.warmup_steps=1", "--config.checkpoint_every=0", "--config.eval_every=0"]
+    runs = {}
+    for way in ("--vmap_seeds", "--novmap_seeds"):
+        r = subprocess.run([sys.executable, "-m", "experiments.compare_attention", *flags, way,
+                            f"--workdir={tmp_path / way}"], cwd=ROOT, capture_output=True, text=True,
+                           env=envs.devices(1, PYTHONPATH=str(ROOT)))
+        assert r.returncode == 0, r.stderr[-2000:]
+        runs[way] = json.loads((tmp_path / way / "summary.json").read_text())["accuracy"]
+        vmapped = r.stdout.count("== 2 seeds in one vmapped program: ")
+        assert vmapped == (2 if way == "--vmap_seeds" else 0), r.stdout  # one program per attention kind
+        assert r.stdout.count("vmapped: 2 seeds, ") == vmapped
+    for attention in ("vanilla", "positional"):
+        np.testing.assert_allclose(runs["--vmap_seeds"][attention]["values"],
+                                   runs["--novmap_seeds"][attention]["values"], rtol=1e-5)
