@@ -48,7 +48,10 @@ def run_seeds(configs, workdirs, say=print, *, vmap: bool = True, dataset=None) 
     """`run_cell` of every (config, workdir), for configs that differ only in the seed: the finished ones
     read back, the others (two or more) trained in one vmapped program (`seeds.train_seeds`) where it can
     run them, else one after another; `say` tells which path ran, and why it fell back (checkpoints of
-    different steps, or programs that do not fit the devices' memory). vmap=False: one after another."""
+    different steps, programs that do not fit the devices' memory, or ran out of it before their end: the
+    separate runs resume from the checkpoints the seeds share). vmap=False: one after another.
+    ConfigError unless each config has its own workdir and they differ only in the seed."""
+    seeds.check_seed_configs(configs, workdirs)
     summaries = [finished_summary(c, w) for c, w in zip(configs, workdirs)]
     todo = [i for i, s in enumerate(summaries) if s is None]
     if vmap and len(todo) > 1:
@@ -58,7 +61,7 @@ def run_seeds(configs, workdirs, say=print, *, vmap: bool = True, dataset=None) 
                                                     dataset=dataset)):
                 summaries[i] = s
             return summaries
-        except seeds.NotVmapped as e:
+        except (seeds.NotVmapped, train.OutOfMemory) as e:
             say(f"== separate runs instead: {e}")
     for i in todo:
         summaries[i] = run_cell(configs[i], workdirs[i], say, dataset=dataset)

@@ -2,9 +2,10 @@
 checkpoints that resume bitwise and restore and resume as a separate run's, the refusals (nothing in
 the workdirs changed) and the fall-back to separate runs (sweep.run_seeds), on the 8 simulated devices."""
 import json
+import os
 import pathlib
 import re
-import shutil
+import signal
 import subprocess
 import sys
 
@@ -14,7 +15,8 @@ import pytest
 
 from posattn import cli
 from posattn.errors import ConfigError
-from posattn.vision import checkpoint, config as config_lib, resume, seeds, sweep, train
+from posattn.vision import checkpoint, config as config_lib, preemption, resume, seeds, sweep, train
+from posattn.vision.data import pipeline
 from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -63,26 +65,55 @@ def test_vmapped_seeds_give_the_losses_and_accuracies_of_separate_runs(tmp_path)
     assert len({v["test_loss"] for v in vmapped}) == 3  # each seed its own init and data, not one run thrice
 
 
+def steps_saved(workdir) -> list[int]:
+    return sorted(int(p.name) for p in (pathlib.Path(workdir) / "checkpoints").iterdir() if p.name.isdigit())
+
+
 @pytest.mark.slow
-def test_a_vmapped_run_resumes_bitwise_and_its_seeds_restore_and_resume_as_separate_runs(tmp_path):
+def test_a_preempted_vmapped_run_saves_every_seed_resumes_bitwise_and_a_seed_resumes_alone(tmp_path,
+                                                                                          monkeypatch):
     configs = [tiny(s, total_steps=16, checkpoint_every=8) for s in (0, 1)]
-    straight, killed = [tmp_path / f"a{s}" for s in (0, 1)], [tmp_path / f"b{s}" for s in (0, 1)]
+    straight, stopped = [tmp_path / f"a{s}" for s in (0, 1)], [tmp_path / f"b{s}" for s in (0, 1)]
     seeds.train_seeds(configs, straight)
-    for a, b in zip(straight, killed):  # as if killed after checkpoint 8
-        shutil.copytree(a, b)
-        shutil.rmtree(b / "checkpoints" / "16")
-        (b / "summary.json").unlink()
-    resumed = seeds.train_seeds(configs, killed)
-    assert [r["resumed_from_step"] for r in resumed] == [8, 8]
-    for a, b in zip(straight, killed):
-        assert records(a, "train_loss") == records(b, "train_loss")  # the resumed steps' records not twice
+    original = pipeline.train_batches
+
+    def with_a_signal(split, *, seed, start_step=0, **kwargs):  # SIGTERM as seed 1's batch of step 5 is drawn
+        batches = original(split, seed=seed, start_step=start_step, **kwargs)
+        for step, batch in enumerate(batches, start_step + 1):
+            if step == 5 and seed == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+            yield batch
+
+    monkeypatch.setattr(pipeline, "train_batches", with_a_signal)
+    with pytest.raises(preemption.Preempted, match=r"^preemption notice \(SIGTERM\) at step 5: saved "):
+        seeds.train_seeds(configs, stopped)
+    monkeypatch.undo()
+    assert [steps_saved(d) for d in stopped] == [[5], [5]]  # every seed saved at the step it stopped
+    resumed = seeds.train_seeds(configs, stopped)
+    assert [r["resumed_from_step"] for r in resumed] == [5, 5]
+    for a, b in zip(straight, stopped):
+        # the records of the same steps (the preempted one's, at step 5, is kept), none twice
+        assert records(b, "step") == records(a, "step")[:1] + [5] + records(a, "step")[1:]
         x, y = (jax.tree.leaves(checkpoint.restore_run(d)[1]) for d in (a, b))
         assert len(x) == len(y) > 10
         for u, v in zip(x, y):
             np.testing.assert_array_equal(np.asarray(u), np.asarray(v))  # bitwise: params, Adam moments, step
     # a seed's workdir continues as a separate run (a longer schedule), from the vmapped run's checkpoint
-    longer = train.train_and_evaluate(tiny(1, total_steps=20, checkpoint_every=8), str(killed[1]))
+    longer = train.train_and_evaluate(tiny(1, total_steps=20, checkpoint_every=8), str(stopped[1]))
     assert longer["resumed_from_step"] == 16 and longer["steps"] == 20 and "vmapped_seeds" not in longer
+
+
+@pytest.mark.slow
+def test_a_diverging_seed_stops_every_seed_naming_its_workdir_and_last_good_checkpoint(tmp_path):
+    configs = [tiny(s, total_steps=4, checkpoint_every=1) for s in (0, 1)]
+    for c in configs:
+        c.optimizer.lr = 1e30  # step 1 runs at lr 0 (the warm-up's start), step 2 diverges
+    where = re.escape(str(tmp_path / "a"))
+    with pytest.raises(train.NonFiniteLoss, match=rf"at step 2; the run stopped there, the last good "
+                                                  rf"checkpoint \(step 1\) stays in {where}/checkpoints"):
+        seeds.train_seeds(configs, [tmp_path / "a", tmp_path / "b"])
+    assert [steps_saved(tmp_path / d) for d in "ab"] == [[1], [1]]  # no checkpoint holds a broken state
+    assert not (tmp_path / "a" / "summary.json").exists() and not (tmp_path / "b" / "summary.json").exists()
 
 
 @pytest.mark.parametrize("change, message", [
@@ -113,6 +144,24 @@ def test_the_footprint_fits_within_nine_tenths_of_the_free_memory_and_says_its_n
     assert str(tight) == ("2 seeds, 5.0 MiB per seed and device (train state 1.0 MiB, the rest batches and "
                           "activations): 10.0 MiB of 10.0 MiB free per device")
     assert seeds.Footprint(2, 2**20, None, 10).fits and seeds.Footprint(2, 2**20, 10, None).fits
+
+
+@pytest.mark.parametrize("error", [seeds.NotVmapped("the seeds' checkpoints are at steps [2, 0]"),
+                                   train.OutOfMemory("out of memory (RESOURCE_EXHAUSTED)")])
+def test_the_sweep_trains_the_seeds_separately_where_the_vmapped_run_is_refused_or_runs_out_of_memory(
+        tmp_path, monkeypatch, error):
+    def vmapped(configs, workdirs, dataset=None):
+        raise error
+
+    monkeypatch.setattr(seeds, "train_seeds", vmapped)
+    monkeypatch.setattr(train, "train_and_evaluate", lambda c, workdir, dataset=None: {"seed": c.seed})
+    said = []
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert sweep.run_seeds([tiny(0), tiny(1)], dirs, said.append) == [{"seed": 0}, {"seed": 1}]
+    assert said == [f"== 2 seeds in one vmapped program: {dirs[0]}, {dirs[1]}",
+                    f"== separate runs instead: {error}", f"== {dirs[0]}", f"== {dirs[1]}"]
+    with pytest.raises(ConfigError, match="2 configs and 1 workdirs"):  # zip would drop a seed unsaid
+        sweep.run_seeds([tiny(0), tiny(1)], dirs[:1], said.append)
 
 
 @pytest.mark.slow
