@@ -13,10 +13,10 @@ r"""Vanilla vs positional attention over seeds, JSL22 Figures 6 and 7.
 Each (attention, seed) is one train_images run of the ViT config with `model.attention` and `seed` set,
 in WORKDIR/ATTENTION-seedS (resumable); the seeds of an attention kind train in one vmapped program
 (`posattn.vision.seeds`, the same numbers to float tolerance) where its programs fit the devices' memory,
-else one after another, and the log says which ran. WORKDIR gets summary.json (test accuracy per attention: median,
-quartiles, IQR, mean, values, in %), compare.png (box plots, Figure 7 style) and summary.md, the table
-of medians and IQRs beside the paper's numbers, and the gap positional - vanilla (difference of the
-means, its standard error, difference of the medians; summary.json "gap", in points).
+else one after another, and the log says which ran. WORKDIR gets summary.json (test accuracy per
+attention: median, quartiles, IQR, mean, values, in %), compare.png (box plots, Figure 7 style) and
+summary.md, the table of medians and IQRs beside the paper's numbers, and the gap positional - vanilla
+(difference of the means, its standard error, difference of the medians; summary.json "gap", in points).
 """
 import os
 

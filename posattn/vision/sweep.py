@@ -55,7 +55,7 @@ def run_seeds(configs, workdirs, say=print, *, vmap: bool = True, dataset=None) 
     summaries = [finished_summary(c, w) for c, w in zip(configs, workdirs)]
     todo = [i for i, s in enumerate(summaries) if s is None]
     if vmap and len(todo) > 1:
-        say(f"== {len(todo)} seeds in one vmapped program: {', '.join(workdirs[i] for i in todo)}")
+        say(f"== {len(todo)} seeds in one vmapped program: {', '.join(str(workdirs[i]) for i in todo)}")
         try:
             for i, s in zip(todo, seeds.train_seeds([configs[i] for i in todo], [workdirs[i] for i in todo],
                                                     dataset=dataset)):
