@@ -11,10 +11,12 @@ r"""Vanilla vs positional attention over seeds, JSL22 Figures 6 and 7.
       --workdir=$WORKDIR/imagenet --config.data_dir=$TFDS_DATA_DIR
 
 Each (attention, seed) is one train_images run of the ViT config with `model.attention` and `seed` set,
-in WORKDIR/ATTENTION-seedS (resumable). WORKDIR gets summary.json (test accuracy per attention: median,
-quartiles, IQR, mean, values, in %), compare.png (box plots, Figure 7 style) and summary.md, the table
-of medians and IQRs beside the paper's numbers, and the gap positional - vanilla (difference of the
-means, its standard error, difference of the medians; summary.json "gap", in points).
+in WORKDIR/ATTENTION-seedS (resumable); the seeds of an attention kind train in one vmapped program
+(`posattn.vision.seeds`, the same numbers to float tolerance) where its programs fit the devices' memory,
+else one after another, and the log says which ran. WORKDIR gets summary.json (test accuracy per
+attention: median, quartiles, IQR, mean, values, in %), compare.png (box plots, Figure 7 style) and
+summary.md, the table of medians and IQRs beside the paper's numbers, and the gap positional - vanilla
+(difference of the means, its standard error, difference of the medians; summary.json "gap", in points).
 """
 import os
 
@@ -35,6 +37,9 @@ PAPER = {name: {**ref, "config": CONFIG_FILES[name]} for name, ref in published.
 _CONFIG = cli.define_config("tpu_configs/digits.py", config_lib.SCHEMA, "A ViT config file (tpu_configs/)")
 _SEEDS = flags.DEFINE_integer("seeds", 10, "Seeds 0..N-1 per attention kind.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
+_VMAP_SEEDS = flags.DEFINE_bool("vmap_seeds", True, "Train the seeds of an attention kind in one vmapped "
+                                "program where they fit in memory (else, or with --novmap_seeds, one after "
+                                "another).")
 _INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()  # one process per host of a cluster
 
 
@@ -59,10 +64,11 @@ def main(argv):
     # its own (its cells resume), writable and locked, before any training
     ownership.claim(_WORKDIR.value, "compare_attention", {"config": _CONFIG.value, "seeds": _SEEDS.value},
                     resumes=True)
-    acc = {a: [] for a in ATTENTIONS}
-    for (attention, seed), c in configs.items():
-        acc[attention].append(sweep.run_cell(c, os.path.join(_WORKDIR.value, f"{attention}-seed{seed}"))
-                              ["test_accuracy"])
+    acc = {}
+    for attention in ATTENTIONS:  # its seeds in one vmapped program where they fit (sweep.run_seeds)
+        cells = [(c, os.path.join(_WORKDIR.value, f"{a}-seed{seed}")) for (a, seed), c in configs.items()
+                 if a == attention]
+        acc[attention] = [s["test_accuracy"] for s in sweep.run_seeds(*zip(*cells), vmap=_VMAP_SEEDS.value)]
     base = _CONFIG.value
     summary = {
         "dataset": base.dataset, "variant": base.model.variant, "patch_size": base.model.patch_size,

@@ -14,7 +14,20 @@ import numpy as np
 
 from posattn import cli
 from posattn.errors import ConfigError
-from posattn.vision import config as config_lib, resume, train
+from posattn.vision import config as config_lib, resume, seeds, train
+
+
+def finished_summary(config, workdir: str) -> dict | None:
+    """The summary.json of `workdir` if it holds `config` (its config.json to the last field) trained to
+    its total_steps, else None."""
+    path, stored = os.path.join(workdir, "summary.json"), resume.read_record(workdir)
+    if os.path.exists(path) and stored is not None:
+        with open(path) as f:
+            summary = json.load(f)
+        if (summary.get("steps") == config.total_steps
+                and not resume.differing_fields(stored, resume.record(config))):
+            return summary
+    return None
 
 
 def run_cell(config, workdir: str, say=print, *, dataset=None) -> dict:
@@ -24,15 +37,35 @@ def run_cell(config, workdir: str, say=print, *, dataset=None) -> dict:
     reached its total_steps; otherwise training runs, and refuses (ConfigError) a workdir that holds a run
     of another config. `dataset` (one of your own arrays, named by config.dataset) as in `train.train`.
     """
-    path, stored = os.path.join(workdir, "summary.json"), resume.read_record(workdir)
-    if os.path.exists(path) and stored is not None:
-        with open(path) as f:
-            summary = json.load(f)
-        if (summary.get("steps") == config.total_steps
-                and not resume.differing_fields(stored, resume.record(config))):
-            return summary
+    summary = finished_summary(config, workdir)
+    if summary is not None:
+        return summary
     say(f"== {workdir}")
     return train.train_and_evaluate(config, workdir, dataset=dataset)
+
+
+def run_seeds(configs, workdirs, say=print, *, vmap: bool = True, dataset=None) -> list[dict]:
+    """`run_cell` of every (config, workdir), for configs that differ only in the seed: the finished ones
+    read back, the others (two or more) trained in one vmapped program (`seeds.train_seeds`) where it can
+    run them, else one after another; `say` tells which path ran, and why it fell back (checkpoints of
+    different steps, programs that do not fit the devices' memory, or ran out of it before their end: the
+    separate runs resume from the checkpoints the seeds share). vmap=False: one after another.
+    ConfigError unless each config has its own workdir and they differ only in the seed."""
+    seeds.check_seed_configs(configs, workdirs)
+    summaries = [finished_summary(c, w) for c, w in zip(configs, workdirs)]
+    todo = [i for i, s in enumerate(summaries) if s is None]
+    if vmap and len(todo) > 1:
+        say(f"== {len(todo)} seeds in one vmapped program: {', '.join(str(workdirs[i]) for i in todo)}")
+        try:
+            for i, s in zip(todo, seeds.train_seeds([configs[i] for i in todo], [workdirs[i] for i in todo],
+                                                    dataset=dataset)):
+                summaries[i] = s
+            return summaries
+        except (seeds.NotVmapped, train.OutOfMemory) as e:
+            say(f"== separate runs instead: {e}")
+    for i in todo:
+        summaries[i] = run_cell(configs[i], workdirs[i], say, dataset=dataset)
+    return summaries
 
 
 def permuted_cell_config(dataset: str, config_file: str, model: str, g: int, seed: int, *, local: bool,

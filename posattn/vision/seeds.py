@@ -1,0 +1,380 @@
+"""Seeds of one image config trained together, in one vmapped program (JSL22 Figures 6 and 7 are
+spreads over seeds), as `posattn.theory.gd.fit_seeds` does for the theory regime.
+
+`train_seeds(configs, workdirs)` trains S configs that differ only in `seed`, seed s in workdirs[s],
+and leaves in each workdir what a separate `posattn.vision.train.train` run of its config leaves:
+config.json, run.json, metrics.jsonl, summary.json and checkpoints of that seed's state alone (no seed
+axis), so each seed reads back, restores (`checkpoint.load_run`) and resumes as a separate run. Every
+seed keeps its own numbers: its initial state (made by the same program a separate run uses), its batch
+order (`pipeline.train_batches` of its seed: the batch of step t is a pure function of (seed, t)), its
+step keys (fold_in(key(seed), t + 1), inside the vmapped `train.make_train_step`), its evaluation and
+its checkpoints.
+
+Layout on the mesh: the train state carries a leading seed axis S and is replicated over "data", as a
+separate run's state is; every seed's batch (S, B, ...) is split along "data" on its B axis, so the
+devices share each seed's batch as they share a separate run's (the sharding that changes nothing
+per seed; splitting the seed axis instead would also need S to divide by the devices).
+
+The numbers are a separate run's to float tolerance, not bitwise: XLA compiles the batched (vmapped)
+matmuls and reductions of the step in another order than the unbatched ones. Measured on digits:quick
+(ViT test/2, 8 CPU devices), 3 seeds x 24 steps: 70 of the 72 per-step losses bitwise equal, the others
+1.0e-7 relative apart (one float32 ulp), the test accuracies and losses equal, the parameters within
+1.1e-5 absolute; tests/vision/test_seeds.py holds the losses and accuracies to rtol 1e-5, two orders
+above, since the gap grows with the steps. A vmapped run resumed from its checkpoints continues bitwise
+as it would have.
+
+Refused with `NotVmapped` (a ConfigError), before any file of the workdirs changes, where one program
+cannot run the seeds: their workdirs hold checkpoints of different steps, or the programs of S seeds do
+not fit the devices' memory (`Footprint`, XLA's buffer assignment of the compiled programs against the
+memory free). `posattn.vision.sweep.run_seeds` then trains them one after another.
+"""
+import contextlib
+import dataclasses
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from posattn import compile_options, io, workdir as workdir_lib
+from posattn.errors import ConfigError
+from posattn.mesh import DATA, batch_sharding, data_mesh, global_batch, replicated
+from posattn.metric_log import MetricLog, paired_test_metrics
+from posattn.vision import checkpoint, models, optim, preemption, resume, saving, train, warm_start
+from posattn.vision.data import pipeline
+from posattn.vision.setup import resolve
+from posattn.vision.state import init_state
+
+
+class NotVmapped(ConfigError):
+    """The seeds cannot run in one program (checkpoints of different steps, or not enough memory);
+    nothing was changed: train them separately."""
+
+
+def check_seed_configs(configs, workdirs) -> None:
+    """ConfigError unless there is one workdir per config, the workdirs are distinct, the seeds are
+    distinct and the configs agree in every field but `seed` (one program trains one model and recipe)."""
+    configs, workdirs = list(configs), [os.path.realpath(str(w)) for w in workdirs]
+    if not configs or len(configs) != len(workdirs):
+        raise ConfigError(f"{len(configs)} configs and {len(workdirs)} workdirs: give one workdir per seed's "
+                          "config")
+    if len(set(workdirs)) < len(workdirs):
+        raise ConfigError(f"workdirs {workdirs}: give each seed a workdir of its own")
+    seeds = [c.seed for c in configs]
+    if len(set(seeds)) < len(seeds):
+        raise ConfigError(f"seeds {seeds}: a seed given twice would train the same run twice; give distinct "
+                          "seeds")
+    first = {**resume.record(configs[0]), "seed": None}
+    for i, c in enumerate(configs[1:], 1):
+        diffs = resume.differing_fields(first, {**resume.record(c), "seed": None})
+        if diffs:
+            shown = "; ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in diffs.items())
+            raise ConfigError(f"configs[{i}] differs from configs[0] in more than the seed ({shown}): seeds "
+                              "trained in one program share every other field; train it separately")
+
+
+@dataclasses.dataclass(frozen=True)
+class Footprint:
+    """Bytes per device of the vmapped programs of `seeds` seeds, from XLA's buffer assignment
+    (arguments + outputs + temporaries - donated aliases; the larger of the train and eval programs),
+    beside the bytes free there (None: unknown). `state_bytes` is one seed's train state."""
+
+    seeds: int
+    state_bytes: int
+    program_bytes: int | None
+    free_bytes: int | None
+
+    @property
+    def fits(self) -> bool:
+        """Whether the programs take at most 90% of the memory free (the rest for XLA's own buffers and
+        fragmentation); True where either number is unknown (the run then stops with `OutOfMemory` if
+        they do not fit)."""
+        if self.program_bytes is None or self.free_bytes is None:
+            return True
+        return self.program_bytes <= 0.9 * self.free_bytes
+
+    def __str__(self) -> str:
+        mib = lambda n: f"{n / 2**20:,.1f} MiB"  # noqa: E731
+        if self.program_bytes is None:
+            return f"{self.seeds} seeds, train state {mib(self.state_bytes)} per seed, program size unknown"
+        free = "unknown" if self.free_bytes is None else mib(self.free_bytes)
+        return (f"{self.seeds} seeds, {mib(self.program_bytes / self.seeds)} per seed and device (train "
+                f"state {mib(self.state_bytes)}, the rest batches and activations): "
+                f"{mib(self.program_bytes)} of {free} free per device")
+
+
+def _program_bytes(compiled) -> int | None:
+    m = compiled.memory_analysis()
+    if m is None:
+        return None
+    return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+               - m.alias_size_in_bytes)
+
+
+def free_bytes(device) -> int | None:
+    """Memory free on `device`: its allocator's limit less what is in use; for a CPU device, the host's
+    available memory (/proc/meminfo) shared by the process's local devices; None where unknown."""
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return kib * 1024 // len(jax.local_devices())
+
+
+def _seed_batch(local_batches: list[dict], mesh) -> dict:
+    """Each seed's host-local batch (this process's rows) -> global arrays (S, B, ...), the B axis split
+    along "data" (the seeds' batches laid out as a separate run's batch is)."""
+    sharding = NamedSharding(mesh, P(None, DATA))
+    out = {}
+    for key in local_batches[0]:
+        local = np.stack([np.asarray(b[key]) for b in local_batches])
+        shape = (local.shape[0], local.shape[1] * jax.process_count(), *local.shape[2:])
+        out[key] = jax.make_array_from_process_local_data(sharding, local, shape)
+    return out
+
+
+def _stack(trees: list):
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+
+
+def _seed(tree, s: int):
+    """Seed s's slice of a stacked host pytree, as a separate run's (0-d arrays stay arrays)."""
+    return jax.tree.map(lambda a: np.asarray(a[s]), tree)
+
+
+def _compile(setup, mesh, state_S, batch_S, hyper_S, eval_batch):
+    """The vmapped train step (state, batch and hyperparameters with a seed axis) and eval step (the
+    seeds' states on one shared evaluation batch), compiled for these arguments."""
+    repl = replicated(mesh)
+    train_step = jax.jit(jax.vmap(train.make_train_step(setup)),
+                         in_shardings=(repl, NamedSharding(mesh, P(None, DATA)), repl),
+                         out_shardings=(repl, repl), donate_argnums=(0,))
+    eval_step = jax.jit(jax.vmap(train.make_eval_step(setup), in_axes=(0, None, 0)),
+                        in_shardings=(repl, batch_sharding(mesh), repl), out_shardings=repl,
+                        donate_argnums=(2,))
+    totals = _zero_totals_S(len(hyper_S["seed"]), mesh)
+    return (train_step.lower(state_S, batch_S, hyper_S).compile(),
+            eval_step.lower(state_S, eval_batch, totals).compile())
+
+
+def _replicated(host_tree, mesh):
+    """Host arrays that every process holds alike -> replicated global arrays."""
+    return jax.tree.map(lambda v: jax.make_array_from_process_local_data(replicated(mesh), v), host_tree)
+
+
+def _zero_totals_S(num_seeds: int, mesh) -> dict:
+    """`train.make_eval_step`'s totals, one per seed, replicated (made on the host: nothing to compile)."""
+    zeros = {k: np.zeros((num_seeds,), np.float32) for k in ("correct", "count", "loss_sum")}
+    return _replicated(zeros, mesh)
+
+
+def _evaluate_seeds(eval_step, state_S, setup, mesh, num_seeds: int) -> list[dict]:
+    """`train.evaluate` of every seed: accuracy = correct / total over every test example, per seed."""
+    totals = _zero_totals_S(num_seeds, mesh)
+    for local in setup.eval_batches("test"):
+        totals = eval_step(state_S, global_batch(local, mesh), totals)
+    totals = jax.device_get(totals)
+    return [{"test_accuracy": float(totals["correct"][s]) / int(totals["count"][s]),
+             "test_loss": float(totals["loss_sum"][s]) / int(totals["count"][s]),
+             "test_examples": int(totals["count"][s])} for s in range(num_seeds)]
+
+
+def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
+    """Train `configs` (the same config but for `seed`) in one vmapped program, seed s in `workdirs[s]`
+    (resuming from their checkpoints); [summary of each seed], as `train.train` writes it, with
+    "vmapped_seeds": S added. A summary's images_per_second counts that seed's images (the program's
+    throughput is S times it).
+
+    Each workdir is checked as `train.train` checks it (room for its checkpoints, the run it records,
+    a checkpoint that restores) before any file of any of them changes. NotVmapped (nothing changed)
+    where their checkpoints are at different steps, or the programs do not fit (`Footprint`);
+    ConfigError where the configs differ in more than the seed (`check_seed_configs`). A non-finite
+    loss of any seed stops them all (`train.NonFiniteLoss`, naming its workdir); a preemption notice
+    saves every seed at the current step and stops. `devices`, `dataset` as in `train.train`.
+    """
+    configs, workdirs = list(configs), [str(w) for w in workdirs]
+    check_seed_configs(configs, workdirs)
+    config, num_seeds = configs[0], len(configs)
+    mesh = data_mesh(devices)
+    setup = resolve(config, mesh.devices.size, dataset)
+    setup.info
+    repl = replicated(mesh)
+    # Each seed's numbers (train.train's, for its initial state) and all of them stacked (the step's).
+    host_hypers = [train.step_hyperparameters(c) for c in configs]
+    hypers = [_replicated(h, mesh) for h in host_hypers]
+    hyper_S = _replicated(jax.tree.map(lambda *v: np.stack(v), *host_hypers), mesh)
+    tx = optim.make_optimizer(config.optimizer, hypers[0])
+    # The program of a separate run's initial state (train.train's), so each seed starts from its bits.
+    init_fn = jax.jit(lambda seed: init_state(setup.model, setup.image_shape, seed, tx), out_shardings=repl,
+                      compiler_options=compile_options.run_once(mesh.devices.flat[0].platform))
+    abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hypers[0]["seed"]), repl)
+    pretrained = warm_start.load(config.init_from) if config.get("init_from") else None
+    if pretrained is not None:
+        jax.eval_shape(warm_start.transfer, abstract_state["params"], pretrained)
+    num_params = models.param_count(abstract_state["params"])
+    state_bytes = workdir_lib.checkpoint_bytes(abstract_state)
+    saves = 1 + (config.total_steps // config.checkpoint_every if config.checkpoint_every else 0)
+    for i, w in enumerate(workdirs):
+        copies = workdir_lib.checkpoint_copies(config.keep_checkpoints, saves,
+                                               workdir_lib.saved_checkpoints(w))
+        workdirs[i] = workdir_lib.check(w, copies * state_bytes, f"{copies} checkpoint(s)")
+    with (preemption.Watcher() as watcher, saving.orbax_errors_reported(),
+          train._out_of_memory_stops(config, mesh, workdirs[0]), contextlib.ExitStack() as closing):
+        plans = [train._preflight(c, w, abstract_state) for c, w in zip(configs, workdirs)]
+        starts = [0 if p["state"] is None else int(jax.device_get(p["state"]["step"])) for p in plans]
+        if len(set(starts)) > 1:
+            raise NotVmapped(f"the seeds' checkpoints are at steps {starts} "
+                             f"({', '.join(map(str, workdirs))}): "
+                             "one program trains seeds at one step; train them separately")
+        start, total = starts[0], config.total_steps
+        t_run = time.perf_counter()  # as train.train's: the run's seconds include compiling its step
+        # The programs, compiled before any file changes: their buffer sizes decide whether they fit.
+        batches = [pipeline.train_batches(setup.split("train"), seed=c.seed,
+                                          global_batch_size=config.global_batch_size, start_step=start)
+                   for c in configs]
+        first = _seed_batch([next(b) for b in batches], mesh)
+        eval_first = global_batch(next(setup.eval_batches("test")), mesh)
+        state_S = jax.tree.map(lambda x: jax.ShapeDtypeStruct((num_seeds, *x.shape), x.dtype, sharding=repl),
+                               abstract_state)
+        train_step, eval_step = _compile(setup, mesh, state_S, first, hyper_S, eval_first)
+        sizes = [b for b in (_program_bytes(train_step), _program_bytes(eval_step)) if b is not None]
+        footprint = Footprint(num_seeds, state_bytes, max(sizes) if sizes else None,
+                              free_bytes(mesh.devices.flat[0]))
+        fits = footprint.fits
+        if jax.process_count() > 1:  # every host takes the same path (hosts' free memory may differ)
+            fits = bool(multihost_utils.broadcast_one_to_all(np.int32(fits)))
+        if not fits:
+            raise NotVmapped(f"the vmapped programs do not fit: {footprint}; train the seeds separately "
+                             "(or fewer at once)")
+        # From here files change, as in train.train, for every seed.
+        mngrs, savers, logs, states, moved = [], [], [], [], []
+        for c, w, plan, h in zip(configs, workdirs, plans, hypers):
+            if plan["failed_launch"]:
+                where = resume.set_aside_failed_launch(w)
+                train._say(f"{w} held a launch of another config that stopped before its first checkpoint: "
+                           f"its files are set aside in {where}; starting afresh")
+            moved.append(checkpoint.set_aside(checkpoint.checkpoints_dir(w), plan["skipped"]))
+            for bad in moved[-1]:
+                train._say(f"checkpoint {bad.step} of {w} {bad.reason}: moved to {bad.moved_to}")
+            mngr = checkpoint.manager(str(w), keep=config.keep_checkpoints)
+            closing.callback(saving.close, mngr)
+            io.write_json(w / "config.json", resume.record(c))
+            checkpoint.write_run_record(w, setup)
+            if io.is_writer():
+                (w / "summary.json").unlink(missing_ok=True)
+            log = MetricLog(w, start_step=start)
+            closing.callback(log.close)
+            mngrs.append(mngr), savers.append(saving.Saver(mngr, w)), logs.append(log)
+            state = plan["state"]
+            if state is None:
+                state = init_fn(h["seed"])
+                if pretrained is not None:
+                    transfer = jax.jit(warm_start.transfer, out_shardings=repl)
+                    state["params"] = transfer(state["params"], pretrained)
+            states.append(state)
+        state = jax.jit(lambda *s: _stack(s), out_shardings=repl)(*states)
+        resumed_from = None if plans[0]["state"] is None else start
+        changes = plans[0]["changes"]  # the same for every seed: their configs differ only in the seed
+        del states, plans
+        model_name = config.model.name
+        if model_name == "vit":
+            model_name = f"ViT {config.model.variant} ({config.model.attention} attention)"
+        train._say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
+                   f"{jax.process_count()} processes; vmapped: {footprint}"
+                   + ("" if resumed_from is None else f"; resumed from step {start}")
+                   + (f"; changed from its config.json: {', '.join(changes)}" if changes else ""))
+
+        batch_size = config.global_batch_size
+        pending, window, train_metrics, evals = [], [], [{}] * num_seeds, []
+        t_go, timed_seconds, log_seconds, log_steps = None, 0.0, 0.0, 0
+        for step in range(start + 1, total + 1):
+            batch = first if step == start + 1 else _seed_batch([next(b) for b in batches], mesh)
+            state, metrics = train_step(state, batch, hyper_S)
+            pending.append((step, metrics))
+            if t_go is None:
+                jax.block_until_ready(metrics)
+                t_go = time.perf_counter()
+                train._say(f"step {step}/{total}  compiled and ran the first step of {num_seeds} seeds in "
+                           f"{t_go - t_run:.1f}s")
+            else:
+                log_steps += 1
+            for saver in savers:
+                saver.poll(step)
+            is_last = step == total
+            stop = not is_last and watcher.reached(step, mngrs[0])
+            do_log = step % config.log_every == 0 or is_last
+            do_eval = not stop and (is_last or (config.eval_every and step % config.eval_every == 0))
+            do_ckpt = stop or is_last or (config.checkpoint_every and step % config.checkpoint_every == 0)
+            if not (do_log or do_eval or do_ckpt):
+                continue
+            pulled = jax.device_get(pending)  # waits for the pending steps to finish
+            pending = []
+            window.append([train._check_finite([(t, _seed(m, s)) for t, m in pulled], savers[s], workdirs[s])
+                           for s in range(num_seeds)])
+            dt = time.perf_counter() - t_go
+            timed_seconds, log_seconds = timed_seconds + dt, log_seconds + dt
+            if do_log:
+                train_metrics = [train._mean([m for chunk in window for m in chunk[s]])
+                                 for s in range(num_seeds)]
+                window = []
+                images_per_second = log_steps * batch_size / log_seconds if log_steps else None
+                for log, m in zip(logs, train_metrics):
+                    log.write({"step": step, **{f"train_{k}": v for k, v in m.items()},
+                               "images_per_second": images_per_second})
+                eta = train._eta((total - step) * log_seconds / log_steps) if log_steps else "?"
+                log_seconds, log_steps = 0.0, 0
+                losses = " ".join(f"{m['loss']:.4f}" for m in train_metrics)
+                shown = "?" if images_per_second is None else f"{num_seeds * images_per_second:,.0f}"
+                train._say(f"step {step}/{total}  loss {losses}  lr {train_metrics[0]['lr']:.2e}  "
+                           f"{shown} img/s ({num_seeds} seeds)  ETA {eta}")
+            if do_ckpt:
+                host = jax.device_get(state)
+                for s, saver in enumerate(savers):
+                    saver.save(_seed(host, s), step)
+            if do_eval:
+                evals = _evaluate_seeds(eval_step, state, setup, mesh, num_seeds)
+                for log, e in zip(logs, evals):
+                    log.write(paired_test_metrics({"step": step, **e}))
+                train._say(f"step {step}/{total}  test accuracy "
+                           + " ".join(f"{e['test_accuracy']:.4f}" for e in evals))
+            if stop:
+                for saver, log in zip(savers, logs):
+                    saver.wait(step)
+                    log.write({"step": step, "preempted": True})
+                raise watcher.stopped(step, ", ".join(str(m.directory) for m in mngrs))
+            t_go = time.perf_counter()
+        for saver in savers:
+            saver.wait(total)
+        if not evals:
+            evals = _evaluate_seeds(eval_step, state, setup, mesh, num_seeds)
+        seconds = time.perf_counter() - t_run
+        timed_steps = max(total - start - 1, 0)
+        summaries = []
+        for s, w in enumerate(workdirs):
+            summary = {
+                **evals[s],
+                "train_loss": train_metrics[s].get("loss"),
+                "train_accuracy": train_metrics[s].get("accuracy"),
+                "steps": total,
+                "steps_this_run": total - start,
+                "resumed_from_step": resumed_from,
+                "checkpoints_moved_aside": [vars(bad) for bad in moved[s]],
+                "seconds": seconds,
+                "images_per_second": timed_steps * batch_size / timed_seconds if timed_steps else None,
+                "param_count": num_params,
+                "devices": mesh.devices.size,
+                "processes": jax.process_count(),
+                "vmapped_seeds": num_seeds,
+            }
+            io.write_json(w / "summary.json", summary)
+            train._say(f"summary of {w}: " + json.dumps(summary, sort_keys=True))
+            summaries.append(summary)
+        return summaries
