@@ -161,12 +161,13 @@ class Setup:
         """The model's inputs for a uint8 batch of natural images: augmented, then pixel blocks permuted
         (JSL22 Figure 5). In this order a permuted run sees exactly the permuted images of the augmented
         natural ones; a crop or flip of an already permuted image would move pixels across blocks,
-        which no fixed block permutation of natural images does."""
-        return self.permutation(augment.augment(key, images_BxHxWxC, self.augment, self.info))
+        which no fixed block permutation of natural images does. ConfigError for another dtype."""
+        return self.permutation(augment.augment(key, _uint8(images_BxHxWxC), self.augment, self.info))
 
     def eval_inputs(self, images_BxHxWxC):
-        """The model's inputs for a uint8 evaluation batch (already permuted by `eval_batches`)."""
-        return augment.preprocess_eval(images_BxHxWxC, self.info)
+        """The model's inputs for a uint8 evaluation batch (already permuted by `eval_batches`);
+        ConfigError for another dtype (`preprocess` takes the images a run was given)."""
+        return augment.preprocess_eval(_uint8(images_BxHxWxC), self.info)
 
     @property
     def loss_fn(self):
@@ -174,6 +175,15 @@ class Setup:
         `losses.classification_loss` of this run's model and label smoothing."""
         return functools.partial(losses.classification_loss, self.model,
                                  label_smoothing=float(self.config.label_smoothing))
+
+
+def _uint8(images):
+    """`images` if uint8, the dtype of every split's batches, else ConfigError: floats in [0, 1] would be
+    divided by 255 again (the dtype is known when traced, so jitted callers are checked too)."""
+    if images.dtype != jnp.uint8:
+        raise ConfigError(f"a batch of dtype {images.dtype}: the run's batches are uint8 pixels 0..255 (as "
+                          "its splits read them); Setup.preprocess takes images on the scale they were given")
+    return images
 
 
 def _check_count(config, field: str, low: int, what: str, prefix: str = "") -> None:

@@ -3,6 +3,7 @@ pixel-block permutation (posattn.vision.data)."""
 import collections
 import itertools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -135,6 +136,26 @@ def test_invalid_configs_raise_config_error():
         resolve(make_config(permute_block=3)).train_batches(process_index=0, process_count=1)
     with pytest.raises(ConfigError, match="unknown split"):
         resolve(make_config()).eval_batches("validation", process_index=0, process_count=1)
+
+
+def test_a_setups_batch_helpers_refuse_images_that_are_not_uint8_pixels():
+    # floats in [0, 1] were divided by 255 once more: near-constant inputs, without a word
+    setup = resolve(make_config())
+    floats = np.random.default_rng(0).random((4, 8, 8, 1)).astype(np.float32)
+    for inputs in (setup.eval_inputs, lambda x: jax.jit(setup.training_inputs)(jax.random.key(0), x)):
+        with pytest.raises(ConfigError, match="dtype float32: the run's batches are uint8 pixels 0..255"):
+            inputs(floats)
+    assert setup.eval_inputs((floats * 255).astype(np.uint8)).dtype == jnp.float32
+
+
+def test_channel_statistics_on_the_0_255_scale_are_refused():
+    # a mean of 125 (0..255 pixels) left every input near -1 / 63 of its scale: the run trained on noise
+    message = r"channel_mean=\(125.3,\) lies outside \[0, 1\]: .*divide statistics of 0..255 pixels by 255"
+    with pytest.raises(ConfigError, match=message):
+        resolve(make_config(channel_mean=(125.3,), channel_std=(63.0,)))
+    with pytest.raises(ConfigError, match=r"channel_std=\(63.0,\) lies outside \[0, 1\]"):
+        resolve(make_config(channel_mean=(0.5,), channel_std=(63.0,)))
+    assert resolve(make_config(channel_mean=(0.5,), channel_std=(1.0,))).info.std == (1.0,)  # 1: no scaling
 
 
 # ------------------------------------------------------------------------------ block permutation

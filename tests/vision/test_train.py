@@ -125,11 +125,17 @@ def test_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_last_checkp
     assert steps == [4]
 
 
-def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path):
+def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path, capsys):
     # 360 test digits in global eval batches of 48: 8 batches, the last one padded and masked.
     c = tiny_digits(total_steps=4, log_every=2, eval_every=2, checkpoint_every=2, keep_checkpoints=1,
                     eval_batch_size=48)
     state, summary = train.train(c, str(tmp_path))
+    # the augmentation applied, in the log, the summary and run.json
+    applied = "crop after 1 px of padding (as configured); no flip (as configured)"
+    assert f"augmentation: {applied}\n" in capsys.readouterr().out and summary["augmentation"] == applied
+    assert json.loads((tmp_path / "run.json").read_text())["augment"] == {
+        "crop_padding": 1, "flip": False, "randaugment_layers": 0, "randaugment_magnitude": 9,
+        "mixup_alpha": 0.0}
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written.pop("checkpoints_moved_aside") == summary.pop("checkpoints_moved_aside") == []
     assert written == pytest.approx(summary)
@@ -170,7 +176,9 @@ def test_a_run_loads_from_its_workdir_without_its_data(tmp_path, monkeypatch):
         resolve(c, 1)
     assert json.loads((tmp_path / "run.json").read_text()) == {
         "name": "cifar10", "num_classes": 10, "image_shape": [16, 16, 3], "num_train": 20, "num_test": 20,
-        "mean": list(datasets.KNOWN_STATS["cifar10"][0]), "std": list(datasets.KNOWN_STATS["cifar10"][1])}
+        "mean": list(datasets.KNOWN_STATS["cifar10"][0]), "std": list(datasets.KNOWN_STATS["cifar10"][1]),
+        "pixels": "uint8", "augment": {"crop_padding": 4, "flip": True, "randaugment_layers": 0,
+                                       "randaugment_magnitude": 9, "mixup_alpha": 0.0}}
     images = np.random.default_rng(0).standard_normal((3, 16, 16, 3)).astype(np.float32)
     model, variables, config, _ = checkpoint.load_run(tmp_path)
     assert config.dataset == "cifar10" and model.num_classes == 10
