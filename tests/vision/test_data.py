@@ -247,6 +247,16 @@ def test_resize_and_center_crop_keeps_the_centre():
     assert out[1:-1].min() == 255 and out.min() > 128  # edge rows blend a little with the outside
 
 
+def test_resize_and_center_crop_takes_floats_in_0_1_as_their_levels_and_refuses_other_floats():
+    # PIL refused floats with a TypeError of its own, and clips 0..255 floats given as float images
+    image = np.random.default_rng(0).integers(0, 256, (12, 16, 1)).astype(np.uint8)
+    levels = datasets.resize_and_center_crop(image, 8)
+    out = datasets.resize_and_center_crop(image / 255.0, 8)
+    assert out.dtype == np.float32 and np.array_equal(np.round(out * 255.0), levels)
+    with pytest.raises(ConfigError, match=r"dtype float64 with values in \[0.0, 255.0\]: resize uint8 pixels"):
+        datasets.resize_and_center_crop(image.astype(np.float64) * (255 / image.max()), 8)
+
+
 def test_unprepared_dataset_names_the_build_command(tmp_path, monkeypatch):
     empty = str(tmp_path / "tfds")
     command = f"tfds build cifar10 --file_format=array_record --data_dir={empty}"

@@ -271,3 +271,18 @@ def test_schedule_warms_up_linearly_then_decays_to_zero_and_decays_only_kernels(
                                    rtol=0, atol=1e-3 * 1e-6)  # round-off of the peak lr
     params = {"dense": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)}, "pos_embedding": jnp.ones((4, 2))}
     assert optim.decay_mask(params) == {"dense": {"kernel": True, "bias": False}, "pos_embedding": False}
+
+
+def test_the_loss_refuses_labels_that_broadcast_or_lie_outside_the_classes():
+    # a (1,) label broadcast over the batch, and one_hot made a label counted from 1 (here 10) a zero
+    # target: both gave a finite loss of another problem without a word
+    setup = resolve(tiny_digits(), 1)
+    params = setup.model.init(jax.random.key(0), jnp.zeros((1, 8, 8, 1)))["params"]
+    images = jnp.zeros((4, 8, 8, 1))
+    loss = lambda labels: setup.loss_fn(params, {}, images, jnp.asarray(labels), None, False)[0]  # noqa: E731
+    with pytest.raises(ConfigError, match=r"labels of shape \(1,\) for 4 images of 10 classes: give \(4,\) class "):
+        loss([3])
+    with pytest.raises(ConfigError, match=r"labels in \[1, 10\]: class indices lie in \[0, 10\) \(labels counted"):
+        loss([1, 2, 3, 10])
+    assert np.isfinite(loss([0, 1, 2, 9])) and np.isfinite(loss(np.eye(10)[:4]))
+    assert np.isfinite(jax.jit(loss)(jnp.asarray([0, 1, 2, 9])))  # traced: the shape is still checked
