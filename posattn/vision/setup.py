@@ -2,7 +2,8 @@
 
 `resolve(config, num_devices, dataset=None)` validates everything the run will touch before any heavy
 work and builds the model, the image shape, the dataset (`config.dataset` by name, or the `dataset` passed,
-e.g. one of your own arrays), the block permutation (JSL22 Figure 5) and the augmentation settings, once.
+e.g. one of your own arrays), the block permutation (JSL22 Figure 5) and the augmentation settings (its
+"auto" defaults resolved against the dataset and image size: `resolve_augment`), once.
 The train loop, the evaluation and the analysis tools take the `Setup`, not the ConfigDict: the splits are
 opened (for the in-memory datasets: decoded) once per `Setup`, the dataset's facts (`Setup.info`, channel
 statistics included) are worked out once, on first use, and `loss_fn` is the training loss bound to the
@@ -143,7 +144,7 @@ class Setup:
 
     @property
     def preprocess(self) -> Preprocess:
-        """The run's inputs from natural uint8 images (what `checkpoint.load_run` gives back)."""
+        """The run's inputs from natural images on its pixel scale (what `checkpoint.load_run` gives back)."""
         return Preprocess(self.info, self.permutation)
 
     def train_batches(self, start_step: int = 0, **processes):
