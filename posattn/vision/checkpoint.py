@@ -253,9 +253,11 @@ def abstract_like(state_shapes, sharding) -> dict:
 
 def write_run_record(workdir, setup: Setup) -> None:
     """run.json: the run's `DatasetInfo` (dataset name, classes, image shape, split sizes, channel
-    statistics), what building and feeding the model needs beyond config.json, so that `load_run` needs
-    no data."""
-    io.write_json(epath.Path(workdir) / RUN_FILE, dataclasses.asdict(setup.info))
+    statistics, the pixel scale its images were given on), what building and feeding the model needs
+    beyond config.json, so that `load_run` needs no data; and "augment", the training augmentation as
+    resolved (`setup.resolve_augment`: the config's "auto" values made numbers)."""
+    io.write_json(epath.Path(workdir) / RUN_FILE,
+                  {**dataclasses.asdict(setup.info), "augment": dataclasses.asdict(setup.augment)})
 
 
 def abstract_state(model, image_shape, config, sharding) -> dict:
@@ -334,8 +336,10 @@ def run_preprocess(workdir) -> Preprocess:
                 config.dataset, config.get("data_dir"), config.get("image_size", 0))), **run}
         except ConfigError:
             run = {"name": config.dataset, "num_train": 0, "num_test": 0, "mean": None, "std": None, **run}
+    # (a run.json written before the pixel scale was recorded has none: its images were held, and are
+    # taken again, as uint8 pixels 0..255, the DatasetInfo default)
     info = datasets.DatasetInfo(**{f.name: tuple(run[f.name]) if isinstance(run[f.name], list) else run[f.name]
-                                   for f in dataclasses.fields(datasets.DatasetInfo)})
+                                   for f in dataclasses.fields(datasets.DatasetInfo) if f.name in run})
     return Preprocess(info, BlockPermutation.of(info.image_shape[:2], config.get("permute_block", 0),
                                                 config.get("permute_seed", 0)))
 
@@ -346,7 +350,7 @@ class Run(NamedTuple):
     model: object  # flax Module: model.apply(variables, preprocess(images), train=False) -> logits
     variables: dict
     config: ml_collections.ConfigDict
-    preprocess: Preprocess  # natural uint8 images (B, H, W, C) -> the model's inputs
+    preprocess: Preprocess  # natural images (B, H, W, C) on the run's pixel scale -> the model's inputs
 
 
 def load_run(workdir, step: int | None = None) -> Run:
@@ -354,7 +358,9 @@ def load_run(workdir, step: int | None = None) -> Run:
 
     variables: {"params"} (and "batch_stats" for the CNNs) of checkpoint `step` (default: the latest),
     on the local devices, replicated; `model.apply(variables, preprocess(images), train=False)` gives its
-    logits for a batch of natural uint8 images of the run's shape (preprocess.info.image_shape).
+    logits for a batch of natural images of the run's shape (preprocess.info.image_shape) on the scale
+    its images were given on (preprocess.info.pixels: uint8 0..255, or floats in [0, 1] for a run on
+    float arrays; `setup.Preprocess` refuses the other).
     """
     model, state, config = restore_run(workdir, step=step, devices=jax.local_devices())
     return Run(model, model_variables(state), config, run_preprocess(workdir))

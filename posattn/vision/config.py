@@ -15,6 +15,9 @@ from posattn.errors import ConfigError
 from posattn.vision.data import datasets
 
 
+AUTO_CROP = -1  # augment.crop_padding's "scaled to the image" (`setup.resolve`)
+
+
 def base_config() -> ml_collections.ConfigDict:
     """Every field the image stack reads, with its default."""
     c = ml_collections.ConfigDict()
@@ -34,8 +37,11 @@ def base_config() -> ml_collections.ConfigDict:
     c.init_from = ""
 
     c.augment = ml_collections.ConfigDict()
-    c.augment.crop_padding = 4
-    c.augment.flip = True
+    # AUTO_CROP (-1): padding of 1/8 of the image side, rounded (CIFAR's 4 px of 32); flip None: a flip
+    # where the dataset declares mirror images keep their labels (datasets.FLIP_PRESERVES_LABEL), else
+    # none. An explicit value wins; `setup.resolve` resolves both once and the run's log records them.
+    c.augment.crop_padding = AUTO_CROP
+    c.augment.flip = ml_collections.FieldReference(None, field_type=bool)
     c.augment.randaugment_layers = 0
     c.augment.randaugment_magnitude = 9
     c.augment.mixup_alpha = 0.0

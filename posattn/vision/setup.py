@@ -2,7 +2,8 @@
 
 `resolve(config, num_devices, dataset=None)` validates everything the run will touch before any heavy
 work and builds the model, the image shape, the dataset (`config.dataset` by name, or the `dataset` passed,
-e.g. one of your own arrays), the block permutation (JSL22 Figure 5) and the augmentation settings, once.
+e.g. one of your own arrays), the block permutation (JSL22 Figure 5) and the augmentation settings (its
+"auto" defaults resolved against the dataset and image size: `resolve_augment`), once.
 The train loop, the evaluation and the analysis tools take the `Setup`, not the ConfigDict: the splits are
 opened (for the in-memory datasets: decoded) once per `Setup`, the dataset's facts (`Setup.info`, channel
 statistics included) are worked out once, on first use, and `loss_fn` is the training loss bound to the
@@ -17,12 +18,14 @@ import math
 import numbers
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 from posattn.errors import INT32_MAX, ConfigError, check_choice
 from posattn.vision import config as config_lib, losses, models
-from posattn.vision.data import augment, datasets, pipeline
+from posattn.vision.data import arrays, augment, datasets, pipeline
 from posattn.vision.data.permutation import BlockPermutation
 
 COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -38,11 +41,19 @@ def build_model(config, num_classes: int, image_shape: tuple[int, int, int]) -> 
 
 @dataclasses.dataclass(frozen=True)
 class Preprocess:
-    """A run's inputs from natural uint8 images (B, H, W, C) of its dataset's shape: pixel blocks
-    permuted as the run's were (JSL22 Figure 5; the identity for an unpermuted run), then normalised
-    by the run's channel statistics, (x / 255 - mean) / std; numpy or jax arrays, float32 out.
+    """A run's inputs from natural images of its dataset's shape: pixel blocks permuted as the run's were
+    (JSL22 Figure 5; the identity for an unpermuted run), then normalised by the run's channel
+    statistics, (x / 255 - mean) / std on the 0..255 levels; numpy or jax arrays, float32 out.
 
-    `info` is the run's `DatasetInfo` (classes, image shape, statistics).
+    Images on the scale the run's were given on (`info.pixels`): a "uint8" run takes pixels 0..255
+    (uint8, or integers or floats in [0, 255]), a "float" run (`arrays.from_arrays` of floats) floats in
+    [0, 1], rounded to its 256 levels as training's were. A batch (B, H, W, C), or (B, H, W) for a
+    one-channel run. ConfigError (one line) for another shape, NaN or inf, pixels off the run's scale,
+    and floats in [0, 1] given to a "uint8" run (or pixels 0..255 to a "float" run): read on the other
+    scale they would be near-black or saturated inputs (checked where the values are concrete, not in
+    a traced call).
+
+    `info` is the run's `DatasetInfo` (classes, image shape, statistics, pixel scale).
     """
 
     info: datasets.DatasetInfo
@@ -52,10 +63,51 @@ class Preprocess:
         if self.info.mean is None:
             raise ConfigError(f"the run records no channel statistics (its run.json predates them) and its "
                               f"dataset {self.info.name} is not available to compute them")
-        if tuple(images_BxHxWxC.shape[1:]) != tuple(self.info.image_shape):
-            raise ConfigError(f"images of shape {tuple(images_BxHxWxC.shape[1:])}: the run takes batches of "
-                              f"{tuple(self.info.image_shape)} (resize them with datasets.resize_and_center_crop)")
-        return augment.preprocess_eval(self.permutation(images_BxHxWxC), self.info)
+        images_BxHxWxC = self._batch(images_BxHxWxC)
+        return augment.preprocess_eval(self.permutation(self._levels(images_BxHxWxC)), self.info)
+
+    def _batch(self, images):
+        """`images` as a (B, H, W, C) batch of the run's shape, a one-channel (B, H, W) given its axis."""
+        want, shape = tuple(self.info.image_shape), tuple(images.shape)
+        if len(shape) == 3 and want[2] == 1 and shape[1:] == want[:2]:
+            return images[..., None]  # (documented: a one-channel run's grayscale batch)
+        if shape[1:] == want:
+            return images
+        if shape == want:
+            hint = "one image: add the batch axis, images[None]"
+        elif len(shape) == 4 and shape[1:3] == want[:2]:
+            hint = f"{shape[3]} channels where the run has {want[2]}: convert them"
+        elif len(shape) == 4:
+            hint = "resize them with datasets.resize_and_center_crop"
+        else:
+            hint = f"give a (B, {', '.join(map(str, want))}) batch" + (
+                f" or (B, {want[0]}, {want[1]})" if want[2] == 1 else "")
+        raise ConfigError(f"images of shape {shape}: the run takes batches (B, H, W, C) of {want}; {hint}")
+
+    def _levels(self, images):
+        """The images on the 0..255 scale the statistics normalise: a "float" run's rounded to its levels
+        as `arrays.from_arrays` did; a "uint8" run's as given. The scale checked where concrete."""
+        scale = self.info.pixels
+        if isinstance(images, jax.core.Tracer):  # traced: no values to check
+            return jnp.round(images * 255.0) if scale == "float" else images
+        x = np.asarray(images)
+        if scale == "float":
+            if not np.issubdtype(x.dtype, np.floating):
+                raise ConfigError(f"images of dtype {x.dtype}: the run was trained on float pixels in [0, 1] "
+                                  "(arrays.from_arrays): give them as such, e.g. images / 255")
+            return arrays.pixel_levels(x, "images")[0]
+        if x.dtype == np.uint8:
+            return images
+        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+            raise ConfigError(f"images of dtype {x.dtype}: the run takes pixels 0..255 (uint8)")
+        if not np.isfinite(x).all():
+            raise ConfigError("images hold NaN or infinite values: give pixels 0..255 (uint8)")
+        low, high = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
+        if low < 0 or high > 255 or (np.issubdtype(x.dtype, np.floating) and 0 < high <= 1):
+            raise ConfigError(f"images in [{low}, {high}]: the run was trained on pixels 0..255 (uint8); "
+                              "give them on that scale (e.g. np.round(images * 255).astype(np.uint8) for "
+                              "floats in [0, 1])")
+        return images
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -71,6 +123,7 @@ class Setup:
     model: nn.Module
     permutation: BlockPermutation
     augment: augment.Settings
+    augment_note: str = ""  # what `augment` applies and where each value came from (`resolve_augment`)
     _splits: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def split(self, name: str) -> datasets.Split:
@@ -91,7 +144,7 @@ class Setup:
 
     @property
     def preprocess(self) -> Preprocess:
-        """The run's inputs from natural uint8 images (what `checkpoint.load_run` gives back)."""
+        """The run's inputs from natural images on its pixel scale (what `checkpoint.load_run` gives back)."""
         return Preprocess(self.info, self.permutation)
 
     def train_batches(self, start_step: int = 0, **processes):
@@ -109,12 +162,13 @@ class Setup:
         """The model's inputs for a uint8 batch of natural images: augmented, then pixel blocks permuted
         (JSL22 Figure 5). In this order a permuted run sees exactly the permuted images of the augmented
         natural ones; a crop or flip of an already permuted image would move pixels across blocks,
-        which no fixed block permutation of natural images does."""
-        return self.permutation(augment.augment(key, images_BxHxWxC, self.augment, self.info))
+        which no fixed block permutation of natural images does. ConfigError for another dtype."""
+        return self.permutation(augment.augment(key, _uint8(images_BxHxWxC), self.augment, self.info))
 
     def eval_inputs(self, images_BxHxWxC):
-        """The model's inputs for a uint8 evaluation batch (already permuted by `eval_batches`)."""
-        return augment.preprocess_eval(images_BxHxWxC, self.info)
+        """The model's inputs for a uint8 evaluation batch (already permuted by `eval_batches`);
+        ConfigError for another dtype (`preprocess` takes the images a run was given)."""
+        return augment.preprocess_eval(_uint8(images_BxHxWxC), self.info)
 
     @property
     def loss_fn(self):
@@ -122,6 +176,15 @@ class Setup:
         `losses.classification_loss` of this run's model and label smoothing."""
         return functools.partial(losses.classification_loss, self.model,
                                  label_smoothing=float(self.config.label_smoothing))
+
+
+def _uint8(images):
+    """`images` if uint8, the dtype of every split's batches, else ConfigError: floats in [0, 1] would be
+    divided by 255 again (the dtype is known when traced, so jitted callers are checked too)."""
+    if images.dtype != jnp.uint8:
+        raise ConfigError(f"a batch of dtype {images.dtype}: the run's batches are uint8 pixels 0..255 (as "
+                          "its splits read them); Setup.preprocess takes images on the scale they were given")
+    return images
 
 
 def _check_count(config, field: str, low: int, what: str, prefix: str = "") -> None:
@@ -160,6 +223,37 @@ def _check_loop_fields(config, num_devices: int) -> None:
         _check_number(opt, field, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (Adam's decay rate)")
 
 
+def resolve_augment(aug_cfg, dataset: datasets.Dataset, side: int) -> tuple[augment.Settings, str]:
+    """(the training augmentation of a config's `augment` section for `dataset` read at `side` x `side`
+    pixels, one line saying what it applies and why). An explicit value wins; crop_padding
+    `config.AUTO_CROP` (-1) is 1/8 of the side, rounded half up, and flip None is what the dataset
+    declares (`datasets.flip_preserves_label`; unknown: no flip). ConfigError for another negative
+    crop_padding, or settings `augment.Settings` refuses."""
+    name, crop, flip = dataset.name, aug_cfg.get("crop_padding", 0), aug_cfg.get("flip", False)
+    crop_why = flip_why = "as configured"
+    if crop == config_lib.AUTO_CROP:
+        # CIFAR's 4 px of 32: a shift of up to 1/8 of the side keeps the object in view, at every size
+        # (4 px would be half of an 8 px digit)
+        crop, crop_why = int(side / 8 + 0.5), f"auto: 1/8 of the {side} px side"
+    elif isinstance(crop, numbers.Integral) and not isinstance(crop, bool) and crop < 0:
+        raise ConfigError(f"augment.crop_padding={crop}: give {config_lib.AUTO_CROP} (1/8 of the image side) "
+                          "or a padding in pixels >= 0 (0: no crop)")
+    if flip is None:
+        declared = datasets.flip_preserves_label(dataset)
+        flip = bool(declared)
+        flip_why = {True: f"auto: {name} declares that a mirror image keeps its label",
+                    False: f"auto: {name} declares that a mirror image does not keep its label",
+                    None: f"auto: {name} does not declare whether a mirror image keeps its label; set "
+                          "augment.flip=True if it does"}[declared]
+    settings = augment.Settings.from_config({**aug_cfg, "crop_padding": crop, "flip": flip})
+    extras = [f"RandAugment({settings.randaugment_layers}, {settings.randaugment_magnitude})"
+              if settings.randaugment_layers else "",
+              f"mixup {settings.mixup_alpha}" if settings.mixup_alpha else ""]
+    note = "; ".join([f"crop after {crop} px of padding ({crop_why})" if crop else f"no crop ({crop_why})",
+                      f"{'flip' if flip else 'no flip'} ({flip_why})", *filter(None, extras)])
+    return settings, note
+
+
 def resolve(config, num_devices: int = 1, dataset: datasets.Dataset | None = None) -> Setup:
     """Validate everything the run will use, before any heavy work; raise ConfigError on the first fault.
 
@@ -170,15 +264,14 @@ def resolve(config, num_devices: int = 1, dataset: datasets.Dataset | None = Non
     variant, attention or pooling, a patch size that does not divide the image, a batch that does not
     divide by the devices, an unknown compute dtype, a step count, batch size or seed that is not an
     integer in range (below 2**31: they are int32 in the programs), optimiser numbers that are not finite
-    or out of range, augmentation settings out of range, channel statistics that are not one positive
-    std and one mean per channel, a block size that does not divide the image or a negative permutation
-    seed. The splits are opened later, on first use. A config without the fields of
-    `config.base_config()` is refused first.
+    or out of range, augmentation settings out of range (their defaults resolved: `resolve_augment`),
+    channel statistics that are not one mean and one positive std per channel in [0, 1], a block size
+    that does not divide the image or a negative permutation seed. The splits are opened later, on
+    first use. A config without the fields of `config.base_config()` is refused first.
     """
     config_lib.check_schema(config)
     check_choice(config.compute_dtype, COMPUTE_DTYPES, "compute_dtype")
     _check_loop_fields(config, num_devices)
-    settings = augment.Settings.from_config(config.augment)
     if dataset is None:
         dataset = datasets.get(config.dataset, data_dir=config.get("data_dir"), idx_dir=config.get("idx_dir"))
     elif config.dataset != dataset.name:
@@ -187,8 +280,9 @@ def resolve(config, num_devices: int = 1, dataset: datasets.Dataset | None = Non
     dataset.sizes()  # the data are there (a dataset not prepared says how to prepare it)
     shape = datasets.shape_at(dataset, config.get("image_size", 0))
     datasets.check_stats(config.get("channel_mean"), config.get("channel_std"), shape[2])
+    settings, note = resolve_augment(config.augment, dataset, shape[0])
     permutation = BlockPermutation.of(shape[:2], config.get("permute_block", 0),
                                       config.get("permute_seed", 0))
     return Setup(config=config, dataset=dataset, image_shape=shape,
                  model=build_model(config, dataset.num_classes, shape), permutation=permutation,
-                 augment=settings)
+                 augment=settings, augment_note=note)

@@ -298,6 +298,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         resumed += f"; changed from its config.json: {', '.join(plan['changes'])}" if plan["changes"] else ""
         _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
              f"{jax.process_count()} processes{resumed}")
+        _say(f"augmentation: {setup.augment_note}")  # (the "auto" defaults resolved: setup.resolve_augment)
 
         train_step = jax.jit(make_train_step(setup), in_shardings=(repl, batch_shard, repl),
                              out_shardings=(repl, repl), donate_argnums=(0,))
@@ -372,6 +373,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             "seconds": seconds,
             "images_per_second": timed_steps * batch_size / timed_seconds if timed_steps else None,
             "param_count": num_params,
+            "augmentation": setup.augment_note,  # as applied (run.json records the settings)
             "devices": mesh.devices.size,
             "processes": jax.process_count(),
         }

@@ -14,7 +14,9 @@ import tensorflow_datasets as tfds
 
 from posattn import cli
 from posattn.errors import ConfigError
+from posattn.papers.lwlc23 import grid_experiment
 from posattn.vision import config as config_lib, setup as setup_lib, train
+from posattn.vision.data import arrays
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = ("digits", "cifar10", "cifar100", "svhn", "imagenet", "permuted_cifar100", "fashion_mnist")
@@ -84,6 +86,72 @@ def test_full_size_config_is_valid_and_documented(name, tmp_path):
     assert c.total_steps > c.optimizer.warmup_steps > 0
     assert f"--config=tpu_configs/{name}.py" in doc and "Hardware" in doc and "wall-clock" in doc
     assert name == "digits" or "Paper (JSL22" in doc or "Published baselines" in doc  # accuracies to expect
+
+
+# ------------------------------------------------------------------------------ augmentation defaults
+
+# (crop_padding, flip) of every committed image config, as they were before the "auto" defaults: each
+# states them, so that no published run changes with the defaults
+COMMITTED_AUGMENTATION = {
+    ("digits", None): (1, False), ("digits", "resnet18"): (1, False), ("cifar10", None): (4, True),
+    ("cifar100", None): (4, True), ("svhn", None): (4, False), ("imagenet", None): (16, True),
+    ("permuted_cifar100", "4"): (4, True), ("fashion_mnist", None): (2, True),
+    ("fashion_mnist", "vit_positional,accel"): (2, True), ("fashion_mnist", "resnet,7"): (2, True),
+    ("token_grid", None): (0, False), ("how_vits_work", None): (2, False),
+    ("how_vits_work", "vit_vanilla,fashion_mnist"): (2, True),
+}
+
+
+@pytest.mark.parametrize("name,arg", list(COMMITTED_AUGMENTATION), ids=lambda v: str(v))
+def test_committed_configs_state_the_augmentation_of_their_published_runs(name, arg):
+    path = str(ROOT / "tpu_configs" / f"{name}.py")
+    c = cli.load_config(path, arg, grid_experiment.SCHEMA if name == "token_grid" else config_lib.SCHEMA)
+    assert (c.augment.crop_padding, c.augment.flip) == COMMITTED_AUGMENTATION[name, arg]
+
+
+def test_base_config_on_digits_crops_one_pixel_and_does_not_flip():
+    # it carried CIFAR's crop after 4 px and flips onto 8 x 8 digits: 29.2% where the digits recipe has 92.2%
+    setup = setup_lib.resolve(config_lib.base_config())
+    assert (setup.augment.crop_padding, setup.augment.flip) == (1, False)
+    assert setup.augment_note == ("crop after 1 px of padding (auto: 1/8 of the 8 px side); no flip (auto: "
+                                  "digits declares that a mirror image does not keep its label)")
+
+
+@pytest.mark.parametrize("dataset,image_size,crop,flip", [
+    ("cifar10", 0, 4, True), ("cifar100", 0, 4, True), ("svhn_cropped", 0, 4, False), ("mnist", 0, 4, False),
+    ("fashion_mnist", 0, 4, True), ("cifar10", 16, 2, True), ("digit_grid/7", 0, 3, False),
+    ("digits", 16, 2, False),
+])
+def test_auto_augmentation_scales_the_crop_and_flips_where_the_dataset_says_labels_survive(
+        dataset, image_size, crop, flip, tmp_path):
+    c = config_lib.base_config()
+    c.dataset, c.image_size, c.data_dir, c.idx_dir = dataset, image_size, str(tmp_path), str(tmp_path)
+    c.model.variant = "test/8" if dataset.startswith("digit_grid") else "test/2"
+    with tfds.testing.mock_data(num_examples=4):
+        setup = setup_lib.resolve(c)
+    assert (setup.augment.crop_padding, setup.augment.flip) == (crop, flip)
+
+
+def test_arrays_of_your_own_are_not_flipped_unless_the_config_says_so_and_explicit_values_win():
+    rng = np.random.default_rng(0)
+    ds = arrays.from_arrays(rng.integers(0, 256, (8, 16, 16, 3), np.uint8), np.arange(8) % 2,
+                            rng.integers(0, 256, (4, 16, 16, 3), np.uint8), np.arange(4) % 2, num_classes=2,
+                            name="own")
+    c = config_lib.base_config()
+    c.dataset = "own"
+    auto = setup_lib.resolve(c, dataset=ds)
+    assert (auto.augment.crop_padding, auto.augment.flip) == (2, False)
+    assert "no flip (auto: own does not declare whether a mirror image keeps its label; set " \
+           "augment.flip=True if it does)" in auto.augment_note
+    c.augment.crop_padding, c.augment.flip = 0, True
+    explicit = setup_lib.resolve(c, dataset=ds)
+    assert (explicit.augment.crop_padding, explicit.augment.flip) == (0, True)
+    assert explicit.augment_note == "no crop (as configured); flip (as configured)"
+    c.dataset, c.augment.flip = "digits", True  # a config's word wins over the dataset's too
+    assert setup_lib.resolve(c).augment.flip is True
+    c.augment.crop_padding = -2
+    with pytest.raises(ConfigError, match=r"augment.crop_padding=-2: give -1 \(1/8 of the image side\) or"):
+        setup_lib.resolve(c)
 
 
 def test_config_arguments_select_attention_model_block_and_quick():

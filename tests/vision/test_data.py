@@ -3,6 +3,7 @@ pixel-block permutation (posattn.vision.data)."""
 import collections
 import itertools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -137,6 +138,26 @@ def test_invalid_configs_raise_config_error():
         resolve(make_config()).eval_batches("validation", process_index=0, process_count=1)
 
 
+def test_a_setups_batch_helpers_refuse_images_that_are_not_uint8_pixels():
+    # floats in [0, 1] were divided by 255 once more: near-constant inputs, without a word
+    setup = resolve(make_config())
+    floats = np.random.default_rng(0).random((4, 8, 8, 1)).astype(np.float32)
+    for inputs in (setup.eval_inputs, lambda x: jax.jit(setup.training_inputs)(jax.random.key(0), x)):
+        with pytest.raises(ConfigError, match="dtype float32: the run's batches are uint8 pixels 0..255"):
+            inputs(floats)
+    assert setup.eval_inputs((floats * 255).astype(np.uint8)).dtype == jnp.float32
+
+
+def test_channel_statistics_on_the_0_255_scale_are_refused():
+    # a mean of 125 (0..255 pixels) left every input near -1 / 63 of its scale: the run trained on noise
+    message = r"channel_mean=\(125.3,\) lies outside \[0, 1\]: .*divide statistics of 0..255 pixels by 255"
+    with pytest.raises(ConfigError, match=message):
+        resolve(make_config(channel_mean=(125.3,), channel_std=(63.0,)))
+    with pytest.raises(ConfigError, match=r"channel_std=\(63.0,\) lies outside \[0, 1\]"):
+        resolve(make_config(channel_mean=(0.5,), channel_std=(63.0,)))
+    assert resolve(make_config(channel_mean=(0.5,), channel_std=(1.0,))).info.std == (1.0,)  # 1: no scaling
+
+
 # ------------------------------------------------------------------------------ block permutation
 
 def blocks_of(x, g):
@@ -224,6 +245,16 @@ def test_resize_and_center_crop_keeps_the_centre():
     out = datasets.resize_and_center_crop(image, 10)
     assert out.shape == (10, 10, 1)
     assert out[1:-1].min() == 255 and out.min() > 128  # edge rows blend a little with the outside
+
+
+def test_resize_and_center_crop_takes_floats_in_0_1_as_their_levels_and_refuses_other_floats():
+    # PIL refused floats with a TypeError of its own, and clips 0..255 floats given as float images
+    image = np.random.default_rng(0).integers(0, 256, (12, 16, 1)).astype(np.uint8)
+    levels = datasets.resize_and_center_crop(image, 8)
+    out = datasets.resize_and_center_crop(image / 255.0, 8)
+    assert out.dtype == np.float32 and np.array_equal(np.round(out * 255.0), levels)
+    with pytest.raises(ConfigError, match=r"dtype float64 with values in \[0.0, 255.0\]: resize uint8 pixels"):
+        datasets.resize_and_center_crop(image.astype(np.float64) * (255 / image.max()), 8)
 
 
 def test_unprepared_dataset_names_the_build_command(tmp_path, monkeypatch):

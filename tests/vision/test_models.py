@@ -348,6 +348,19 @@ def test_invalid_configs_raise_config_error(fields, message):
         _model(**fields)
 
 
+@pytest.mark.parametrize("fields, num_classes, message", [
+    ({"patch_size": 2.5}, 10, r"model.patch_size must be an integer >= 0 \(0 = the variant's\), got 2.5"),
+    ({"pos_shared": "False"}, 10, "model.pos_shared='False': give True or False"),
+    ({"pos_add": 1}, 10, "model.pos_add=1: give True or False"),
+    ({}, 10.5, "num_classes must be a positive integer, got 10.5"),
+])
+def test_fields_of_a_plain_dict_are_not_truncated_or_made_true(fields, num_classes, message):
+    # a plain dict has no ConfigDict types: int() made a patch of 2.5 one of 2, bool("False") True
+    with pytest.raises(ConfigError, match=message):
+        create_model({"name": "vit", "variant": "test/2", **fields}, num_classes=num_classes, image_size=8,
+                     channels=3)
+
+
 def test_images_of_the_wrong_size_are_rejected():
     model = _model()
     variables = _init(model)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from posattn import cli
+from posattn import cli, io
 from posattn.papers.pk22 import suite
 from posattn.errors import ConfigError
-from posattn.vision import config as config_lib, sweep
+from posattn.vision import checkpoint, config as config_lib, resume, sweep
 from posattn.vision.data import arrays, datasets, idx, tfds_datasets
 from posattn.vision.setup import resolve
 from tests import envs
@@ -146,6 +146,14 @@ def digits_as_floats():
     ({"name": "digits"}, "give the arrays a name of their own"),
     ({"mean": [0.5]}, r"std=None must be 1 finite positive .* \(set both mean and std, or neither"),
     ({"mean": [0.5, 0.5], "std": [0.2, 0.2]}, r"mean=\[0.5, 0.5\] must be 1 finite number"),
+    ({"mean": [33.3], "std": [76.3]}, r"mean=\[33.3\] lies outside \[0, 1\]: .*divide statistics of 0..255"),
+    ({"train_images": np.full((4, 8, 8), np.nan)}, "train_images hold 256 NaN or infinite values"),
+    ({"train_images": np.zeros((4, 1, 8, 8))}, r"\(channels last: x.transpose\(0, 2, 3, 1\)\)"),
+    ({"train_images": np.zeros((4, 8, 8, 8, 1))}, r"give \(N, H, W\) grayscale or \(N, H, W, C\) images"),
+    ({"test_images": np.zeros((2, 8, 8), np.uint8)}, "train_images are float pixels in .* test_images uint8 "
+                                                     "pixels 0..255: give both splits on one scale"),
+    ({"train_labels": np.array([0.0, 1.0, 2.0, 3.0])}, "dtype float64: give 4 integer labels"),
+    ({"train_labels": np.arange(4)[:, None]}, r"shape \(4, 1\) .* give 4 integer labels"),
 ])
 def test_arrays_are_validated(change, message):
     args = dict(train_images=np.zeros((4, 8, 8)), train_labels=np.arange(4), test_images=np.zeros((2, 8, 8)),
@@ -162,13 +170,49 @@ def test_arrays_serve_the_train_loop_and_the_analysis_tools():
     setup = resolve(make_config(dataset="my_digits"), dataset=ds)
     reference = resolve(make_config())  # the same pixels as uint8: the same images and statistics
     np.testing.assert_array_equal(setup.split("train").read([5])[0], reference.split("train").read([5])[0])
-    assert setup.info == dataclasses.replace(reference.info, name="my_digits")
+    assert setup.info == dataclasses.replace(reference.info, name="my_digits", pixels="float")
     inputs, labels = suite.test_set(setup, limit=4)
     assert inputs.shape == (4, 8, 8, 1) and list(labels) == list(y_test[:4])
     stats = resolve(make_config(dataset="my_digits", channel_mean=(0.5,), channel_std=(0.25,)), dataset=ds).info
     assert (stats.mean, stats.std) == ((0.5,), (0.25,))
     with pytest.raises(ConfigError, match="channel_std=.* must be 1 finite positive"):
         resolve(make_config(dataset="my_digits", channel_mean=(0.5,), channel_std=(0.0,)), dataset=ds)
+
+
+def test_a_run_on_float_arrays_preprocesses_floats_from_its_record_as_it_trained(tmp_path):
+    """The record alone (config.json and run.json, what load_run reads in a new process) says the images
+    were floats in [0, 1]: the loaded preprocessing gives the inputs training's evaluation gave, and
+    refuses images on the other scale. (It read the floats as 0..255: 9.8% where the run measured 92.2%.)"""
+    x_train, y_train, x_test, y_test = digits_as_floats()
+    ds = arrays.from_arrays(x_train, y_train, x_test, y_test, num_classes=10, name="my_digits")
+    setup = resolve(make_config(dataset="my_digits"), dataset=ds)
+    preprocess = checkpoint.run_preprocess(_record(tmp_path / "floats", setup))
+    assert preprocess.info == setup.info and preprocess.info.pixels == "float"
+    levels = setup.split("test").read(np.arange(8))[0]  # what the run evaluated: round(255 x) as uint8
+    np.testing.assert_array_equal(preprocess(x_test[:8]), setup.eval_inputs(levels))
+    with pytest.raises(ConfigError, match=r"dtype uint8: the run was trained on float pixels in \[0, 1\]"):
+        preprocess(levels)
+    with pytest.raises(ConfigError, match=r"floats in \[0.0, 255.0\]: float images must lie in \[0, 1\]"):
+        preprocess(levels.astype(np.float32))
+    # a run on uint8 pixels refuses floats in [0, 1], and takes its one channel's axis as given or not
+    digits = checkpoint.run_preprocess(_record(tmp_path / "digits", resolve(make_config())))
+    with pytest.raises(ConfigError, match=r"images in \[0.0, 1.0\]: the run was trained on pixels 0..255"):
+        digits(x_test[:8])
+    np.testing.assert_array_equal(digits(levels[..., 0]), digits(levels))
+    with pytest.raises(ConfigError, match=r"one image: add the batch axis, images\[None\]"):
+        digits(levels[0])
+    with pytest.raises(ConfigError, match=r"shape \(8, 8\): .* give a \(B, 8, 8, 1\) batch or \(B, 8, 8\)"):
+        digits(levels[0, ..., 0])
+    with pytest.raises(ConfigError, match="hold NaN or infinite values"):
+        digits(np.full((2, 8, 8, 1), np.nan))
+
+
+def _record(workdir: pathlib.Path, setup) -> pathlib.Path:
+    """`workdir` holding the record of a run of `setup` (config.json, run.json) and nothing else."""
+    workdir.mkdir()
+    io.write_json(workdir / "config.json", resume.record(setup.config))
+    checkpoint.write_run_record(workdir, setup)
+    return workdir
 
 
 LOAD_AND_EVALUATE = """
@@ -189,8 +233,8 @@ def test_a_run_on_arrays_loads_and_evaluates_in_a_new_process(tmp_path):
     c.dataset, c.checkpoint_every = "my_digits", 0
     summary = sweep.run_cell(c, str(tmp_path / "run"), dataset=ds)  # the sweeps' entry to the train loop
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert recorded["name"] == "my_digits" and recorded["image_shape"] == [8, 8, 1]
-    np.savez(tmp_path / "test.npz", images=(np.round(x_test * 255)).astype(np.uint8)[..., None], labels=y_test)
+    assert recorded["name"] == "my_digits" and recorded["image_shape"] == [8, 8, 1] and recorded["pixels"] == "float"
+    np.savez(tmp_path / "test.npz", images=x_test, labels=y_test)  # as the run was given them: floats (N, H, W)
     r = subprocess.run([sys.executable, "-c", LOAD_AND_EVALUATE, str(tmp_path / "run"), str(tmp_path / "test.npz")],
                        capture_output=True, text=True, env=envs.devices(1, PYTHONPATH=str(ROOT)), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -125,11 +125,17 @@ def test_non_finite_loss_stops_the_run_naming_the_step_and_keeps_the_last_checkp
     assert steps == [4]
 
 
-def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path):
+def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path, capsys):
     # 360 test digits in global eval batches of 48: 8 batches, the last one padded and masked.
     c = tiny_digits(total_steps=4, log_every=2, eval_every=2, checkpoint_every=2, keep_checkpoints=1,
                     eval_batch_size=48)
     state, summary = train.train(c, str(tmp_path))
+    # the augmentation applied, in the log, the summary and run.json
+    applied = "crop after 1 px of padding (as configured); no flip (as configured)"
+    assert f"augmentation: {applied}\n" in capsys.readouterr().out and summary["augmentation"] == applied
+    assert json.loads((tmp_path / "run.json").read_text())["augment"] == {
+        "crop_padding": 1, "flip": False, "randaugment_layers": 0, "randaugment_magnitude": 9,
+        "mixup_alpha": 0.0}
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written.pop("checkpoints_moved_aside") == summary.pop("checkpoints_moved_aside") == []
     assert written == pytest.approx(summary)
@@ -170,7 +176,9 @@ def test_a_run_loads_from_its_workdir_without_its_data(tmp_path, monkeypatch):
         resolve(c, 1)
     assert json.loads((tmp_path / "run.json").read_text()) == {
         "name": "cifar10", "num_classes": 10, "image_shape": [16, 16, 3], "num_train": 20, "num_test": 20,
-        "mean": list(datasets.KNOWN_STATS["cifar10"][0]), "std": list(datasets.KNOWN_STATS["cifar10"][1])}
+        "mean": list(datasets.KNOWN_STATS["cifar10"][0]), "std": list(datasets.KNOWN_STATS["cifar10"][1]),
+        "pixels": "uint8", "augment": {"crop_padding": 4, "flip": True, "randaugment_layers": 0,
+                                       "randaugment_magnitude": 9, "mixup_alpha": 0.0}}
     images = np.random.default_rng(0).standard_normal((3, 16, 16, 3)).astype(np.float32)
     model, variables, config, _ = checkpoint.load_run(tmp_path)
     assert config.dataset == "cifar10" and model.num_classes == 10
@@ -263,3 +271,18 @@ def test_schedule_warms_up_linearly_then_decays_to_zero_and_decays_only_kernels(
                                    rtol=0, atol=1e-3 * 1e-6)  # round-off of the peak lr
     params = {"dense": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)}, "pos_embedding": jnp.ones((4, 2))}
     assert optim.decay_mask(params) == {"dense": {"kernel": True, "bias": False}, "pos_embedding": False}
+
+
+def test_the_loss_refuses_labels_that_broadcast_or_lie_outside_the_classes():
+    # a (1,) label broadcast over the batch, and one_hot made a label counted from 1 (here 10) a zero
+    # target: both gave a finite loss of another problem without a word
+    setup = resolve(tiny_digits(), 1)
+    params = setup.model.init(jax.random.key(0), jnp.zeros((1, 8, 8, 1)))["params"]
+    images = jnp.zeros((4, 8, 8, 1))
+    loss = lambda labels: setup.loss_fn(params, {}, images, jnp.asarray(labels), None, False)[0]  # noqa: E731
+    with pytest.raises(ConfigError, match=r"labels of shape \(1,\) for 4 images of 10 classes: give \(4,\) class "):
+        loss([3])
+    with pytest.raises(ConfigError, match=r"labels in \[1, 10\]: class indices lie in \[0, 10\) \(labels counted"):
+        loss([1, 2, 3, 10])
+    assert np.isfinite(loss([0, 1, 2, 9])) and np.isfinite(loss(np.eye(10)[:4]))
+    assert np.isfinite(jax.jit(loss)(jnp.asarray([0, 1, 2, 9])))  # traced: the shape is still checked

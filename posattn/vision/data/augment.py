@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.ndimage import map_coordinates
 
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, check_field_types
 
 # Strength of each op at level 1 (magnitude 10), the ranges of the RandAugment paper / timm.
 _MAX_ENHANCE = 0.9        # brightness, contrast, sharpness: blend factor 1 +- 0.9
@@ -198,7 +198,8 @@ class Settings:
     """The training augmentation of a run, checked once, at construction.
 
     crop_padding (0 = no crop), flip, randaugment_layers (0 = off), randaugment_magnitude (in [0, 10]
-    when RandAugment is on), mixup_alpha (0 = off); all non-negative.
+    when RandAugment is on), mixup_alpha (0 = off); all non-negative, each of its field's type (no
+    fractional count, no NaN, flip True or False: a config's "auto" values are `setup.resolve_augment`'s).
     """
 
     crop_padding: int = 0
@@ -208,6 +209,7 @@ class Settings:
     mixup_alpha: float = 0.0
 
     def __post_init__(self):
+        check_field_types(self)
         if self.crop_padding < 0 or self.randaugment_layers < 0 or self.mixup_alpha < 0:
             raise ConfigError(f"augment.crop_padding ({self.crop_padding}), augment.randaugment_layers "
                               f"({self.randaugment_layers}) and augment.mixup_alpha ({self.mixup_alpha}) "

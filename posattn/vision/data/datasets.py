@@ -16,7 +16,9 @@ the train loop, the sweeps and the analysis tools): it has a name but is never r
 
 Per-channel statistics (on the [0, 1] scale) are the published constants of `KNOWN_STATS` where a
 dataset has them, else computed from its training split (`split.channel_stats`); a run records the
-ones it used (run.json).
+ones it used (run.json). Every dataset also says whether a horizontal flip keeps an image's label
+(`FLIP_PRESERVES_LABEL`: what `augment.flip` "auto" applies) and on which scale its images were given
+(`PIXEL_SCALES`: what a loaded run's preprocessing takes).
 """
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ class DatasetInfo:
     """What the model, the augmentation and a loaded run need to know about a run's dataset.
 
     `image_shape` is the (H, W, C) of the images as the run reads them (after any resizing); `mean` and
-    `std` are per channel on the [0, 1] pixel scale.
+    `std` are per channel on the [0, 1] pixel scale; `pixels` the scale the images were given on
+    (`PIXEL_SCALES`), which a loaded run's preprocessing takes again.
     """
 
     name: str
@@ -46,6 +49,7 @@ class DatasetInfo:
     num_test: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    pixels: str = "uint8"
 
 
 class Dataset(Protocol):
@@ -55,6 +59,8 @@ class Dataset(Protocol):
     image_size); `stats` the known per-channel (mean, std), None where they are computed from the
     training split. `sizes()` and `open_split` read the data (ConfigError where they are missing);
     `open_split(split, image_size)` opens "train" or "test" at image_size x image_size (0: native).
+    `flip_preserves_label` (True, False, or None: unknown) and `pixels` (`PIXEL_SCALES`) may be left
+    out: read with `flip_preserves_label` and `pixel_scale`, a dataset without them is None and "uint8".
     """
 
     name: str
@@ -76,6 +82,8 @@ class InMemoryDataset:
     native_shape: tuple[int, int, int]
     load: Callable[[str], tuple[np.ndarray, np.ndarray]]
     stats: tuple | None = None
+    flip_preserves_label: bool | None = None
+    pixels: str = "uint8"  # PIXEL_SCALES: the scale its images were given on (stored as uint8 alike)
 
     def sizes(self) -> tuple[int, int]:
         return len(self.load("train")[1]), len(self.load("test")[1])
@@ -127,6 +135,15 @@ KNOWN_STATS = {
     "fashion_mnist": ((0.2860,), (0.3530,)),
 }
 SPLITS = ("train", "test")
+# Whether a mirror image keeps its label, by dataset name: what `augment.flip` "auto" (None) applies.
+# Digits are not mirror-symmetric (a mirrored 2 or 7 is no digit, SVHN's house numbers alike); clothing,
+# objects and animals are mirror-symmetric as classes. A dataset not listed is unknown: no flip unless
+# the config says so. The token-grid families declare False (a mirror moves the slots).
+FLIP_PRESERVES_LABEL = {"digits": False, "mnist": False, "svhn_cropped": False, "fashion_mnist": True,
+                        "cifar10": True, "cifar100": True, "imagenet2012": True}
+# The scales images are given on: "uint8" pixels 0..255 (every named dataset), "float" floats in [0, 1]
+# (`arrays.from_arrays` of float arrays); both are held as uint8 levels, round(255 x) for floats.
+PIXEL_SCALES = {"uint8": "uint8 pixels 0..255", "float": "float pixels in [0, 1]"}
 
 # digits: scikit-learn's 8x8 handwritten digits, values 0..16, one fixed stratified 80/20 split.
 _DIGITS_TEST_FRACTION = 0.2
@@ -158,7 +175,18 @@ def _digits_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-DIGITS = InMemoryDataset("digits", 10, (8, 8, 1), lambda split: _digits_arrays()[split])
+DIGITS = InMemoryDataset("digits", 10, (8, 8, 1), lambda split: _digits_arrays()[split],
+                         flip_preserves_label=FLIP_PRESERVES_LABEL["digits"])
+
+
+def flip_preserves_label(dataset: Dataset) -> bool | None:
+    """Whether `dataset` declares that a horizontal flip keeps an image's label (None: unknown)."""
+    return getattr(dataset, "flip_preserves_label", None)
+
+
+def pixel_scale(dataset: Dataset) -> str:
+    """The scale of `PIXEL_SCALES` the images of `dataset` were given on ("uint8" unless it says)."""
+    return getattr(dataset, "pixels", "uint8")
 
 
 def local_names() -> list[str]:
@@ -174,9 +202,10 @@ def _idx_or_tfds(name: str, data_dir: str | None, idx_dir: str | None) -> Datase
     spec, directory = idx.IDX_DATASETS[name], idx.directory(name, idx_dir)
     if idx.present(name, directory):
         return InMemoryDataset(name, spec.num_classes, spec.image_shape,
-                               functools.partial(idx.arrays, name, directory), KNOWN_STATS.get(name))
+                               functools.partial(idx.arrays, name, directory), KNOWN_STATS.get(name),
+                               FLIP_PRESERVES_LABEL.get(name))
     return tfds_datasets.dataset(
-        name, data_dir, stats=KNOWN_STATS.get(name),
+        name, data_dir, stats=KNOWN_STATS.get(name), flip_preserves_label=FLIP_PRESERVES_LABEL.get(name),
         other_source=(f"its IDX files are not in {directory} either (install them with `{spec.install}`, "
                       f"or point --config.idx_dir or ${spec.env} at them); or "))
 
@@ -195,12 +224,14 @@ def get(name: str, *, data_dir: str | None = None, idx_dir: str | None = None) -
         base = get(fam.base, data_dir=data_dir)
         # the base's known statistics, so that a model pre-trained on the base sees its inputs alike
         return InMemoryDataset(name, fam.num_classes(name), fam.image_shape(name, base),
-                               functools.partial(family_arrays, name, data_dir=data_dir), base.stats)
+                               functools.partial(family_arrays, name, data_dir=data_dir), base.stats,
+                               flip_preserves_label=False)  # a mirrored grid moves its slots
     if name in idx.IDX_DATASETS:
         return _idx_or_tfds(name, data_dir, idx_dir)
     from posattn.vision.data import tfds_datasets
 
-    found = tfds_datasets.dataset(name, data_dir, stats=KNOWN_STATS.get(name))
+    found = tfds_datasets.dataset(name, data_dir, stats=KNOWN_STATS.get(name),
+                                  flip_preserves_label=FLIP_PRESERVES_LABEL.get(name))
     if found is None:
         raise ConfigError(f"unknown dataset {name!r}: expected one of {', '.join(local_names())}, or the name "
                           "of a tfds image-classification dataset (e.g. cifar10, mnist); a dataset of your "
@@ -248,6 +279,11 @@ def check_stats(mean, std, channels: int, fields=("channel_mean", "channel_std")
             raise ConfigError(f"{field}={values!r} must be {channels} finite{' positive' if positive else ''} "
                               f"number(s), one per channel on the [0, 1] pixel scale (set both {fields[0]} and "
                               f"{fields[1]}, or neither to use the dataset's)")
+        # pixels in [0, 1] have a mean in [0, 1] and a std of at most 1/2 (1 allowed: "no scaling"); a
+        # larger number is a statistic of the 0-255 scale, which would leave the inputs near-constant
+        if (v < 0).any() or (v > 1).any():
+            raise ConfigError(f"{field}={values!r} lies outside [0, 1]: the statistics are on the [0, 1] "
+                              "pixel scale (divide statistics of 0..255 pixels by 255)")
         out.append(tuple(float(a) for a in v))
     return tuple(out)
 
@@ -261,7 +297,7 @@ def describe(dataset: Dataset, image_size: int = 0, *, stats=None,
         train() if train else dataset.open_split("train", image_size))
     return DatasetInfo(name=dataset.name, num_classes=dataset.num_classes,
                        image_shape=shape_at(dataset, image_size), num_train=num_train, num_test=num_test,
-                       mean=tuple(stats[0]), std=tuple(stats[1]))
+                       mean=tuple(stats[0]), std=tuple(stats[1]), pixels=pixel_scale(dataset))
 
 
 # ------------------------------------------------------------------ the same, by name

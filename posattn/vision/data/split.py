@@ -12,6 +12,8 @@ from typing import Callable
 
 import numpy as np
 
+from posattn.errors import ConfigError
+
 # Statistics of a training split larger than this are computed on a fixed random sample of this many images.
 STATS_EXAMPLES = 10_000
 
@@ -36,12 +38,25 @@ def in_memory(images_NxHxWxC: np.ndarray, labels_N: np.ndarray) -> Split:
 
 
 def resize_and_center_crop(image_HxWxC: np.ndarray, size: int) -> np.ndarray:
-    """Resize so the shorter side is `size` (antialiased bilinear), then take the central size x size."""
+    """Resize so the shorter side is `size` (antialiased bilinear), then take the central size x size.
+
+    uint8 pixels 0..255; or floats in [0, 1] (a run on float arrays), resized as their 256 levels
+    round(255 x), as the run's own images were, and given back as floats (levels / 255). ConfigError for
+    another dtype or floats outside [0, 1] (PIL would refuse them or clip them to 0..255)."""
     from PIL import Image
 
+    image_HxWxC = np.asarray(image_HxWxC)
     h, w, c = image_HxWxC.shape
     if (h, w) == (size, size):
         return image_HxWxC
+    if image_HxWxC.dtype != np.uint8:
+        x = image_HxWxC
+        floats = np.issubdtype(x.dtype, np.floating) and np.isfinite(x).all()
+        if not (floats and 0 <= x.min() <= x.max() <= 1):
+            raise ConfigError(f"an image of dtype {x.dtype} with values in [{x.min()}, {x.max()}]: resize "
+                              "uint8 pixels 0..255 or floats in [0, 1]")
+        levels = np.round(x * 255.0).astype(np.uint8)
+        return resize_and_center_crop(levels, size).astype(np.float32) / np.float32(255.0)
     scale = size / min(h, w)
     new_h, new_w = max(size, round(h * scale)), max(size, round(w * scale))
     pil = Image.fromarray(image_HxWxC[..., 0] if c == 1 else image_HxWxC)

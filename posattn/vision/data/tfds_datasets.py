@@ -65,6 +65,7 @@ class TfdsDataset:
     label_key: str = "label"
     stats: tuple | None = None
     other_source: str = ""
+    flip_preserves_label: bool | None = None  # (datasets.FLIP_PRESERVES_LABEL; None: unknown)
     _sources: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def source(self, split: str):
@@ -153,7 +154,8 @@ def _split_names(name: str, available) -> dict:
     return {"train": "train", "test": test}
 
 
-def dataset(name: str, data_dir: str | None = None, *, stats=None, other_source: str = "") -> TfdsDataset | None:
+def dataset(name: str, data_dir: str | None = None, *, stats=None, other_source: str = "",
+            flip_preserves_label: bool | None = None) -> TfdsDataset | None:
     """The tfds dataset `name` from its metadata (no data read), None if tfds knows no such dataset.
 
     ConfigError if it is not an image-classification dataset; whether its data are prepared is checked
@@ -173,4 +175,5 @@ def dataset(name: str, data_dir: str | None = None, *, stats=None, other_source:
     return TfdsDataset(name=name, data_dir=directory, num_classes=info.features[label_key].num_classes,
                        native_shape=(h, w, c) if h == w else (None, None, c),
                        splits=_split_names(name, info.splits.keys()), image_key=image_key,
-                       label_key=label_key, stats=stats, other_source=other_source)
+                       label_key=label_key, stats=stats, other_source=other_source,
+                       flip_preserves_label=flip_preserves_label)

@@ -22,11 +22,13 @@ attention softmax as keys and the pooling, so the logits do not depend on them (
 sparsification, Eq. (1)); the CLS token is always kept. None (the default) keeps all.
 Parameters stay float32; `dtype` is the compute dtype (bfloat16 for mixed precision); logits are float32.
 """
+import numbers
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import flax.linen as nn
+import numpy as np
 
 from posattn.errors import ConfigError, check_choice
 from posattn.vision.models.attention import ATTENTIONS, parse_options
@@ -216,9 +218,13 @@ def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) ->
     part of it (e.g. variant "S/16" with depth 6: a 6-block ViT-S)."""
     shape, variant_patch = parse_variant(fields["variant"])
     shape = override_shape(shape, **{name: fields[name] for name in SHAPE_FIELDS})
-    patch_size = int(fields["patch_size"])
-    if patch_size < 0:
-        raise ConfigError(f"model.patch_size must be >= 0 (0 = the variant's), got {patch_size}")
+    patch_size = fields["patch_size"]
+    # (int() would make a patch of 2.5 one of 2, and bool() the string "False" True)
+    if isinstance(patch_size, bool) or not isinstance(patch_size, numbers.Integral) or patch_size < 0:
+        raise ConfigError(f"model.patch_size must be an integer >= 0 (0 = the variant's), got {patch_size!r}")
+    for flag in ("pos_shared", "pos_add"):
+        if not isinstance(fields[flag], (bool, np.bool_)):
+            raise ConfigError(f"model.{flag}={fields[flag]!r}: give True or False")
     return ViT(
         num_classes=num_classes,
         image_size=image_size,
