@@ -21,7 +21,7 @@ import os
 import jax
 from absl import flags, logging
 
-from posattn import cli, ownership
+from posattn import cli
 from posattn.errors import ConfigError
 from posattn.papers.jsl22 import published
 from posattn.vision import config as config_lib
@@ -57,8 +57,8 @@ def main(argv):
     for c in configs.values():
         setup.resolve(c, jax.device_count())  # every cell's batch divides by this run's devices
     # its own (its cells resume), writable and locked, before any training
-    ownership.claim(_WORKDIR.value, "compare_attention", {"config": _CONFIG.value, "seeds": _SEEDS.value},
-                    resumes=True)
+    cli.claim(_WORKDIR.value, "compare_attention", {"config": _CONFIG.value, "seeds": _SEEDS.value},
+              resumes=True)
     acc = {a: [] for a in ATTENTIONS}
     for (attention, seed), c in configs.items():
         acc[attention].append(sweep.run_cell(c, os.path.join(_WORKDIR.value, f"{attention}-seed{seed}"))
