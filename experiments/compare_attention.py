@@ -23,7 +23,7 @@ import os
 import jax
 from absl import flags, logging
 
-from posattn import cli, ownership
+from posattn import cli
 from posattn.errors import ConfigError
 from posattn.papers.jsl22 import published
 from posattn.vision import config as config_lib
@@ -62,8 +62,8 @@ def main(argv):
     for c in configs.values():
         setup.resolve(c, jax.device_count())  # every cell's batch divides by this run's devices
     # its own (its cells resume), writable and locked, before any training
-    ownership.claim(_WORKDIR.value, "compare_attention", {"config": _CONFIG.value, "seeds": _SEEDS.value},
-                    resumes=True)
+    cli.claim(_WORKDIR.value, "compare_attention", {"config": _CONFIG.value, "seeds": _SEEDS.value},
+              resumes=True)
     acc = {}
     for attention in ATTENTIONS:  # its seeds in one vmapped program where they fit (sweep.run_seeds)
         cells = [(c, os.path.join(_WORKDIR.value, f"{a}-seed{seed}")) for (a, seed), c in configs.items()

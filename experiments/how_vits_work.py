@@ -93,11 +93,11 @@ def main(argv):
     for run in runs:
         ownership.check_run(run, "train_images")
     # its own (its trained runs resume), writable and locked, before any work
-    ownership.claim(_WORKDIR.value, "how_vits_work", {"runs": runs, "models": models,
-                                                      "quick": config.quick, "seed": config.seed,
-                                                      "training_length": config.training_length,
-                                                      "dataset": config.dataset,
-                                                      "settings": dataclasses.asdict(settings)}, resumes=True)
+    cli.claim(_WORKDIR.value, "how_vits_work", {"runs": runs, "models": models,
+                                                "quick": config.quick, "seed": config.seed,
+                                                "training_length": config.training_length,
+                                                "dataset": config.dataset,
+                                                "settings": dataclasses.asdict(settings)}, resumes=True)
     pk22_report.run(_WORKDIR.value, runs=runs, models=models, quick=config.quick,
                     settings=settings, seed=config.seed, training_length=config.training_length,
                     dataset=config.dataset)

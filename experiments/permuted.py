@@ -28,7 +28,7 @@ import jax
 import ml_collections
 from absl import flags, logging
 
-from posattn import cli, ownership
+from posattn import cli
 from posattn.errors import ConfigError
 from posattn.papers.jsl22 import published
 
@@ -99,7 +99,7 @@ def main(argv):
         setup.resolve(c, jax.device_count())  # every cell's batch divides by this run's devices
 
     # its own (its cells resume), writable and locked, before any training
-    ownership.claim(_WORKDIR.value, "permuted", config, resumes=True)
+    cli.claim(_WORKDIR.value, "permuted", config, resumes=True)
     acc = {m: {} for m in models}
     for (m, g, s), c in configs.items():
         out = sweep.run_cell(c, os.path.join(_WORKDIR.value, f"{m}-g{g}-seed{s}"))

@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from posattn import cli, io, ownership
+from posattn import cli, io
 from posattn.errors import INT32_MAX, ConfigError
 from posattn.plots import theory as figures
 from posattn.theory import population
@@ -59,7 +59,7 @@ def main(argv):
         raise ConfigError(f"steps={steps} must lie in [1, {INT32_MAX:,}]")
     workdir = _WORKDIR.value
     # its own, writable and locked, before any work
-    ownership.claim(workdir, "phase_three", {"preset": config.preset, "q": qs, "steps": steps})
+    cli.claim(workdir, "phase_three", {"preset": config.preset, "q": qs, "steps": steps})
     runs, rows = {}, []
     for q, cfg in configs.items():
         start = reduced.ReducedState(*(jnp.float32(x) for x in (_ALPHA0, 0.0, 0.0, 0.0)))

@@ -70,10 +70,11 @@ def main(argv):
     ownership.check_run(_WORKDIR.value, "train_images")
     out = _WORKDIR.value if opts.out is None else ownership.check_path(opts.out, "config.out")
     if os.path.realpath(out) == os.path.realpath(_WORKDIR.value):  # two files beside the run's own
+        cli.end_dry_run()  # (a dry run stops here, before the write check)
         workdir_lib.check(out)
     else:  # a workdir of its own
-        ownership.claim(out, "posemb_similarity", {"run": os.path.abspath(_WORKDIR.value), "block": opts.block,
-                                                   "threshold": opts.threshold, "patches": opts.patches})
+        cli.claim(out, "posemb_similarity", {"run": os.path.abspath(_WORKDIR.value), "block": opts.block,
+                                             "threshold": opts.threshold, "patches": opts.patches})
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.ERROR)
     import optax

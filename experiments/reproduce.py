@@ -22,8 +22,8 @@ import time
 import ml_collections
 from absl import flags
 
-from posattn import cli, io, mesh as mesh_lib, ownership
-from posattn.errors import ConfigError
+from posattn import cli, io, mesh as mesh_lib
+from posattn.errors import ConfigError, check_seed
 from posattn.plots import theory as figures
 from posattn.theory import keys
 from posattn.papers.jsl22 import report, reproduce
@@ -44,10 +44,11 @@ def main(argv):
         raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
     config = _CONFIG.value
     plan = reproduce.QUICK if config.quick else reproduce.Plan()
-    key = keys.seed_key(config.seed)
+    check_seed(config.seed)  # its key is made after the claim: a dry run compiles nothing
     workdir = FLAGS.workdir
     # its own, writable and locked, before any work
-    ownership.claim(workdir, "reproduce", {"seed": config.seed, "quick": config.quick})
+    cli.claim(workdir, "reproduce", {"seed": config.seed, "quick": config.quick})
+    key = keys.seed_key(config.seed)
 
     def write_figures(claim_figures):
         for name, figure in claim_figures.items():

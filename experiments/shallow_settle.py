@@ -21,7 +21,7 @@ import jax
 import ml_collections
 from absl import flags
 
-from posattn import cli, io, ownership
+from posattn import cli, io
 from posattn.errors import ConfigError
 from posattn.papers.lwlc23 import settle
 from posattn.plots import shallow as plots
@@ -92,7 +92,7 @@ def main(argv):
                           f"seeds >= 2, coarse_seeds >= 1, boot >= 10")
     workdir = _WORKDIR.value
     record = {"study": config.study, "config": config.to_dict()}
-    ownership.claim(workdir, "shallow_settle", record, resumes=True, may_change=("config.analyze_only",))
+    cli.claim(workdir, "shallow_settle", record, resumes=True, may_change=("config.analyze_only",))
     io.write_json(os.path.join(workdir, "config.json"), {**record, "jax_devices": [str(d) for d in jax.devices()]})
     t0 = time.perf_counter()
     run = {"boundary": settle.run_boundary, "init_error": settle.run_init_error,

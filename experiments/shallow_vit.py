@@ -27,8 +27,8 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from posattn import cli, compile_options, io, ownership
-from posattn.errors import ConfigError
+from posattn import cli, compile_options, io
+from posattn.errors import ConfigError, check_seed
 from posattn.plots import shallow as plots
 from posattn.papers.lwlc23 import published, report
 from posattn.shallow import dynamics, grid, phase_map, population, sparsify, train
@@ -139,11 +139,12 @@ def main(argv):
     noisy = dataclasses.replace(tokens, noisy_tokens=config.sparsify_noisy_tokens)
     clean = dataclasses.replace(tokens, tau=0.0, noisy_tokens=0)
     population.check_config(clean)
-    keys = grid.seed_keys(config.seed, g["seeds"])
+    check_seed(config.seed)  # its keys are made after the claim: a dry run compiles nothing
     workdir = _WORKDIR.value
     record = {"tokens": dataclasses.asdict(tokens), "model": dataclasses.asdict(model), "sgd": dataclasses.asdict(sgd),
               "grids": g, "seed": config.seed, "sparsify_noisy_tokens": config.sparsify_noisy_tokens}
-    ownership.claim(workdir, "shallow_vit", record)  # its own, writable and locked, before any work
+    cli.claim(workdir, "shallow_vit", record)  # its own, writable and locked, before any work
+    keys = grid.seed_keys(config.seed, g["seeds"])
     io.write_json(os.path.join(workdir, "config.json"), {**record, "jax_devices": [str(d) for d in jax.devices()]})
     print(f"{tokens}\n{model}\n{sgd}\ngrids {g}", flush=True)
     R = g["seeds"]

@@ -26,8 +26,8 @@ import jax
 import numpy as np
 from absl import flags
 
-from posattn import cli, io, mesh as mesh_lib, ownership
-from posattn.errors import ConfigError
+from posattn import cli, io, mesh as mesh_lib
+from posattn.errors import ConfigError, check_seed
 from posattn.papers.jsl22 import overlay, run_report
 from posattn.plots import theory as figures
 from posattn.theory import data, gd as gd_lib, keys, population, presets
@@ -50,9 +50,10 @@ def main(argv):
     if config.seeds < 1 or (config.seeds > 1 and gd.risk == "population_exact"):
         raise ConfigError(f"seeds={config.seeds}: use seeds >= 1 (and 1 with risk=population_exact)")
     seeds = list(range(config.seed, config.seed + config.seeds))
-    key = keys.seed_key(config.seed)
+    check_seed(config.seed)  # its key is made after the claim: a dry run compiles nothing
     workdir = _WORKDIR.value
-    ownership.claim(workdir, "theory", config)  # its own, writable and locked, before any work
+    cli.claim(workdir, "theory", config)  # its own, writable and locked, before any work
+    key = keys.seed_key(config.seed)
     path = lambda name: os.path.join(workdir, name)
     io.write_json(path("config.json"), {
         "preset": config.preset, "seed": config.seed, "seeds": config.seeds,

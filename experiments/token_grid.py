@@ -65,7 +65,7 @@ def main(argv):
               "pretrain": {n: c.to_dict() for n, c in pretrains.items()},
               "cells": {n: c.to_dict() for n, c in configs.items()}}
     # its own (its runs resume), writable and locked, before any training
-    ownership.claim(workdir, "token_grid", config, resumes=True)
+    cli.claim(workdir, "token_grid", config, resumes=True)
     io.write_json(os.path.join(workdir, "config.json"), config)
     metrics_path = os.path.join(workdir, "metrics.jsonl")
     io.write_text(metrics_path, "")

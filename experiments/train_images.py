@@ -33,14 +33,14 @@ def main(argv):
         logging.set_verbosity(logging.ERROR)
     import jax  # after flag parsing: a bad flag fails fast, before jax starts
 
-    from posattn import io, ownership
+    from posattn import io
     from posattn.vision import resume, setup, train
 
     _INITIALIZE_DISTRIBUTED()
     setup.resolve(_CONFIG.value, jax.device_count())  # the whole config, before the workdir is touched
     # its own (or an unmarked run of this config), writable and locked; the trainer's own check of the
     # fields a resumed run may change follows (`posattn.vision.resume`)
-    ownership.claim(_WORKDIR.value, "train_images", _CONFIG.value, may_change=resume.RESUMABLE, resumes=True)
+    cli.claim(_WORKDIR.value, "train_images", _CONFIG.value, may_change=resume.RESUMABLE, resumes=True)
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
     if io.is_writer():  # the curves of the whole record (a resumed run's included)
         from posattn.plots import theory as theory_figures, vision as figures

@@ -11,7 +11,10 @@ workdir's marker records how the run ended.
 Every binary takes one ml_collections config file, `--config=FILE[:ARG]` (`define_config`: a default
 file, `--config.FIELD=VALUE` overrides, the smoke run `:quick`), which states only the fields it
 changes and imports only ml_collections; `load_config` merges it onto the binary's `Schema`. A smoke
-run compiles every program at LLVM level 1 (`compile_options.fast_compile_everywhere`).
+run compiles every program at LLVM level 1 (`compile_options.fast_compile_everywhere`). --help lists the
+config's fields with the values its file gives them (`config_fields`); `--dry_run` makes every check a run
+makes, prints the resolved config and exits 0 where the run would claim its workdir (`claim`), so nothing
+is written or compiled.
 """
 import dataclasses
 import difflib
@@ -53,6 +56,10 @@ CACHE_OFF = ("off", "0", "false", "no", "none")
 flags.DEFINE_string("compilation_cache", None,
                     f"JAX's persistent compilation cache: a directory, or 'off'. Default: ${CACHE_ENV}, "
                     f"else $JAX_COMPILATION_CACHE_DIR, else ~/.cache/posattn/jax (per user)")
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run", False, "Check the command as a run would (the config file, :ARG, --config.FIELD overrides, "
+    "the binary's checks, the workdir's), print the resolved config as JSON and exit 0 before the run claims "
+    "its workdir: nothing is written, nothing compiled")
 
 
 def define_distributed_flags():
@@ -183,9 +190,9 @@ def dataclass_section(instance) -> ml_collections.ConfigDict:
 class _SchemaFileParser(ConfigFileFlagParser):
     """ml_collections' config-file flag parser, loading FILE[:ARG] with `load_config` onto a schema."""
 
-    def __init__(self, name: str, schema: Schema, default: str):
+    def __init__(self, name: str, schema: Schema, default: str, help_text: str):
         super().__init__(name)
-        self.schema, self.default = schema, default
+        self.schema, self.default, self.help = schema, default, help_text  # (the flag's, without its fields)
 
     def parse(self, path):
         file, colon, arg = path.partition(":")
@@ -199,11 +206,41 @@ def define_config(default: str, schema: Schema, help_text: str):
     overrides) with `default` (a path `find_config_file` finds from any directory) when none is given, its
     files merged onto `schema` (`load_config`); returns its FlagHolder. Only `run` reads the default, so a
     bad override of it still ends in one line."""
-    holder = config_flags.DEFINE_config_file(
-        "config", None, f"{help_text}: FILE[:ARG] (default {default}; ARG `quick`: the smoke run), its fields "
-        "overridden by --config.FIELD=VALUE")
-    flags.FLAGS["config"].parser = _SchemaFileParser("config", schema, default)
+    help_text = (f"{help_text}: FILE[:ARG] (default {default}; ARG `quick`: the smoke run), its fields "
+                 "overridden by --config.FIELD=VALUE")
+    holder = config_flags.DEFINE_config_file("config", None, help_text)
+    flags.FLAGS["config"].parser = _SchemaFileParser("config", schema, default, help_text)
     return holder
+
+
+def claim(workdir, binary: str, record, **options):
+    """`ownership.claim(workdir, binary, record, **options)`: where a binary, its checks done, starts its
+    work. Under --dry_run instead `ownership.check` (it reads the workdir and changes nothing, so a workdir
+    the run would refuse is refused now, in one line) and `end_dry_run`."""
+    if _DRY_RUN.value:
+        ownership.check(workdir, binary, record, **options)
+        end_dry_run()
+    return ownership.claim(workdir, binary, record, **options)
+
+
+def end_dry_run() -> None:
+    """Under --dry_run, print the resolved config of --config (every field, as JSON, the way workdir.json
+    records a config) and exit 0; nothing otherwise. Binaries call it through `claim`, after every check
+    a run makes and before anything is written or compiled."""
+    if _DRY_RUN.value:
+        print(flags.FLAGS["config"].value.to_json_best_effort(indent=2, sort_keys=True), flush=True)
+        sys.exit(0)
+
+
+def config_fields(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+    """`FIELD=VALUE` of every field of `config`, dotted into its sections (as --config.FIELD sets it)."""
+    lines = []
+    for key, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            lines += config_fields(value, f"{prefix}{key}.")
+        else:
+            lines.append(f"{prefix}{key}={value!r}")
+    return lines
 
 
 def _config_file_step(file: pathlib.Path, path: str, what: str, step):
@@ -284,9 +321,12 @@ def _resolve_config_files(argv) -> list[str]:
             where = "" if os.path.isabs(path) else f" (relative to the current directory {os.getcwd()})"
             fail(f"--{name}={value}: config file {path!r} not found{where}")
         try:  # here, in one line, rather than as ml_collections' traceback while the flags parse
-            load_config(found, arg if colon else None, flag.parser.schema)
+            config = load_config(found, arg if colon else None, flag.parser.schema)
         except ConfigError as e:
             fail(e)
+        # --help lists the fields this config file gives (its defaults, before --config.FIELD overrides)
+        flag.help = (f"{flag.parser.help}\nIts fields, as --config={value} gives them (set one with "
+                     f"--config.FIELD=VALUE):\n" + "\n".join(config_fields(config)))
         _replace_flag_value(argv, name, f"{found}{colon}{arg}")  # also the default, if it was not given
     return argv
 

@@ -1,5 +1,7 @@
-"""The one convention of the eleven binaries: each is a console script, its --help lists --config and
---workdir from any directory (and the cluster flags, or why it runs on one host), and its default config file runs as `:quick` (its smoke run) from /."""
+"""The one convention of the eleven binaries: each is a console script, its --help lists --config (with the
+config's fields) and --workdir from any directory (and the cluster flags, or why it runs on one host), its
+--dry_run prints the resolved config and touches nothing, and its default config file runs as `:quick` (its
+smoke run) from /."""
 import importlib.util
 import json
 import os
@@ -42,6 +44,10 @@ def test_help_lists_config_and_workdir_from_the_root_directory():
         out, err = proc.communicate(timeout=300)
         assert "Traceback" not in err, (name, err[-2000:])  # (absl's --help exits with status 1)
         assert "--config: " in out and "--workdir: " in out and "quick" in out, (name, out)
+        # the fields of the config with their defaults (`cli.config_fields`), and the dry run
+        field, _ = OVERRIDE[name]
+        assert "Its fields, as --config=" in out and f"\n    {field}=" in out, (name, out)
+        assert "--[no]dry_run: " in out, (name, out)
         # a pod: the same multi-host start (posattn.mesh) as every other, or a word on why one host
         assert ("--coordinator_address: " in out) != ("\nOne host" in out), (name, out)
 
@@ -67,3 +73,43 @@ def test_quick_config_runs_from_the_root_directory(name, tmp_path):
                                    f"--workdir={tmp_path / 'run' / 'vit-g2-seed0'}"),
                            cwd="/", env=env(), capture_output=True, text=True, timeout=600)
         assert r.returncode == 0 and (tmp_path / "run" / "vit-g2-seed0" / "posemb_similarity.png").exists(), r.stderr
+
+
+# a field of each binary's config, and a value its checks accept
+OVERRIDE = {"theory": ("seed", 3), "reproduce": ("seed", 3), "train_images": ("total_steps", 7),
+            "compare_attention": ("total_steps", 7), "permuted": ("vit_steps", 7),
+            "how_vits_work": ("seed", 3),
+            "phase_three": ("steps", 7), "posemb_similarity": ("threshold", 0.5), "shallow_vit": ("seed", 3),
+            "shallow_settle": ("boot", 11), "token_grid": ("grid.seed", 3)}
+
+
+@pytest.mark.slow  # (eleven processes, 1-6 s each on 2 cores)
+@pytest.mark.parametrize("name", BINARIES)
+def test_dry_run_prints_the_resolved_config_and_writes_and_compiles_nothing(name, tmp_path):
+    workdir, field, value = tmp_path / "run", *OVERRIDE[name]
+    if name == "posemb_similarity":  # --workdir: a trained run's; without --config.out it writes beside it
+        workdir.mkdir()
+        (workdir / "config.json").write_text("{}")
+    r = subprocess.run(command(name, "--dry_run", f"--workdir={workdir}", f"--config.{field}={value}",
+                               f"--compilation_cache={tmp_path / 'cache'}"),
+                       cwd="/", env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stderr == "", r.stderr[-3000:]
+    config = json.loads(r.stdout)  # every field, as JSON
+    for key in field.split("."):
+        config = config[key]
+    assert config == value
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["run"] if name == "posemb_similarity" else [])
+    if name == "posemb_similarity":
+        assert [p.name for p in workdir.iterdir()] == ["config.json"]
+    # (no cache folder: JAX made none, so it compiled nothing)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--config.total_stepz=7"], "error: no such config field"),  # the flags' own parse
+    (["--config.total_steps=-1"], "error: total_steps=-1"),  # the binary's checks, before its claim
+])
+def test_a_dry_run_refuses_what_the_run_would_in_one_line(args, says, tmp_path):
+    r = subprocess.run(command("train_images", "--dry_run", f"--workdir={tmp_path / 'run'}", *args),
+                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith(says) and r.stderr.count("\n") == 1, r.stderr
+    assert r.stdout == "" and not (tmp_path / "run").exists()

@@ -25,12 +25,14 @@ no prepared dataset, and a run trained on arrays of your own loads in a process 
 import dataclasses
 import hashlib
 import json
+import re
 from typing import NamedTuple
 
 import jax
 import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
+import tensorstore as ts  # orbax's own storage layer (a dependency of orbax-checkpoint)
 from etils import epath
 
 from posattn import io
@@ -49,6 +51,9 @@ UNREADABLE_DIR = "checkpoints_unreadable"
 # Orbax's record of a step, in the step's folder; the save that completes the step writes its commit time
 # last (orbax >= 0.11, in both its atomic-rename and its commit-file modes).
 _STEP_METADATA = "_CHECKPOINT_METADATA"
+_ITEM = "default"  # the folder of a step that holds its one item (a manager without item names)
+# The metadata key of each array of an item, as orbax writes it: zarr v2 (its default) or zarr v3.
+_ZARR_DRIVERS = {b"/.zarray": "zarr", b"/zarr.json": "zarr3"}
 
 
 class CheckpointError(ConfigError):
@@ -157,11 +162,44 @@ def short_error(e: BaseException) -> str:
     """`TYPE: first line` of an exception, without tensorstore's long details."""
     first = (str(e).strip().splitlines() or [""])[0]
     first = first.split(". See full TensorStore details")[0].split(" [tensorstore_spec=")[0]
+    first = re.sub(r' in OCDBT database at [^"]*"[^"]*"', "", first)  # the step's folder, named by the caller
     return f"{type(e).__name__}: {first[:160]}" if first else type(e).__name__
 
 
+def _unreadable_array(item_dir: epath.Path) -> str | None:
+    """None if every array of the orbax item in `item_dir` reads and decodes, else why the first fails.
+
+    Orbax reads a checkpoint's arrays as concurrent asyncio tasks on an event loop of its own; when one
+    read fails it closes that loop with the others still in flight, and each of those then prints a
+    traceback ("Event loop is closed", a coroutine never awaited) long after the error was handled. Here
+    each array is read with TensorStore, as orbax would read it (its OCDBT database, or one folder per
+    array for checkpoints written without it), one at a time and to the end, so no read is left behind
+    and a damaged step (a truncated file, a chunk that does not decode, a missing chunk) is found before
+    orbax reads it. It costs one more read of the checkpoint, on a restart only.
+    """
+    base = str(item_dir) if "://" in str(item_dir) else f"file://{item_dir}"
+    kvstore = ({"driver": "ocdbt", "base": f"{base}/"} if (item_dir / "manifest.ocdbt").exists()
+               else f"{base}/")
+    context = ts.Context()  # one cache of the database's index for every array
+    name = "its index"
+    try:
+        keys = ts.KvStore.open(kvstore, context=context).result().list().result()
+        arrays = [(key[:-len(suffix)].decode(), driver) for key in keys
+                  for suffix, driver in _ZARR_DRIVERS.items() if key.endswith(suffix)]
+        for name, driver in arrays:
+            spec = {"driver": driver, "kvstore": {**ts.KvStore.Spec(kvstore).to_json(), "path": f"{name}/"},
+                    "fill_missing_data_reads": False}  # a chunk that is missing is damage, as orbax reads it
+            ts.open(spec, read=True, context=context).result().read().result()
+    except Exception as e:  # TensorStore raises ValueError (and others) with the file and byte range
+        return f"{name}: {short_error(e)}"
+    return None
+
+
 def _restore_checked(mngr, abstract_state: dict, step: int) -> tuple[dict | None, str | None]:
-    """(state, None) if checkpoint `step` restores and matches its digest, else (None, why not)."""
+    """(state, None) if checkpoint `step` restores and matches its digest, else (None, why not). Its
+    arrays are read first (`_unreadable_array`): orbax never reads a damaged step."""
+    if (damage := _unreadable_array(epath.Path(mngr.directory) / str(step) / _ITEM)) is not None:
+        return None, f"does not restore ({damage})"
     try:
         state = mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))
         saved = (mngr.metadata(step).custom_metadata or {}).get("sha256")
