@@ -291,6 +291,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                    f"{jax.process_count()} processes; vmapped: {footprint}"
                    + ("" if resumed_from is None else f"; resumed from step {start}")
                    + (f"; changed from its config.json: {', '.join(changes)}" if changes else ""))
+        train._say(f"augmentation: {setup.augment_note}")
 
         batch_size = config.global_batch_size
         pending, window, train_metrics, evals = [], [], [{}] * num_seeds, []
@@ -370,6 +371,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                 "seconds": seconds,
                 "images_per_second": timed_steps * batch_size / timed_seconds if timed_steps else None,
                 "param_count": num_params,
+                "augmentation": setup.augment_note,  # as applied (run.json records the settings)
                 "devices": mesh.devices.size,
                 "processes": jax.process_count(),
                 "vmapped_seeds": num_seeds,

@@ -59,6 +59,9 @@ def test_vmapped_seeds_give_the_losses_and_accuracies_of_separate_runs(tmp_path)
         for key in ("test_accuracy", "test_loss", "train_loss"):
             np.testing.assert_allclose(vmapped[s][key], alone[key], rtol=1e-5)
         assert vmapped[s]["steps"] == alone["steps"] == 24 and vmapped[s]["vmapped_seeds"] == 3
+        # the same record as a separate run's: every field it writes, the same settings as applied
+        assert set(vmapped[s]) - {"vmapped_seeds"} == set(alone)
+        assert vmapped[s]["augmentation"] == alone["augmentation"]
         # the workdir of a seed records its own run, as a separate run's does
         assert resume.read_record(tmp_path / f"v{s}") == resume.record(c)
         assert json.loads((tmp_path / f"v{s}" / "summary.json").read_text()) == vmapped[s]
