@@ -15,6 +15,7 @@ one HVP costing about two gradient evaluations. Every function but `spectrum_on_
 mini-batches; `spectrum_on_host` drives the same `power_step` from Python, one compiled HVP step for
 every batch, which XLA runs faster on a CPU for convolutional models.
 """
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -24,12 +25,18 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from posattn.analysis import bootstrap
+from posattn.errors import ConfigError
 
 LossFn = Callable[[Any, Any], jax.Array]  # (params, batch) -> scalar
 
 TOP_K = 5  # PK22 Figure 2
 TOLERANCE = 1e-3  # PK22: relative change of the eigenvalue estimate between iterations
 MAX_ITERATIONS = 100
+# A converged eigenpair also has ||H v - lambda v|| / |lambda| at most this: for a unit v some eigenvalue
+# of H lies within ||H v - lambda v|| of lambda, so within 10% of it. PK22's stopping rule alone can
+# stall: with eigenvalues near +a and -a, v swings between them and lambda stays put (QUICK's positional
+# ViT, measured: a run stopped by the rule at -2.0 with residual 2.9, beside eigenvalues near +-5)
+RESIDUAL_TOLERANCE = 0.1
 
 
 def hvp(loss_fn: LossFn, params, batch, v):
@@ -38,14 +45,49 @@ def hvp(loss_fn: LossFn, params, batch, v):
     return jax.jvp(grad_fn, (params,), (v,))[1]
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Eigenpairs:
+    """The k eigenvalues of largest magnitude that power iteration found, in descending order of
+    magnitude (the order a converged deflation finds them), each with its convergence; leading axes
+    (e.g. M mini-batches) before k. A pytree: `jax.jit` and `jax.lax.map` return it.
+
+    `iterations`: the operator products its run used; `residuals`: ||A v - lambda v|| / |lambda| of the
+    eigenpair (A the operator deflated by the eigenvectors found before it), 0 for an exact one;
+    `converged`: whether its run met the tolerance (relative change of lambda between two iterations)
+    before `max_iterations` with a residual of at most `RESIDUAL_TOLERANCE`. An eigenvalue whose run hit
+    the cap is an estimate of unknown error: a deflation run that stopped early may even be smaller than
+    the next one. `vectors` (..., k, P): the
+    unit eigenvectors (None where not kept: `top_eigenvalues`, `spectrum`).
+    """
+
+    values: Any
+    iterations: Any
+    residuals: Any
+    converged: Any
+    vectors: Any = None
+
+
 def power_init(v0_P: jax.Array, k: int = TOP_K) -> dict:
     """The state of `power_step` before its first step: k eigenpairs to find from the start vector v0_P
-    (P,). "i" counts the eigenpairs found; "v", "lam", "old_lam", "it" are those of the run under way."""
+    (P,). "i" counts the eigenpairs found; "v", "lam", "old_lam", "it" are those of the run under way;
+    "residuals" and "converged" those of the runs ended (`Eigenpairs`)."""
     v0_P = v0_P.astype(jnp.float32)
     U_kxP = jnp.zeros((k, v0_P.shape[0]), jnp.float32)
     return {"v0": v0_P, "U": U_kxP, "lams": jnp.zeros((k,), jnp.float32), "iters": jnp.zeros((k,), jnp.int32),
+            "residuals": jnp.zeros((k,), jnp.float32), "converged": jnp.zeros((k,), bool),
             "i": jnp.int32(0), "v": _start(v0_P, U_kxP, 0), "lam": jnp.float32(0.0),
             "old_lam": jnp.float32(0.0), "it": jnp.int32(0)}
+
+
+def eigenpairs(state: dict, *, with_vectors: bool = False) -> Eigenpairs:
+    """The `Eigenpairs` of a finished `power_step` state (state["i"] == k), sorted by descending
+    magnitude; jittable, and on the host for numpy states."""
+    xp = np if isinstance(state["lams"], np.ndarray) else jnp
+    order = xp.argsort(-xp.abs(state["lams"]), stable=True)
+    return Eigenpairs(values=state["lams"][order], iterations=state["iters"][order],
+                      residuals=state["residuals"][order], converged=state["converged"][order],
+                      vectors=state["U"][order] if with_vectors else None)
 
 
 def _project_out(v_P, U_kxP):
@@ -75,19 +117,26 @@ def power_step(
     Eigenvector i is sought in the orthogonal complement of eigenvectors 0..i-1 (every iterate is
     projected out of them, Gram-Schmidt, as PyHessian does), so the i-th run converges to the i-th
     largest |lambda|. A run ends when |lambda_t - lambda_{t-1}| <= tolerance * |lambda_{t-1}| (after at
-    least two iterations) or after `max_iterations`; its eigenpair is then stored and run i + 1 starts.
+    least two iterations) or after `max_iterations`; its eigenpair is then stored, with its iterations,
+    residual and convergence (`Eigenpairs`), and run i + 1 starts.
     A state with state["i"] == k is done (a further step changes nothing stored).
     """
     Hv_P = _project_out(matvec(state["v"]), state["U"])
     lam = jnp.vdot(state["v"], Hv_P)  # Rayleigh quotient of the unit vector v
     v_P, it, old_lam = _normalise(Hv_P), state["it"] + 1, state["lam"]
     moved = jnp.abs(lam - old_lam) > tolerance * jnp.abs(old_lam)
-    ended = (state["i"] < state["U"].shape[0]) & ~((it < max_iterations) & ((it < 2) | moved))
+    met = (it >= 2) & ~moved
+    ended = (state["i"] < state["U"].shape[0]) & (met | (it >= max_iterations))
 
     def end_run(_):  # store the eigenpair, start run i + 1 (only here: the start costs two k x P products)
         i = state["i"]
         U_kxP = state["U"].at[i].set(v_P)
+        # the residual of (lam, v): v, not v_P, is the vector whose Rayleigh quotient lam is
+        residual = jnp.linalg.norm(Hv_P - lam * state["v"]) / jnp.maximum(jnp.abs(lam), jnp.finfo(jnp.float32).tiny)
+        converged = met & (residual <= RESIDUAL_TOLERANCE)
         return {**state, "U": U_kxP, "lams": state["lams"].at[i].set(lam), "iters": state["iters"].at[i].set(it),
+                "residuals": state["residuals"].at[i].set(residual),
+                "converged": state["converged"].at[i].set(converged),
                 "i": i + 1, "v": _start(state["v0"], U_kxP, i + 1), "lam": jnp.zeros_like(lam),
                 "old_lam": jnp.zeros_like(lam), "it": jnp.zeros_like(it)}
 
@@ -104,16 +153,17 @@ def power_iteration(
     k: int = TOP_K,
     max_iterations: int = MAX_ITERATIONS,
     tolerance: float = TOLERANCE,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
+) -> Eigenpairs:
     """The k eigenvalues of largest magnitude of a symmetric operator, by power iteration with deflation
     (`power_step` until k runs have ended, in one `lax.while_loop`).
 
-    `matvec` maps a vector of shape (P,) to the operator applied to it. Returns (eigenvalues_k in the
-    order found, eigenvectors_kxP, iterations_k used by each run).
+    `matvec` maps a vector of shape (P,) to the operator applied to it. Returns the `Eigenpairs` with
+    their eigenvectors (k, P), in descending order of magnitude, each with its iterations, residual and
+    whether it converged.
     """
     step = lambda s: power_step(matvec, s, max_iterations=max_iterations, tolerance=tolerance)  # noqa: E731
     state = jax.lax.while_loop(lambda s: s["i"] < k, step, power_init(v0_P, k))
-    return state["lams"], state["U"], state["iters"]
+    return eigenpairs(state, with_vectors=True)
 
 
 def hvp_matvec(loss_fn: LossFn, params, batch) -> Callable[[jax.Array], jax.Array]:
@@ -142,12 +192,12 @@ def top_eigenvalues(
     k: int = TOP_K,
     max_iterations: int = MAX_ITERATIONS,
     tolerance: float = TOLERANCE,
-) -> tuple[jax.Array, jax.Array]:
-    """(eigenvalues_k, iterations_k): the k largest-magnitude Hessian eigenvalues of one mini-batch,
-    from the start vector drawn from `key`."""
-    lams, _, iters = power_iteration(hvp_matvec(loss_fn, params, batch), start_vector(key, params), k=k,
-                                     max_iterations=max_iterations, tolerance=tolerance)
-    return lams, iters
+) -> Eigenpairs:
+    """The k largest-magnitude Hessian eigenvalues of one mini-batch (`Eigenpairs` without vectors:
+    values_k, iterations_k, residuals_k, converged_k), from the start vector drawn from `key`."""
+    pairs = power_iteration(hvp_matvec(loss_fn, params, batch), start_vector(key, params), k=k,
+                            max_iterations=max_iterations, tolerance=tolerance)
+    return dataclasses.replace(pairs, vectors=None)
 
 
 def spectrum(
@@ -159,8 +209,8 @@ def spectrum(
     k: int = TOP_K,
     max_iterations: int = MAX_ITERATIONS,
     tolerance: float = TOLERANCE,
-) -> tuple[jax.Array, jax.Array]:
-    """Top-k eigenvalues of each of M mini-batches: (eigenvalues_Mxk, iterations_Mxk), as one program.
+) -> Eigenpairs:
+    """Top-k eigenvalues of each of M mini-batches, as one program: `Eigenpairs` of fields (M, k).
 
     `batches` is a pytree whose leaves carry a leading axis of M mini-batches; they are mapped one after
     another (`jax.lax.map`), since each power iteration already uses the whole machine. On a CPU,
@@ -215,8 +265,8 @@ def host_loop_is_faster(loss_fn: LossFn, params, batch) -> bool:
     return _overlapping_convolution(jax.make_jaxpr(loss_fn)(params, batch).jaxpr)
 
 
-def spectrum_on_host(step, params, batches, key: jax.Array, *, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
-    """`spectrum`'s (eigenvalues_Mxk, iterations_Mxk), the same start vectors and arithmetic, with the
+def spectrum_on_host(step, params, batches, key: jax.Array, *, k: int = TOP_K) -> Eigenpairs:
+    """`spectrum`'s `Eigenpairs` (numpy fields (M, k)), the same start vectors and arithmetic, with the
     loops on the host: `step(batch, state)` (a jitted `spectrum_step` at `params`, e.g.
     `lambda b, s: jitted(params, b, s)`) is called once per Hessian-vector product until each
     mini-batch's k runs have ended.
@@ -226,15 +276,15 @@ def spectrum_on_host(step, params, batches, key: jax.Array, *, k: int = TOP_K) -
     """
     M = jax.tree.leaves(batches)[0].shape[0]
     keys = jax.random.split(key, M)
-    lams, iters = [], []
+    found = []
     for m in range(M):
         batch = jax.tree.map(lambda a: a[m], batches)
         state = power_init(start_vector(keys[m], params), k)
         while int(state["i"]) < k:
             state = step(batch, state)
-        lams.append(np.asarray(state["lams"]))
-        iters.append(np.asarray(state["iters"]))
-    return np.stack(lams), np.stack(iters)
+        found.append(eigenpairs({name: np.asarray(state[name]) for name in ("lams", "iters", "residuals",
+                                                                            "converged")}))
+    return jax.tree.map(lambda *a: np.stack(a), *found)
 
 
 def nep(eigenvalues_Mxk) -> float:
@@ -253,11 +303,23 @@ def summaries(eigenvalues_Mxk, *, resamples: int = bootstrap.RESAMPLES, seed: in
     """PK22's summaries of a pooled spectrum: NEP and APE, each with its 95% percentile interval
     ("nep_interval", "ape_interval": [lo, hi]) over resamples of the M mini-batches
     (`bootstrap.interval`; a mini-batch's k eigenvalues stay together, since they come from one
-    Hessian), and the extremes."""
+    Hessian), and the extremes. `eigenvalues_Mxk`: the `Eigenpairs` of `spectrum` (then "not_converged"
+    counts the eigenvalues whose run hit its cap: NEP and APE of such values are not PK22's), or their
+    values alone ("not_converged": None, unknown). ConfigError for fewer than 2 mini-batches (no
+    interval) or a non-finite eigenvalue."""
+    not_converged = None
+    if isinstance(eigenvalues_Mxk, Eigenpairs):
+        not_converged = int(np.sum(~np.asarray(eigenvalues_Mxk.converged, bool)))
+        eigenvalues_Mxk = eigenvalues_Mxk.values
     lams_Mxk = np.asarray(eigenvalues_Mxk, np.float64)
-    lams_Mxk = lams_Mxk.reshape(lams_Mxk.shape[0], -1)
+    if lams_Mxk.ndim != 2 or lams_Mxk.shape[0] < 2:
+        raise ConfigError(f"eigenvalues of shape {lams_Mxk.shape}: give (M, k), M >= 2 mini-batches (one per "
+                          "row), so that the intervals have units to resample")
+    if not np.isfinite(lams_Mxk).all():
+        raise ConfigError("the eigenvalues hold NaN or inf: the loss or its Hessian is not finite at these "
+                          "parameters; check the loss on this batch")
     out = {"max": float(lams_Mxk.max()), "min": float(lams_Mxk.min()), "count": int(lams_Mxk.size),
-           "batches": int(lams_Mxk.shape[0])}
+           "batches": int(lams_Mxk.shape[0]), "not_converged": not_converged}
     for name, statistic in (("nep", nep), ("ape", ape)):
         est = bootstrap.estimate(lams_Mxk, statistic, resamples=resamples, seed=seed)
         out[name], out[f"{name}_interval"] = est["value"], [est["lo"], est["hi"]]
