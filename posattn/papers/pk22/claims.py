@@ -110,6 +110,9 @@ def estimates(r: dict) -> dict[str, dict | None]:
     freqs = r["noise"]["frequencies_pi"]
     for key, f in (("noise_low", 0.1), ("noise_high", 0.9)):
         i = 1 + freqs.index(f)
+        if f in r["noise"].get("empty_bands_pi", ()):  # no noise there: not a drop of 0 (`_cell`, `rows`)
+            out[key] = {"value": float("nan"), "lo": float("nan"), "hi": float("nan"), "empty": True}
+            continue
         out[key] = est(correct_NxF[:, [0, i]], lambda c: 100 * (c[:, 1].mean() - c[:, 0].mean()))
     hf_NxL = np.asarray(r["per_image"]["high_frequency"], np.float64)
     logvar = lambda v_NxL: _log_variance(np.asarray(v_NxL).mean(axis=0))  # noqa: E731
@@ -228,10 +231,13 @@ def rows(results: dict[str, dict]) -> list[dict]:
         ours = {m: ("no attention" if e is None and key.endswith("_attention") else _cell(e, digits))
                 for m, e in ests.items()}
         judged = verdict(rule, ests)
-        # a verdict on eigenvalues whose power iteration stopped at its cap is not PK22's measurement
-        unconverged = [LABELS.get(m, m) for m, e in ests.items() if e is not None and e.get("not_converged")]
-        if unconverged and judged != "-":
-            judged = f"NOT CONVERGED ({', '.join(unconverged)}): {judged}"
+        flagged = lambda what: [LABELS.get(m, m) for m, e in ests.items() if e is not None and e.get(what)]  # noqa: E731
+        # a verdict on eigenvalues whose power iteration did not converge is not PK22's measurement
+        if flagged("not_converged") and judged != "-":
+            judged = f"NOT CONVERGED ({', '.join(flagged('not_converged'))}): {judged}"
+        # a band that holds no frequency of the images measured nothing: no verdict on it
+        if flagged("empty") and rule is not None:
+            judged = f"not measured: no frequency in this band at the image size of {', '.join(flagged('empty'))}"
         out.append({"key": key, "claim": claim, "paper": published.NUMBERS[paper_key], "ours": ours,
                     "estimates": ests, "verdict": judged, "positional": positional_comparison(ests)})
     return out

@@ -100,6 +100,14 @@ class Settings:
         if self.landscape_images % self.landscape_batch_size:
             raise ConfigError(f"landscape_images={self.landscape_images} must be a multiple of "
                               f"landscape_batch_size={self.landscape_batch_size} (or 0: the whole training split)")
+        # the units the intervals resample (`bootstrap.interval` needs 2): refused here, before the work
+        for name in ("hessian_batches", "feature_images"):
+            if getattr(self, name) < 2:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 2: the 95% intervals resample them")
+        if self.test_images == 1 or 0 < self.landscape_images < 2 * self.landscape_batch_size:
+            raise ConfigError(f"test_images={self.test_images}, landscape_images={self.landscape_images}: give 0 "
+                              "(the whole split) or at least 2 test images and 2 landscape batches "
+                              f"(2 x landscape_batch_size={self.landscape_batch_size}): the intervals resample them")
         for name in ("weight_decay", "mixup_alpha"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 0")
@@ -117,6 +125,8 @@ class Settings:
 # interval can resample), two batches of test images on any dataset. Its power iterations keep PK22's
 # cap of 100: measured on its four models (2026-11-28, seed 0), every one of the 40 runs met the
 # tolerance in 6 to 94 iterations (a cap of 5 stopped all of them), the Hessian 1.7-4.1 s per model
+# (0.4-2.3 s with 5); 22 of them stalled with a residual above hessian.RESIDUAL_TOLERANCE and are
+# flagged not converged (no cap fixes a stall)
 QUICK = Settings(hessian_batches=2, hessian_batch_size=8, feature_images=32,
                  eval_batch_size=128, test_images=256, landscape_grid=5, landscape_images=32,
                  landscape_batch_size=16, bootstrap_resamples=500)
@@ -206,7 +216,8 @@ def forward_measures(model, layers, settings: Settings, variables, x_BxHxWxC, la
     (correct_(1+F)xB, {layer: profile_Bxn}, {layer: variance_B}).
 
     Every pass (clean, then band-limited noise at each f, `frequency_noise.under_noise`; image i's noise
-    drawn from keys_B[i]) gives each image's correctness; the clean pass (index 0) also gives each
+    drawn from keys_B[i]) gives each image's correctness (1.0 or 0.0; NaN at a band with no frequency
+    of the images); the clean pass (index 0) also gives each
     image's Fourier profile and variance of the `layers` feature maps (PK22 measures them on clean
     images; their figures' values are the means over images). One forward pass in the program serves
     all three tools.
@@ -333,9 +344,10 @@ def landscape_image_count(settings: Settings, num_train: int) -> int:
     split rounded down to whole landscape batches; ConfigError where the split has too few."""
     size = settings.landscape_batch_size
     n = settings.landscape_images or num_train // size * size
-    if n == 0 or n > num_train:
+    if n < 2 * size or n > num_train:  # 2 batches: the units of its intervals
         raise ConfigError(f"landscape_images={settings.landscape_images}: the training split has {num_train} "
-                          f"images; give at most that many, a multiple of landscape_batch_size={size}")
+                          f"images; give at most that many, a multiple of landscape_batch_size={size} and at "
+                          "least 2 of them")
     return n
 
 
@@ -411,7 +423,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     # Fourier, variance and accuracy under band-limited noise on the test split (PK22 Figs. 4, 5, 6)
     fwd = timed("forward", lambda: stream_forward(functools.partial(compiled["forward"], variables), setup,
                                                   settings, k_noise, limit=settings.test_images or None))
-    correct = fwd["correct"]
+    correct = fwd["correct"]  # (1 + F, N), 1.0 / 0.0; NaN rows: bands with no frequency of these images
     acc = correct.mean(axis=1)
     out["layers"] = layers
     out["layer_sizes"] = [int(feat_shapes[k].shape[1]) for k in layers]
@@ -425,7 +437,9 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     out["per_image"] = {"high_frequency": hf_NxL.tolist(), "variance": var_NxL.tolist()}
     out["noise"] = {"frequencies_pi": [round(f / np.pi, 3) for f in frequency_noise.FREQUENCIES],
                     "clean_accuracy": float(acc[0]), "drop_points": (100 * (acc[1:] - acc[0])).tolist(),
-                    "correct": correct.astype(int).tolist(),  # (1 + F, N): clean, then each band
+                    # (1 + F, N): clean, then each band; null where a band holds no frequency (not measured)
+                    "correct": [[None] * row.size if np.isnan(row).any() else row.astype(int).tolist()
+                                for row in correct],
                     "eps": settings.noise_eps, "band": settings.noise_band, "images": int(correct.shape[1]),
                     "empty_bands_pi": [round(f / np.pi, 3) for f in frequency_noise.empty_bands(
                         *setup.image_shape[:2], band=settings.noise_band)]}
