@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posattn.analysis.objective import check_labels
 from posattn.errors import ConfigError
 
 HALF_WIDTH = 0.2  # s, radians (PK22, ops/adversarial.py FreqAttack's default s)
@@ -115,16 +116,10 @@ def band_limited_noise(key, shape_BxHxWxC, f, eps: float, half_width: float = HA
 
 def accuracy(logits_BxK: jax.Array, labels_B: jax.Array) -> jax.Array:
     """The share of rows whose largest logit is the label's. ConfigError unless logits are (B, K) and
-    labels (B,) class indices, and (where they are concrete, not traced) each in [0, K)."""
-    if jnp.ndim(logits_BxK) != 2 or jnp.shape(labels_B) != jnp.shape(logits_BxK)[:1]:
-        raise ConfigError(f"logits of shape {tuple(logits_BxK.shape)} and labels of shape {tuple(labels_B.shape)}: "
-                          "give logits (B, K) and labels (B,) class indices (not one-hot)")
-    if not isinstance(labels_B, jax.core.Tracer):
-        labels = np.asarray(labels_B)
-        K = logits_BxK.shape[1]
-        if not np.issubdtype(labels.dtype, np.integer) or labels.min(initial=0) < 0 or labels.max(initial=0) >= K:
-            raise ConfigError(f"labels must be integer class indices in [0, {K}) for {K} logits (got "
-                              f"{labels.dtype}, {labels.min(initial=0)} .. {labels.max(initial=0)})")
+    labels B class indices in [0, K) (`objective.check_labels`)."""
+    if jnp.ndim(logits_BxK) != 2:
+        raise ConfigError(f"logits of shape {jnp.shape(logits_BxK)}: give (B, K)")
+    check_labels(labels_B, *jnp.shape(logits_BxK))
     return jnp.mean(jnp.argmax(logits_BxK, -1) == labels_B)
 
 

@@ -68,10 +68,24 @@ class Eigenpairs:
     vectors: Any = None
 
 
+def _check_stopping(max_iterations: int, tolerance: float) -> None:
+    """ConfigError unless max_iterations >= 2 and tolerance > 0: a run meets the tolerance after two
+    iterations at the earliest, so a cap below 2 would leave every eigenvalue unconverged."""
+    if isinstance(max_iterations, bool) or int(max_iterations) != max_iterations or max_iterations < 2 or \
+            not tolerance > 0:
+        raise ConfigError(f"max_iterations={max_iterations!r}, tolerance={tolerance!r}: give max_iterations >= 2 "
+                          "and tolerance > 0")
+
+
 def power_init(v0_P: jax.Array, k: int = TOP_K) -> dict:
     """The state of `power_step` before its first step: k eigenpairs to find from the start vector v0_P
     (P,). "i" counts the eigenpairs found; "v", "lam", "old_lam", "it" are those of the run under way;
-    "residuals" and "converged" those of the runs ended (`Eigenpairs`)."""
+    "residuals" and "converged" those of the runs ended (`Eigenpairs`). ConfigError unless 1 <= k <= P."""
+    P = jnp.shape(v0_P)[0] if jnp.ndim(v0_P) == 1 else 0
+    if isinstance(k, bool) or int(k) != k or not 1 <= k <= P:
+        # k beyond P would deflate everything away and return eigenvalues of 0
+        raise ConfigError(f"k={k!r} eigenvalues from a start vector of shape {jnp.shape(v0_P)}: give a vector "
+                          "(P,) and 1 <= k <= P")
     v0_P = v0_P.astype(jnp.float32)
     U_kxP = jnp.zeros((k, v0_P.shape[0]), jnp.float32)
     return {"v0": v0_P, "U": U_kxP, "lams": jnp.zeros((k,), jnp.float32), "iters": jnp.zeros((k,), jnp.int32),
@@ -162,6 +176,7 @@ def power_iteration(
     whether it converged.
     """
     step = lambda s: power_step(matvec, s, max_iterations=max_iterations, tolerance=tolerance)  # noqa: E731
+    _check_stopping(max_iterations, tolerance)
     state = jax.lax.while_loop(lambda s: s["i"] < k, step, power_init(v0_P, k))
     return eigenpairs(state, with_vectors=True)
 
@@ -227,6 +242,7 @@ def spectrum(
 def spectrum_step(loss_fn: LossFn, *, max_iterations: int = MAX_ITERATIONS, tolerance: float = TOLERANCE):
     """(params, batch, state) -> state: one `power_step` on the Hessian of `loss_fn(., batch)` at
     `params`, the program that `spectrum_on_host` calls (jit it, donating the state)."""
+    _check_stopping(max_iterations, tolerance)
     def step(params, batch, state):
         return power_step(hvp_matvec(loss_fn, params, batch), state, max_iterations=max_iterations,
                           tolerance=tolerance)

@@ -202,3 +202,12 @@ def test_a_run_stalled_between_plus_and_minus_eigenvalues_is_flagged_by_its_resi
     pairs = hessian.power_iteration(lambda u: M @ u, jnp.asarray([1.0, 2.0, 3.0, 4.0]), k=1, max_iterations=100)
     assert int(pairs.iterations[0]) < 10 and abs(float(pairs.values[0])) < 9.0
     assert float(pairs.residuals[0]) > hessian.RESIDUAL_TOLERANCE and not bool(pairs.converged[0])
+
+
+def test_more_eigenvalues_than_parameters_and_a_cap_below_two_are_refused():
+    M = jnp.diag(jnp.arange(1.0, 4.0))
+    # k = 5 of a 3 x 3 operator: today two eigenvalues of 0 that the operator does not have
+    with pytest.raises(ConfigError, match=r"k=5 eigenvalues from a start vector of shape \(3,\)"):
+        hessian.power_iteration(lambda v: M @ v, jnp.ones(3), k=5)
+    with pytest.raises(ConfigError, match="max_iterations=1"):
+        hessian.power_iteration(lambda v: M @ v, jnp.ones(3), k=2, max_iterations=1)
