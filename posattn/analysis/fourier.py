@@ -78,4 +78,5 @@ def image_profiles(features: dict[str, jax.Array]) -> dict[str, jax.Array]:
 def layer_profiles(features: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """`relative_profile` of every layer of a `features` dict (name -> (B, h, w, C)), in its order."""
     # an OrderedDict: jax.jit returns a plain dict with its keys sorted, an OrderedDict in order
-    return collections.OrderedDict((name, relative_profile(z)) for name, z in check_features(features).items())
+    checked = check_features(features)
+    return collections.OrderedDict((name, relative_profile(z)) for name, z in checked.items())

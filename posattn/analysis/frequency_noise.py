@@ -85,8 +85,8 @@ def _check_images(shape_BxHxWxC) -> None:
     if len(shape) != 4:
         raise ConfigError(f"images of shape {shape}: give (B, H, W, C) (a grayscale batch as (B, H, W, 1))")
     if shape[1] in (1, 3) and shape[3] > 4:
-        raise ConfigError(f"images of shape {shape} look channels-first (B, C, H, W): give (B, H, W, C), e.g. "
-                          "images.transpose(0, 2, 3, 1)")
+        raise ConfigError(f"images of shape {shape} look channels-first (B, C, H, W): give (B, H, W, C), "
+                          "e.g. images.transpose(0, 2, 3, 1)")
 
 
 def _gaussian(key, shape_BxHxWxC) -> jax.Array:

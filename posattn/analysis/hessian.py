@@ -73,8 +73,8 @@ def _check_stopping(max_iterations: int, tolerance: float) -> None:
     iterations at the earliest, so a cap below 2 would leave every eigenvalue unconverged."""
     if isinstance(max_iterations, bool) or int(max_iterations) != max_iterations or max_iterations < 2 or \
             not tolerance > 0:
-        raise ConfigError(f"max_iterations={max_iterations!r}, tolerance={tolerance!r}: give max_iterations >= 2 "
-                          "and tolerance > 0")
+        raise ConfigError(f"max_iterations={max_iterations!r}, tolerance={tolerance!r}: give "
+                          "max_iterations >= 2 and tolerance > 0")
 
 
 def power_init(v0_P: jax.Array, k: int = TOP_K) -> dict:
@@ -84,8 +84,8 @@ def power_init(v0_P: jax.Array, k: int = TOP_K) -> dict:
     P = jnp.shape(v0_P)[0] if jnp.ndim(v0_P) == 1 else 0
     if isinstance(k, bool) or int(k) != k or not 1 <= k <= P:
         # k beyond P would deflate everything away and return eigenvalues of 0
-        raise ConfigError(f"k={k!r} eigenvalues from a start vector of shape {jnp.shape(v0_P)}: give a vector "
-                          "(P,) and 1 <= k <= P")
+        raise ConfigError(f"k={k!r} eigenvalues from a start vector of shape {jnp.shape(v0_P)}: give a "
+                          "vector (P,) and 1 <= k <= P")
     v0_P = v0_P.astype(jnp.float32)
     U_kxP = jnp.zeros((k, v0_P.shape[0]), jnp.float32)
     return {"v0": v0_P, "U": U_kxP, "lams": jnp.zeros((k,), jnp.float32), "iters": jnp.zeros((k,), jnp.int32),
@@ -146,7 +146,8 @@ def power_step(
         i = state["i"]
         U_kxP = state["U"].at[i].set(v_P)
         # the residual of (lam, v): v, not v_P, is the vector whose Rayleigh quotient lam is
-        residual = jnp.linalg.norm(Hv_P - lam * state["v"]) / jnp.maximum(jnp.abs(lam), jnp.finfo(jnp.float32).tiny)
+        tiny = jnp.finfo(jnp.float32).tiny
+        residual = jnp.linalg.norm(Hv_P - lam * state["v"]) / jnp.maximum(jnp.abs(lam), tiny)
         converged = met & (residual <= RESIDUAL_TOLERANCE)
         return {**state, "U": U_kxP, "lams": state["lams"].at[i].set(lam), "iters": state["iters"].at[i].set(it),
                 "residuals": state["residuals"].at[i].set(residual),

@@ -87,7 +87,8 @@ def _check_like(direction, params, what: str) -> None:
     for (path, d), theta in zip(jax.tree_util.tree_flatten_with_path(direction)[0], jax.tree.leaves(params)):
         if jnp.shape(d) != jnp.shape(theta):
             raise ConfigError(f"{what} at {_path_names(path)!r} has shape {jnp.shape(d)}, the params "
-                              f"{jnp.shape(theta)}: draw it from these params (random_direction(key, params))")
+                              f"{jnp.shape(theta)}: draw it from these params "
+                              "(random_direction(key, params))")
 
 
 def normalise_direction(direction, params, normalisation: str = "pk22") -> Any:
@@ -123,8 +124,8 @@ def grid(n: int = GRID, extent: float = EXTENT) -> np.ndarray:
     """The n points per axis, -extent .. extent (theta* among them for odd n); ConfigError unless n >= 2
     and extent > 0."""
     if isinstance(n, bool) or int(n) != n or n < 2 or not np.isfinite(extent) or extent <= 0:
-        raise ConfigError(f"grid(n={n!r}, extent={extent!r}): give n >= 2 points (odd: theta* on the grid) and "
-                          "a finite extent > 0")
+        raise ConfigError(f"grid(n={n!r}, extent={extent!r}): give n >= 2 points (odd: theta* on the "
+                          "grid) and a finite extent > 0")
     return np.linspace(-extent, extent, int(n))
 
 

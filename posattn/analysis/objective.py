@@ -62,9 +62,10 @@ def check_labels(labels_B, n: int, num_classes: int) -> None:
     if isinstance(labels_B, jax.core.Tracer):
         return
     labels = np.asarray(labels_B)
-    if not np.issubdtype(labels.dtype, np.integer) or labels.min(initial=0) < 0 or labels.max(initial=0) >= num_classes:
+    low, high = labels.min(initial=0), labels.max(initial=0)
+    if not np.issubdtype(labels.dtype, np.integer) or low < 0 or high >= num_classes:
         raise ConfigError(f"labels must be integer class indices in [0, {num_classes}) (got {labels.dtype}, "
-                          f"{labels.min(initial=0)} .. {labels.max(initial=0)}): check the labels or num_classes")
+                          f"{low} .. {high}): check the labels or num_classes")
 
 
 def mixed_targets(key, images_BxHxWxC, labels_B, num_classes: int, *, alpha: float = MIXUP_ALPHA,
@@ -76,7 +77,7 @@ def mixed_targets(key, images_BxHxWxC, labels_B, num_classes: int, *, alpha: flo
     targets all zero), alpha < 0 or smoothing outside [0, 1)."""
     check_labels(labels_B, jnp.shape(images_BxHxWxC)[0], num_classes)
     if not alpha >= 0 or not 0 <= smoothing < 1:
-        raise ConfigError(f"alpha={alpha}, smoothing={smoothing}: give alpha >= 0 (0: no mixup) and smoothing "
-                          "in [0, 1)")
+        raise ConfigError(f"alpha={alpha}, smoothing={smoothing}: give alpha >= 0 (0: no mixup) and "
+                          "smoothing in [0, 1)")
     y_BxK = jax.nn.one_hot(labels_B, num_classes, dtype=jnp.float32)
     return augment.mixup(key, images_BxHxWxC, y_BxK * (1.0 - smoothing) + smoothing / num_classes, alpha)

@@ -46,8 +46,8 @@ def unpermute_embedding(P_hxwxD: np.ndarray, g: int, patch_size: int, perm) -> n
     blocks = (h // b) * (w // b) if b and not h % b and not w % b else None
     if blocks is None or sorted(np.asarray(perm).tolist()) != list(range(blocks)):
         raise ConfigError(f"perm (of {np.size(perm)} entries) must be a permutation of the "
-                          f"{blocks or 'whole'} blocks of {b} x {b} patches of the {h} x {w} patch grid: give the "
-                          "run's own (permutation.block_permutation of its image size, g and seed)")
+                          f"{blocks or 'whole'} blocks of {b} x {b} patches of the {h} x {w} patch grid: give "
+                          "the run's own (permutation.block_permutation of its image size, g and seed)")
     return np.asarray(unpermute_blocks(P_hxwxD, b, perm))
 
 
@@ -68,8 +68,8 @@ def _check_grid(sim_NxN, grid_hw) -> None:
         raise ConfigError(f"grid_hw={grid_hw!r}: give (h, w) of the patch grid, both >= 1")
     n = grid_hw[0] * grid_hw[1]
     if np.shape(sim_NxN) != (n, n):
-        raise ConfigError(f"similarities of shape {np.shape(sim_NxN)} for the {grid_hw[0]} x {grid_hw[1]} grid: "
-                          f"give ({n}, {n}), the patches only (no CLS row), row-major")
+        raise ConfigError(f"similarities of shape {np.shape(sim_NxN)} for the {grid_hw[0]} x {grid_hw[1]} "
+                          f"grid: give ({n}, {n}), the patches only (no CLS row), row-major")
 
 
 def grid_distances(grid_hw: tuple[int, int]) -> np.ndarray:

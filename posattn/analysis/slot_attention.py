@@ -41,8 +41,8 @@ def relevant_mass(att_BxQxN: jax.Array, types_BxN: jax.Array) -> jax.Array:
     for Q > 1, per query); a grid with no relevant slot gives NaN (no query to average over)."""
     B, Q, N = jnp.shape(att_BxQxN)
     if jnp.shape(types_BxN) != (B, N) or Q not in (1, N):
-        raise ConfigError(f"attention of shape {(B, Q, N)} and slot types of shape {jnp.shape(types_BxN)}: give "
-                          "types (B, N) of the N slots the attention's keys are, and Q = N queries or 1 (CLS)")
+        raise ConfigError(f"attention of shape {(B, Q, N)} and slot types of shape {jnp.shape(types_BxN)}: "
+                          "give types (B, N) of the N slots the keys are, and Q = N queries or 1 (CLS)")
     relevant_BxN = (types_BxN == RELEVANT).astype(jnp.float32)
     mass_BxQ = (att_BxQxN * relevant_BxN[:, None, :]).sum(-1)
     if att_BxQxN.shape[1] == 1:
@@ -81,8 +81,8 @@ def evaluate(model, variables, inputs_NxHxWxC, labels_N, types_NxS, ks, *, seed:
     the share of removed slots that were relevant. Inputs are the model's (normalised) images.
     ConfigError unless inputs, labels and slot types hold the same number of grids."""
     if not len(inputs_NxHxWxC) == len(labels_N) == len(types_NxS):
-        raise ConfigError(f"{len(inputs_NxHxWxC)} inputs, {len(labels_N)} labels and {len(types_NxS)} slot types: "
-                          "give one of each per grid")
+        raise ConfigError(f"{len(inputs_NxHxWxC)} inputs, {len(labels_N)} labels and {len(types_NxS)} slot "
+                          "types: give one of each per grid")
     rng = np.random.default_rng(seed)
     grid_metrics = jax.jit(functools.partial(_grid_metrics, model))
     correct_fn = jax.jit(functools.partial(_correct, model))

@@ -27,7 +27,8 @@ def feature_variance(z_BxHxWxC: jax.Array) -> jax.Array:
 def layer_variances(features: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """`feature_variance` of every layer of a `features` dict (name -> (B, h, w, C)), in its order."""
     # an OrderedDict: jax.jit returns a plain dict with its keys sorted, an OrderedDict in order
-    return collections.OrderedDict((name, feature_variance(z)) for name, z in check_features(features).items())
+    checked = check_features(features)
+    return collections.OrderedDict((name, feature_variance(z)) for name, z in checked.items())
 
 
 def image_variances(features: dict[str, jax.Array]) -> dict[str, jax.Array]:

@@ -352,8 +352,9 @@ def heads_of(path: str, model_name: str | None = None) -> dict[str, int]:
     for where, meta in sources:
         if meta.get("num_heads") is not None:
             found[f"{where} (num_heads)"] = int(meta["num_heads"])
-        elif meta.get("architecture") and _heads_of_name(str(meta["architecture"])) is not None:
-            found[f"{where} (architecture {meta['architecture']!r})"] = _heads_of_name(str(meta["architecture"]))
+        elif _heads_of_name(str(meta.get("architecture", ""))) is not None:
+            arch = str(meta["architecture"])
+            found[f"{where} (architecture {arch!r})"] = _heads_of_name(arch)
     return found
 
 
@@ -365,17 +366,18 @@ def load(path: str, *, num_heads: int | None = None, model_name: str | None = No
     if "patch_embed.proj.weight" in state_dict:
         known = heads_of(path, model_name)
         if len(set(known.values())) > 1:
-            raise ConfigError(f"{path}: its head counts disagree ({', '.join(f'{k}: {v}' for k, v in known.items())})"
-                              ": fix the metadata or config.json, or give model_name")
+            said = ", ".join(f"{k}: {v}" for k, v in known.items())
+            raise ConfigError(f"{path}: its head counts disagree ({said}): fix the metadata or config.json, "
+                              "or give model_name")
         if known:
             where, heads = next(iter(known.items()))
             if num_heads is not None and int(num_heads) != heads:
-                raise ConfigError(f"num_heads={num_heads} contradicts {where}: {heads} heads; give num_heads={heads} "
-                                  "or leave it out")
+                raise ConfigError(f"num_heads={num_heads} contradicts {where}: {heads} heads; give "
+                                  f"num_heads={heads} or leave it out")
             num_heads = heads
         if num_heads is None:
-            raise ConfigError(f"{path} is a ViT: give num_heads or model_name (the head count is not in a state "
-                              "dict, its metadata or a config.json beside it; timm's ViT-Ti/S/B: 3/6/12)")
+            raise ConfigError(f"{path} is a ViT: give num_heads or model_name (the head count is not in a "
+                              "state dict, its metadata or a config.json beside it; timm's ViT-Ti/S/B: 3/6/12)")
         return vit(state_dict, num_heads=num_heads)
     if "layer1.0.conv1.weight" in state_dict:
         return resnet(state_dict)

@@ -104,6 +104,7 @@ def test_tokens_not_on_their_grid_are_refused_by_the_fourier_and_variance_tools(
     for fn in (fourier.log_amplitude, fourier.relative_profile, variance.feature_variance):
         with pytest.raises(ConfigError, match=r"give a \(B, h, w, C\) map"):
             fn(tokens)
-    for fn in (fourier.image_profiles, fourier.layer_profiles, variance.image_variances, variance.layer_variances):
+    for fn in (fourier.image_profiles, fourier.layer_profiles, variance.image_variances,
+               variance.layer_variances):
         with pytest.raises(ConfigError, match="feature 'block'"):
             fn({"block": tokens})

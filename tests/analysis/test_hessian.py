@@ -184,7 +184,8 @@ def test_power_iteration_with_enough_iterations_converges_to_eigvalsh():
     eig = np.linalg.eigvalsh(np.asarray(M, np.float64))
     np.testing.assert_allclose(pairs.values, eig[np.argsort(-np.abs(eig))][:5], rtol=1e-3, atol=1e-3)
     s = hessian.summaries(jax.tree.map(lambda a: np.stack([a, a]), dataclasses.replace(pairs, vectors=None)))
-    assert s["not_converged"] == 0 and hessian.summaries(np.stack([pairs.values] * 2))["not_converged"] is None
+    assert s["not_converged"] == 0
+    assert hessian.summaries(np.stack([pairs.values] * 2))["not_converged"] is None  # values alone: unknown
 
 
 def test_summaries_refuse_one_minibatch_and_non_finite_eigenvalues():
@@ -199,7 +200,8 @@ def test_a_run_stalled_between_plus_and_minus_eigenvalues_is_flagged_by_its_resi
     # once the small eigenvalues' parts have decayed, so PK22's rule (lambda changes by < tolerance) stops
     # the run early, on no eigenvalue at all
     M = _known_operator([10.0, -10.0, 1.0, 0.5])
-    pairs = hessian.power_iteration(lambda u: M @ u, jnp.asarray([1.0, 2.0, 3.0, 4.0]), k=1, max_iterations=100)
+    v0 = jnp.asarray([1.0, 2.0, 3.0, 4.0])
+    pairs = hessian.power_iteration(lambda u: M @ u, v0, k=1, max_iterations=100)
     assert int(pairs.iterations[0]) < 10 and abs(float(pairs.values[0])) < 9.0
     assert float(pairs.residuals[0]) > hessian.RESIDUAL_TOLERANCE and not bool(pairs.converged[0])
 

@@ -14,7 +14,7 @@ def test_similarities_of_another_grid_or_with_the_cls_row_are_refused():
     P = np.random.default_rng(0).normal(size=(17, 8))  # a CLS row and a 4 x 4 grid
     sim = posemb.cosine_similarity(P)
     # the 17 x 17 matrix read as a 4 x 4 grid: today its first 16 rows, the CLS row taken for a patch
-    with pytest.raises(ConfigError, match=r"similarities of shape \(17, 17\) for the 4 x 4 grid: give \(16, 16\)"):
+    with pytest.raises(ConfigError, match=r"shape \(17, 17\) for the 4 x 4 grid: give \(16, 16\)"):
         posemb.neighbour_statistic(sim, (4, 4), shuffles=10)
     with pytest.raises(ConfigError, match=r"give \(16, 16\)"):
         posemb.distance_rank_correlation(sim, (4, 4))

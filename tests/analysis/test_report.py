@@ -279,7 +279,7 @@ def test_rows_mark_empty_noise_bands_and_unconverged_hessians():
     rows = {r["key"]: r for r in claims.rows({"resnet": results([[True, True], [True, False]]),
                                               "vit_vanilla": results([[True, True], [True, True]])})}
     for key in ("noise_low", "noise_high"):
-        assert rows[key]["ours"] == {"resnet": "no frequency at this size", "vit_vanilla": "no frequency at this size"}
+        assert set(rows[key]["ours"].values()) == {"no frequency at this size"}
     # the order claim of PK22 is not judged (today's code read the empty band as a drop of 0 for both models)
     assert rows["noise_high"]["verdict"].startswith("not measured: no frequency in this band")
     assert rows["hessian_nep"]["ours"]["resnet"] == "0.25 [0.00, 0.50] (1 of 4 eigenvalues NOT converged)"
@@ -288,7 +288,8 @@ def test_rows_mark_empty_noise_bands_and_unconverged_hessians():
     # results written before the flags: a run whose iterations reached settings.hessian_iterations
     old = {**_fake_results(False), "settings": {"hessian_iterations": 5}}
     old["hessian"] = {**old["hessian"], "iterations": [[5, 5], [3, 5]]}
-    assert claims.hessian_not_converged(old) == 3 and claims.hessian_not_converged(_fake_results(False)) is None
+    assert claims.hessian_not_converged(old) == 3
+    assert claims.hessian_not_converged(_fake_results(False)) is None  # neither flags nor a cap: unknown
 
 
 def test_the_noise_figure_leaves_empty_bands_out():

@@ -132,7 +132,7 @@ def test_a_head_count_that_contradicts_the_checkpoints_is_refused(num_heads):
 
 
 def test_the_head_count_is_read_from_the_metadata_a_config_json_or_a_timm_name(tmp_path):
-    model, variables = timm_import.load(str(FIXTURES / "timm_vit.safetensors"))  # no num_heads: the metadata's
+    model, variables = timm_import.load(str(FIXTURES / "timm_vit.safetensors"))  # the metadata's count
     assert model.num_heads == 2 and _max_error("vit", model, variables) < 1e-4
     # timm's config.json beside the file: model_args override the architecture's own count
     config = {"architecture": "vit_small_patch16_224", "model_args": {"num_heads": 2}}
@@ -144,8 +144,8 @@ def test_the_head_count_is_read_from_the_metadata_a_config_json_or_a_timm_name(t
                                           "'vit_small_patch16_224.augreg_in21k')": 6}
     with pytest.raises(ConfigError, match="num_heads=2 contradicts .*config.json .*: 6 heads"):
         timm_import.load(bare, num_heads=2)
-    assert timm_import.heads_of(bare, "timm/vit_huge_patch14_224.orig_in21k")["model_name='timm/vit_huge_patch14_224"
-                                                                             ".orig_in21k'"] == 16
+    huge = "timm/vit_huge_patch14_224.orig_in21k"  # 16 heads of 80: not width / 64
+    assert timm_import.heads_of(bare, huge)[f"model_name={huge!r}"] == 16
     with pytest.raises(ConfigError, match="its head counts disagree"):
         timm_import.load(str(FIXTURES / "timm_vit.safetensors"), model_name="vit_tiny_patch16_224")
     with pytest.raises(ConfigError, match="model_name='my_vit' is not a timm ViT this knows"):

@@ -130,8 +130,8 @@ def estimates(r: dict) -> dict[str, dict | None]:
     not_converged, count = hessian_not_converged(r), int(np.size(r["hessian"]["eigenvalues"]))
     for name in ("ape", "nep"):
         lo, hi = r["hessian"][f"{name}_interval"]
-        out[f"hessian_{name}"] = {"value": r["hessian"][name], "lo": lo, "hi": hi, "not_converged": not_converged,
-                                  "eigenvalues": count}
+        out[f"hessian_{name}"] = {"value": r["hessian"][name], "lo": lo, "hi": hi,
+                                  "not_converged": not_converged, "eigenvalues": count}
     land = r["landscape"]
     surf_BxGxG = np.asarray(land["batch_loss"], np.float64)
     c = surf_BxGxG.shape[-1] // 2
@@ -231,13 +231,15 @@ def rows(results: dict[str, dict]) -> list[dict]:
         ours = {m: ("no attention" if e is None and key.endswith("_attention") else _cell(e, digits))
                 for m, e in ests.items()}
         judged = verdict(rule, ests)
-        flagged = lambda what: [LABELS.get(m, m) for m, e in ests.items() if e is not None and e.get(what)]  # noqa: E731
+        def flagged(what):
+            return ", ".join(LABELS.get(m, m) for m, e in ests.items() if e is not None and e.get(what))
+
         # a verdict on eigenvalues whose power iteration did not converge is not PK22's measurement
         if flagged("not_converged") and judged != "-":
-            judged = f"NOT CONVERGED ({', '.join(flagged('not_converged'))}): {judged}"
+            judged = f"NOT CONVERGED ({flagged('not_converged')}): {judged}"
         # a band that holds no frequency of the images measured nothing: no verdict on it
         if flagged("empty") and rule is not None:
-            judged = f"not measured: no frequency in this band at the image size of {', '.join(flagged('empty'))}"
+            judged = f"not measured: no frequency in this band at the image size of {flagged('empty')}"
         out.append({"key": key, "claim": claim, "paper": published.NUMBERS[paper_key], "ours": ours,
                     "estimates": ests, "verdict": judged, "positional": positional_comparison(ests)})
     return out
