@@ -7,7 +7,8 @@ with respect to all parameters, found by power iteration with deflation on Hessi
 algebraically largest: power iteration converges to the eigenvalue of largest |lambda|, which is how
 negative eigenvalues reach the spectrum at all. The values of many mini-batches are pooled into one
 density; its summaries are NEP (share of negative values) and APE (mean of the positive ones), each with
-a bootstrap interval over the mini-batches (`summaries`).
+a bootstrap interval over the mini-batches (`summaries`). Every eigenvalue comes with its iterations,
+residual and whether it converged (`Eigenpairs`), and the summaries count those that did not.
 
 The Hessian is never formed: `hvp` is forward-over-reverse differentiation (`jax.jvp` of `jax.grad`),
 one HVP costing about two gradient evaluations. Every function but `spectrum_on_host` and
@@ -57,8 +58,8 @@ class Eigenpairs:
     `converged`: whether its run met the tolerance (relative change of lambda between two iterations)
     before `max_iterations` with a residual of at most `RESIDUAL_TOLERANCE`. An eigenvalue whose run hit
     the cap is an estimate of unknown error: a deflation run that stopped early may even be smaller than
-    the next one. `vectors` (..., k, P): the
-    unit eigenvectors (None where not kept: `top_eigenvalues`, `spectrum`).
+    the next one. `vectors` (..., k, P): the unit eigenvectors (None where not kept: `top_eigenvalues`,
+    `spectrum`).
     """
 
     values: Any
@@ -321,8 +322,8 @@ def summaries(eigenvalues_Mxk, *, resamples: int = bootstrap.RESAMPLES, seed: in
     ("nep_interval", "ape_interval": [lo, hi]) over resamples of the M mini-batches
     (`bootstrap.interval`; a mini-batch's k eigenvalues stay together, since they come from one
     Hessian), and the extremes. `eigenvalues_Mxk`: the `Eigenpairs` of `spectrum` (then "not_converged"
-    counts the eigenvalues whose run hit its cap: NEP and APE of such values are not PK22's), or their
-    values alone ("not_converged": None, unknown). ConfigError for fewer than 2 mini-batches (no
+    counts the eigenvalues that did not converge, `Eigenpairs.converged`: NEP and APE of such values are
+    not PK22's), or their values alone ("not_converged": None, unknown). ConfigError for fewer than 2 mini-batches (no
     interval) or a non-finite eigenvalue."""
     not_converged = None
     if isinstance(eigenvalues_Mxk, Eigenpairs):

@@ -46,8 +46,8 @@ def unpermute_embedding(P_hxwxD: np.ndarray, g: int, patch_size: int, perm) -> n
     blocks = (h // b) * (w // b) if b and not h % b and not w % b else None
     if blocks is None or sorted(np.asarray(perm).tolist()) != list(range(blocks)):
         raise ConfigError(f"perm (of {np.size(perm)} entries) must be a permutation of the "
-                          f"{blocks or 'whole'} blocks of {b} x {b} patches of the {h} x {w} patch grid: give "
-                          "the run's own (permutation.block_permutation of its image size, g and seed)")
+                          f"{blocks or 'whole'} blocks of {b} x {b} patches of the {h} x {w} patch grid: "
+                          "give the run's own (permutation.block_permutation of its image size, g and seed)")
     return np.asarray(unpermute_blocks(P_hxwxD, b, perm))
 
 

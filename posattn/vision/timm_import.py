@@ -376,8 +376,9 @@ def load(path: str, *, num_heads: int | None = None, model_name: str | None = No
                                   f"num_heads={heads} or leave it out")
             num_heads = heads
         if num_heads is None:
-            raise ConfigError(f"{path} is a ViT: give num_heads or model_name (the head count is not in a "
-                              "state dict, its metadata or a config.json beside it; timm's ViT-Ti/S/B: 3/6/12)")
+            raise ConfigError(f"{path} is a ViT: give num_heads or model_name (the head count is not in "
+                              "a state dict, its metadata or a config.json beside it; timm's ViT-Ti/S/B: "
+                              "3/6/12)")
         return vit(state_dict, num_heads=num_heads)
     if "layer1.0.conv1.weight" in state_dict:
         return resnet(state_dict)

@@ -106,9 +106,10 @@ class Settings:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 2: the 95% intervals resample "
                                   "them")
         if self.test_images == 1 or 0 < self.landscape_images < 2 * self.landscape_batch_size:
-            raise ConfigError(f"test_images={self.test_images}, landscape_images={self.landscape_images}: give "
-                              "0 (the whole split) or at least 2 test images and 2 landscape batches (2 x "
-                              f"landscape_batch_size={self.landscape_batch_size}): the intervals resample them")
+            raise ConfigError(f"test_images={self.test_images}, landscape_images={self.landscape_images}: "
+                              "give 0 (the whole split) or at least 2 test images and 2 landscape batches "
+                              f"(2 x landscape_batch_size={self.landscape_batch_size}): the intervals "
+                              "resample them")
         for name in ("weight_decay", "mixup_alpha"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 0")
@@ -458,7 +459,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
             hess_batches, k_hess, k=settings.top_k))
     else:
         eigs = timed("hessian", lambda: compiled["hessian"](variables, hess_batches, k_hess))
-    # every eigenvalue with its convergence: a run that hit hessian_iterations is flagged in the summary
+    # every eigenvalue with its convergence: one that did not converge is flagged in the summary
     out["hessian"] = {"eigenvalues": np.asarray(eigs.values).tolist(),
                       "iterations": np.asarray(eigs.iterations).tolist(),
                       "residuals": np.asarray(eigs.residuals).tolist(),
