@@ -213,3 +213,91 @@ def test_more_eigenvalues_than_parameters_and_a_cap_below_two_are_refused():
         hessian.power_iteration(lambda v: M @ v, jnp.ones(3), k=5)
     with pytest.raises(ConfigError, match="max_iterations=1"):
         hessian.power_iteration(lambda v: M @ v, jnp.ones(3), k=2, max_iterations=1)
+
+
+def _top_by_magnitude(M, k):
+    eig = np.linalg.eigvalsh(np.asarray(M, np.float64))
+    return eig[np.argsort(-np.abs(eig))][:k]
+
+
+def test_lanczos_converges_where_power_iteration_stalls_between_plus_and_minus_eigenvalues():
+    # +10 and -10: power iteration's first run stalls in their span (flagged), and the runs deflated by
+    # its vector find values of no eigenvector of M; Lanczos finds eigvalsh's top 3 by magnitude
+    M = _known_operator([10.0, -10.0, 3.0, 1.0, 0.5, 0.2, 0.1, 0.05])
+    v0 = jnp.arange(1.0, 9.0)
+    power = hessian.power_iteration(lambda u: M @ u, v0, k=3)
+    # its stalled run's vector deflated the later runs' operator: those are flagged too, though their
+    # residual on that operator is small (a value near 7.48 here, of no eigenvector of M)
+    assert not np.asarray(power.converged).any()
+    assert (np.asarray(power.residuals) < hessian.RESIDUAL_TOLERANCE).sum() == 2
+    pairs = hessian.lanczos(lambda u: M @ u, v0, k=3)
+    assert np.asarray(pairs.converged).all() and (np.asarray(pairs.residuals) < 1e-3).all()
+    np.testing.assert_allclose(np.sort(pairs.values), np.sort(_top_by_magnitude(M, 3)), rtol=1e-4)
+    np.testing.assert_allclose(pairs.vectors @ np.asarray(M), pairs.values[:, None] * pairs.vectors, atol=1e-4)
+    assert (np.diff(np.abs(pairs.values)) <= 0).all()
+    # every product counted: ARPACK's and one per residual, within its cap of k * max_iterations (+ k)
+    assert 3 < int(pairs.iterations[0]) <= 3 * hessian.MAX_ITERATIONS + 3
+    assert (np.asarray(pairs.iterations) == pairs.iterations[0]).all()
+
+
+def test_lanczos_agrees_with_power_iteration_and_eigvalsh_on_a_models_hessian():
+    # PK22's tolerance leaves power iteration within 10% of some eigenvalue (RESIDUAL_TOLERANCE); a tight
+    # one converges it to the top 3 on these mini-batches, which Lanczos finds at PK22's tolerance
+    params, _ = _tiny()
+    batches = jax.tree.map(lambda *xs: jnp.stack(xs), *[_tiny(seed)[1] for seed in (70, 73, 75)])
+    key = jax.random.key(5)
+    power = jax.jit(lambda p, b, k: hessian.spectrum(_tiny_loss, p, b, k, k=3, tolerance=1e-7,
+                                                     max_iterations=3000))(params, batches, key)
+    lz = hessian.spectrum(_tiny_loss, params, batches, key, k=3, method="lanczos")
+    assert lz.values.shape == (3, 3) and lz.vectors is None and np.asarray(lz.converged).all()
+    ok = np.asarray(power.converged)
+    assert ok.sum() >= 7  # where power iteration converged, the two agree
+    np.testing.assert_allclose(np.asarray(lz.values)[ok], np.asarray(power.values)[ok], rtol=1e-3, atol=1e-4)
+    for m in range(3):
+        H = _dense_hessian(params, jax.tree.map(lambda a: a[m], batches))
+        np.testing.assert_allclose(np.sort(lz.values[m]), np.sort(_top_by_magnitude(H, 3)), rtol=1e-3, atol=1e-4)
+    # one mini-batch alone, from its key: the same as its row
+    one = hessian.top_eigenvalues(_tiny_loss, params, jax.tree.map(lambda a: a[0], batches),
+                                  jax.random.split(key, 3)[0], k=3, method="lanczos")
+    np.testing.assert_allclose(one.values, lz.values[0], rtol=1e-5)
+
+
+def test_lanczos_without_convergence_within_its_cap_has_no_value_and_summaries_refuse_it():
+    # 60 eigenvalues of nearly one magnitude, a tolerance ARPACK cannot meet in 2 * 3 products
+    M = _known_operator(np.linspace(1.0, 1.01, 60) * np.where(np.arange(60) % 2, 1.0, -1.0))
+    pairs = hessian.lanczos(lambda u: M @ u, jnp.ones(60), k=3, max_iterations=2, tolerance=1e-9)
+    missing = np.isnan(pairs.values)
+    assert missing.any() and not np.asarray(pairs.converged)[missing].any()
+    assert missing[-missing.sum():].all()  # the missing ones last
+    stacked = jax.tree.map(lambda a: np.stack([a, a]), dataclasses.replace(pairs, vectors=None))
+    with pytest.raises(ConfigError, match="did not converge within the cap and have no value"):
+        hessian.summaries(stacked)
+
+
+def test_lanczos_is_refused_under_jit_and_its_cap_where_the_step_would_ignore_it():
+    params, batch = _tiny()
+    with pytest.raises(ConfigError, match="method='lanczos' runs ARPACK on the host"):
+        jax.jit(lambda p: hessian.top_eigenvalues(_tiny_loss, p, batch, jax.random.key(0), method="lanczos"))(params)
+    with pytest.raises(ConfigError, match="unknown method 'lanczo'"):
+        hessian.spectrum(_tiny_loss, params, jax.tree.map(lambda a: a[None], batch), jax.random.key(0),
+                         method="lanczo")
+    # the bare HVP of Lanczos takes no cap, and power's host loop takes its cap from its step
+    with pytest.raises(ConfigError, match="give them to spectrum_on_host"):
+        hessian.spectrum_step(_tiny_loss, max_iterations=50, method="lanczos")
+    with pytest.raises(ConfigError, match="give them to spectrum_step"):
+        hessian.spectrum_on_host(None, params, jax.tree.map(lambda a: a[None], batch), jax.random.key(0),
+                                 max_iterations=50)
+    M = jnp.diag(jnp.arange(1.0, 4.0))
+    with pytest.raises(ConfigError, match=r"1 <= k < P for method 'lanczos'"):
+        hessian.lanczos(lambda v: M @ v, jnp.ones(3), k=3)
+
+
+def test_pk22_settings_refuse_lanczos_in_one_program():
+    from posattn.papers.pk22 import suite
+
+    assert suite.Settings().hessian_method == suite.QUICK.hessian_method == "lanczos"
+    with pytest.raises(ConfigError, match="hessian_loop='program' with hessian_method='lanczos'"):
+        suite.Settings(hessian_loop="program")
+    with pytest.raises(ConfigError, match="hessian_method='arnoldi' must be one of power, lanczos"):
+        suite.Settings(hessian_method="arnoldi")
+    assert suite.Settings(hessian_loop="program", hessian_method="power").hessian_loop == "program"
