@@ -7,10 +7,11 @@ PK22's power iteration with deflation (PK22 Section 2: tolerance 1e-3, at most 1
 eigenvalue), or "lanczos", ARPACK's implicitly restarted Lanczos method (`lanczos`), which converges
 where power iteration stalls between eigenvalues near +a and -a (docs/decisions.md, Analysis tools).
 Largest magnitude, not algebraically largest: power iteration converges to the eigenvalue of largest
-|lambda|, which is how negative eigenvalues reach the spectrum at all. The values of many mini-batches are pooled into one
-density; its summaries are NEP (share of negative values) and APE (mean of the positive ones), each with
-a bootstrap interval over the mini-batches (`summaries`). Every eigenvalue comes with its iterations,
-residual and whether it converged (`Eigenpairs`), and the summaries count those that did not.
+|lambda|, which is how negative eigenvalues reach the spectrum at all. The values of many mini-batches
+are pooled into one density; its summaries are NEP (share of negative values) and APE (mean of the
+positive ones), each with a bootstrap interval over the mini-batches (`summaries`). Every eigenvalue
+comes with its iterations, residual and whether it converged (`Eigenpairs`), and the summaries count
+those that did not.
 
 The Hessian is never formed: `hvp` is forward-over-reverse differentiation (`jax.jvp` of `jax.grad`),
 one HVP costing about two gradient evaluations. With method "power", every function but
@@ -218,8 +219,8 @@ def lanczos(
     v0_P = np.asarray(v0_P, np.float64)
     P = v0_P.shape[0] if v0_P.ndim == 1 else 0
     if isinstance(k, bool) or int(k) != k or not 1 <= k < P:
-        raise ConfigError(f"k={k!r} eigenvalues from a start vector of shape {v0_P.shape}: give a vector (P,) "
-                          "and 1 <= k < P for method 'lanczos' (ARPACK), or method 'power' for k = P")
+        raise ConfigError(f"k={k!r} eigenvalues from a start vector of shape {v0_P.shape}: give a vector "
+                          "(P,) and 1 <= k < P for method 'lanczos' (ARPACK), or method 'power' for k = P")
     products = 0
 
     def apply(x):
@@ -319,8 +320,8 @@ def spectrum(
     """
     if _lanczos_from_host(method, params):
         hvp_P = jax.jit(spectrum_step(loss_fn, method="lanczos"))
-        return spectrum_on_host(lambda b, v_P: hvp_P(params, b, v_P), params, batches, key, k=k, method="lanczos",
-                                max_iterations=max_iterations, tolerance=tolerance)
+        return spectrum_on_host(lambda b, v_P: hvp_P(params, b, v_P), params, batches, key, k=k,
+                                method="lanczos", max_iterations=max_iterations, tolerance=tolerance)
     M = jax.tree.leaves(batches)[0].shape[0]
     keys = jax.random.split(key, M)
     one = lambda xs: top_eigenvalues(  # noqa: E731
@@ -338,8 +339,9 @@ def spectrum_step(loss_fn: LossFn, *, max_iterations: int | None = None, toleran
     are `spectrum_on_host`'s, and ConfigError where given here)."""
     if check_choice(method, METHODS, "method") == "lanczos":
         if (max_iterations, tolerance) != (None, None):
-            raise ConfigError(f"max_iterations={max_iterations!r}, tolerance={tolerance!r} with method='lanczos': "
-                              "give them to spectrum_on_host (this step is the bare Hessian-vector product)")
+            raise ConfigError(f"max_iterations={max_iterations!r}, tolerance={tolerance!r} with method="
+                              "'lanczos': give them to spectrum_on_host (this step is the bare "
+                              "Hessian-vector product)")
         return lambda params, batch, v_P: hvp_matvec(loss_fn, params, batch)(v_P)
     max_iterations = MAX_ITERATIONS if max_iterations is None else max_iterations
     tolerance = TOLERANCE if tolerance is None else tolerance
@@ -442,8 +444,9 @@ def summaries(eigenvalues_Mxk, *, resamples: int = bootstrap.RESAMPLES, seed: in
     if isinstance(eigenvalues_Mxk, Eigenpairs):
         not_converged = int(np.sum(~np.asarray(eigenvalues_Mxk.converged, bool)))
         if np.isnan(np.asarray(eigenvalues_Mxk.values, np.float64)).any():  # Lanczos found no value there
-            raise ConfigError(f"{not_converged} eigenvalues did not converge within the cap and have no value "
-                              "(NaN, method 'lanczos'): raise max_iterations (the suite's hessian_iterations)")
+            raise ConfigError(f"{not_converged} eigenvalues did not converge within the cap and have no "
+                              "value (NaN, method 'lanczos'): raise max_iterations (the suite's "
+                              "hessian_iterations)")
         eigenvalues_Mxk = eigenvalues_Mxk.values
     lams_Mxk = np.asarray(eigenvalues_Mxk, np.float64)
     if lams_Mxk.ndim != 2 or lams_Mxk.shape[0] < 2:

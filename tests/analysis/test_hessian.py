@@ -233,7 +233,8 @@ def test_lanczos_converges_where_power_iteration_stalls_between_plus_and_minus_e
     pairs = hessian.lanczos(lambda u: M @ u, v0, k=3)
     assert np.asarray(pairs.converged).all() and (np.asarray(pairs.residuals) < 1e-3).all()
     np.testing.assert_allclose(np.sort(pairs.values), np.sort(_top_by_magnitude(M, 3)), rtol=1e-4)
-    np.testing.assert_allclose(pairs.vectors @ np.asarray(M), pairs.values[:, None] * pairs.vectors, atol=1e-4)
+    U_kxP = pairs.vectors
+    np.testing.assert_allclose(U_kxP @ np.asarray(M), pairs.values[:, None] * U_kxP, atol=1e-4)
     assert (np.diff(np.abs(pairs.values)) <= 0).all()
     # every product counted: ARPACK's and one per residual, within its cap of k * max_iterations (+ k)
     assert 3 < int(pairs.iterations[0]) <= 3 * hessian.MAX_ITERATIONS + 3
@@ -255,7 +256,8 @@ def test_lanczos_agrees_with_power_iteration_and_eigvalsh_on_a_models_hessian():
     np.testing.assert_allclose(np.asarray(lz.values)[ok], np.asarray(power.values)[ok], rtol=1e-3, atol=1e-4)
     for m in range(3):
         H = _dense_hessian(params, jax.tree.map(lambda a: a[m], batches))
-        np.testing.assert_allclose(np.sort(lz.values[m]), np.sort(_top_by_magnitude(H, 3)), rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(np.sort(lz.values[m]), np.sort(_top_by_magnitude(H, 3)), rtol=1e-3,
+                                   atol=1e-4)
     # one mini-batch alone, from its key: the same as its row
     one = hessian.top_eigenvalues(_tiny_loss, params, jax.tree.map(lambda a: a[0], batches),
                                   jax.random.split(key, 3)[0], k=3, method="lanczos")
@@ -277,7 +279,8 @@ def test_lanczos_without_convergence_within_its_cap_has_no_value_and_summaries_r
 def test_lanczos_is_refused_under_jit_and_its_cap_where_the_step_would_ignore_it():
     params, batch = _tiny()
     with pytest.raises(ConfigError, match="method='lanczos' runs ARPACK on the host"):
-        jax.jit(lambda p: hessian.top_eigenvalues(_tiny_loss, p, batch, jax.random.key(0), method="lanczos"))(params)
+        jax.jit(lambda p: hessian.top_eigenvalues(_tiny_loss, p, batch, jax.random.key(0),
+                                                  method="lanczos"))(params)
     with pytest.raises(ConfigError, match="unknown method 'lanczo'"):
         hessian.spectrum(_tiny_loss, params, jax.tree.map(lambda a: a[None], batch), jax.random.key(0),
                          method="lanczo")
