@@ -208,7 +208,8 @@ def lanczos(
     a jitted `hvp_matvec`) is called from Python once per product.
 
     ARPACK stops when each of the k Ritz pairs has ||A v - lambda v|| <= tolerance * |lambda| (its own
-    estimate) or after at most k * max_iterations products, power iteration's cap for k eigenvalues. The
+    estimate) or after at most k * max_iterations products, power iteration's cap for k eigenvalues
+    (k + 3 where that is fewer: ARPACK's least, for k <= 2 and a cap of 2). The
     residual of each eigenpair is then measured with one more product each (float32 products, not
     ARPACK's estimate); `converged` as in `Eigenpairs`. Returns the `Eigenpairs` (numpy) with their
     eigenvectors (k, P), in descending order of magnitude; `iterations` counts every product, the k of
@@ -228,9 +229,11 @@ def lanczos(
         products += 1
         return np.asarray(matvec(jnp.asarray(x.reshape(-1), jnp.float32)), np.float64).reshape(x.shape)
 
-    ncv = min(P, max(2 * k + 1, 20))  # Lanczos vectors kept: scipy's default, named for the cap below
-    # ARPACK's products: k to start, then at most ncv - k per restart
-    restarts = max(1, (k * max_iterations - k) // (ncv - k))
+    budget = k * max_iterations
+    # ARPACK's products (counted): 1 + ncv for its first basis of ncv Lanczos vectors, then at most
+    # ncv - k per restart. ncv: scipy's default, fewer where the budget holds less than two bases
+    ncv = min(P, max(2 * k + 1, 20), max(k + 1, (budget - 1 + k) // 2))
+    restarts = max(1, (budget - 1 - ncv) // (ncv - k))
     operator = LinearOperator((P, P), matvec=apply, dtype=np.float64)
     try:
         lams, V_Pxn = eigsh(operator, k=k, which="LM", v0=v0_P, ncv=ncv, maxiter=restarts, tol=tolerance)
