@@ -209,9 +209,9 @@ def lanczos(
 
     ARPACK stops when each of the k Ritz pairs has ||A v - lambda v|| <= tolerance * |lambda| (its own
     estimate) or after at most k * max_iterations products, power iteration's cap for k eigenvalues
-    (k + 3 where that is fewer: ARPACK's least, for k <= 2 and a cap of 2). The
-    residual of each eigenpair is then measured with one more product each (float32 products, not
-    ARPACK's estimate); `converged` as in `Eigenpairs`. Returns the `Eigenpairs` (numpy) with their
+    (k + 3 where that is more: ARPACK's least, for k <= 2 and a cap of 2). The residual of each
+    eigenpair is then measured with one more product each (float32 products, not ARPACK's estimate);
+    `converged` as in `Eigenpairs`. Returns the `Eigenpairs` (numpy) with their
     eigenvectors (k, P), in descending order of magnitude; `iterations` counts every product, the k of
     the residuals included. ConfigError unless 1 <= k < P (ARPACK's bound), max_iterations >= 2 and
     tolerance > 0.

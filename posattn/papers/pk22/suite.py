@@ -133,7 +133,7 @@ class Settings:
 # the smoke run: two Hessian mini-batches of 8 images and two landscape batches (the fewest units an
 # interval can resample), two batches of test images on any dataset. Its Hessian keeps PK22's tolerance
 # and cap, by Lanczos: measured on its four models (2026-11-28, seed 0), all 40 eigenvalues converged
-# (residuals <= 1.8e-4) in 37-52 HVPs per mini-batch, the Hessian 0.9-2.7 s per model; power iteration
+# (residuals <= 1.8e-4) in 37-52 HVPs per mini-batch, the Hessian 0.7-2.7 s per model; power iteration
 # (hessian_method="power") met PK22's rule in every run (6 to 94 iterations) but 13 of 40 converged:
 # stalls between eigenvalues near +a and -a, which no cap fixes (docs/decisions.md, Analysis tools)
 QUICK = Settings(hessian_batches=2, hessian_batch_size=8, feature_images=32,
