@@ -66,7 +66,11 @@ def main():
         images = torch.randn((4, 3, side, side), generator=generator)
         with torch.no_grad():
             logits = model(images)
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, OUT / f"timm_{name}.safetensors")
+        # the ViT's head count in the file's metadata, where posattn.vision.timm_import.load reads it (a
+        # state dict does not hold it, and the fixture's ViT is no registered timm name)
+        metadata = {"num_heads": str(model.blocks[0].attn.num_heads)} if name == "vit" else None
+        tensors = {k: v.contiguous() for k, v in model.state_dict().items()}
+        save_file(tensors, OUT / f"timm_{name}.safetensors", metadata=metadata)
         forward[f"{name}_images_BxHxWxC"] = images.permute(0, 2, 3, 1).numpy()
         forward[f"{name}_logits_BxK"] = logits.numpy()
     np.savez_compressed(OUT / "timm_forward.npz", **forward)

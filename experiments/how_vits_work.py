@@ -46,6 +46,7 @@ def _schema(fields) -> ml_collections.ConfigDict:
         "landscape_l2_form": ml_collections.config_dict.placeholder(str),
         "hessian_l2_form": ml_collections.config_dict.placeholder(str),  # default "squared" (suite.Settings)
         "hessian_loop": ml_collections.config_dict.placeholder(str),  # auto | host | program (suite.Settings)
+        "hessian_method": ml_collections.config_dict.placeholder(str),  # lanczos | power (suite.Settings)
         "mixup_alpha": ml_collections.config_dict.placeholder(float),  # of the objective's images (PK22: 1; 0 off)
         "label_smoothing": ml_collections.config_dict.placeholder(float),  # of the objective's targets (PK22: 0.1)
         # training images per landscape point (a multiple of landscape_batch_size; 0: the whole training

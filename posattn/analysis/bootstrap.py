@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from posattn.errors import ConfigError
+
 RESAMPLES = 2000
 LEVEL = 0.95
 SEED = 0
@@ -25,14 +27,19 @@ def interval(units, statistic: Callable[[np.ndarray], float], *, resamples: int 
     """The percentile interval (lo, hi) of `statistic` over resamples of the rows of `units` (N, ...).
 
     NaN values of the statistic (a resample with no positive eigenvalue, for APE) are left out of the
-    percentiles; an interval of a statistic that is NaN on every resample is (NaN, NaN).
+    percentiles; an interval of a statistic that is NaN on every resample is (NaN, NaN). ConfigError for
+    fewer than 2 units (one unit's resamples are all the same: a zero-width interval that `sign` and
+    `compare` would read as certain), a level outside (0, 1) or fewer than 1 resample.
     """
     units = np.asarray(units)
     if not 0 < level < 1:
-        raise ValueError(f"level={level} must be in (0, 1)")
-    n = units.shape[0]
-    if n == 0:
-        return float("nan"), float("nan")
+        raise ConfigError(f"level={level} must be in (0, 1)")
+    if isinstance(resamples, bool) or int(resamples) != resamples or resamples < 1:
+        raise ConfigError(f"resamples={resamples!r} must be a positive integer")
+    n = units.shape[0] if units.ndim else 0
+    if n < 2:
+        raise ConfigError(f"an interval over {n} unit(s) (units of shape {units.shape}): give at least 2 "
+                          "units (rows), e.g. 2 Hessian mini-batches, 2 test images, 2 landscape batches")
     picks_RxN = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
     values = np.array([statistic(units[p]) for p in picks_RxN], np.float64)
     values = values[np.isfinite(values)]

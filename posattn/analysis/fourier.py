@@ -19,11 +19,30 @@ import collections
 import jax
 import jax.numpy as jnp
 
+from posattn.errors import ConfigError
+
 EPS = 1e-6  # PK22's code: log(|F| + 1e-6)
 
 
+def check_map(z_BxHxWxC, name: str = "feature") -> None:
+    """ConfigError unless a feature is a 4-D (B, h, w, C) map: (B, N, D) tokens would be transformed
+    over the token and channel axes (`posattn.analysis.subject` puts tokens on their grid)."""
+    if jnp.ndim(z_BxHxWxC) != 4:
+        raise ConfigError(f"{name} of shape {tuple(jnp.shape(z_BxHxWxC))}: give a (B, h, w, C) map (tokens "
+                          "(B, N, D) as (B, h, w, D) on their patch grid: posattn.analysis.subject.features)")
+
+
+def check_features(features: dict) -> dict:
+    """`features` ({name: map}) after `check_map` of each, the name in the message."""
+    for name, z in features.items():
+        check_map(z, f"feature {name!r}")
+    return features
+
+
 def log_amplitude(z_BxHxWxC: jax.Array) -> jax.Array:
-    """A_HxW: centred log amplitude of the 2-D spectrum, averaged over batch and channels."""
+    """A_HxW: centred log amplitude of the 2-D spectrum, averaged over batch and channels; ConfigError for
+    a feature not (B, h, w, C) (`check_map`)."""
+    check_map(z_BxHxWxC)
     z = z_BxHxWxC.astype(jnp.float32)
     F_BxHxWxC = jnp.fft.fftshift(jnp.fft.fft2(z, axes=(1, 2)), axes=(1, 2))
     return jnp.log(jnp.abs(F_BxHxWxC) + EPS).mean(axis=(0, 3))
@@ -53,10 +72,11 @@ def image_profiles(features: dict[str, jax.Array]) -> dict[str, jax.Array]:
     images is `layer_profiles` (the log amplitude's mean over the batch and the profile are linear), and
     they are the units a bootstrap over images resamples (`posattn.analysis.bootstrap`)."""
     one = jax.vmap(lambda z_HxWxC: relative_profile(z_HxWxC[None]))
-    return collections.OrderedDict((name, one(z)) for name, z in features.items())
+    return collections.OrderedDict((name, one(z)) for name, z in check_features(features).items())
 
 
 def layer_profiles(features: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """`relative_profile` of every layer of a `features` dict (name -> (B, h, w, C)), in its order."""
     # an OrderedDict: jax.jit returns a plain dict with its keys sorted, an OrderedDict in order
-    return collections.OrderedDict((name, relative_profile(z)) for name, z in features.items())
+    checked = check_features(features)
+    return collections.OrderedDict((name, relative_profile(z)) for name, z in checked.items())

@@ -20,7 +20,7 @@ eps (the noise is added to the model's normalised inputs, in their units): 0.7, 
 recipe for this noise (how-do-vits-work issue #44, its `Random(eps=0.7)`); ops/adversarial.py's `Random`
 defaults to 0.007 (`EPS_REPOSITORY`); this module used 1.0 before issue 35. PK22's paper text is not in
 this project's sources, so its value is not checked here. `empty_bands` says which bands hold no
-frequency of an image size.
+frequency of an image size (8 x 8: 0.1, 0.4, 0.6 and 0.9 pi); their results are NaN, not measured.
 """
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +28,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from posattn.analysis.objective import check_labels
+from posattn.errors import ConfigError
 
 HALF_WIDTH = 0.2  # s, radians (PK22, ops/adversarial.py FreqAttack's default s)
 BANDS = ("pk22", "annulus")
@@ -58,7 +61,7 @@ def band_mask(h: int, w: int, f, half_width: float = HALF_WIDTH, band: str = "pk
         om = omega_inf(h, w)
         return (om >= f - half_width) & (om < f + half_width)
     if band != "pk22":
-        raise ValueError(f"band={band!r}: choose one of {BANDS}")
+        raise ConfigError(f"band={band!r}: choose one of {BANDS}")
     count = lambda g, size: jnp.maximum(jnp.trunc(g * size / (2 * jnp.pi)), 0)  # noqa: E731
     outer = _centre_square(count(f + half_width, h), count(f + half_width, w), h, w)
     inner = _centre_square(count(f - half_width, h), count(f - half_width, w), h, w)
@@ -71,11 +74,27 @@ def empty_bands(h: int, w: int, frequencies=FREQUENCIES, half_width: float = HAL
     return [f for f in frequencies if not bool(band_mask(h, w, f, half_width, band).any())]
 
 
+def _empty_F(h: int, w: int, fs_F, half_width: float, band: str) -> jax.Array:
+    """(F,) bool: `empty_bands` as an array, for frequencies that may be traced."""
+    return jax.vmap(lambda f: ~band_mask(h, w, f, half_width, band).any())(jnp.asarray(fs_F, jnp.float32))
+
+
+def _check_images(shape_BxHxWxC) -> None:
+    """ConfigError unless an image batch's shape is (B, H, W, C) with the channels last."""
+    shape = tuple(shape_BxHxWxC)
+    if len(shape) != 4:
+        raise ConfigError(f"images of shape {shape}: give (B, H, W, C) (a grayscale batch as (B, H, W, 1))")
+    if shape[1] in (1, 3) and shape[3] > 4:
+        raise ConfigError(f"images of shape {shape} look channels-first (B, C, H, W): give (B, H, W, C), "
+                          "e.g. images.transpose(0, 2, 3, 1)")
+
+
 def _gaussian(key, shape_BxHxWxC) -> jax.Array:
     """N(0, I) of the shape from one key, or with a batch of B keys (a (B,) key array) image i's from key i."""
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.ndim == 1:
         if key.shape[0] != shape_BxHxWxC[0]:
-            raise ValueError(f"{key.shape[0]} noise keys for a batch of {shape_BxHxWxC[0]} images")
+            raise ConfigError(f"{key.shape[0]} noise keys for a batch of {shape_BxHxWxC[0]} images: give one "
+                              "key, or one per image")
         return jax.vmap(lambda k: jax.random.normal(k, shape_BxHxWxC[1:], jnp.float32))(key)
     return jax.random.normal(key, shape_BxHxWxC, jnp.float32)
 
@@ -87,6 +106,7 @@ def band_limited_noise(key, shape_BxHxWxC, f, eps: float, half_width: float = HA
     `key`: one key for the batch, or B keys (`jax.random.key` arrays of shape (B,)), one per image: a
     split evaluated in batches then draws every image's noise from its own key, whatever the batching.
     """
+    _check_images(shape_BxHxWxC)
     _, H, W, _ = shape_BxHxWxC
     delta = eps * jnp.sign(_gaussian(key, shape_BxHxWxC))
     F = jnp.fft.fftshift(jnp.fft.fft2(delta, axes=(1, 2)), axes=(1, 2))
@@ -95,6 +115,11 @@ def band_limited_noise(key, shape_BxHxWxC, f, eps: float, half_width: float = HA
 
 
 def accuracy(logits_BxK: jax.Array, labels_B: jax.Array) -> jax.Array:
+    """The share of rows whose largest logit is the label's. ConfigError unless logits are (B, K) and
+    labels B class indices in [0, K) (`objective.check_labels`)."""
+    if jnp.ndim(logits_BxK) != 2:
+        raise ConfigError(f"logits of shape {jnp.shape(logits_BxK)}: give (B, K)")
+    check_labels(labels_B, *jnp.shape(logits_BxK))
     return jnp.mean(jnp.argmax(logits_BxK, -1) == labels_B)
 
 
@@ -109,20 +134,30 @@ def under_noise(
     band: str = "pk22",
 ):
     """measure_fn(clean images), then measure_fn(images + noise at f) for every f: outputs stacked on a
-    leading axis of 1 + F (index 0: clean).
+    leading axis of 1 + F (index 0: clean), NaN at every f whose band holds no frequency of the images
+    (`empty_bands`: no noise, so nothing measured there; the outputs are cast to float for the NaN).
 
     The clean pass is the band at f = -inf, which holds no frequency: its noise is exactly zero, so it
     runs through the same `jax.lax.map` body as the noisy ones and the model appears once in the
     compiled program. The same noise draw (`key`: one key, or one per image, `band_limited_noise`) serves
-    every f, so the bands differ only in their frequencies.
+    every f, so the bands differ only in their frequencies. ConfigError for images not (B, H, W, C).
     """
+    _check_images(images_BxHxWxC.shape)
+    _, H, W, _ = images_BxHxWxC.shape
     fs = jnp.concatenate([jnp.array([-jnp.inf], jnp.float32), jnp.asarray(frequencies, jnp.float32)])
 
     def at(f):
         noise = band_limited_noise(key, images_BxHxWxC.shape, f, eps, half_width, band)
         return measure_fn(images_BxHxWxC + noise)
 
-    return jax.lax.map(at, fs)
+    # an empty band's noise is zero: its pass equals the clean one and would read as "no change"
+    empty = jnp.concatenate([jnp.zeros((1,), bool), _empty_F(H, W, fs[1:], half_width, band)])
+
+    def blank(out):
+        out = out.astype(jnp.promote_types(out.dtype, jnp.float32))
+        return jnp.where(empty.reshape(-1, *[1] * (out.ndim - 1)), jnp.nan, out)
+
+    return jax.tree.map(blank, jax.lax.map(at, fs))
 
 
 def accuracy_drops(
@@ -136,10 +171,11 @@ def accuracy_drops(
     half_width: float = HALF_WIDTH,
     band: str = "pk22",
 ) -> tuple[jax.Array, jax.Array]:
-    """(clean accuracy, drops_F): accuracy(noisy at f) - accuracy(clean) for every f, in [-1, 1].
+    """(clean accuracy, drops_F): accuracy(noisy at f) - accuracy(clean) for every f, in [-1, 1]; NaN
+    (not measured) at every f whose band holds no frequency of the images (`empty_bands`).
 
     `logits_fn` maps model inputs to logits (e.g. `lambda x: model.apply(variables, x)`); see
-    `under_noise` for the noise draws.
+    `under_noise` for the noise draws and `accuracy` for what is checked.
     """
     acc = under_noise(lambda x: accuracy(logits_fn(x), labels_B), images_BxHxWxC, key,
                       frequencies=frequencies, eps=eps, half_width=half_width, band=band)

@@ -36,6 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from posattn.errors import ConfigError
+
 GRID = 21  # points per axis (PK22 Figure 1)
 EXTENT = 1.0  # the grid spans [-EXTENT, EXTENT]^2
 
@@ -68,16 +70,32 @@ def norm_axes(path, leaf, normalisation: str = "pk22") -> tuple[int, ...] | None
     """The axes one slice's norm is taken over: PyTorch's dim 0 ("pk22"), or all others ("filter");
     None where the tensor does not move."""
     if normalisation not in NORMALISATIONS:
-        raise ValueError(f"normalisation={normalisation!r}: choose one of {NORMALISATIONS}")
+        raise ConfigError(f"normalisation={normalisation!r}: choose one of {NORMALISATIONS}")
     out = output_axes(path, leaf)
     if out is None or normalisation == "pk22":
         return out
     return tuple(a for a in range(leaf.ndim) if a not in out)
 
 
+def _check_like(direction, params, what: str) -> None:
+    """ConfigError unless `direction` has the tree structure and leaf shapes of `params` (a direction
+    of another model, or another ordering of its leaves, would otherwise move the wrong tensors, or
+    broadcast)."""
+    if jax.tree.structure(direction) != jax.tree.structure(params):
+        raise ConfigError(f"{what} has another tree structure than the params: draw it from these params "
+                          "(random_direction(key, params))")
+    for (path, d), theta in zip(jax.tree_util.tree_flatten_with_path(direction)[0], jax.tree.leaves(params)):
+        if jnp.shape(d) != jnp.shape(theta):
+            raise ConfigError(f"{what} at {_path_names(path)!r} has shape {jnp.shape(d)}, the params "
+                              f"{jnp.shape(theta)}: draw it from these params "
+                              "(random_direction(key, params))")
+
+
 def normalise_direction(direction, params, normalisation: str = "pk22") -> Any:
     """`direction` (the structure of `params`) with every slice rescaled to the norm of that slice of
-    `params` (`norm_axes`), zero where a tensor does not move (module docstring)."""
+    `params` (`norm_axes`), zero where a tensor does not move (module docstring). ConfigError for a
+    direction of another structure or shapes."""
+    _check_like(direction, params, "the direction")
     leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
     out = []
     for d, (path, theta) in zip(jax.tree.leaves(direction), leaves):
@@ -103,8 +121,12 @@ def random_direction(key: jax.Array, params, normalisation: str = "pk22") -> Any
 
 
 def grid(n: int = GRID, extent: float = EXTENT) -> np.ndarray:
-    """The n points per axis, -extent .. extent."""
-    return np.linspace(-extent, extent, n)
+    """The n points per axis, -extent .. extent (theta* among them for odd n); ConfigError unless n >= 2
+    and extent > 0."""
+    if isinstance(n, bool) or int(n) != n or n < 2 or not np.isfinite(extent) or extent <= 0:
+        raise ConfigError(f"grid(n={n!r}, extent={extent!r}): give n >= 2 points (odd: theta* on the "
+                          "grid) and a finite extent > 0")
+    return np.linspace(-extent, extent, int(n))
 
 
 def default_chunk() -> int:
@@ -127,9 +149,14 @@ def surface(
     """loss_fn(theta* + x d1 + y d2, batch) at every (x, y): an array (len(ys), len(xs)), rows = y.
 
     `chunk` grid points are evaluated together (vmapped; None: `default_chunk()`); the chunks run one
-    after another, the last padded with the origin (its losses are dropped).
+    after another, the last padded with the origin (its losses are dropped). ConfigError for directions
+    of another structure or shapes than `params`, or a chunk < 1.
     """
+    _check_like(d1, params, "d1")
+    _check_like(d2, params, "d2")
     chunk = default_chunk() if chunk is None else chunk
+    if isinstance(chunk, bool) or int(chunk) != chunk or chunk < 1:
+        raise ConfigError(f"chunk={chunk!r}: give a positive number of grid points (or None: the backend's)")
     xs = grid() if xs is None else xs
     ys = grid() if ys is None else ys
     X, Y = np.meshgrid(np.asarray(xs, np.float32), np.asarray(ys, np.float32))

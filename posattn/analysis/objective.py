@@ -22,7 +22,9 @@ measures "NLL + L2" on augmented training data, since that is what the network w
 """
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from posattn.errors import ConfigError
 from posattn.vision.data import augment
 
 WEIGHT_DECAY = 0.05  # PK22 configs/cifar100_vit.yaml, optim.weight_decay
@@ -47,13 +49,35 @@ def l2_penalty(params, weight: float, form: str = "norms") -> jax.Array:
         return weight * sum(_norm(x) for x in leaves)
     if form == "squared":
         return 0.5 * weight * sum(jnp.sum(jnp.square(x)) for x in leaves)
-    raise ValueError(f"form={form!r}: choose one of {L2_FORMS}")
+    raise ConfigError(f"form={form!r}: choose one of {L2_FORMS}")
+
+
+def check_labels(labels_B, n: int, num_classes: int) -> None:
+    """ConfigError unless `labels_B` are n class indices, (n,), and (where they are concrete, not traced
+    under jit) integers in [0, num_classes): a label outside is never predicted and its one-hot is zero,
+    so it would lower an accuracy or empty a target silently."""
+    if jnp.shape(labels_B) != (n,):
+        raise ConfigError(f"labels of shape {jnp.shape(labels_B)} for {n} examples: give one class index per "
+                          "example, shape (B,) (not one-hot)")
+    if isinstance(labels_B, jax.core.Tracer):
+        return
+    labels = np.asarray(labels_B)
+    low, high = labels.min(initial=0), labels.max(initial=0)
+    if not np.issubdtype(labels.dtype, np.integer) or low < 0 or high >= num_classes:
+        raise ConfigError(f"labels must be integer class indices in [0, {num_classes}) (got {labels.dtype}, "
+                          f"{low} .. {high}): check the labels or num_classes")
 
 
 def mixed_targets(key, images_BxHxWxC, labels_B, num_classes: int, *, alpha: float = MIXUP_ALPHA,
                   smoothing: float = LABEL_SMOOTHING):
     """(images, targets_BxK) of one mini-batch mixed as timm's Mixup in "batch" mode (module docstring):
     targets (1 - smoothing) y + smoothing / K from one-hot y, then mixup (`augment.mixup`); alpha = 0
-    leaves the images and the smoothed targets unmixed."""
+    leaves the images and the smoothed targets unmixed. ConfigError for labels not (B,) class indices
+    of the B images, labels outside [0, num_classes) where they are concrete (one_hot would make their
+    targets all zero), alpha < 0 or smoothing outside [0, 1)."""
+    check_labels(labels_B, jnp.shape(images_BxHxWxC)[0], num_classes)
+    if not alpha >= 0 or not 0 <= smoothing < 1:
+        raise ConfigError(f"alpha={alpha}, smoothing={smoothing}: give alpha >= 0 (0: no mixup) and "
+                          "smoothing in [0, 1)")
     y_BxK = jax.nn.one_hot(labels_B, num_classes, dtype=jnp.float32)
     return augment.mixup(key, images_BxHxWxC, y_BxK * (1.0 - smoothing) + smoothing / num_classes, alpha)

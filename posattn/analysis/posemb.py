@@ -42,14 +42,34 @@ def unpermute_embedding(P_hxwxD: np.ndarray, g: int, patch_size: int, perm) -> n
     if g % patch_size:
         raise ConfigError(f"pixel blocks of side {g} are not whole patches of side {patch_size}: "
                           "the permutation cannot be undone on the patch grid (need g % patch_size == 0)")
-    return np.asarray(unpermute_blocks(P_hxwxD, g // patch_size, perm))
+    h, w, b = *np.shape(P_hxwxD)[:2], g // patch_size
+    blocks = (h // b) * (w // b) if b and not h % b and not w % b else None
+    if blocks is None or sorted(np.asarray(perm).tolist()) != list(range(blocks)):
+        raise ConfigError(f"perm (of {np.size(perm)} entries) must be a permutation of the "
+                          f"{blocks or 'whole'} blocks of {b} x {b} patches of the {h} x {w} patch grid: "
+                          "give the run's own (permutation.block_permutation of its image size, g and seed)")
+    return np.asarray(unpermute_blocks(P_hxwxD, b, perm))
 
 
 def cosine_similarity(P_NxD: np.ndarray) -> np.ndarray:
-    """cos(P_i, P_j) for all pairs of rows: Figure 1a's P^T P normalised to [-1, 1]."""
+    """cos(P_i, P_j) for all pairs of rows: Figure 1a's P^T P normalised to [-1, 1]. ConfigError unless
+    P is (N, D)."""
     P = np.asarray(P_NxD, np.float64)
+    if P.ndim != 2:
+        raise ConfigError(f"P of shape {P.shape}: give (N, D) rows (a grid (h, w, D): P.reshape(h * w, D))")
     P = P / np.maximum(np.linalg.norm(P, axis=-1, keepdims=True), 1e-12)
     return P @ P.T
+
+
+def _check_grid(sim_NxN, grid_hw) -> None:
+    """ConfigError unless sim is the (N, N) similarity of the N = h * w patches of `grid_hw`: on another
+    grid the pairs' distances, and so every statistic of them, would be wrong."""
+    if len(grid_hw) != 2 or min(grid_hw) < 1:
+        raise ConfigError(f"grid_hw={grid_hw!r}: give (h, w) of the patch grid, both >= 1")
+    n = grid_hw[0] * grid_hw[1]
+    if np.shape(sim_NxN) != (n, n):
+        raise ConfigError(f"similarities of shape {np.shape(sim_NxN)} for the {grid_hw[0]} x {grid_hw[1]} "
+                          f"grid: give ({n}, {n}), the patches only (no CLS row), row-major")
 
 
 def grid_distances(grid_hw: tuple[int, int]) -> np.ndarray:
@@ -63,9 +83,11 @@ def distance_rank_correlation(sim_NxN: np.ndarray, grid_hw: tuple[int, int]) -> 
     """Spearman's rank correlation between the similarity of two patches' embeddings and their Euclidean
     distance on the patch grid, over all pairs i < j: how local P is (JSL22 Figures 1a and 5c) as one
     number. -1: similarity falls strictly with distance; about 0 for embeddings blind to position, as
-    i.i.d. P at initialisation (the spread of rho over pairs of a random P is then ~1 / sqrt(N^2 / 2))."""
+    i.i.d. P at initialisation (the spread of rho over pairs of a random P is then ~1 / sqrt(N^2 / 2)).
+    ConfigError for a similarity matrix that is not (h w, h w) for `grid_hw`."""
     from scipy import stats
 
+    _check_grid(sim_NxN, grid_hw)
     h, w = grid_hw
     rows, cols = np.divmod(np.arange(h * w), w)
     dist = np.hypot(rows[:, None] - rows[None], cols[:, None] - cols[None])
@@ -83,7 +105,10 @@ def neighbour_statistic(sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, shuffl
     `across_blocks` = b > 0 keeps only the neighbour pairs that lie in different b x b blocks of patches:
     for a model trained on b-block-permuted images (un-permuted P), exactly the neighbours that the
     permutation tore apart, so their similarity can only come from what the model learnt of the image.
+    ConfigError for a similarity matrix that is not (h w, h w) for `grid_hw`.
     """
+    _check_grid(sim_NxN, grid_hw)
+    sim_NxN = np.asarray(sim_NxN)
     dist = grid_distances(grid_hw)
     off = ~np.eye(dist.shape[0], dtype=bool)
     near, far = (dist == 1) & off, (dist > 1) & off
@@ -110,8 +135,11 @@ def neighbour_statistic(sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, shuffl
 
 
 def similarity_maps(P_hxwxD: np.ndarray) -> np.ndarray:
-    """(h*w, h, w): map i is the similarity of patch i (row-major) to every patch of the grid."""
-    h, w, _ = P_hxwxD.shape
+    """(h*w, h, w): map i is the similarity of patch i (row-major) to every patch of the grid; ConfigError
+    unless P is an (h, w, D) grid (`patch_embedding`)."""
+    if np.ndim(P_hxwxD) != 3:
+        raise ConfigError(f"P of shape {np.shape(P_hxwxD)}: give the (h, w, D) grid of patch_embedding")
+    h, w, _ = np.shape(P_hxwxD)
     return cosine_similarity(P_hxwxD.reshape(h * w, -1)).reshape(h * w, h, w)
 
 

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posattn.errors import ConfigError
 from posattn.vision.data.token_grid import RELEVANT
 from posattn.vision.models import attention_maps
 
@@ -36,7 +37,12 @@ def pooled_query_attention(model, variables, inputs_BxHxWxC) -> jax.Array:
 
 def relevant_mass(att_BxQxN: jax.Array, types_BxN: jax.Array) -> jax.Array:
     """Per grid: the attention mass on relevant slots, averaged over the relevant slots' queries (or the
-    single CLS query). (B,)"""
+    single CLS query). (B,) ConfigError unless types_BxN has a type per slot of att_BxQxN's keys (and,
+    for Q > 1, per query); a grid with no relevant slot gives NaN (no query to average over)."""
+    B, Q, N = jnp.shape(att_BxQxN)
+    if jnp.shape(types_BxN) != (B, N) or Q not in (1, N):
+        raise ConfigError(f"attention of shape {(B, Q, N)} and slot types of shape {jnp.shape(types_BxN)}: "
+                          "give types (B, N) of the N slots the keys are, and Q = N queries or 1 (CLS)")
     relevant_BxN = (types_BxN == RELEVANT).astype(jnp.float32)
     mass_BxQ = (att_BxQxN * relevant_BxN[:, None, :]).sum(-1)
     if att_BxQxN.shape[1] == 1:
@@ -50,7 +56,10 @@ def received(att_BxQxN: jax.Array) -> jax.Array:
 
 
 def prune_least_attended(scores_BxN: jax.Array, k: int) -> jax.Array:
-    """Keep mask (B, N) without the k slots of lowest score in each grid (ties: the lower index goes)."""
+    """Keep mask (B, N) without the k slots of lowest score in each grid (ties: the lower index goes);
+    ConfigError unless 0 <= k < N (k = N would remove every token of the grid)."""
+    if isinstance(k, bool) or int(k) != k or not 0 <= k < jnp.shape(scores_BxN)[-1]:
+        raise ConfigError(f"k={k!r}: give 0 <= k < {jnp.shape(scores_BxN)[-1]} slots to remove")
     rank_BxN = jnp.argsort(jnp.argsort(scores_BxN, axis=-1, stable=True), axis=-1, stable=True)
     return rank_BxN >= k
 
@@ -69,7 +78,11 @@ def evaluate(model, variables, inputs_NxHxWxC, labels_N, types_NxS, ks, *, seed:
              batch: int = 500) -> dict:
     """The slot metrics of a trained ViT on the grids: relevant attention mass, and test accuracy after
     removing the k least attended slots (and, as the baseline, k random slots) for each k of `ks`; with
-    the share of removed slots that were relevant. Inputs are the model's (normalised) images."""
+    the share of removed slots that were relevant. Inputs are the model's (normalised) images.
+    ConfigError unless inputs, labels and slot types hold the same number of grids."""
+    if not len(inputs_NxHxWxC) == len(labels_N) == len(types_NxS):
+        raise ConfigError(f"{len(inputs_NxHxWxC)} inputs, {len(labels_N)} labels and {len(types_NxS)} slot "
+                          "types: give one of each per grid")
     rng = np.random.default_rng(seed)
     grid_metrics = jax.jit(functools.partial(_grid_metrics, model))
     correct_fn = jax.jit(functools.partial(_correct, model))

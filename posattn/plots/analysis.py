@@ -90,11 +90,19 @@ def feature_variance(results: dict) -> Figure:
 
 def noise_robustness(results: dict) -> Figure:
     """PK22 Fig. 5: the change of test accuracy under band-limited noise (negative: a drop) against the
-    noise frequency, all models."""
+    noise frequency, all models. A band that holds no frequency of a model's images
+    (results["noise"]["empty_bands_pi"]) is left out of its curve, not drawn as 0, and named below."""
     fig = Figure(figsize=(5, 3.5), layout="constrained")
     ax = fig.subplots()
+    empty_any = set()
     for label, r in results.items():
-        ax.plot(r["noise"]["frequencies_pi"], r["noise"]["drop_points"], marker="o", label=label)
+        freqs, empty = np.asarray(r["noise"]["frequencies_pi"], float), r["noise"].get("empty_bands_pi", [])
+        drops = np.where(np.isin(freqs, empty), np.nan, np.asarray(r["noise"]["drop_points"], float))
+        ax.plot(freqs, drops, marker="o", label=label)
+        empty_any.update(empty)
+    if empty_any:
+        ax.text(0.01, 0.01, "no frequency at this size: " + ", ".join(f"{f:g}" for f in sorted(empty_any))
+                + " pi", transform=ax.transAxes, fontsize=7, va="bottom")
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xlabel("noise frequency (x pi)")
     ax.set_ylabel("accuracy with noise - without (points)")

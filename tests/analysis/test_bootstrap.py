@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from posattn.analysis import bootstrap, hessian
+from posattn.errors import ConfigError
 
 
 def test_interval_of_two_units_is_the_exact_bootstrap_distribution():
@@ -60,3 +61,12 @@ def test_sign_and_compare_state_only_separated_intervals():
     assert bootstrap.sign(est(-0.1, 0.3)) == 0 and bootstrap.sign(est(np.nan, np.nan)) == 0
     assert bootstrap.compare(est(2, 3), est(0, 1)) == 1 and bootstrap.compare(est(0, 1), est(2, 3)) == -1
     assert bootstrap.compare(est(0, 2), est(1, 3)) == 0
+
+
+def test_an_interval_of_fewer_than_two_units_is_refused_not_a_certain_point():
+    # one unit's resamples are all that unit: today (1.0, 1.0), which `sign` reads as a certain +1
+    for units in (np.array([1.0]), np.zeros((0, 3)), np.float64(2.0)):
+        with pytest.raises(ConfigError, match=r"give at least 2 units"):
+            bootstrap.interval(units, np.mean)
+    with pytest.raises(ConfigError, match="resamples=0 must be a positive integer"):
+        bootstrap.interval(np.arange(4.0), np.mean, resamples=0)

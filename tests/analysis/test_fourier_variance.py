@@ -2,8 +2,10 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from posattn.analysis import fourier, variance
+from posattn.errors import ConfigError
 
 
 def _diagonal_wave(n, k, amplitude, offset):
@@ -94,3 +96,15 @@ def test_per_image_profiles_and_variances_average_to_the_layers():
         np.testing.assert_allclose(variance.image_variances(feats)[name].mean(0), variance.layer_variances(feats)[name],
                                    rtol=1e-5)
     assert fourier.image_profiles(feats)["a"].shape == (5, 4)
+
+
+def test_tokens_not_on_their_grid_are_refused_by_the_fourier_and_variance_tools():
+    # (B, N, D) tokens: today FFT'd over the token and channel axes and averaged over the batch axis
+    tokens = jnp.zeros((2, 16, 8))
+    for fn in (fourier.log_amplitude, fourier.relative_profile, variance.feature_variance):
+        with pytest.raises(ConfigError, match=r"give a \(B, h, w, C\) map"):
+            fn(tokens)
+    for fn in (fourier.image_profiles, fourier.layer_profiles, variance.image_variances,
+               variance.layer_variances):
+        with pytest.raises(ConfigError, match="feature 'block'"):
+            fn({"block": tokens})

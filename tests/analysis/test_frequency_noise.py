@@ -2,8 +2,10 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from posattn.analysis import frequency_noise as fn
+from posattn.errors import ConfigError
 
 
 def _pk22_center_mask(w1, w2):
@@ -90,3 +92,33 @@ def test_accuracy_drops_and_one_compilation_for_many_batches():
         clean, drops = out["high_pass"]
         assert clean == 1.0 and drops[-1] < -0.05 and drops[-1] < drops[0]
     assert len(traces) == 1
+
+
+def test_empty_bands_of_8x8_images_are_nan_not_a_zero_drop():
+    # 8 x 8 images have frequencies every pi/4: 4 of PK22's 9 bands hold none, and their "noise" is zero
+    x = jax.random.normal(jax.random.key(0), (16, 8, 8, 1))
+    model = lambda z: jnp.stack([z.mean((1, 2, 3)), -z.mean((1, 2, 3))], -1)  # noqa: E731
+    clean, drops = fn.accuracy_drops(model, x, jnp.argmax(model(x), -1), jax.random.key(1))
+    empty = np.isin(np.asarray(fn.FREQUENCIES, np.float32), np.asarray(fn.empty_bands(8, 8), np.float32))
+    assert empty.sum() == 4
+    np.testing.assert_array_equal(np.isnan(np.asarray(drops)), empty)
+    assert clean == 1.0
+    # under_noise: the same for any measure, cast to float for the NaN (index 0 is the clean pass)
+    correct = fn.under_noise(lambda z: jnp.argmax(model(z), -1) == 0, x, jax.random.key(1))
+    assert correct.dtype == jnp.float32
+    np.testing.assert_array_equal(np.isnan(np.asarray(correct)).all(1), np.concatenate([[False], empty]))
+
+
+def test_images_and_labels_of_the_wrong_layout_or_range_are_refused():
+    model = lambda z: z.mean((1, 2))  # noqa: E731  (B, C) logits
+    x, key = jnp.zeros((4, 16, 16, 3)), jax.random.key(0)
+    with pytest.raises(ConfigError, match=r"look channels-first \(B, C, H, W\)"):
+        fn.accuracy_drops(model, jnp.zeros((4, 3, 16, 16)), jnp.zeros(4, int), key)
+    with pytest.raises(ConfigError, match=r"give \(B, H, W, C\)"):
+        fn.accuracy_drops(model, jnp.zeros((4, 16, 16)), jnp.zeros(4, int), key)
+    with pytest.raises(ConfigError, match=r"labels must be integer class indices in \[0, 3\)"):
+        fn.accuracy_drops(model, x, jnp.array([0, 1, 2, 3]), key)
+    with pytest.raises(ConfigError, match=r"shape \(B,\) \(not one-hot\)"):
+        fn.accuracy_drops(model, x, jnp.eye(4, 3), key)
+    with pytest.raises(ConfigError, match="3 noise keys for a batch of 4 images"):
+        fn.band_limited_noise(jax.random.split(key, 3), (4, 16, 16, 3), 0.5, eps=1.0)

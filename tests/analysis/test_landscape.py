@@ -2,8 +2,10 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from posattn.analysis import landscape
+from posattn.errors import ConfigError
 
 
 def _params():
@@ -134,3 +136,18 @@ def test_surface_compiles_once_for_many_batches():
     for seed in range(3):
         run(params, jax.random.normal(jax.random.key(seed), (4, 3)))
     assert len(traces) == 1
+
+
+def test_directions_of_other_params_grids_and_chunks_are_refused():
+    params = _params()
+    d = landscape.random_direction(jax.random.key(1), params)
+    loss = lambda p, b: sum(jnp.sum(x) for x in jax.tree.leaves(p))  # noqa: E731
+    # a direction whose cls entry is (4,): today broadcast against (1, 1, 4) and returned as (1, 1, 4)
+    with pytest.raises(ConfigError, match=r"d1 at 'cls' has shape \(4,\), the params \(1, 1, 4\)"):
+        landscape.surface(loss, params, None, {**d, "cls": d["cls"].ravel()}, d, xs=[0.0], ys=[0.0])
+    with pytest.raises(ConfigError, match="the direction has another tree structure"):
+        landscape.normalise_direction({k: v for k, v in d.items() if k != "cls"}, params)
+    with pytest.raises(ConfigError, match="give n >= 2 points"):
+        landscape.grid(1)
+    with pytest.raises(ConfigError, match="chunk=0: give a positive number"):
+        landscape.surface(loss, params, None, d, d, xs=[0.0], ys=[0.0], chunk=0)

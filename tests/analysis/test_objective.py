@@ -4,8 +4,10 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 import numpy as np
+import pytest
 
 from posattn.analysis import objective
+from posattn.errors import ConfigError
 from posattn.papers.pk22 import suite
 
 
@@ -73,3 +75,14 @@ def test_suite_objective_is_pk22s_nll_plus_l2_on_mixed_minibatches():
     log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     expected = -np.mean(np.sum(np.asarray(t[0]) * log_p, -1)) + 0.05 * _pk22_l2(variables["params"])
     np.testing.assert_allclose(loss, expected, rtol=1e-5)
+
+
+def test_mixed_targets_refuse_labels_out_of_range_one_hot_labels_and_a_negative_alpha():
+    x = jnp.zeros((4, 2, 2, 1))
+    # a label of 3 for 3 classes: today a target of smoothing / K only, summing to 0.1, not 1
+    with pytest.raises(ConfigError, match=r"labels must be integer class indices in \[0, 3\)"):
+        objective.mixed_targets(jax.random.key(0), x, jnp.array([0, 1, 2, 3]), 3)
+    with pytest.raises(ConfigError, match="one class index per example"):
+        objective.mixed_targets(jax.random.key(0), x, jnp.eye(4, 3), 3)
+    with pytest.raises(ConfigError, match="alpha=-1.0"):
+        objective.mixed_targets(jax.random.key(0), x, jnp.array([0, 1, 2, 0]), 3, alpha=-1.0)

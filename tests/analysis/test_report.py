@@ -50,6 +50,11 @@ def test_settings_are_validated():
         suite.Settings(landscape_grid=7)
     with pytest.raises(ConfigError, match="hessian_batches"):
         suite.Settings(hessian_batches=0)
+    # the units of the intervals: one of them would fail only after the measurement (bootstrap.interval)
+    with pytest.raises(ConfigError, match="hessian_batches=1 must be >= 2"):
+        suite.Settings(hessian_batches=1)
+    with pytest.raises(ConfigError, match="at least 2 test images and 2 landscape batches"):
+        suite.Settings(landscape_images=64)
     with pytest.raises(ConfigError, match="landscape_images=20 must be a multiple of landscape_batch_size=64"):
         suite.Settings(landscape_images=20)
     with pytest.raises(ConfigError, match="landscape_batch_size=40 must be a multiple of hessian_batch_size=16"):
@@ -260,3 +265,38 @@ def test_a_measured_resnet18_run_plays_the_resnet_of_the_claims():
     assert claims.positional_comparison(ests) == "vs ViT (vanilla): above; vs ResNet-18: below"
     both = {**ests, "resnet": est(0, 1)}  # the study's own ResNet, where present, keeps the role
     assert claims.verdict(("order", [("resnet", "vit_vanilla")]), both) == "fails (ResNet vs ViT (vanilla): below)"
+
+
+def test_rows_mark_empty_noise_bands_and_unconverged_hessians():
+    # 8 x 8 digits: the bands at 0.1 and 0.9 pi hold no frequency; their passes equal the clean one
+    def results(converged):
+        r = _fake_results(False)
+        r["noise"] = {**r["noise"], "empty_bands_pi": [0.1, 0.9], "drop_points": [float("nan")] * 2,
+                      "correct": [[1, 1, 1, 0], [None] * 4, [None] * 4]}
+        r["hessian"] = {**r["hessian"], "converged": converged}
+        return r
+
+    rows = {r["key"]: r for r in claims.rows({"resnet": results([[True, True], [True, False]]),
+                                              "vit_vanilla": results([[True, True], [True, True]])})}
+    for key in ("noise_low", "noise_high"):
+        assert set(rows[key]["ours"].values()) == {"no frequency at this size"}
+    # the order claim of PK22 is not judged (today's code read the empty band as a drop of 0 for both models)
+    assert rows["noise_high"]["verdict"].startswith("not measured: no frequency in this band")
+    assert rows["hessian_nep"]["ours"]["resnet"] == "0.25 [0.00, 0.50] (1 of 4 eigenvalues NOT converged)"
+    assert rows["hessian_nep"]["ours"]["vit_vanilla"] == "0.25 [0.00, 0.50]"
+    assert rows["hessian_nep"]["verdict"].startswith("NOT CONVERGED (ResNet): ")
+    # results written before the flags: a run whose iterations reached settings.hessian_iterations
+    old = {**_fake_results(False), "settings": {"hessian_iterations": 5}}
+    old["hessian"] = {**old["hessian"], "iterations": [[5, 5], [3, 5]]}
+    assert claims.hessian_not_converged(old) == 3
+    assert claims.hessian_not_converged(_fake_results(False)) is None  # neither flags nor a cap: unknown
+
+
+def test_the_noise_figure_leaves_empty_bands_out():
+    from posattn.plots import analysis as plots
+
+    r = _fake_results(False)
+    r["noise"] = {**r["noise"], "empty_bands_pi": [0.9], "drop_points": [-25.0, 0.0]}
+    ax = plots.noise_robustness({"ResNet": r}).axes[0]
+    assert np.isnan(ax.lines[0].get_ydata()[1])  # not drawn as a drop of 0
+    assert any("no frequency at this size: 0.9 pi" in t.get_text() for t in ax.texts)

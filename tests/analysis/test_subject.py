@@ -19,8 +19,8 @@ from posattn.vision.setup import resolve
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "vision" / "fixtures"
 CLASSES = 5
-SETTINGS = suite.Settings(hessian_batches=1, hessian_batch_size=4, hessian_iterations=20, top_k=2,
-                          feature_images=8, landscape_grid=5, landscape_images=4, landscape_batch_size=4,
+SETTINGS = suite.Settings(hessian_batches=2, hessian_batch_size=4, hessian_iterations=20, top_k=2,
+                          feature_images=8, landscape_grid=5, landscape_images=8, landscape_batch_size=4,
                           landscape_chunk=25)
 
 
@@ -67,7 +67,7 @@ def _check_every_tool(subj, out, x_test, y_test, layers):
         np.testing.assert_allclose(profile, want, atol=1e-4, err_msg=name)
     np.testing.assert_allclose(out["variance"], list(variance.layer_variances(first).values()), rtol=1e-4)
     eigs = np.asarray(out["hessian"]["eigenvalues"])
-    assert eigs.shape == (1, 2) and np.all(np.isfinite(eigs)) and np.all(eigs != 0)
+    assert eigs.shape == (2, 2) and np.all(np.isfinite(eigs)) and np.all(eigs != 0)
     surface = np.asarray(out["landscape"]["loss"])
     assert surface.shape == (5, 5) and np.all(np.isfinite(surface)) and surface.std() > 0
     # the L2 term at theta*: PK22's sum of per-tensor norms of the subject's own parameters

@@ -87,9 +87,22 @@ def test_bfloat16_tensors_load_as_float32(tmp_path):
     assert sd["n"].dtype == np.int64 and sd["n"].tolist() == [7]
 
 
+def _bare_vit_file(tmp_path, config=None) -> str:
+    """The fixture ViT's tensors in a .safetensors file with no metadata, and `config` as a config.json
+    beside it (as the Hugging Face hub ships timm's checkpoints) where given."""
+    from safetensors.numpy import load_file, save_file
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "model.safetensors"
+    save_file(load_file(str(FIXTURES / "timm_vit.safetensors")), str(path))
+    if config is not None:
+        (tmp_path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
 def test_bad_files_and_arguments(tmp_path, monkeypatch):
-    vit_file = str(FIXTURES / "timm_vit.safetensors")
-    with pytest.raises(ConfigError, match="is a ViT: give num_heads"):
+    vit_file = _bare_vit_file(tmp_path)
+    with pytest.raises(ConfigError, match="is a ViT: give num_heads or model_name"):
         timm_import.load(vit_file)
     with pytest.raises(ConfigError, match="num_heads=3 must divide the width 32"):
         timm_import.load(vit_file, num_heads=3)
@@ -109,3 +122,31 @@ def test_model_options_are_checked():
         vit.ViT(num_classes=2, image_size=8, patch_size=4, width=8, depth=1, num_heads=2, mlp_dim=8, gelu="exact")
     with pytest.raises(ConfigError, match="unknown ResNet stem 'tiny'"):
         resnet.ResNet18(num_classes=2, stem="tiny")
+
+
+@pytest.mark.parametrize("num_heads", [1, 4])
+def test_a_head_count_that_contradicts_the_checkpoints_is_refused(num_heads):
+    # the fixture's metadata says 2 heads; 1 or 4 load today and miss timm's logits by 1.97 and 0.95
+    with pytest.raises(ConfigError, match=f"num_heads={num_heads} contradicts the metadata of .*: 2 heads"):
+        timm_import.load(str(FIXTURES / "timm_vit.safetensors"), num_heads=num_heads)
+
+
+def test_the_head_count_is_read_from_the_metadata_a_config_json_or_a_timm_name(tmp_path):
+    model, variables = timm_import.load(str(FIXTURES / "timm_vit.safetensors"))  # the metadata's count
+    assert model.num_heads == 2 and _max_error("vit", model, variables) < 1e-4
+    # timm's config.json beside the file: model_args override the architecture's own count
+    config = {"architecture": "vit_small_patch16_224", "model_args": {"num_heads": 2}}
+    model, _ = timm_import.load(_bare_vit_file(tmp_path / "args", config))
+    assert model.num_heads == 2
+    # a timm name says its count (vit_small: 6; timm's hub ids and pretrained tags are understood)
+    bare = _bare_vit_file(tmp_path / "name", {"architecture": "vit_small_patch16_224.augreg_in21k"})
+    assert timm_import.heads_of(bare) == {f"{tmp_path / 'name' / 'config.json'} (architecture "
+                                          "'vit_small_patch16_224.augreg_in21k')": 6}
+    with pytest.raises(ConfigError, match="num_heads=2 contradicts .*config.json .*: 6 heads"):
+        timm_import.load(bare, num_heads=2)
+    huge = "timm/vit_huge_patch14_224.orig_in21k"  # 16 heads of 80: not width / 64
+    assert timm_import.heads_of(bare, huge)[f"model_name={huge!r}"] == 16
+    with pytest.raises(ConfigError, match="its head counts disagree"):
+        timm_import.load(str(FIXTURES / "timm_vit.safetensors"), model_name="vit_tiny_patch16_224")
+    with pytest.raises(ConfigError, match="model_name='my_vit' is not a timm ViT this knows"):
+        timm_import.load(bare, model_name="my_vit")

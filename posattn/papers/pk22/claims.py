@@ -57,10 +57,29 @@ def _fmt(x, digits=2) -> str:
 
 
 def _cell(est: dict | None, digits=2) -> str:
-    """"value [lo, hi]"; "n/a" where there is no estimate."""
+    """"value [lo, hi]"; "n/a" where there is no estimate; an estimate of eigenvalues some of which did not
+    converge (`hessian_not_converged`) says how many."""
+    if est is not None and est.get("empty"):
+        return "no frequency at this size"
     if est is None or not np.isfinite(est["value"]):
         return "n/a"
-    return f"{_fmt(est['value'], digits)} [{_fmt(est['lo'], digits)}, {_fmt(est['hi'], digits)}]"
+    cell = f"{_fmt(est['value'], digits)} [{_fmt(est['lo'], digits)}, {_fmt(est['hi'], digits)}]"
+    if est.get("not_converged"):
+        cell += f" ({est['not_converged']} of {est['eigenvalues']} eigenvalues NOT converged)"
+    return cell
+
+
+def hessian_not_converged(r: dict) -> int | None:
+    """How many of one model's Hessian eigenvalues did not converge: from the results' "converged" flags
+    (`hessian.Eigenpairs.converged`), or for results written before them, the runs whose iterations
+    reached settings.hessian_iterations (stalled runs are not known there); None where neither is."""
+    h = r["hessian"]
+    if "converged" in h:
+        return int(np.sum(~np.asarray(h["converged"], bool)))
+    cap = r.get("settings", {}).get("hessian_iterations")
+    if cap is None or "iterations" not in h:
+        return None
+    return int(np.sum(np.asarray(h["iterations"]) >= cap))
 
 
 def _log_variance(v):
@@ -91,6 +110,9 @@ def estimates(r: dict) -> dict[str, dict | None]:
     freqs = r["noise"]["frequencies_pi"]
     for key, f in (("noise_low", 0.1), ("noise_high", 0.9)):
         i = 1 + freqs.index(f)
+        if f in r["noise"].get("empty_bands_pi", ()):  # no noise there: not a drop of 0 (`_cell`, `rows`)
+            out[key] = {"value": float("nan"), "lo": float("nan"), "hi": float("nan"), "empty": True}
+            continue
         out[key] = est(correct_NxF[:, [0, i]], lambda c: 100 * (c[:, 1].mean() - c[:, 0].mean()))
     hf_NxL = np.asarray(r["per_image"]["high_frequency"], np.float64)
     logvar = lambda v_NxL: _log_variance(np.asarray(v_NxL).mean(axis=0))  # noqa: E731
@@ -105,9 +127,11 @@ def estimates(r: dict) -> dict[str, dict | None]:
             out[f"{tool}_{kind}"] = est(units, stat) if point[f"{kind}_layers"] else None
     out["fourier_min"] = est(hf_NxL, lambda u: np.nanmin(u.mean(axis=0)))
     out["fourier_max"] = est(hf_NxL, lambda u: np.nanmax(u.mean(axis=0)))
+    not_converged, count = hessian_not_converged(r), int(np.size(r["hessian"]["eigenvalues"]))
     for name in ("ape", "nep"):
         lo, hi = r["hessian"][f"{name}_interval"]
-        out[f"hessian_{name}"] = {"value": r["hessian"][name], "lo": lo, "hi": hi}
+        out[f"hessian_{name}"] = {"value": r["hessian"][name], "lo": lo, "hi": hi,
+                                  "not_converged": not_converged, "eigenvalues": count}
     land = r["landscape"]
     surf_BxGxG = np.asarray(land["batch_loss"], np.float64)
     c = surf_BxGxG.shape[-1] // 2
@@ -206,8 +230,18 @@ def rows(results: dict[str, dict]) -> list[dict]:
         digits = 1 if key in ("accuracy", "noise_low", "noise_high", "hessian_ape") else 2
         ours = {m: ("no attention" if e is None and key.endswith("_attention") else _cell(e, digits))
                 for m, e in ests.items()}
+        judged = verdict(rule, ests)
+        def flagged(what):
+            return ", ".join(LABELS.get(m, m) for m, e in ests.items() if e is not None and e.get(what))
+
+        # a verdict on eigenvalues whose power iteration did not converge is not PK22's measurement
+        if flagged("not_converged") and judged != "-":
+            judged = f"NOT CONVERGED ({flagged('not_converged')}): {judged}"
+        # a band that holds no frequency of the images measured nothing: no verdict on it
+        if flagged("empty") and rule is not None:
+            judged = f"not measured: no frequency in this band at the image size of {flagged('empty')}"
         out.append({"key": key, "claim": claim, "paper": published.NUMBERS[paper_key], "ours": ours,
-                    "estimates": ests, "verdict": verdict(rule, ests), "positional": positional_comparison(ests)})
+                    "estimates": ests, "verdict": judged, "positional": positional_comparison(ests)})
     return out
 
 

@@ -49,6 +49,9 @@ class Settings:
     hessian_iterations: int = hessian.MAX_ITERATIONS
     hessian_tolerance: float = hessian.TOLERANCE
     top_k: int = hessian.TOP_K
+    # hessian.METHODS: "lanczos" (ARPACK, from the host), not PK22's "power" iteration, which stalls between
+    # eigenvalues near +a and -a (docs/decisions.md, Analysis tools)
+    hessian_method: str = "lanczos"
     weight_decay: float = objective.WEIGHT_DECAY  # of the L2 term of the Hessian's and landscape's objective
     # objective.L2_FORMS: PK22's sum of norms for the landscape; for the Hessian, whose form PK22 did not
     # publish, the squared norm, since the Hessian of w ||theta_t|| is w / ||theta_t|| on a tensor's
@@ -56,7 +59,8 @@ class Settings:
     landscape_l2_form: str = "norms"
     hessian_l2_form: str = "squared"
     # "host": the power iterations driven from Python, one compiled HVP step; "program": one program for
-    # all mini-batches; "auto": `hessian.host_loop_is_faster` (host on a CPU for convolutional models)
+    # all mini-batches; "auto": `hessian.host_loop_is_faster` (host on a CPU for convolutional models).
+    # Lanczos always runs from the host ("program" refused)
     hessian_loop: str = "auto"
     mixup_alpha: float = objective.MIXUP_ALPHA  # 0: no mixup
     label_smoothing: float = objective.LABEL_SMOOTHING
@@ -100,6 +104,16 @@ class Settings:
         if self.landscape_images % self.landscape_batch_size:
             raise ConfigError(f"landscape_images={self.landscape_images} must be a multiple of "
                               f"landscape_batch_size={self.landscape_batch_size} (or 0: the whole training split)")
+        # the units the intervals resample (`bootstrap.interval` needs 2): refused here, before the work
+        for name in ("hessian_batches", "feature_images"):
+            if getattr(self, name) < 2:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= 2: the 95% intervals resample "
+                                  "them")
+        if self.test_images == 1 or 0 < self.landscape_images < 2 * self.landscape_batch_size:
+            raise ConfigError(f"test_images={self.test_images}, landscape_images={self.landscape_images}: "
+                              "give 0 (the whole split) or at least 2 test images and 2 landscape batches "
+                              f"(2 x landscape_batch_size={self.landscape_batch_size}): the intervals "
+                              "resample them")
         for name in ("weight_decay", "mixup_alpha"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 0")
@@ -108,14 +122,21 @@ class Settings:
         for name, choices in (("landscape_l2_form", objective.L2_FORMS),
                               ("hessian_l2_form", objective.L2_FORMS), ("noise_band", frequency_noise.BANDS),
                               ("landscape_normalisation", landscape.NORMALISATIONS),
-                              ("hessian_loop", HESSIAN_LOOPS)):
+                              ("hessian_loop", HESSIAN_LOOPS), ("hessian_method", hessian.METHODS)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
+        if self.hessian_method == "lanczos" and self.hessian_loop == "program":
+            raise ConfigError("hessian_loop='program' with hessian_method='lanczos': Lanczos runs from the "
+                              "host; give hessian_loop='auto' or hessian_method='power'")
 
 
 # the smoke run: two Hessian mini-batches of 8 images and two landscape batches (the fewest units an
-# interval can resample), two batches of test images on any dataset
-QUICK = Settings(hessian_batches=2, hessian_batch_size=8, hessian_iterations=5, feature_images=32,
+# interval can resample), two batches of test images on any dataset. Its Hessian keeps PK22's tolerance
+# and cap, by Lanczos: measured on its four models (2026-11-28, seed 0), all 40 eigenvalues converged
+# (residuals <= 1.8e-4) in 37-52 HVPs per mini-batch, the Hessian 0.7-2.7 s per model; power iteration
+# (hessian_method="power") met PK22's rule in every run (6 to 94 iterations) but 13 of 40 converged:
+# stalls between eigenvalues near +a and -a, which no cap fixes (docs/decisions.md, Analysis tools)
+QUICK = Settings(hessian_batches=2, hessian_batch_size=8, feature_images=32,
                  eval_batch_size=128, test_images=256, landscape_grid=5, landscape_images=32,
                  landscape_batch_size=16, bootstrap_resamples=500)
 
@@ -204,7 +225,8 @@ def forward_measures(model, layers, settings: Settings, variables, x_BxHxWxC, la
     (correct_(1+F)xB, {layer: profile_Bxn}, {layer: variance_B}).
 
     Every pass (clean, then band-limited noise at each f, `frequency_noise.under_noise`; image i's noise
-    drawn from keys_B[i]) gives each image's correctness; the clean pass (index 0) also gives each
+    drawn from keys_B[i]) gives each image's correctness (1.0 or 0.0; NaN at a band with no frequency
+    of the images); the clean pass (index 0) also gives each
     image's Fourier profile and variance of the `layers` feature maps (PK22 measures them on clean
     images; their figures' values are the means over images). One forward pass in the program serves
     all three tools.
@@ -240,25 +262,35 @@ def stem_position_parts(model, pos_path: str, variables, x_BxHxWxC):
 
 def hessian_spectrum(model, settings: Settings, variables, batches, key):
     """PK22 Fig. 2 as one program: `hessian.spectrum` of `objective_fn` over the M mini-batches of
-    `batches` ((images_MxbxHxWxC, targets_MxbxK)): (eigenvalues_Mxk, iterations_Mxk)."""
+    `batches` ((images_MxbxHxWxC, targets_MxbxK)): `hessian.Eigenpairs` of fields (M, k)."""
     loss = objective_fn(model, variables, settings, settings.hessian_l2_form)
     return hessian.spectrum(loss, variables["params"], batches, key, k=settings.top_k,
                             max_iterations=settings.hessian_iterations, tolerance=settings.hessian_tolerance)
 
 
 def hessian_step(model, settings: Settings, variables, batch, state):
-    """PK22 Fig. 2: one Hessian-vector product of the power iteration (`hessian.spectrum_step`) of
-    `objective_fn` on one mini-batch (images_bxHxWxC, targets_bxK); `measure` calls it from the host
+    """PK22 Fig. 2: one Hessian-vector product (`hessian.spectrum_step` of `settings.hessian_method`: a
+    power iteration's step of `state`, or Lanczos's H v of the vector `state`) of `objective_fn` on one
+    mini-batch (images_bxHxWxC, targets_bxK); `measure` calls it from the host
     (`hessian.spectrum_on_host`) over the M mini-batches."""
     loss = objective_fn(model, variables, settings, settings.hessian_l2_form)
-    step = hessian.spectrum_step(loss, max_iterations=settings.hessian_iterations,
-                                 tolerance=settings.hessian_tolerance)
+    step = hessian.spectrum_step(loss, method=settings.hessian_method, **_stopping(settings, "power"))
     return step(variables["params"], batch, state)
 
 
+def _stopping(settings: Settings, method: str) -> dict:
+    """The cap and tolerance as arguments, where `settings.hessian_method` is `method`: power's go to its
+    step (`hessian.spectrum_step`), Lanczos's to its host loop (`hessian.spectrum_on_host`)."""
+    if settings.hessian_method != method:
+        return {}
+    return {"max_iterations": settings.hessian_iterations, "tolerance": settings.hessian_tolerance}
+
+
 def on_host(model, variables, settings: Settings, batch) -> bool:
-    """Whether the Hessian's power iterations run from the host (`settings.hessian_loop`; "auto":
-    `hessian.host_loop_is_faster` on one mini-batch `batch`)."""
+    """Whether the Hessian's iterations run from the host: always for Lanczos; for power iteration,
+    `settings.hessian_loop` ("auto": `hessian.host_loop_is_faster` on one mini-batch `batch`)."""
+    if settings.hessian_method == "lanczos":
+        return True
     if settings.hessian_loop != "auto":
         return settings.hessian_loop == "host"
     loss = objective_fn(model, variables, settings, settings.hessian_l2_form)
@@ -271,7 +303,8 @@ def hessian_program(model, variables, settings: Settings, batches, key) -> tuple
     spectrum (`hessian_spectrum`)."""
     first = jax.tree.map(lambda a: a[0], batches)
     if on_host(model, variables, settings, first):
-        state = hessian.power_init(hessian.start_vector(key, variables["params"]), settings.top_k)
+        v0_P = hessian.start_vector(key, variables["params"])
+        state = hessian.power_init(v0_P, settings.top_k) if settings.hessian_method == "power" else v0_P
         step = jax.jit(functools.partial(hessian_step, model, settings), donate_argnums=2)
         return step, (variables, first, state), True
     return jax.jit(functools.partial(hessian_spectrum, model, settings)), (variables, batches, key), False
@@ -331,9 +364,10 @@ def landscape_image_count(settings: Settings, num_train: int) -> int:
     split rounded down to whole landscape batches; ConfigError where the split has too few."""
     size = settings.landscape_batch_size
     n = settings.landscape_images or num_train // size * size
-    if n == 0 or n > num_train:
+    if n < 2 * size or n > num_train:  # 2 batches: the units of its intervals
         raise ConfigError(f"landscape_images={settings.landscape_images}: the training split has {num_train} "
-                          f"images; give at most that many, a multiple of landscape_batch_size={size}")
+                          f"images; give at most that many, a multiple of landscape_batch_size={size} and at "
+                          "least 2 of them")
     return n
 
 
@@ -409,7 +443,7 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     # Fourier, variance and accuracy under band-limited noise on the test split (PK22 Figs. 4, 5, 6)
     fwd = timed("forward", lambda: stream_forward(functools.partial(compiled["forward"], variables), setup,
                                                   settings, k_noise, limit=settings.test_images or None))
-    correct = fwd["correct"]
+    correct = fwd["correct"]  # (1 + F, N), 1.0 / 0.0; NaN rows: bands with no frequency of these images
     acc = correct.mean(axis=1)
     out["layers"] = layers
     out["layer_sizes"] = [int(feat_shapes[k].shape[1]) for k in layers]
@@ -423,7 +457,9 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     out["per_image"] = {"high_frequency": hf_NxL.tolist(), "variance": var_NxL.tolist()}
     out["noise"] = {"frequencies_pi": [round(f / np.pi, 3) for f in frequency_noise.FREQUENCIES],
                     "clean_accuracy": float(acc[0]), "drop_points": (100 * (acc[1:] - acc[0])).tolist(),
-                    "correct": correct.astype(int).tolist(),  # (1 + F, N): clean, then each band
+                    # (1 + F, N): clean, then each band; null where a band holds no frequency (not measured)
+                    "correct": [[None] * row.size if np.isnan(row).any() else row.astype(int).tolist()
+                                for row in correct],
                     "eps": settings.noise_eps, "band": settings.noise_band, "images": int(correct.shape[1]),
                     "empty_bands_pi": [round(f / np.pi, 3) for f in frequency_noise.empty_bands(
                         *setup.image_shape[:2], band=settings.noise_band)]}
@@ -436,12 +472,17 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
 
     # Hessian max-eigenvalue spectrum (PK22 Fig. 2)
     if hess_on_host:
-        eigs, iters = timed("hessian", lambda: hessian.spectrum_on_host(
+        eigs = timed("hessian", lambda: hessian.spectrum_on_host(
             lambda batch, state: compiled["hessian"](variables, batch, state), variables["params"],
-            hess_batches, k_hess, k=settings.top_k))
+            hess_batches, k_hess, k=settings.top_k, method=settings.hessian_method,
+            **_stopping(settings, "lanczos")))
     else:
-        eigs, iters = timed("hessian", lambda: compiled["hessian"](variables, hess_batches, k_hess))
-    out["hessian"] = {"eigenvalues": np.asarray(eigs).tolist(), "iterations": np.asarray(iters).tolist(),
+        eigs = timed("hessian", lambda: compiled["hessian"](variables, hess_batches, k_hess))
+    # every eigenvalue with its convergence: one that did not converge is flagged in the summary
+    out["hessian"] = {"eigenvalues": np.asarray(eigs.values).tolist(),
+                      "iterations": np.asarray(eigs.iterations).tolist(),
+                      "residuals": np.asarray(eigs.residuals).tolist(),
+                      "converged": np.asarray(eigs.converged).tolist(),
                       **hessian.summaries(eigs, resamples=settings.bootstrap_resamples, seed=settings.bootstrap_seed),
                       "batch_size": b, "l2_form": settings.hessian_l2_form,
                       **objective_settings}
