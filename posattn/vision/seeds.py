@@ -357,25 +357,12 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         if not evals:
             evals = _evaluate_seeds(eval_step, state, setup, mesh, num_seeds)
         seconds = time.perf_counter() - t_run
-        timed_steps = max(total - start - 1, 0)
         summaries = []
         for s, w in enumerate(workdirs):
-            summary = {
-                **evals[s],
-                "train_loss": train_metrics[s].get("loss"),
-                "train_accuracy": train_metrics[s].get("accuracy"),
-                "steps": total,
-                "steps_this_run": total - start,
-                "resumed_from_step": resumed_from,
-                "checkpoints_moved_aside": [vars(bad) for bad in moved[s]],
-                "seconds": seconds,
-                "images_per_second": timed_steps * batch_size / timed_seconds if timed_steps else None,
-                "param_count": num_params,
-                "augmentation": setup.augment_note,  # as applied (run.json records the settings)
-                "devices": mesh.devices.size,
-                "processes": jax.process_count(),
-                "vmapped_seeds": num_seeds,
-            }
+            summary = {**train.run_summary(evals[s], train_metrics[s], setup, mesh, steps=total, start=start,
+                                           resumed_from=resumed_from, moved_aside=moved[s], seconds=seconds,
+                                           timed_seconds=timed_seconds, num_params=num_params),
+                       "vmapped_seeds": num_seeds}
             io.write_json(w / "summary.json", summary)
             train._say(f"summary of {w}: " + json.dumps(summary, sort_keys=True))
             summaries.append(summary)

@@ -360,26 +360,37 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         saver.wait(total)
         if not evals:  # nothing left to train (the checkpoint was already final): evaluate it
             evals = evaluate(eval_step, state, setup, mesh)
-        seconds = time.perf_counter() - t_run
-        timed_steps = max(total - start - 1, 0)
-        summary = {
-            **evals,
-            "train_loss": train_metrics.get("loss"),
-            "train_accuracy": train_metrics.get("accuracy"),
-            "steps": int(jax.device_get(state["step"])),
-            "steps_this_run": total - start,
-            "resumed_from_step": resumed_from,
-            "checkpoints_moved_aside": [vars(bad) for bad in skipped],
-            "seconds": seconds,
-            "images_per_second": timed_steps * batch_size / timed_seconds if timed_steps else None,
-            "param_count": num_params,
-            "augmentation": setup.augment_note,  # as applied (run.json records the settings)
-            "devices": mesh.devices.size,
-            "processes": jax.process_count(),
-        }
+        summary = run_summary(evals, train_metrics, setup, mesh, steps=int(jax.device_get(state["step"])),
+                              start=start, resumed_from=resumed_from, moved_aside=skipped,
+                              seconds=time.perf_counter() - t_run, timed_seconds=timed_seconds,
+                              num_params=num_params)
         io.write_json(workdir / "summary.json", summary)
         _say("summary: " + json.dumps(summary, sort_keys=True))
         return state, summary
+
+
+def run_summary(evals: dict, train_metrics: dict, setup, mesh, *, steps: int, start: int, resumed_from,
+                moved_aside, seconds: float, timed_seconds: float, num_params: int) -> dict:
+    """summary.json of a run (docs/metrics.md): its evaluation, last training metrics, steps, the
+    checkpoints it moved aside, time and throughput (the steps after the first, which compiles), and
+    the augmentation as applied. One writer for a run and for each seed of a vmapped one."""
+    timed_steps = max(steps - start - 1, 0)
+    return {
+        **evals,
+        "train_loss": train_metrics.get("loss"),
+        "train_accuracy": train_metrics.get("accuracy"),
+        "steps": steps,
+        "steps_this_run": steps - start,
+        "resumed_from_step": resumed_from,
+        "checkpoints_moved_aside": [vars(bad) for bad in moved_aside],
+        "seconds": seconds,
+        "images_per_second": (timed_steps * setup.config.global_batch_size / timed_seconds
+                              if timed_steps else None),
+        "param_count": num_params,
+        "augmentation": setup.augment_note,  # as applied (run.json records the settings)
+        "devices": mesh.devices.size,
+        "processes": jax.process_count(),
+    }
 
 
 def train_and_evaluate(config, workdir: str, *, dataset=None) -> dict:
