@@ -53,6 +53,23 @@ def test_importing_every_tool_loads_neither_matplotlib_nor_a_study():
     assert out.stdout.strip() == "[]", out.stdout
 
 
+TOOL_PACKAGES = ("posattn.theory", "posattn.vision", "posattn.shallow", "posattn.analysis")
+
+
+def test_the_tool_packages_import_no_command_line_and_define_no_flag():
+    """A researcher's `import posattn.theory` (or any module of the four tool packages) loads neither the
+    binaries' plumbing (posattn.cli, which defines flags, nor posattn.ownership) nor defines an absl flag
+    of ours: config schemas load through posattn.configs, which needs only ml_collections."""
+    tools = [m for m in TOOLS if _inside(m, TOOL_PACKAGES)]
+    code = ("import importlib, sys\n"
+            "from absl import flags\n"
+            f"for m in {tools!r}: importlib.import_module(m)\n"
+            "ours = [f for mod, fs in flags.FLAGS.flags_by_module_dict().items() if 'posattn' in mod for f in fs]\n"
+            "print(sorted(m for m in ('posattn.cli', 'posattn.ownership') if m in sys.modules), len(ours))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] 0", out.stdout
+
+
 def test_posattn_modules_import_each_other_without_a_circle():
     graph = {m: {i for i in _imports(m, p) if i in MODULES and i != m} for m, p in MODULES.items()}
     state, path = {}, []

@@ -26,7 +26,7 @@ import math
 
 from ml_collections import config_dict
 
-from posattn import cli
+from posattn import configs
 from posattn.errors import ConfigError, check_choice
 from posattn.theory.config import GDConfig, TheoryConfig
 
@@ -73,7 +73,7 @@ def preset_config(name: str = DEFAULT) -> config_dict.ConfigDict:
     theory, gd = get_preset(name)
     return config_dict.ConfigDict({
         "preset": name, "seed": 0, "seeds": 1, "overlay_N": DEFAULT_NS,
-        "theory": cli.dataclass_section(theory), "gd": cli.dataclass_section(gd),
+        "theory": configs.dataclass_section(theory), "gd": configs.dataclass_section(gd),
     })
 
 
@@ -84,7 +84,7 @@ def smoke(config: config_dict.ConfigDict) -> None:
 
 
 # A theory config file names its preset (`preset`) and the fields it changes; the preset gives the rest.
-SCHEMA = cli.Schema("a theory config (posattn.theory.presets.preset_config)",
+SCHEMA = configs.Schema("a theory config (posattn.theory.presets.preset_config)",
                     lambda fields: preset_config(fields.get("preset") or DEFAULT), smoke, "theory")
 
 

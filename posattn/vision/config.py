@@ -2,7 +2,7 @@
 
 A file in `tpu_configs/` states only the fields it changes, in plain ml_collections (it imports no
 posattn, so reading a config never imports JAX or the models; tpu_configs/common.py); `SCHEMA` is what
-the binaries merge it onto (`posattn.cli.load_config`: a field the schema lacks is refused), and its
+the binaries merge it onto (`posattn.configs.load_config`: a field the schema lacks is refused), and its
 smoke run, the `quick` token (`--config=tpu_configs/digits.py:quick`), is `shrink_to_local`. Every field
 can still be overridden on the command line (`--config.model.attention=vanilla`).
 
@@ -10,7 +10,7 @@ How a workdir's recorded config may change when the run resumes is `posattn.visi
 """
 import ml_collections
 
-from posattn import cli
+from posattn import configs
 from posattn.errors import ConfigError
 from posattn.vision.data import datasets
 
@@ -125,5 +125,5 @@ def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return c
 
 
-SCHEMA = cli.Schema("an image config (posattn.vision.config.base_config)", lambda fields: base_config(),
+SCHEMA = configs.Schema("an image config (posattn.vision.config.base_config)", lambda fields: base_config(),
                     shrink_to_local)

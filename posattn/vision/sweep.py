@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from posattn import cli
+from posattn import configs
 from posattn.errors import ConfigError
 from posattn.vision import config as config_lib, resume, seeds, train
 
@@ -78,12 +78,12 @@ def permuted_cell_config(dataset: str, config_file: str, model: str, g: int, see
     """
     tail = ",quick" if local else ""
     if dataset == "digits":
-        c = cli.load_config(config_file, model + tail, config_lib.SCHEMA)
+        c = configs.load_config(config_file, model + tail, config_lib.SCHEMA)
         c.augment.crop_padding = 0
         c.permute_block, c.permute_seed = g, 0
         c.eval_every, c.checkpoint_every = 0, 0
     else:
-        c = cli.load_config(config_file, f"{model},{g}{tail}", config_lib.SCHEMA)
+        c = configs.load_config(config_file, f"{model},{g}{tail}", config_lib.SCHEMA)
         if data_dir:
             c.data_dir = data_dir
     c.seed = seed

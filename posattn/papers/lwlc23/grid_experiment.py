@@ -15,7 +15,7 @@ import os
 
 import ml_collections
 
-from posattn import cli
+from posattn import configs
 from posattn.analysis import slot_attention
 from posattn.errors import ConfigError, check_seed
 from posattn.vision import checkpoint, config as config_lib, sweep
@@ -59,7 +59,7 @@ def _smoke(c):
 
 
 # experiments.token_grid's config: an image config (every cell's) and the grid section
-SCHEMA = cli.Schema("a token-grid config (an image config and grid.*)", _schema, _smoke, "token_grid")
+SCHEMA = configs.Schema("a token-grid config (an image config and grid.*)", _schema, _smoke, "token_grid")
 
 
 def _names(text: str, allowed, field: str) -> list[str]:

@@ -18,7 +18,7 @@ import time
 import jax
 from etils import epath
 
-from posattn import cli, io
+from posattn import configs, io
 from posattn.papers.pk22 import claims, suite
 from posattn.errors import ConfigError
 from posattn.plots import analysis as plots
@@ -26,7 +26,7 @@ from posattn.vision import checkpoint, config as config_lib
 from posattn.vision.models import alternet
 from posattn.vision.setup import resolve
 
-CONFIG_FILE = "tpu_configs/how_vits_work.py"  # found from any directory (`cli.find_config_file`)
+CONFIG_FILE = "tpu_configs/how_vits_work.py"  # found from any directory (`configs.find_config_file`)
 # the models of each dataset of tpu_configs/how_vits_work.py (no AlterNet on 28 x 28 images: its file says why)
 DEFAULT_MODELS = {"digits": ("resnet", "vit_vanilla", "alternet", "vit_positional"),
                   "fashion_mnist": ("resnet", "vit_vanilla", "vit_positional")}
@@ -58,7 +58,7 @@ def training_config(model: str, quick: bool, training_length: float = 1.0, datas
     model of `smoke_model` (a smoke run of the whole pipeline). ConfigError, with the config file's list
     of models, for any other."""
     try:
-        c = cli.load_config(CONFIG_FILE, model if dataset == "digits" else f"{model},{dataset}", config_lib.SCHEMA)
+        c = configs.load_config(CONFIG_FILE, model if dataset == "digits" else f"{model},{dataset}", config_lib.SCHEMA)
     except ConfigError as e:
         raise ConfigError(f"unknown model {model!r} for --models on {dataset} ({e})") from None
     if quick:
