@@ -11,6 +11,7 @@ import pytest
 import posattn.analysis
 import posattn.shallow
 import posattn.theory
+import posattn.vision
 
 API = pathlib.Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
@@ -41,3 +42,12 @@ def test_every_public_function_of_the_analysis_tools_has_a_row(module):
     section = _section()
     missing = [n for n in _public(mod) if not re.search(rf"`[^`\n]*\b{n}\b[^`\n]*`", section)]
     assert not missing, f"no 'What is checked' row names posattn.analysis.{module}.{missing}"
+
+
+@pytest.mark.parametrize("module", sorted(m.name for m in pkgutil.walk_packages(posattn.vision.__path__,
+                                                                              "posattn.vision.")))
+def test_every_public_function_of_the_image_regime_has_a_row(module):
+    mod = importlib.import_module(module)
+    section = _section()
+    missing = [n for n in _public(mod) if not re.search(rf"`[^`\n]*\b{n}\b[^`\n]*`", section)]
+    assert not missing, f"no 'What is checked' row names {module}.{missing}"
