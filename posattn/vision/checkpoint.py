@@ -161,7 +161,8 @@ def save(mngr: ocp.CheckpointManager, state: dict) -> None:
 def short_error(e: BaseException) -> str:
     """`TYPE: first line` of an exception, without tensorstore's long details."""
     first = (str(e).strip().splitlines() or [""])[0]
-    first = first.split(". See full TensorStore details")[0].split(" [tensorstore_spec=")[0]
+    # tensorstore's details, however its version spells them (0.1.71 adds a "[source locations=...]" part)
+    first = re.split(r"\. See full TensorStore details| \[tensorstore_spec=| \[source loc", first)[0]
     first = re.sub(r' in OCDBT database at [^"]*"[^"]*"', "", first)  # the step's folder, named by the caller
     return f"{type(e).__name__}: {first[:160]}" if first else type(e).__name__
 
