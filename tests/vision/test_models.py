@@ -425,3 +425,14 @@ def test_a_new_attention_kind_with_its_own_knob_is_its_class_and_one_registry_li
             make("bogus=1", name)
     with pytest.raises(ConfigError, match="the value of scale is not a Python literal"):
         make("scale=abc")
+
+
+def test_a_keep_mask_that_keeps_no_token_of_a_sample_is_refused_not_nan():
+    # average pooling over no kept token is 0/0: the sample's logits were NaN, silently
+    model, images = _model(), _images(0, batch=2)
+    variables = model.init(jax.random.key(0), images)
+    keep = jnp.ones((2, 16), bool).at[1].set(False)
+    with pytest.raises(ConfigError, match=r"keeps no token of sample\(s\) \[1\]"):
+        model.apply(variables, images, keep_BxN=keep)
+    logits = model.apply(variables, images, keep_BxN=keep.at[1, 3].set(True))  # one token is enough
+    assert np.isfinite(np.asarray(logits)).all()

@@ -160,6 +160,12 @@ class ViT(nn.Module):
             if keep_BxN.shape != (B, h * w):
                 raise ValueError(f"keep_BxN has shape {keep_BxN.shape}, the patch tokens {(B, h * w)}")
             keep_BxT = keep_BxN.astype(bool)
+            # a sample that keeps no token has nothing to average: its logits would be 0/0 = NaN (its
+            # values are read where the mask is concrete; under jit only its shape is checked)
+            if self.pool != "cls" and not isinstance(keep_BxT, jax.core.Tracer) and not keep_BxT.any(1).all():
+                empty = np.flatnonzero(~np.asarray(keep_BxT).any(1))[:4].tolist()
+                raise ConfigError(f"keep_BxN keeps no token of sample(s) {empty}: keep at least one token of "
+                                  "each (or use pool='cls')")
             if self.pool == "cls":
                 keep_BxT = jnp.concatenate([jnp.ones((B, 1), bool), keep_BxT], axis=1)
         pos_init = nn.initializers.normal(stddev=self.pos_init_std)
