@@ -37,3 +37,15 @@ def test_positional_saves_the_query_key_work_of_every_example_but_one():
     assert flops.forward_flops(vanilla, _BATCH) - flops.forward_flops(positional, _BATCH) == saved
     assert flops.training_flops(vanilla, _BATCH) == 3 * flops.forward_flops(vanilla, _BATCH)
 
+
+
+def test_the_patch_embedding_counts_the_models_own_channels():
+    # a one-channel run was counted with 3 channels: its FLOPs overstated and its MFU understated
+    one, three = (ViT(attention="positional", channels=c, **_SHAPE) for c in (1, 3))
+    D, p = one.width, one.patch_size
+    patches = (one.image_size // p) ** 2
+    saved = 2.0 * _BATCH * patches * p * p * 2 * D  # 2 FLOPs a MAC, 2 channels fewer
+    assert flops.forward_flops(three, _BATCH) - flops.forward_flops(one, _BATCH) == saved
+    assert flops.forward_flops(one, _BATCH, channels=3) == flops.forward_flops(three, _BATCH)
+    any_channels = ViT(attention="positional", **_SHAPE)  # built to take any: counted as RGB
+    assert flops.forward_flops(any_channels, _BATCH) == flops.forward_flops(three, _BATCH)

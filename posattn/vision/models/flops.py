@@ -26,10 +26,13 @@ ATTENTION_KINDS = ("vanilla", "positional")  # the kinds counted here, each a ke
 TRAINING_FLOPS_PER_FORWARD = 3
 
 
-def forward_flops(model: ViT, batch: int, channels: int = 3) -> float:
+def forward_flops(model: ViT, batch: int, channels: int | None = None) -> float:
     """Matmul FLOPs (2 x MACs) of one forward pass of `model` on `batch` images (see the module
-    docstring for the count); positional attention's batch-shared logits are counted once."""
+    docstring for the count); positional attention's batch-shared logits are counted once. `channels`:
+    the images' (None: the model's own, `model.channels`, so a one-channel run counts one; 3 for a model
+    built to take any)."""
     check_choice(model.attention, ATTENTION_KINDS, "attention")
+    channels = channels if channels is not None else model.channels or 3
     D, F, L = model.width, model.mlp_dim, model.depth
     patches = (model.image_size // model.patch_size) ** 2
     T = patches + (model.pool == "cls")
@@ -45,6 +48,6 @@ def forward_flops(model: ViT, batch: int, channels: int = 3) -> float:
     return 2.0 * (batch * per_example + shared)
 
 
-def training_flops(model: ViT, batch: int, channels: int = 3) -> float:
+def training_flops(model: ViT, batch: int, channels: int | None = None) -> float:
     """Matmul FLOPs of one training step (forward + backward) on `batch` images: 3 x `forward_flops`."""
     return TRAINING_FLOPS_PER_FORWARD * forward_flops(model, batch, channels)
