@@ -162,7 +162,9 @@ class ViT(nn.Module):
             keep_BxT = keep_BxN.astype(bool)
             # a sample that keeps no token has nothing to average: its logits would be 0/0 = NaN (its
             # values are read where the mask is concrete; under jit only its shape is checked)
-            if self.pool != "cls" and not isinstance(keep_BxT, jax.core.Tracer) and not keep_BxT.any(1).all():
+            # (in numpy: a concrete mask inside a jit trace would give traced reductions)
+            if (self.pool != "cls" and not isinstance(keep_BxT, jax.core.Tracer)
+                    and not np.asarray(keep_BxT).any(1).all()):
                 empty = np.flatnonzero(~np.asarray(keep_BxT).any(1))[:4].tolist()
                 raise ConfigError(f"keep_BxN keeps no token of sample(s) {empty}: keep at least one token of "
                                   "each (or use pool='cls')")
