@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from posattn.analysis import hessian, objective
+from posattn.analysis import eigensolvers, hessian, objective
 from posattn.errors import ConfigError
 
 
@@ -46,7 +46,7 @@ def test_power_iteration_finds_largest_magnitude_eigenvalues_of_known_spectrum()
     spectrum = np.array([10.0, -8.0, 6.0, -4.0, 2.5, 1.0, -0.5, 0.2, 0.1, 0.0])
     Q, _ = np.linalg.qr(np.random.default_rng(0).normal(size=(10, 10)))
     M = jnp.asarray(Q @ np.diag(spectrum) @ Q.T, jnp.float32)
-    pairs = hessian.power_iteration(lambda v: M @ v, jnp.ones(10), k=5, max_iterations=1000, tolerance=1e-7)
+    pairs = eigensolvers.power_iteration(lambda v: M @ v, jnp.ones(10), k=5, max_iterations=1000, tolerance=1e-7)
     lams, U, iters = pairs.values, pairs.vectors, pairs.iterations
     np.testing.assert_allclose(lams, [10.0, -8.0, 6.0, -4.0, 2.5], rtol=1e-3, atol=1e-3)
     # the vectors are eigenvectors of M
@@ -138,11 +138,11 @@ def test_host_loop_is_chosen_for_overlapping_convolutions_only():
 
 def test_power_step_after_the_last_run_changes_nothing_stored():
     M = jnp.diag(jnp.arange(1.0, 7.0))
-    state = hessian.power_init(jnp.ones(6), k=2)
-    step = jax.jit(lambda s: hessian.power_step(lambda v: M @ v, s, max_iterations=200, tolerance=1e-6))
+    state = eigensolvers.power_init(jnp.ones(6), k=2)
+    step = jax.jit(lambda s: eigensolvers.power_step(lambda v: M @ v, s, max_iterations=200, tolerance=1e-6))
     while int(state["i"]) < 2:
         state = step(state)
-    done = hessian.power_step(lambda v: M @ v, state)
+    done = eigensolvers.power_step(lambda v: M @ v, state)
     for name in ("U", "lams", "iters", "i"):
         np.testing.assert_array_equal(done[name], state[name])
     np.testing.assert_allclose(state["lams"], [6.0, 5.0], rtol=1e-3)
@@ -164,7 +164,7 @@ def _known_operator(spectrum, seed=0):
 def test_power_iteration_stopped_by_its_cap_is_flagged_not_converged_with_its_residual():
     # close eigenvalues (10 vs 9.5) need many iterations: a cap of 3 stops every run short of the tolerance
     M = _known_operator([10.0, 9.5, -9.0, 8.5, 8.0, 1.0, 0.5, 0.2])
-    pairs = jax.jit(lambda v: hessian.power_iteration(lambda u: M @ u, v, k=5, max_iterations=3))(jnp.ones(8))
+    pairs = jax.jit(lambda v: eigensolvers.power_iteration(lambda u: M @ u, v, k=5, max_iterations=3))(jnp.ones(8))
     assert not np.asarray(pairs.converged).any()
     np.testing.assert_array_equal(pairs.iterations, 3)
     assert (np.asarray(pairs.residuals) > 1e-2).all()  # ||A v - lambda v|| / |lambda|: far from an eigenpair
@@ -177,7 +177,7 @@ def test_power_iteration_stopped_by_its_cap_is_flagged_not_converged_with_its_re
 def test_power_iteration_with_enough_iterations_converges_to_eigvalsh():
     spectrum = np.array([10.0, -8.0, 6.0, -4.0, 2.5, 1.0, -0.5, 0.2, 0.1, 0.0])
     M = _known_operator(spectrum)
-    pairs = hessian.power_iteration(lambda u: M @ u, jnp.ones(10), k=5, max_iterations=1000, tolerance=1e-7)
+    pairs = eigensolvers.power_iteration(lambda u: M @ u, jnp.ones(10), k=5, max_iterations=1000, tolerance=1e-7)
     assert np.asarray(pairs.converged).all()
     assert (np.asarray(pairs.iterations) < 1000).all()
     assert (np.asarray(pairs.residuals) < 1e-2).all()
@@ -201,18 +201,18 @@ def test_a_run_stalled_between_plus_and_minus_eigenvalues_is_flagged_by_its_resi
     # the run early, on no eigenvalue at all
     M = _known_operator([10.0, -10.0, 1.0, 0.5])
     v0 = jnp.asarray([1.0, 2.0, 3.0, 4.0])
-    pairs = hessian.power_iteration(lambda u: M @ u, v0, k=1, max_iterations=100)
+    pairs = eigensolvers.power_iteration(lambda u: M @ u, v0, k=1, max_iterations=100)
     assert int(pairs.iterations[0]) < 10 and abs(float(pairs.values[0])) < 9.0
-    assert float(pairs.residuals[0]) > hessian.RESIDUAL_TOLERANCE and not bool(pairs.converged[0])
+    assert float(pairs.residuals[0]) > eigensolvers.RESIDUAL_TOLERANCE and not bool(pairs.converged[0])
 
 
 def test_more_eigenvalues_than_parameters_and_a_cap_below_two_are_refused():
     M = jnp.diag(jnp.arange(1.0, 4.0))
     # k = 5 of a 3 x 3 operator: today two eigenvalues of 0 that the operator does not have
     with pytest.raises(ConfigError, match=r"k=5 eigenvalues from a start vector of shape \(3,\)"):
-        hessian.power_iteration(lambda v: M @ v, jnp.ones(3), k=5)
+        eigensolvers.power_iteration(lambda v: M @ v, jnp.ones(3), k=5)
     with pytest.raises(ConfigError, match="max_iterations=1"):
-        hessian.power_iteration(lambda v: M @ v, jnp.ones(3), k=2, max_iterations=1)
+        eigensolvers.power_iteration(lambda v: M @ v, jnp.ones(3), k=2, max_iterations=1)
 
 
 def _top_by_magnitude(M, k):
@@ -225,19 +225,19 @@ def test_lanczos_converges_where_power_iteration_stalls_between_plus_and_minus_e
     # its vector find values of no eigenvector of M; Lanczos finds eigvalsh's top 3 by magnitude
     M = _known_operator([10.0, -10.0, 3.0, 1.0, 0.5, 0.2, 0.1, 0.05])
     v0 = jnp.arange(1.0, 9.0)
-    power = hessian.power_iteration(lambda u: M @ u, v0, k=3)
+    power = eigensolvers.power_iteration(lambda u: M @ u, v0, k=3)
     # its stalled run's vector deflated the later runs' operator: those are flagged too, though their
     # residual on that operator is small (a value near 7.48 here, of no eigenvector of M)
     assert not np.asarray(power.converged).any()
-    assert (np.asarray(power.residuals) < hessian.RESIDUAL_TOLERANCE).sum() == 2
-    pairs = hessian.lanczos(lambda u: M @ u, v0, k=3)
+    assert (np.asarray(power.residuals) < eigensolvers.RESIDUAL_TOLERANCE).sum() == 2
+    pairs = eigensolvers.lanczos(lambda u: M @ u, v0, k=3)
     assert np.asarray(pairs.converged).all() and (np.asarray(pairs.residuals) < 1e-3).all()
     np.testing.assert_allclose(np.sort(pairs.values), np.sort(_top_by_magnitude(M, 3)), rtol=1e-4)
     U_kxP = pairs.vectors
     np.testing.assert_allclose(U_kxP @ np.asarray(M), pairs.values[:, None] * U_kxP, atol=1e-4)
     assert (np.diff(np.abs(pairs.values)) <= 0).all()
     # every product counted: ARPACK's and one per residual, within its cap of k * max_iterations (+ k)
-    assert 3 < int(pairs.iterations[0]) <= 3 * hessian.MAX_ITERATIONS + 3
+    assert 3 < int(pairs.iterations[0]) <= 3 * eigensolvers.MAX_ITERATIONS + 3
     assert (np.asarray(pairs.iterations) == pairs.iterations[0]).all()
 
 
@@ -267,7 +267,7 @@ def test_lanczos_agrees_with_power_iteration_and_eigvalsh_on_a_models_hessian():
 def test_lanczos_without_convergence_within_its_cap_has_no_value_and_summaries_refuse_it():
     # 60 eigenvalues of nearly one magnitude, a tolerance ARPACK cannot meet in 2 * 3 products
     M = _known_operator(np.linspace(1.0, 1.01, 60) * np.where(np.arange(60) % 2, 1.0, -1.0))
-    pairs = hessian.lanczos(lambda u: M @ u, jnp.ones(60), k=3, max_iterations=2, tolerance=1e-9)
+    pairs = eigensolvers.lanczos(lambda u: M @ u, jnp.ones(60), k=3, max_iterations=2, tolerance=1e-9)
     missing = np.isnan(pairs.values)
     assert missing.any() and not np.asarray(pairs.converged)[missing].any()
     assert missing[-missing.sum():].all()  # the missing ones last
@@ -294,7 +294,7 @@ def test_lanczos_is_refused_under_jit_and_its_cap_where_the_step_would_ignore_it
                                  max_iterations=50)
     M = jnp.diag(jnp.arange(1.0, 4.0))
     with pytest.raises(ConfigError, match=r"1 <= k < P for method 'lanczos'"):
-        hessian.lanczos(lambda v: M @ v, jnp.ones(3), k=3)
+        eigensolvers.lanczos(lambda v: M @ v, jnp.ones(3), k=3)
 
 
 def test_pk22_settings_refuse_lanczos_in_one_program():

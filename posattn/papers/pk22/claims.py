@@ -71,7 +71,7 @@ def _cell(est: dict | None, digits=2) -> str:
 
 def hessian_not_converged(r: dict) -> int | None:
     """How many of one model's Hessian eigenvalues did not converge: from the results' "converged" flags
-    (`hessian.Eigenpairs.converged`), or for results written before them, the runs whose iterations
+    (`eigensolvers.Eigenpairs.converged`), or for results written before them, the runs whose iterations
     reached settings.hessian_iterations (stalled runs are not known there); None where neither is."""
     h = r["hessian"]
     if "converged" in h:

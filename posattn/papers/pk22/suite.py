@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posattn.analysis import fourier, frequency_noise, hessian, landscape, objective, programs, subject, variance
+from posattn.analysis import (eigensolvers, fourier, frequency_noise, hessian, landscape, objective, programs,
+                              subject, variance)
 from posattn.errors import ConfigError
 from posattn.vision import losses
 from posattn.vision.models.sown import INTERMEDIATES, STEM
@@ -46,9 +47,9 @@ class Settings:
     # mini-batches of the Hessian spectrum: the units its intervals resample (docs/how_vits_work.md, Time)
     hessian_batches: int = 8
     hessian_batch_size: int = 16  # PK22
-    hessian_iterations: int = hessian.MAX_ITERATIONS
-    hessian_tolerance: float = hessian.TOLERANCE
-    top_k: int = hessian.TOP_K
+    hessian_iterations: int = eigensolvers.MAX_ITERATIONS
+    hessian_tolerance: float = eigensolvers.TOLERANCE
+    top_k: int = eigensolvers.TOP_K
     # hessian.METHODS: "lanczos" (ARPACK, from the host), not PK22's "power" iteration, which stalls between
     # eigenvalues near +a and -a (docs/decisions.md, Analysis tools)
     hessian_method: str = "lanczos"
@@ -262,7 +263,7 @@ def stem_position_parts(model, pos_path: str, variables, x_BxHxWxC):
 
 def hessian_spectrum(model, settings: Settings, variables, batches, key):
     """PK22 Fig. 2 as one program: `hessian.spectrum` of `objective_fn` over the M mini-batches of
-    `batches` ((images_MxbxHxWxC, targets_MxbxK)): `hessian.Eigenpairs` of fields (M, k)."""
+    `batches` ((images_MxbxHxWxC, targets_MxbxK)): `eigensolvers.Eigenpairs` of fields (M, k)."""
     loss = objective_fn(model, variables, settings, settings.hessian_l2_form)
     return hessian.spectrum(loss, variables["params"], batches, key, k=settings.top_k,
                             max_iterations=settings.hessian_iterations, tolerance=settings.hessian_tolerance)
@@ -304,7 +305,7 @@ def hessian_program(model, variables, settings: Settings, batches, key) -> tuple
     first = jax.tree.map(lambda a: a[0], batches)
     if on_host(model, variables, settings, first):
         v0_P = hessian.start_vector(key, variables["params"])
-        state = hessian.power_init(v0_P, settings.top_k) if settings.hessian_method == "power" else v0_P
+        state = eigensolvers.power_init(v0_P, settings.top_k) if settings.hessian_method == "power" else v0_P
         step = jax.jit(functools.partial(hessian_step, model, settings), donate_argnums=2)
         return step, (variables, first, state), True
     return jax.jit(functools.partial(hessian_spectrum, model, settings)), (variables, batches, key), False
