@@ -14,7 +14,8 @@ Each (attention, seed) is one train_images run of the ViT config with `model.att
 in WORKDIR/ATTENTION-seedS (resumable); the seeds of an attention kind train in one vmapped program
 (`posattn.vision.seeds`, the same numbers to float tolerance) where its programs fit the devices' memory,
 else one after another, and the log says which ran. WORKDIR gets summary.json (test accuracy per
-attention: median, quartiles, IQR, mean, values, in %), compare.png (box plots, Figure 7 style) and
+attention, or the validation accuracy of a config that reads no test image: median, quartiles, IQR, mean,
+values, in %), compare.png (box plots, Figure 7 style) and
 summary.md, the table of medians and IQRs beside the paper's numbers, and the gap positional - vanilla
 (difference of the means, its standard error, difference of the medians; summary.json "gap", in points).
 """
@@ -64,17 +65,22 @@ def main(argv):
     # its own (its cells resume), writable and locked, before any training
     cli.claim(_WORKDIR.value, "compare_attention", {"config": _CONFIG.value, "seeds": _SEEDS.value},
               resumes=True)
-    acc = {}
+    base = _CONFIG.value
+    splits = setup.resolve(base, jax.device_count()).eval_splits  # the test set's, unless it is not read
+    runs = {}
     for attention in ATTENTIONS:  # its seeds in one vmapped program where they fit (sweep.run_seeds)
         cells = [(c, os.path.join(_WORKDIR.value, f"{a}-seed{seed}")) for (a, seed), c in configs.items()
                  if a == attention]
-        acc[attention] = [s["test_accuracy"] for s in sweep.run_seeds(*zip(*cells), vmap=_VMAP_SEEDS.value)]
-    base = _CONFIG.value
+        runs[attention] = sweep.run_seeds(*zip(*cells), vmap=_VMAP_SEEDS.value)
+    acc = {split: {a: [s[f"{split}_accuracy"] for s in runs[a]] for a in ATTENTIONS} for split in splits}
+    split = splits[-1]
     summary = {
         "dataset": base.dataset, "variant": base.model.variant, "patch_size": base.model.patch_size,
-        "steps": base.total_steps, "batch": base.global_batch_size, "seeds": _SEEDS.value,
-        "accuracy": {a: sweep.spread(v) for a, v in acc.items()}, "paper": PAPER,
-        "gap": sweep.gap(acc["vanilla"], acc["positional"]),
+        "steps": base.total_steps, "batch": base.global_batch_size, "seeds": _SEEDS.value, "split": split,
+        "accuracy": {a: sweep.spread(v) for a, v in acc[split].items()}, "paper": PAPER,
+        "gap": sweep.gap(acc[split]["vanilla"], acc[split]["positional"]),
+        **({"validation": {a: sweep.spread(v) for a, v in acc["validation"].items()}}
+           if split != "validation" and "validation" in acc else {}),
     }
     io.write_json(os.path.join(_WORKDIR.value, "summary.json"), summary)
     plots.compare_figure(summary).savefig(os.path.join(_WORKDIR.value, "compare.png"), dpi=120)

@@ -33,7 +33,7 @@ def permuted_figure(summary: dict) -> Figure:
     ticks = sorted({int(g) for per in summary["accuracy"].values() for g in per})
     ax.set_xticks(ticks, [str(g) for g in ticks])
     ax.set_xlabel(f"pixel-block size g (g = {base}: unpermuted, dashed)")
-    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylabel(f"{summary.get('split', 'test')} accuracy (%)")
     seeds = ", ".join(f"{LABELS.get(m, m).split(' ')[0]} {n}" for m, n in summary["seeds"].items())
     ax.set_title(f"permuted {summary['dataset']} (JSL22 Fig. 5); seeds: {seeds}", fontsize=10)
     ax.legend()

@@ -30,6 +30,10 @@ def base_config() -> ml_collections.ConfigDict:
     # (known constants, else computed from the training split); a run records those it used
     c.channel_mean = ()
     c.channel_std = ()
+    # training examples held out as the validation split on which recipes are chosen (a fixed draw,
+    # the same for every seed: posattn.vision.data.split.validation_indices); 0 holds out none
+    c.validation_examples = 0
+    c.evaluate_test = True  # False: the run never reads the test split (a recipe search)
     c.permute_block = 0
     c.permute_seed = 0
     # the workdir of a finished image run whose parameters start this one (posattn.vision.warm_start:
@@ -61,7 +65,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.attention_options = ""
     c.model.pos_shared = True
     c.model.pos_add = False
-    c.model.pos_init_std = 1.0  # std of the initial P (see posattn.vision.models.vit)
+    c.model.pos_init_std = 0.02  # std of the initial P: ViT's, DeiT's and timm's (posattn.vision.models.vit)
     c.model.pool = "gap"
     c.model.dropout = 0.0
 

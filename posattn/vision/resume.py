@@ -29,9 +29,9 @@ def _clipping_stays_on_or_off(old, new) -> bool:
     return on(old) == on(new)
 
 
-def _init_from_stays_empty(old, new) -> bool:
-    # a workdir recorded before init_from existed started from a fresh initialisation, as "" does
-    return {old, new} <= {_ABSENT, ""}
+def _stays_at(default):
+    # a workdir recorded before the field existed ran as its default does: absent and default are equal
+    return lambda old, new: {old, new} <= {_ABSENT, default}
 
 
 # The fields that may change when a run resumes from a workdir, with the condition on (old, new) where
@@ -39,11 +39,15 @@ def _init_from_stays_empty(old, new) -> bool:
 # a step computes from the state and the batch, except the learning-rate knobs, which a NonFiniteLoss
 # stop tells the user to change to get past a divergence. A changed total_steps stretches the cosine
 # schedule from the resumed step on; it must still reach the checkpoint's step (`check_resume`).
-# eval_batch_size may change since every test example counts once whatever the batch. init_from only
-# names the start of a run, recorded as "" or absent (older workdirs) when it had none.
+# eval_batch_size may change since every test example counts once whatever the batch, and evaluate_test
+# since it only says which splits the evaluations read. init_from only names the start of a run,
+# recorded as "" or absent (older workdirs) when it had none; validation_examples (the training examples
+# held out) stays, absent in the workdirs from before it, which held out none.
 RESUMABLE = {"total_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
-             "eval_batch_size", "data_dir", "idx_dir", "optimizer.lr", "optimizer.grad_clip", "init_from"}
-RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off, "init_from": _init_from_stays_empty}
+             "eval_batch_size", "evaluate_test", "data_dir", "idx_dir", "optimizer.lr", "optimizer.grad_clip",
+             "init_from", "validation_examples"}
+RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off, "init_from": _stays_at(""),
+                     "validation_examples": _stays_at(0)}
 
 
 def record(config) -> dict:

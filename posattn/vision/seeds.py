@@ -177,14 +177,16 @@ def _zero_totals_S(num_seeds: int, mesh) -> dict:
 
 
 def _evaluate_seeds(eval_step, state_S, setup, mesh, num_seeds: int) -> list[dict]:
-    """`train.evaluate` of every seed: accuracy = correct / total over every test example, per seed."""
-    totals = _zero_totals_S(num_seeds, mesh)
-    for local in setup.eval_batches("test"):
-        totals = eval_step(state_S, global_batch(local, mesh), totals)
-    totals = jax.device_get(totals)
-    return [{"test_accuracy": float(totals["correct"][s]) / int(totals["count"][s]),
-             "test_loss": float(totals["loss_sum"][s]) / int(totals["count"][s]),
-             "test_examples": int(totals["count"][s])} for s in range(num_seeds)]
+    """`train.evaluate` of every seed: `train.split_metrics` of each split the run evaluates, per seed."""
+    out = [{} for _ in range(num_seeds)]
+    for split in setup.eval_splits:
+        totals = _zero_totals_S(num_seeds, mesh)
+        for local in setup.eval_batches(split):
+            totals = eval_step(state_S, global_batch(local, mesh), totals)
+        totals = jax.device_get(totals)
+        for s in range(num_seeds):
+            out[s].update(train.split_metrics(split, **{k: v[s] for k, v in totals.items()}))
+    return out
 
 
 def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
@@ -344,8 +346,8 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                 evals = _evaluate_seeds(eval_step, state, setup, mesh, num_seeds)
                 for log, e in zip(logs, evals):
                     log.write(paired_test_metrics({"step": step, **e}))
-                train._say(f"step {step}/{total}  test accuracy "
-                           + " ".join(f"{e['test_accuracy']:.4f}" for e in evals))
+                for s, e in enumerate(evals):
+                    train._say(f"step {step}/{total}  seed {configs[s].seed}  {train.evaluation_line(e)}")
             if stop:
                 for saver, log in zip(savers, logs):
                     saver.wait(step)

@@ -25,7 +25,7 @@ import numpy as np
 
 from posattn.errors import INT32_MAX, ConfigError, check_choice
 from posattn.vision import config as config_lib, losses, models
-from posattn.vision.data import arrays, augment, datasets, pipeline
+from posattn.vision.data import arrays, augment, datasets, pipeline, split as split_lib
 from posattn.vision.data.permutation import BlockPermutation
 
 COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -127,11 +127,28 @@ class Setup:
     _splits: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def split(self, name: str) -> datasets.Split:
-        """Split `name` ("train" | "test") of the run's dataset, opened on first use and kept."""
-        datasets.check_split(name)
+        """Split `name` of the run's dataset, opened on first use and kept: "test"; "train", less the
+        config.validation_examples held out; "validation", those (`split.validation_indices`)."""
         if name not in self._splits:
-            self._splits[name] = self.dataset.open_split(name, self.config.get("image_size", 0))
+            held_out = self.config.validation_examples
+            if name == "validation" and not held_out:
+                raise ConfigError("this run holds out no validation split: set config.validation_examples")
+            if name == "validation" or (name == "train" and held_out):
+                full = self.dataset.open_split("train", self.config.image_size)
+                val_M = split_lib.validation_indices(full.num_examples, held_out)
+                self._splits["validation"] = split_lib.subset(full, val_M)
+                self._splits["train"] = split_lib.subset(full, np.setdiff1d(np.arange(full.num_examples), val_M))
+            else:
+                datasets.check_split(name)
+                self._splits[name] = self.dataset.open_split(name, self.config.image_size)
         return self._splits[name]
+
+    @property
+    def eval_splits(self) -> tuple[str, ...]:
+        """The splits every evaluation reads: "validation" where the run holds one out, "test" unless
+        config.evaluate_test is off (a recipe chosen on validation reads no test image)."""
+        return (("validation",) if self.config.validation_examples else ()) + (
+            ("test",) if self.config.evaluate_test else ())
 
     @functools.cached_property
     def info(self) -> datasets.DatasetInfo:
@@ -211,6 +228,12 @@ def _check_loop_fields(config, num_devices: int) -> None:
             raise ConfigError(f"{field}={config[field]} does not divide by the {num_devices} devices; "
                               f"use a positive multiple of {num_devices}")
     _check_count(config, "seed", 0, "an integer >= 0")  # the train step takes it as an int32 argument
+    _check_count(config, "validation_examples", 0, "an integer >= 0")
+    if not isinstance(config.evaluate_test, bool):
+        raise ConfigError(f"evaluate_test={config.evaluate_test!r} must be True or False")
+    if not (config.validation_examples or config.evaluate_test):
+        raise ConfigError("evaluate_test=False and validation_examples=0 leave nothing to evaluate: hold out a "
+                          "validation split (e.g. --config.validation_examples=10000)")
     if not 0.0 <= config.label_smoothing < 1.0:
         raise ConfigError(f"label_smoothing={config.label_smoothing} must lie in [0, 1)")
     opt = config.optimizer
@@ -277,7 +300,9 @@ def resolve(config, num_devices: int = 1, dataset: datasets.Dataset | None = Non
     elif config.dataset != dataset.name:
         raise ConfigError(f"config.dataset={config.dataset!r} but the dataset passed is {dataset.name!r}: set "
                           f"config.dataset = {dataset.name!r} (the name the run records)")
-    dataset.sizes()  # the data are there (a dataset not prepared says how to prepare it)
+    num_train, _ = dataset.sizes()  # the data are there (a dataset not prepared says how to prepare it)
+    if config.validation_examples:
+        split_lib.validation_indices(num_train, config.validation_examples)  # (checks the count)
     shape = datasets.shape_at(dataset, config.get("image_size", 0))
     datasets.check_stats(config.get("channel_mean"), config.get("channel_std"), shape[2])
     settings, note = resolve_augment(config.augment, dataset, shape[0])

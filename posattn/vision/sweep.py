@@ -163,7 +163,8 @@ def compare_table(summary: dict) -> str:
     acc, own = summary["accuracy"], summary["paper"].get(summary["dataset"], {})
     cell = lambda k: f"{acc[k]['median']:.2f} (IQR {acc[k]['iqr']:.2f})"  # noqa: E731
     lines = [
-        "| dataset | vanilla: median (IQR) | positional: median (IQR) | paper vanilla | paper positional |",
+        f"| dataset ({summary.get('split', 'test')} accuracy, %) | vanilla: median (IQR) | positional: median (IQR) "
+        "| paper vanilla | paper positional |",
         "|---|---|---|---|---|",
         f"| {summary['dataset']} (ViT {summary['variant']}, {summary['steps']} steps, "
         f"{summary['seeds']} seeds) | {cell('vanilla')} | {cell('positional')} | "

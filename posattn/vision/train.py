@@ -142,17 +142,31 @@ def _zero_totals() -> dict:
     return {k: jnp.zeros((), jnp.float32) for k in ("correct", "count", "loss_sum")}
 
 
+def split_metrics(split: str, correct, count, loss_sum) -> dict:
+    """{split}_accuracy = correct / count, {split}_loss (mean) and {split}_examples of one evaluation."""
+    count = int(count)
+    return {f"{split}_accuracy": float(correct) / count, f"{split}_loss": float(loss_sum) / count,
+            f"{split}_examples": count}
+
+
 def evaluate(eval_step, state, setup: Setup, mesh) -> dict:
-    """Accuracy = correct / total over every test example, each counted once, summed over all hosts."""
-    # Made where it lives (no host transfer); a module-level function, so every evaluation reuses one
-    # compiled program.
-    totals = jax.jit(_zero_totals, out_shardings=replicated(mesh))()
-    for local in setup.eval_batches("test"):  # the split is decoded once per Setup, not per evaluation
-        totals = eval_step(state, global_batch(local, mesh), totals)
-    totals = jax.device_get(totals)
-    count = int(totals["count"])
-    return {"test_accuracy": float(totals["correct"]) / count, "test_loss": float(totals["loss_sum"]) / count,
-            "test_examples": count}
+    """`split_metrics` of every split the run evaluates (`Setup.eval_splits`: its validation examples,
+    its test set), each example counted once, summed over all hosts."""
+    out = {}
+    for split in setup.eval_splits:
+        # Made where it lives (no host transfer); a module-level function, so every evaluation reuses one
+        # compiled program.
+        totals = jax.jit(_zero_totals, out_shardings=replicated(mesh))()
+        for local in setup.eval_batches(split):  # the split is decoded once per Setup, not per evaluation
+            totals = eval_step(state, global_batch(local, mesh), totals)
+        out.update(split_metrics(split, **jax.device_get(totals)))
+    return out
+
+
+def evaluation_line(evals: dict) -> str:
+    """'validation accuracy 0.9012 loss 0.3101  test accuracy ...' of the splits `evals` holds."""
+    return "  ".join(f"{split} accuracy {evals[f'{split}_accuracy']:.4f} loss {evals[f'{split}_loss']:.4f}"
+                     for split in ("validation", "test") if f"{split}_accuracy" in evals)
 
 
 # ---------------------------------------------------------------------------------- outputs
@@ -350,8 +364,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             if do_eval:
                 evals = evaluate(eval_step, state, setup, mesh)
                 log.write(paired_test_metrics({"step": step, **evals}))
-                _say(f"step {step}/{total}  test accuracy {evals['test_accuracy']:.4f}  "
-                     f"test loss {evals['test_loss']:.4f}")
+                _say(f"step {step}/{total}  {evaluation_line(evals)}")
             if stop:  # the save of `step` completes first; no summary.json: the run is unfinished
                 saver.wait(step)
                 log.write({"step": step, "preempted": True})

@@ -16,6 +16,8 @@ from posattn.errors import ConfigError
 
 # Statistics of a training split larger than this are computed on a fixed random sample of this many images.
 STATS_EXAMPLES = 10_000
+# The seed of the draw of validation examples: a constant, so the hold-out never depends on the run's seed.
+VALIDATION_SEED = 20221128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +37,23 @@ def in_memory(images_NxHxWxC: np.ndarray, labels_N: np.ndarray) -> Split:
         return images_NxHxWxC[indices], labels_N[indices]
 
     return Split(num_examples=len(labels_N), image_shape=tuple(images_NxHxWxC.shape[1:]), read=read)
+
+
+def subset(split: Split, indices_M: np.ndarray) -> Split:
+    """The examples `indices_M` of `split`, as a split of their own (example i reads `indices_M[i]`)."""
+    indices_M = np.asarray(indices_M, dtype=np.int64)
+    return Split(num_examples=len(indices_M), image_shape=split.image_shape,
+                 read=lambda indices: split.read(indices_M[np.asarray(indices, dtype=np.int64)]))
+
+
+def validation_indices(num_train: int, num_validation: int) -> np.ndarray:
+    """The training examples held out for validation: a fixed random `num_validation` of `num_train`,
+    sorted, drawn with a constant seed so that every run of a dataset (any config.seed) holds out the
+    same examples; ConfigError unless 0 < num_validation < num_train."""
+    if not 0 < num_validation < num_train:
+        raise ConfigError(f"validation_examples={num_validation} must lie between 1 and the training split's "
+                          f"{num_train - 1} (0 holds out none)")
+    return np.sort(np.random.default_rng(VALIDATION_SEED).permutation(num_train)[:num_validation])
 
 
 def resize_and_center_crop(image_HxWxC: np.ndarray, size: int) -> np.ndarray:
