@@ -3,8 +3,8 @@ r"""Positional-embedding similarity maps of a trained ViT, JSL22 Figures 1a and 
   python -m posattn.experiments.posemb_similarity --workdir=/tmp/permuted-digits/vit-g2-seed0
   python -m posattn.experiments.posemb_similarity --workdir=RUN --config.out=DIR --config.threshold=0.5
 
-`--config=FILE[:ARG]` (default tpu_configs/posemb_similarity.py) with fields out, threshold, patches and
-block, each overridable as `--config.FIELD=VALUE`.
+`--config=FILE[:ARG]` (default tpu_configs/posemb_similarity.py) with fields out, threshold, patches,
+block and images, each overridable as `--config.FIELD=VALUE`.
 
 TRAINED_RUN is a train_images workdir (config.json + checkpoints/), e.g. a cell of experiments.permuted.
 Writes into `out` (default: the run's workdir) posemb_similarity.png, the cosine similarity of chosen
@@ -16,12 +16,18 @@ row: the rank correlation of similarity with grid distance over all pairs of pat
 -1 = perfectly local, ~0 at initialisation), and the mean similarity of grid neighbours (4-neighbours)
 against non-neighbours with a shuffle test; for a permuted run also over the neighbours that straddle
 two pixel blocks alone (un-permuted: the true neighbours that the permutation separated; as trained:
-pairs adjacent only in the permuted layout).
+pairs adjacent only in the permuted layout). For a run trained with horizontal flips the rank
+correlation is also given on the grid folded about its vertical axis (flips make P mirror-symmetric,
+which the plain distance counts as non-local). And the attention maps' own locality: the mean attention
+distance per block and head over `images` of the run's held-out images (its validation split, else the
+test set; `posattn.analysis.attention_distance`) beside uniform attention's.
 
 One host: it reads one finished run's positional embeddings (a few thousand numbers).
 """
+import functools
 import os
 
+import jax
 import numpy as np
 import ml_collections
 from absl import flags, logging
@@ -39,11 +45,14 @@ def _schema(fields) -> ml_collections.ConfigDict:
         "patches": "",  # patches to draw (row-major indices); "": all on grids up to 4x4, else 8 spread out
         # with one P per block (pos_shared=False): whose P, from 0; a run with one shared P takes only 0
         "block": 0,
+        # images of the run's evaluation split (its validation examples where it holds some out) over which
+        # the attention maps' mean distance is averaged; 0: not measured (it needs the run's dataset)
+        "images": 1000,
     })
 
 
 # `:quick` changes nothing: the maps of one trained run take seconds (its smoke run is the run it reads)
-SCHEMA = cli.Schema("a posemb_similarity config (out, threshold, patches, block)", _schema, lambda c: None,
+SCHEMA = cli.Schema("a posemb_similarity config (out, threshold, patches, block, images)", _schema, lambda c: None,
                     "posemb_similarity")
 _CONFIG = cli.define_config("tpu_configs/posemb_similarity.py", SCHEMA, "The maps to draw")
 
@@ -82,11 +91,14 @@ def main(argv):
     from posattn import io
     from posattn.analysis import posemb
     from posattn.plots import vision as plots
-    from posattn.vision import checkpoint
+    from posattn.analysis import attention_distance
+    from posattn.vision import checkpoint, setup
+    from posattn.vision.models import attention_maps
     from posattn.vision.data.permutation import block_permutation
     from posattn.vision.state import init_state
 
     model, variables, config, preprocess = checkpoint.load_run(_WORKDIR.value)
+    run_setup = setup.resolve(config)  # its augmentation as applied, its splits
     if config.model.name != "vit":
         raise ConfigError(f"the run trained {config.model.name!r}: positional embeddings need a ViT run")
     params = variables["params"]
@@ -108,25 +120,49 @@ def main(argv):
         perm = block_permutation((side, side), g, config.permute_seed)
         panels["un-permuted"] = posemb.unpermute_embedding(P, g, patch, perm)
     maps = {}
+    flipped = run_setup.augment.flip  # mirror images in training: P may be mirror-symmetric
     for name, emb in panels.items():
         maps[name] = posemb.similarity_maps(emb)  # whole range; the threshold is drawn as a contour
         sim = posemb.cosine_similarity(emb.reshape(grid[0] * grid[1], -1))
         stats[name] = {"rank_correlation": posemb.distance_rank_correlation(sim, grid),
+                       **({"rank_correlation_flip_folded": posemb.distance_rank_correlation(sim, grid, fold_flip=True)}
+                          if flipped else {}),
                        **posemb.neighbour_statistic(sim, grid)}
         if permuted and name != "at initialisation" and g > patch:  # (g = patch: every pair is across blocks)
             # un-permuted: the neighbours no training image showed side by side; as trained, the same
             # count of pairs adjacent only in the permuted layout (the control)
             stats[f"{name}, across blocks"] = posemb.neighbour_statistic(sim, grid, across_blocks=g // patch)
+    distance = {}
+    if opts.images:  # the attention's own locality (Fig. 1a shows P's), on the run's held-out images
+        split = run_setup.eval_splits[0]
+        n = min(opts.images, run_setup.split(split).num_examples)
+        x = preprocess(run_setup.split(split).read(np.arange(n))[0])
+        apply = jax.jit(functools.partial(attention_maps, model))
+        per_block = {}
+        for start in range(0, n, 250):
+            chunk = apply(variables, x[start:start + 250])
+            for block, A in chunk.items():
+                d = attention_distance.mean_attention_distance(A, grid, cls=config.model.pool == "cls")
+                per_block.setdefault(block, []).append((len(A), d))
+        distance = {"images": n, "split": split, "uniform": attention_distance.uniform_distance(grid),
+                    "per_head": {b: (sum(k * d for k, d in v) / n).tolist() for b, v in per_block.items()}}
+        distance["mean"] = float(np.mean([np.mean(d) for d in distance["per_head"].values()]))
     plots.similarity_maps_figure(maps, chosen_patches(opts.patches, grid), grid, opts.threshold).savefig(
         os.path.join(out, "posemb_similarity.png"), dpi=120)
     result = {"run": os.path.abspath(_WORKDIR.value), "grid": list(grid), "patch_size": patch,
               "permute_block": g, "attention": config.model.attention, "threshold": opts.threshold,
-              "statistic": stats}
+              "flip": flipped, "statistic": stats, "attention_distance": distance}
     io.write_json(os.path.join(out, "posemb_similarity.json"), result)
     for name, s in stats.items():
         rho = f"rank correlation with distance {s['rank_correlation']:+.3f}; " if "rank_correlation" in s else ""
+        if "rank_correlation_flip_folded" in s:
+            rho += f"flip-folded {s['rank_correlation_flip_folded']:+.3f}; "
         print(f"{name}: {rho}neighbours {s['neighbour']:.3f} vs non-neighbours {s['non_neighbour']:.3f} "
               f"(gap {s['gap']:+.3f}, z {s['z']:.1f}, shuffle p {s['p_value']:.4f})")
+    if distance:
+        print(f"mean attention distance over {distance['images']} {distance['split']} images: "
+              f"{distance['mean']:.2f} patches (uniform attention {distance['uniform']:.2f}); per block "
+              + ", ".join(f"{b} {np.mean(d):.2f}" for b, d in distance["per_head"].items()))
 
 
 def entry():

@@ -12,7 +12,8 @@ Expected result (JSL22 Figure 1a): after training, each patch's embedding is mos
 neighbours (a negative rank correlation of similarity with grid distance, near 0 at initialisation);
 on a permuted run, the un-permuted maps recover the neighbours the permutation separated.
 
-Fields: out (None: the run's workdir), threshold (0.55, Figure 1a's contour), patches, block; this file
+Fields: out (None: the run's workdir), threshold (0.55, Figure 1a's contour), patches, block, images (1000 held-out
+images for the mean attention distance; 0: none); this file
 changes none of them.
 """
 import ml_collections

@@ -71,3 +71,25 @@ def compare(a: dict, b: dict) -> int:
     if a["hi"] < b["lo"]:
         return -1
     return 0
+
+
+def difference_of_means(values_a, values_b, *, resamples: int = RESAMPLES, level: float = LEVEL,
+                        seed: int = SEED) -> dict:
+    """mean(b) - mean(a) of two independent samples (e.g. one accuracy per seed of two recipes) with two
+    intervals at `level`: Welch's t (unequal variances, Welch-Satterthwaite degrees of freedom) and the
+    percentile bootstrap that resamples each sample within itself. {"value", "welch": (lo, hi),
+    "bootstrap": (lo, hi), "n": (n_a, n_b)}. ConfigError unless each sample has at least 2 values (one
+    value has no spread: no interval can be stated)."""
+    from scipy import stats
+
+    a, b = (np.asarray(v, np.float64).ravel() for v in (values_a, values_b))
+    if min(a.size, b.size) < 2:
+        raise ConfigError(f"samples of {a.size} and {b.size} values: an interval over seeds needs at least 2 "
+                          "values in each")
+    welch = stats.ttest_ind(b, a, equal_var=False).confidence_interval(level)
+    rng = np.random.default_rng(seed)
+    boot = (b[rng.integers(0, b.size, (resamples, b.size))].mean(1)
+            - a[rng.integers(0, a.size, (resamples, a.size))].mean(1))
+    lo, hi = np.percentile(boot, [50 * (1 - level), 50 * (1 + level)])
+    return {"value": float(b.mean() - a.mean()), "welch": (float(welch.low), float(welch.high)),
+            "bootstrap": (float(lo), float(hi)), "n": (int(a.size), int(b.size))}

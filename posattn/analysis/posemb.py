@@ -79,18 +79,25 @@ def grid_distances(grid_hw: tuple[int, int]) -> np.ndarray:
     return np.abs(rows[:, None] - rows[None]) + np.abs(cols[:, None] - cols[None])
 
 
-def distance_rank_correlation(sim_NxN: np.ndarray, grid_hw: tuple[int, int]) -> float:
+def distance_rank_correlation(sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, fold_flip: bool = False) -> float:
     """Spearman's rank correlation between the similarity of two patches' embeddings and their Euclidean
     distance on the patch grid, over all pairs i < j: how local P is (JSL22 Figures 1a and 5c) as one
     number. -1: similarity falls strictly with distance; about 0 for embeddings blind to position, as
     i.i.d. P at initialisation (the spread of rho over pairs of a random P is then ~1 / sqrt(N^2 / 2)).
-    ConfigError for a similarity matrix that is not (h w, h w) for `grid_hw`."""
+
+    `fold_flip`: the distance on the grid folded about its vertical axis, min(|c_i - c_j|,
+    |c_i - (w - 1 - c_j)|) across: a model trained with horizontal flips sees patch (r, c) where
+    (r, w - 1 - c) was, so its P may be mirror-symmetric, and the plain distance counts that symmetry
+    as non-locality. ConfigError for a similarity matrix that is not (h w, h w) for `grid_hw`."""
     from scipy import stats
 
     _check_grid(sim_NxN, grid_hw)
     h, w = grid_hw
     rows, cols = np.divmod(np.arange(h * w), w)
-    dist = np.hypot(rows[:, None] - rows[None], cols[:, None] - cols[None])
+    across = np.abs(cols[:, None] - cols[None])
+    if fold_flip:
+        across = np.minimum(across, np.abs(cols[:, None] - (w - 1 - cols[None])))
+    dist = np.hypot(rows[:, None] - rows[None], across)
     i, j = np.triu_indices(h * w, k=1)
     return float(stats.spearmanr(np.asarray(sim_NxN)[i, j], dist[i, j]).statistic)
 

@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from posattn import configs
+from posattn.analysis import bootstrap
 from posattn.errors import ConfigError
 from posattn.vision import config as config_lib, resume, seeds, train
 
@@ -125,11 +126,16 @@ def spread(values) -> dict:
 def gap(values_a, values_b) -> dict:
     """b - a in points (values are fractions): the difference of the means over seeds, its standard error
     sqrt(s_a^2 / n_a + s_b^2 / n_b) (sample variances; 0 with one value each) and the difference of
-    the medians."""
+    the medians; with 2+ values each, the 95% intervals of the difference of the means over the seeds
+    (Welch's t, "welch_95", and the bootstrap, "bootstrap_95")."""
     a, b = (100.0 * np.asarray(v, dtype=np.float64) for v in (values_a, values_b))
     var = sum(v.var(ddof=1) / v.size for v in (a, b) if v.size > 1)
-    return {"mean": float(b.mean() - a.mean()), "stderr": float(np.sqrt(var)),
-            "median": float(np.median(b) - np.median(a))}
+    out = {"mean": float(b.mean() - a.mean()), "stderr": float(np.sqrt(var)),
+           "median": float(np.median(b) - np.median(a))}
+    if min(a.size, b.size) > 1:  # 95% intervals over the seeds (bootstrap.difference_of_means)
+        diff = bootstrap.difference_of_means(a, b)
+        out.update(welch_95=list(diff["welch"]), bootstrap_95=list(diff["bootstrap"]))
+    return out
 
 
 # Names of the models in the tables.
@@ -182,4 +188,7 @@ def compare_table(summary: dict) -> str:
         lines += ["", f"positional - vanilla ({summary['dataset']}): {g['mean']:+.2f} ± {g['stderr']:.2f} points "
                   f"(difference of the means ± its standard error over the seeds; of the medians "
                   f"{g['median']:+.2f})"]
+        if "welch_95" in g:
+            lines[-1] += (f"; 95% intervals over the seeds: Welch [{g['welch_95'][0]:+.2f}, {g['welch_95'][1]:+.2f}], "
+                          f"bootstrap [{g['bootstrap_95'][0]:+.2f}, {g['bootstrap_95'][1]:+.2f}]")
     return "\n".join(lines)

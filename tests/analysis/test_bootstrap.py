@@ -70,3 +70,22 @@ def test_an_interval_of_fewer_than_two_units_is_refused_not_a_certain_point():
             bootstrap.interval(units, np.mean)
     with pytest.raises(ConfigError, match="resamples=0 must be a positive integer"):
         bootstrap.interval(np.arange(4.0), np.mean, resamples=0)
+
+
+def test_difference_of_means_gives_welchs_interval_by_its_formula_and_a_bootstrap_around_the_difference():
+    from scipy import stats
+
+    from posattn.analysis.bootstrap import difference_of_means
+
+    a, b = np.array([81.2, 80.7, 81.9]), np.array([82.3, 81.5, 83.0, 82.6])
+    out = difference_of_means(a, b)
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))  # Welch-Satterthwaite
+    half = stats.t.ppf(0.975, df) * np.sqrt(va + vb)
+    d = b.mean() - a.mean()
+    np.testing.assert_allclose(out["welch"], (d - half, d + half), rtol=1e-10)
+    assert out["value"] == pytest.approx(d)
+    lo, hi = out["bootstrap"]
+    assert lo < d < hi and hi - lo < 2 * half  # the bootstrap over so few seeds is the narrower one
+    with pytest.raises(ConfigError, match="at least 2 values in each"):
+        difference_of_means([1.0], b)

@@ -135,6 +135,8 @@ def test_invalid_configs_raise_config_error():
     with pytest.raises(ConfigError, match="permute_block=3"):
         resolve(make_config(permute_block=3)).train_batches(process_index=0, process_count=1)
     with pytest.raises(ConfigError, match="unknown split"):
+        resolve(make_config()).eval_batches("val", process_index=0, process_count=1)
+    with pytest.raises(ConfigError, match="holds out no validation split: set config.validation_examples"):
         resolve(make_config()).eval_batches("validation", process_index=0, process_count=1)
 
 

@@ -57,7 +57,7 @@ MODELS = {
 MODEL_FIELDS = {
     "name": "vit", "variant": "Ti/4", "patch_size": 0, "attention": "positional", "attention_options": "",
     "pos_shared": True,
-    "pos_add": False, "pos_init_std": 1.0, "pool": "gap", "dropout": 0.0,
+    "pos_add": False, "pos_init_std": 0.02, "pool": "gap", "dropout": 0.0,
     "width": 0, "depth": 0, "num_heads": 0, "mlp_dim": 0,
 }
 # The CNNs whose model.width is the channels of their first stage (the later stages scale with it; 0:

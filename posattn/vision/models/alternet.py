@@ -127,7 +127,7 @@ class WindowAttentionBlock(nn.Module):
     attention: str = "positional"
     attention_options: tuple = ()  # (name, value) pairs of the kind's own fields (`parse_options`)
     window: int = WINDOW
-    pos_init_std: float = 1.0
+    pos_init_std: float = 0.02
     dtype: Any = jnp.float32
 
     @nn.compact
@@ -158,7 +158,7 @@ class AlterNet(nn.Module):
     attention: str = "positional"
     attention_options: tuple = ()  # (name, value) pairs of its own fields (`attention.parse_options`)
     window: int = WINDOW
-    pos_init_std: float = 1.0
+    pos_init_std: float = 0.02
     dropout: float = 0.0
     dtype: Any = jnp.float32
     channels: int | None = None  # of the images it takes (None: any); `create_model` sets it

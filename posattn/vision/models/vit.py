@@ -12,11 +12,9 @@ Positional embedding P (T x D, T = number of tokens):
   `pos_add` also adds P (with one P per block: the first block's) to the patch embeddings; by default it
   is not added, as in Definition 3.2 of JSL22. With "cls" pooling the CLS token has its own learned row
   of P (row 0), like every patch.
-P starts as N(0, pos_init_std^2), by default 1: entries on the scale of a LayerNorm'd token (and of the
-sin-cos embeddings of big_vision), so position is as visible as content from the first step. DeiT's 0.02
-leaves a ViT a bag of patches for its first few hundred steps, which small data sets (the 8x8 digits)
-cannot afford; for positional attention, std 1 makes the logits of S at initialisation as spread as
-those of vanilla attention on LayerNorm'd tokens.
+P starts as N(0, pos_init_std^2), by default 0.02, the start of the original ViT, DeiT and timm: what P
+holds is then learnt, not a fixed random code of norm ~sqrt(D) that training barely moves (the init
+ablation of docs/image_results.md, issue 46, measures 0.02, 1/sqrt(width) and 1).
 `keep_BxN` (bool over the patch tokens, optional) removes the tokens where it is False: they leave every
 attention softmax as keys and the pooling, so the logits do not depend on them (LWLC23's token
 sparsification, Eq. (1)); the CLS token is always kept. None (the default) keeps all.
@@ -111,7 +109,7 @@ class ViT(nn.Module):
     pool: str = "gap"  # gap | cls
     dropout: float = 0.0
     dtype: Any = jnp.float32
-    pos_init_std: float = 1.0
+    pos_init_std: float = 0.02
     channels: int | None = None  # of the images it takes (None: any); `create_model` sets it
     gelu: str = "tanh"  # GELUS: the MLP's GELU (module docstring)
 
