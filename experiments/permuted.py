@@ -10,7 +10,8 @@ by one fixed random permutation (the same for train and test, and for every seed
   python -m posattn.experiments.permuted --config=tpu_configs/permuted.py:quick --workdir=/tmp/smoke
 
 `--config=FILE[:ARG]` (default tpu_configs/permuted.py: the digits) with fields dataset, block_sizes,
-models, seeds, cnn_seeds, data_dir, vit_steps, cnn_steps, cnn_batch and quick, each overridable as
+models, seeds, cnn_seeds, permutations, validation_examples, data_dir, vit_steps, cnn_steps, cnn_batch
+and quick, each overridable as
 `--config.FIELD=VALUE`; `:quick` (or the older `--local`) shrinks every cell to a smoke run.
 
 digits: tpu_configs/digits.py (ViT XS/2, 16 patches of 2 x 2; g = 8 is the unpermuted image), with no
@@ -18,8 +19,10 @@ random crop (docs/decisions.md, Recipes: the committed digits runs were made wit
 tpu_configs/fashion_mnist.py's CPU settings (ViT XS with patch 7, so that g = 7 and 14 move whole
 patches; ResNet-18 and VGG-16 at width 8; g = 28 unpermuted). cifar100: the paper's protocol,
 tpu_configs/permuted_cifar100.py (ViT-Ti/4 body with patch 2, ResNet-18, VGG-16; g = 32 unpermuted).
-Every (model, g, seed) is one train_images run in WORKDIR/MODEL-gG-seedS (resumable); WORKDIR gets
-summary.json (`accuracy[model][g]`: mean, std, median, quartiles, values over seeds, in %),
+Every (model, g, seed, permutation) is one train_images run in WORKDIR/MODEL-gG-seedS (-permP for
+permutations after the first; resumable); WORKDIR gets summary.json (`accuracy[model][g]`: mean, std,
+median, quartiles, values over seeds and permutations, in %, of the test set, or of the validation
+split where the cells read no test image),
 summary.md beside the paper's numbers, and permuted.png (Figure 5 style; unpermuted baselines dashed).
 """
 import os
@@ -51,6 +54,8 @@ def _schema(fields) -> ml_collections.ConfigDict:
         "data_dir": ml_collections.config_dict.placeholder(str),  # tfds data directory (cifar100, fashion_mnist)
         "vit_steps": 0, "cnn_steps": 0,  # training steps of the ViT and of the CNNs (0 = the cell config's)
         "cnn_batch": 0,  # batch size of the CNNs (0 = the cell config's)
+        "permutations": 1,  # fixed random permutations per (model, g): permute seeds 0..N-1
+        "validation_examples": 0,  # training images every cell holds out (posattn.vision.config)
         "quick": False,  # every cell shrunk by its config file's `quick` token (test/2 ViT, batch 16, 4 steps)
     })
 
@@ -83,31 +88,38 @@ def main(argv):
     names = [m.strip() for m in config.models.split(",") if m.strip()]
     if not names or any(m not in MODELS for m in names):
         raise ConfigError(f"models={config.models!r}: use a comma-separated list of vit, resnet, vgg")
-    if config.seeds < 1 or config.cnn_seeds < 0:
-        raise ConfigError(f"seeds={config.seeds} must be at least 1 and cnn_seeds >= 0")
+    if config.seeds < 1 or config.cnn_seeds < 0 or config.permutations < 1:
+        raise ConfigError(f"seeds={config.seeds} and permutations={config.permutations} must be at least 1 "
+                          f"and cnn_seeds={config.cnn_seeds} >= 0")
     if not flags.FLAGS["verbosity"].present:  # quiet library logs (orbax, tfds)
         logging.set_verbosity(logging.ERROR)
     _INITIALIZE_DISTRIBUTED()  # before any computation (docs/distributed.md)
     models = list(dict.fromkeys(MODELS[m] for m in names))
     seeds = {m: config.seeds if m == "vit" else (config.cnn_seeds or config.seeds) for m in models}
     steps = {"vit": config.vit_steps, "cnn": config.cnn_steps}
-    configs = {(m, g, s): sweep.permuted_cell_config(
+    perms = lambda g: range(config.permutations if g < side else 1)  # noqa: E731 (unpermuted: one)
+    configs = {(m, g, s, p): sweep.permuted_cell_config(
         dataset, DATASETS[dataset][0], m, g, s, local=config.quick, data_dir=config.data_dir,
-        steps=steps["vit" if m == "vit" else "cnn"], batch=0 if m == "vit" else config.cnn_batch)
-        for m in models for g in blocks for s in range(seeds[m])}
+        steps=steps["vit" if m == "vit" else "cnn"], batch=0 if m == "vit" else config.cnn_batch,
+        permutation=p, validation_examples=config.validation_examples)
+        for m in models for g in blocks for s in range(seeds[m]) for p in perms(g)}
     for c in configs.values():  # all validated up front
         setup.resolve(c, jax.device_count())  # every cell's batch divides by this run's devices
 
     # its own (its cells resume), writable and locked, before any training
     cli.claim(_WORKDIR.value, "permuted", config, resumes=True)
+    split = "test" if configs[next(iter(configs))].evaluate_test else "validation"
     acc = {m: {} for m in models}
-    for (m, g, s), c in configs.items():
-        out = sweep.run_cell(c, os.path.join(_WORKDIR.value, f"{m}-g{g}-seed{s}"))
-        acc[m].setdefault(g, []).append(out["test_accuracy"])
+    for (m, g, s, p), c in configs.items():
+        out = sweep.run_cell(c, os.path.join(_WORKDIR.value, f"{m}-g{g}-seed{s}" + (f"-perm{p}" if p else "")))
+        acc[m].setdefault(g, []).append(out[f"{split}_accuracy"])
+    first = {m: configs[(m, blocks[0], 0, 0)] for m in models}
     summary = {
         "dataset": dataset, "image_side": side, "unpermuted_g": side, "seeds": seeds,
-        "steps": {m: configs[(m, blocks[0], 0)].total_steps for m in models},
-        "batch": {m: configs[(m, blocks[0], 0)].global_batch_size for m in models},
+        "permutations": config.permutations, "split": split,
+        "steps": {m: c.total_steps for m, c in first.items()},
+        "batch": {m: c.global_batch_size for m, c in first.items()},
+        "patch_size": {m: setup.resolve(c).model.patch_size for m, c in first.items() if m == "vit"},
         "accuracy": {m: {str(g): sweep.spread(v) for g, v in per.items()} for m, per in acc.items()},
         "paper": {m: {str(g): v for g, v in per.items()} for m, per in (paper or {}).items()},
     }

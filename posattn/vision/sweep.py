@@ -70,24 +70,26 @@ def run_seeds(configs, workdirs, say=print, *, vmap: bool = True, dataset=None) 
 
 
 def permuted_cell_config(dataset: str, config_file: str, model: str, g: int, seed: int, *, local: bool,
-                         data_dir: str | None = None, steps: int = 0, batch: int = 0):
+                         data_dir: str | None = None, steps: int = 0, batch: int = 0, permutation: int = 0,
+                         validation_examples: int = 0):
     """The train_images config of one cell of the Figure 5 sweep (`experiments.permuted`).
 
     digits: tpu_configs/digits.py with no random crop and the block permutation set here, evaluated
     and checkpointed only at the end; otherwise the config file's `MODEL,G` argument. steps > 0 and
-    batch > 0 replace the config's (the warm-up shrunk to at most a tenth of the steps).
+    batch > 0 replace the config's (the warm-up shrunk to at most a tenth of the steps). `permutation` is
+    the permutation's seed (config.permute_seed), `validation_examples` the training images held out.
     """
     tail = ",quick" if local else ""
     if dataset == "digits":
         c = configs.load_config(config_file, model + tail, config_lib.SCHEMA)
         c.augment.crop_padding = 0
-        c.permute_block, c.permute_seed = g, 0
+        c.permute_block = g
         c.eval_every, c.checkpoint_every = 0, 0
     else:
         c = configs.load_config(config_file, f"{model},{g}{tail}", config_lib.SCHEMA)
         if data_dir:
             c.data_dir = data_dir
-    c.seed = seed
+    c.seed, c.permute_seed, c.validation_examples = seed, permutation, validation_examples
     if steps:
         c.total_steps = steps
         c.optimizer.warmup_steps = min(c.optimizer.warmup_steps, max(steps // 10, 1))
@@ -143,11 +145,14 @@ LABELS = {"vit": "ViT (positional attention)", "resnet18": "ResNet-18", "vgg16":
 
 
 def permuted_table(summary: dict) -> str:
-    """Markdown: mean +- std (%) over seeds per model and g (the value alone for one seed), with the
-    paper's number where it has one."""
+    """Markdown: mean +- std (%) over seeds (and permutations) per model and g (the value alone for one
+    run), with the paper's number where it has one; a ViT cell whose blocks are whole tokens is marked
+    (*): there the permuted problem is the unpermuted one with P's rows relabelled, the same problem in
+    distribution, so its difference from the unpermuted cell is seed noise by construction."""
     gs = sorted({g for per in summary["accuracy"].values() for g in per}, key=int)
     paper = summary.get("paper") or {}
-    lines = ["| model | " + " | ".join(f"g={g}" for g in gs) + " |", "|---" * (len(gs) + 1) + "|"]
+    lines = [f"| model ({summary.get('split', 'test')} accuracy, %) | " + " | ".join(f"g={g}" for g in gs) + " |",
+             "|---" * (len(gs) + 1) + "|"]
     for model, per in summary["accuracy"].items():
         cells = []
         for g in gs:
@@ -158,8 +163,13 @@ def permuted_table(summary: dict) -> str:
             else:
                 cell = f"{per[g]['mean']:.2f} ± {per[g]['std']:.2f}"
             ref = paper.get(model, {}).get(g)
-            cells.append(cell + (f" (paper {ref})" if ref is not None else ""))
+            patch = summary.get("patch_size", {}).get(model)
+            whole = bool(patch) and g in per and int(g) < summary["image_side"] and int(g) % patch == 0
+            cells.append(cell + (" (*)" if whole else "") + (f" (paper {ref})" if ref is not None else ""))
         lines.append(f"| {LABELS.get(model, model)} | " + " | ".join(cells) + " |")
+    if any("(*)" in line for line in lines):
+        lines += ["", "(*) blocks of whole tokens: with P drawn per position, the permuted problem is the "
+                  "unpermuted one with P's rows relabelled (the same in distribution): no test of the ViT."]
     return "\n".join(lines)
 
 

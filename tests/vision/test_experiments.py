@@ -171,3 +171,21 @@ def test_compare_attention_finds_its_default_config_from_any_directory(tmp_path)
     r = _run("experiments.compare_attention", "--config.total_steps=2", "--seeds=0", "--workdir=x",
              cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("error: --seeds=0"), r.stderr  # the config loaded
+
+
+def test_the_permuted_table_marks_vit_cells_of_whole_tokens_and_says_why_they_test_nothing():
+    acc = lambda *v: sweep.spread([x / 100 for x in v])  # noqa: E731
+    summary = {"image_side": 28, "patch_size": {"vit": 7}, "split": "validation", "accuracy": {
+        "vit": {"4": acc(80, 81), "7": acc(84, 84.5), "28": acc(84.2, 84.4)},
+        "vgg16": {"4": acc(70, 71), "7": acc(83, 83.5), "28": acc(86, 86.5)}}}
+    lines = sweep.permuted_table(summary).splitlines()
+    assert lines[0].startswith("| model (validation accuracy, %) |")
+    vit, vgg = lines[2], lines[3]
+    assert vit.count("(*)") == 1 and "84.25 ± 0.35 (*)" in vit  # g = 7: whole tokens; g = 4 cuts them
+    assert "(*)" not in vgg and "no test of the ViT" in lines[-1]
+
+
+def test_permuted_cells_take_their_permutation_seed_and_held_out_examples():
+    c = sweep.permuted_cell_config("digits", "tpu_configs/digits.py", "vit", 4, 1, local=True, permutation=3,
+                                   validation_examples=100)
+    assert (c.permute_block, c.permute_seed, c.seed, c.validation_examples) == (4, 3, 1, 100)
