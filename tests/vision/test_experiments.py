@@ -189,3 +189,29 @@ def test_permuted_cells_take_their_permutation_seed_and_held_out_examples():
     c = sweep.permuted_cell_config("digits", "tpu_configs/digits.py", "vit", 4, 1, local=True, permutation=3,
                                    validation_examples=100)
     assert (c.permute_block, c.permute_seed, c.seed, c.validation_examples) == (4, 3, 1, 100)
+
+
+@pytest.mark.parametrize("attention", ["positional", "vanilla"])
+def test_a_vit_on_whole_token_blocks_is_the_unpermuted_vit_with_the_rows_of_P_relabelled(attention):
+    """Why the Fig. 5 table marks whole-token ViT cells: with P drawn i.i.d. per position and average
+    pooling, block k of a permuted image is token perm[k] of the original, and the ViT whose P has row
+    perm[k] at k gives on it exactly the logits the original ViT gives on the original image."""
+    import jax
+
+    from posattn.vision.models import create_model
+
+    model = create_model({"name": "vit", "variant": "test/2", "attention": attention}, num_classes=10,
+                         image_size=8, channels=1)
+    x = jax.random.normal(jax.random.key(0), (4, 8, 8, 1))
+    variables = model.init(jax.random.key(1), x)
+    leaves, tree = jax.tree.flatten(variables)  # every weight random (the head starts at zero: logits 0)
+    keys = jax.random.split(jax.random.key(2), len(leaves))
+    variables = jax.tree.unflatten(tree, [a + 0.3 * jax.random.normal(k, a.shape) for a, k in zip(leaves, keys)])
+    perm = data.block_permutation((8, 8), 2, seed=3)
+    relabelled = jax.tree.map(lambda a: a, variables)
+    relabelled["params"]["pos_embedding"] = variables["params"]["pos_embedding"][perm]
+    np.testing.assert_allclose(model.apply(relabelled, data.permute_blocks(x, 2, perm)), model.apply(variables, x),
+                               rtol=1e-5, atol=1e-5)
+    # and blocks that cut tokens (g = 1 < patch 2) are no such relabelling: the logits differ
+    cut = data.block_permutation((8, 8), 1, seed=3)
+    assert not np.allclose(model.apply(variables, data.permute_blocks(x, 1, cut)), model.apply(variables, x), atol=1e-3)
