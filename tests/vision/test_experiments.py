@@ -215,3 +215,17 @@ def test_a_vit_on_whole_token_blocks_is_the_unpermuted_vit_with_the_rows_of_P_re
     # and blocks that cut tokens (g = 1 < patch 2) are no such relabelling: the logits differ
     cut = data.block_permutation((8, 8), 1, seed=3)
     assert not np.allclose(model.apply(variables, data.permute_blocks(x, 1, cut)), model.apply(variables, x), atol=1e-3)
+
+
+def test_the_doubling_test_compares_the_move_with_the_seed_spread_or_half_a_point():
+    from posattn.papers.jsl22.recipe_length import doubling
+
+    # moved +1.0 with seeds 0.3 apart: too short
+    assert doubling([84.0, 84.3], [85.0, 85.3]) == {"moved": pytest.approx(1.0), "threshold": 0.5,
+                                                    "long_enough": False}
+    # moved +0.4, under half a point: long enough
+    assert doubling([84.0, 84.3], [84.4, 84.7])["long_enough"]
+    # noisy seeds (std 1.41) hide a move of 1.0: long enough by the spread, not by the mean alone
+    out = doubling([83.0, 85.0], [85.0, 85.0])
+    assert out["threshold"] == pytest.approx(np.sqrt(2)) and out["long_enough"]
+    assert doubling([84.0], [84.6]) == {"moved": pytest.approx(0.6), "threshold": 0.5, "long_enough": False}
