@@ -44,7 +44,7 @@ from posattn import compile_options, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import DATA, batch_sharding, data_mesh, global_batch, replicated
 from posattn.metric_log import MetricLog, paired_test_metrics
-from posattn.vision import checkpoint, models, optim, preemption, resume, saving, train, warm_start
+from posattn.vision import checkpoint, evaluation, models, optim, preemption, resume, saving, train, warm_start
 from posattn.vision.data import pipeline
 from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
@@ -157,7 +157,7 @@ def _compile(setup, mesh, state_S, batch_S, hyper_S, eval_batch):
     train_step = jax.jit(jax.vmap(train.make_train_step(setup)),
                          in_shardings=(repl, NamedSharding(mesh, P(None, DATA)), repl),
                          out_shardings=(repl, repl), donate_argnums=(0,))
-    eval_step = jax.jit(jax.vmap(train.make_eval_step(setup), in_axes=(0, None, 0)),
+    eval_step = jax.jit(jax.vmap(evaluation.make_eval_step(setup), in_axes=(0, None, 0)),
                         in_shardings=(repl, batch_sharding(mesh), repl), out_shardings=repl,
                         donate_argnums=(2,))
     totals = _zero_totals_S(len(hyper_S["seed"]), mesh)
@@ -171,13 +171,13 @@ def _replicated(host_tree, mesh):
 
 
 def _zero_totals_S(num_seeds: int, mesh) -> dict:
-    """`train.make_eval_step`'s totals, one per seed, replicated (made on the host: nothing to compile)."""
+    """`evaluation.make_eval_step`'s totals, one per seed, replicated (made on the host: nothing to compile)."""
     zeros = {k: np.zeros((num_seeds,), np.float32) for k in ("correct", "count", "loss_sum")}
     return _replicated(zeros, mesh)
 
 
 def _evaluate_seeds(eval_step, state_S, setup, mesh, num_seeds: int) -> list[dict]:
-    """`train.evaluate` of every seed: `train.split_metrics` of each split the run evaluates, per seed."""
+    """`evaluation.evaluate` of every seed: `evaluation.split_metrics` of each split the run evaluates, per seed."""
     out = [{} for _ in range(num_seeds)]
     for split in setup.eval_splits:
         totals = _zero_totals_S(num_seeds, mesh)
@@ -185,7 +185,7 @@ def _evaluate_seeds(eval_step, state_S, setup, mesh, num_seeds: int) -> list[dic
             totals = eval_step(state_S, global_batch(local, mesh), totals)
         totals = jax.device_get(totals)
         for s in range(num_seeds):
-            out[s].update(train.split_metrics(split, **{k: v[s] for k, v in totals.items()}))
+            out[s].update(evaluation.split_metrics(split, **{k: v[s] for k, v in totals.items()}))
     return out
 
 
@@ -347,7 +347,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                 for log, e in zip(logs, evals):
                     log.write(paired_test_metrics({"step": step, **e}))
                 for s, e in enumerate(evals):
-                    train._say(f"step {step}/{total}  seed {configs[s].seed}  {train.evaluation_line(e)}")
+                    train._say(f"step {step}/{total}  seed {configs[s].seed}  {evaluation.evaluation_line(e)}")
             if stop:
                 for saver, log in zip(savers, logs):
                     saver.wait(step)

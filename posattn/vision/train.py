@@ -31,16 +31,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from etils import epath
 
 from posattn import compile_options, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
-from posattn.vision import checkpoint, models, optim, preemption, resume, saving, warm_start
+from posattn.vision import checkpoint, evaluation, models, optim, preemption, resume, saving, warm_start
 from posattn.vision.data import augment
 from posattn.vision.setup import Setup, resolve
-from posattn.vision.state import init_state, model_variables
+from posattn.vision.state import init_state
 
 
 class NonFiniteLoss(ConfigError):
@@ -116,57 +115,6 @@ def make_train_step(setup: Setup):
         return new_state, metrics
 
     return step
-
-
-def make_eval_step(setup: Setup):
-    """(state, batch, totals) -> totals plus the sums over the unmasked rows of a global batch.
-
-    totals = {"correct", "count", "loss_sum"}. Accumulating inside the compiled step (rather than
-    adding the per-batch sums eagerly) keeps a multi-host evaluation to one program per batch: eager
-    ops on arrays that span processes are programs of their own, interleaved with the collectives.
-    """
-
-    def step(state, batch, totals):
-        logits = setup.model.apply(model_variables(state), setup.eval_inputs(batch["image"]), train=False)
-        labels = jax.nn.one_hot(batch["label"], setup.info.num_classes, dtype=jnp.float32)
-        mask = batch["mask"].astype(jnp.float32)
-        correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)
-        loss = optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
-        sums = {"correct": jnp.sum(correct * mask), "count": jnp.sum(mask), "loss_sum": jnp.sum(loss * mask)}
-        return jax.tree.map(jnp.add, totals, sums)
-
-    return step
-
-
-def _zero_totals() -> dict:
-    return {k: jnp.zeros((), jnp.float32) for k in ("correct", "count", "loss_sum")}
-
-
-def split_metrics(split: str, correct, count, loss_sum) -> dict:
-    """{split}_accuracy = correct / count, {split}_loss (mean) and {split}_examples of one evaluation."""
-    count = int(count)
-    return {f"{split}_accuracy": float(correct) / count, f"{split}_loss": float(loss_sum) / count,
-            f"{split}_examples": count}
-
-
-def evaluate(eval_step, state, setup: Setup, mesh) -> dict:
-    """`split_metrics` of every split the run evaluates (`Setup.eval_splits`: its validation examples,
-    its test set), each example counted once, summed over all hosts."""
-    out = {}
-    for split in setup.eval_splits:
-        # Made where it lives (no host transfer); a module-level function, so every evaluation reuses one
-        # compiled program.
-        totals = jax.jit(_zero_totals, out_shardings=replicated(mesh))()
-        for local in setup.eval_batches(split):  # the split is decoded once per Setup, not per evaluation
-            totals = eval_step(state, global_batch(local, mesh), totals)
-        out.update(split_metrics(split, **jax.device_get(totals)))
-    return out
-
-
-def evaluation_line(evals: dict) -> str:
-    """'validation accuracy 0.9012 loss 0.3101  test accuracy ...' of the splits `evals` holds."""
-    return "  ".join(f"{split} accuracy {evals[f'{split}_accuracy']:.4f} loss {evals[f'{split}_loss']:.4f}"
-                     for split in ("validation", "test") if f"{split}_accuracy" in evals)
 
 
 # ---------------------------------------------------------------------------------- outputs
@@ -316,7 +264,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
 
         train_step = jax.jit(make_train_step(setup), in_shardings=(repl, batch_shard, repl),
                              out_shardings=(repl, repl), donate_argnums=(0,))
-        eval_step = jax.jit(make_eval_step(setup), in_shardings=(repl, batch_shard, repl), out_shardings=repl,
+        eval_step = jax.jit(evaluation.make_eval_step(setup), in_shardings=(repl, batch_shard, repl), out_shardings=repl,
                             donate_argnums=(2,))
 
         saver = saving.Saver(mngr, workdir)
@@ -362,9 +310,9 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             if do_ckpt:
                 saver.save(state, step)
             if do_eval:
-                evals = evaluate(eval_step, state, setup, mesh)
+                evals = evaluation.evaluate(eval_step, state, setup, mesh)
                 log.write(paired_test_metrics({"step": step, **evals}))
-                _say(f"step {step}/{total}  {evaluation_line(evals)}")
+                _say(f"step {step}/{total}  {evaluation.evaluation_line(evals)}")
             if stop:  # the save of `step` completes first; no summary.json: the run is unfinished
                 saver.wait(step)
                 log.write({"step": step, "preempted": True})
@@ -372,7 +320,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             t_go = time.perf_counter()
         saver.wait(total)
         if not evals:  # nothing left to train (the checkpoint was already final): evaluate it
-            evals = evaluate(eval_step, state, setup, mesh)
+            evals = evaluation.evaluate(eval_step, state, setup, mesh)
         summary = run_summary(evals, train_metrics, setup, mesh, steps=int(jax.device_get(state["step"])),
                               start=start, resumed_from=resumed_from, moved_aside=skipped,
                               seconds=time.perf_counter() - t_run, timed_seconds=timed_seconds,
