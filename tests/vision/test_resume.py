@@ -154,7 +154,7 @@ def test_check_resume_allows_only_the_resumable_fields():
         with pytest.raises(ConfigError, match="another config"):
             resume.check_resume(stored, refused, 2, "w")
     del stored["model"]["pos_init_std"]  # a record written before a field existed
-    with pytest.raises(ConfigError, match=r"model.pos_init_std '\(absent\)' -> 0.02"):
+    with pytest.raises(ConfigError, match=r"model.pos_init_std '\(absent\)' -> 1.0"):
         resume.check_resume(stored, c, 2, "w")
 
 

@@ -41,8 +41,7 @@ def tiny_digits(**overrides):
 
 def test_one_step_golden_values():
     """Loss and a parameter checksum after one step on a fixed input, pinned (CPU, float32)."""
-    # P at the N(0, 1) start these values were pinned at (the default was 1 then): the step is pinned, not the init
-    c = tiny_digits(total_steps=10, optimizer__warmup_steps=0, model__pos_init_std=1.0)
+    c = tiny_digits(total_steps=10, optimizer__warmup_steps=0)
     mesh = data_mesh(jax.devices()[:1])
     setup = resolve(c, 1)
     hyper = train.step_hyperparameters(c)
