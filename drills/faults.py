@@ -146,8 +146,8 @@ def chain(workdir: pathlib.Path, sig: int, count: int, env: dict, rng: random.Ra
 
 
 def final_state(workdir, step: int):
-    from posattn.vision import checkpoint
-    return jax.device_get(checkpoint.restore_run(workdir, step=step, devices=jax.devices()[:1])[1])
+    from posattn.vision import runs
+    return jax.device_get(runs.restore_run(workdir, step=step, devices=jax.devices()[:1])[1])
 
 
 def bitwise_equal(a, b) -> tuple[bool, int]:

@@ -92,12 +92,12 @@ def main(argv):
     from posattn.analysis import posemb
     from posattn.plots import vision as plots
     from posattn.analysis import attention_distance
-    from posattn.vision import checkpoint, setup
+    from posattn.vision import runs, setup
     from posattn.vision.models import attention_maps
     from posattn.vision.data.permutation import block_permutation
     from posattn.vision.state import init_state
 
-    model, variables, config, preprocess = checkpoint.load_run(_WORKDIR.value)
+    model, variables, config, preprocess = runs.load_run(_WORKDIR.value)
     run_setup = setup.resolve(config)  # its augmentation as applied, its splits
     if config.model.name != "vit":
         raise ConfigError(f"the run trained {config.model.name!r}: positional embeddings need a ViT run")

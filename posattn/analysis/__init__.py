@@ -1,4 +1,4 @@
-"""Tools that read trained image models; a run loads with `posattn.vision.checkpoint.load_run`.
+"""Tools that read trained image models; a run loads with `posattn.vision.runs.load_run`.
 
 `posemb`: positional-embedding similarity (JSL22 Figures 1a/5c). PK22's measurements, one tool a module:
 `hessian` (Fig. 2), `fourier` (Fig. 4), `frequency_noise` (Fig. 5), `variance` (Fig. 6), `landscape`

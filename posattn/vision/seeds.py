@@ -4,7 +4,7 @@ spreads over seeds), as `posattn.theory.gd.fit_seeds` does for the theory regime
 `train_seeds(configs, workdirs)` trains S configs that differ only in `seed`, seed s in workdirs[s],
 and leaves in each workdir what a separate `posattn.vision.train.train` run of its config leaves:
 config.json, run.json, metrics.jsonl, summary.json and checkpoints of that seed's state alone (no seed
-axis), so each seed reads back, restores (`checkpoint.load_run`) and resumes as a separate run. Every
+axis), so each seed reads back, restores (`runs.load_run`) and resumes as a separate run. Every
 seed keeps its own numbers: its initial state (made by the same program a separate run uses), its batch
 order (`pipeline.train_batches` of its seed: the batch of step t is a pure function of (seed, t)), its
 step keys (fold_in(key(seed), t + 1), inside the vmapped `train.make_train_step`), its evaluation and
@@ -44,7 +44,7 @@ from posattn import compile_options, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import DATA, batch_sharding, data_mesh, global_batch, replicated
 from posattn.metric_log import MetricLog, paired_test_metrics
-from posattn.vision import checkpoint, evaluation, models, optim, preemption, resume, saving, train, warm_start
+from posattn.vision import checkpoint, evaluation, models, optim, preemption, resume, runs, saving, train, warm_start
 from posattn.vision.data import pipeline
 from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
@@ -269,7 +269,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
             mngr = checkpoint.manager(str(w), keep=config.keep_checkpoints)
             closing.callback(saving.close, mngr)
             io.write_json(w / "config.json", resume.record(c))
-            checkpoint.write_run_record(w, setup)
+            runs.write_run_record(w, setup)
             if io.is_writer():
                 (w / "summary.json").unlink(missing_ok=True)
             log = MetricLog(w, start_step=start)

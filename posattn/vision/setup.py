@@ -8,7 +8,7 @@ The train loop, the evaluation and the analysis tools take the `Setup`, not the 
 opened (for the in-memory datasets: decoded) once per `Setup`, the dataset's facts (`Setup.info`, channel
 statistics included) are worked out once, on first use, and `loss_fn` is the training loss bound to the
 run's model and label smoothing. `Preprocess` is what a run does to a batch of images before its model,
-as a function a loaded run carries (`posattn.vision.checkpoint.load_run`).
+as a function a loaded run carries (`posattn.vision.runs.load_run`).
 """
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ class Setup:
 
     @property
     def preprocess(self) -> Preprocess:
-        """The run's inputs from natural images on its pixel scale (what `checkpoint.load_run` gives back)."""
+        """The run's inputs from natural images on its pixel scale (what `runs.load_run` gives back)."""
         return Preprocess(self.info, self.permutation)
 
     def train_batches(self, start_step: int = 0, **processes):

@@ -36,7 +36,7 @@ from posattn import compile_options, io, workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
-from posattn.vision import checkpoint, evaluation, models, optim, preemption, resume, saving, warm_start
+from posattn.vision import checkpoint, evaluation, models, optim, preemption, resume, runs, saving, warm_start
 from posattn.vision.data import augment
 from posattn.vision.setup import Setup, resolve
 from posattn.vision.state import init_state
@@ -230,7 +230,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         mngr = checkpoint.manager(str(workdir), keep=config.keep_checkpoints)  # removes orbax's temporaries
         closing.callback(saving.close, mngr)
         io.write_json(workdir / "config.json", resume.record(config))
-        checkpoint.write_run_record(workdir, setup)
+        runs.write_run_record(workdir, setup)
         if io.is_writer():  # a summary of an earlier, shorter run of this workdir no longer holds
             (workdir / "summary.json").unlink(missing_ok=True)
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from etils import epath
 
 from posattn.errors import ConfigError
-from posattn.vision import checkpoint
+from posattn.vision import runs
 
 POS_EMBEDDING = "pos_embedding"
 HEAD = "head"
@@ -95,5 +95,5 @@ def load(workdir) -> dict:
     if not (path / "summary.json").exists():
         raise ConfigError(f"init_from={workdir}: no finished run there (no summary.json): finish its run "
                           "(rerun its command) or point init_from at the workdir of a finished image run")
-    _, state, _ = checkpoint.restore_run(path, devices=jax.local_devices())
+    _, state, _ = runs.restore_run(path, devices=jax.local_devices())
     return state["params"]

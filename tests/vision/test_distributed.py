@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from posattn import cli
-from posattn.vision import checkpoint, config as config_lib, train
-from tests import envs, multiprocess
+from posattn.vision import config as config_lib, runs, train
+from tests import multiprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # 6 steps: the in-process run of 8 devices is then the program test_train.py compiles for its 8-device
@@ -40,7 +40,7 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
     assert (summary2["processes"], summary2["devices"], summary8["processes"]) == (2, 8, 1)
     assert summary2["test_examples"] == summary8["test_examples"] == 360  # each test digit once over both
     assert abs(summary2["test_accuracy"] - summary8["test_accuracy"]) <= 1 / 360
-    state2 = checkpoint.restore_run(tmp_path / "two")[1]
+    state2 = runs.restore_run(tmp_path / "two")[1]
     assert int(state2["step"]) == STEPS
     # Leaves agree to ~1e-7 except the attention key biases: softmax ignores them, their gradient is 0 up
     # to rounding, and Adam turns that rounding noise (which depends on the reduction order) into ~1e-6

@@ -15,7 +15,7 @@ import pytest
 
 from posattn import cli
 from posattn.errors import ConfigError
-from posattn.vision import checkpoint, config as config_lib, resume, sweep, train
+from posattn.vision import config as config_lib, resume, runs, sweep, train
 from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def test_sigkill_then_restart_resumes_to_bitwise_the_same_parameters(tmp_path):
     steps = [[json.loads(line)["step"] for line in (d / "metrics.jsonl").read_text().splitlines()]
              for d in (killed, straight)]
     assert steps[0] == steps[1] and steps[1][-1] == STEPS
-    a, b = (checkpoint.restore_run(d)[1] for d in (killed, straight))
+    a, b = (runs.restore_run(d)[1] for d in (killed, straight))
     leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
     assert len(leaves_a) == len(leaves_b) > 10
     for x, y in zip(leaves_a, leaves_b):
@@ -183,11 +183,11 @@ def test_a_run_recorded_before_a_field_existed_reads_back_with_its_default(tmp_p
     del recorded["init_from"], recorded["model"]["attention_options"]
     recorded["model"]["attention"] = "vanilla"
     (tmp_path / "config.json").write_text(json.dumps(recorded))
-    config = checkpoint.run_config(tmp_path)
+    config = runs.run_config(tmp_path)
     assert config.init_from == "" and config.model.attention_options == ""
     assert config.model.attention == "vanilla"  # what the run recorded wins
     config_lib.check_schema(config)
     # another binary's record (a theory run) is returned as it is, for its reader to refuse
     (tmp_path / "config.json").write_text(json.dumps({"theory": {"D": 8}, "gd": {"steps": 10}}))
     with pytest.raises(ConfigError, match="has no"):
-        config_lib.check_schema(checkpoint.run_config(tmp_path))
+        config_lib.check_schema(runs.run_config(tmp_path))

@@ -15,7 +15,7 @@ import pytest
 
 from posattn import cli
 from posattn.errors import ConfigError
-from posattn.vision import checkpoint, config as config_lib, preemption, resume, seeds, sweep, train
+from posattn.vision import config as config_lib, preemption, resume, runs, seeds, sweep, train
 from posattn.vision.data import pipeline
 from tests import envs
 
@@ -97,7 +97,7 @@ def test_a_preempted_vmapped_run_saves_every_seed_resumes_bitwise_and_a_seed_res
     for a, b in zip(straight, stopped):
         # the records of the same steps (the preempted one's, at step 5, is kept), none twice
         assert records(b, "step") == records(a, "step")[:1] + [5] + records(a, "step")[1:]
-        x, y = (jax.tree.leaves(checkpoint.restore_run(d)[1]) for d in (a, b))
+        x, y = (jax.tree.leaves(runs.restore_run(d)[1]) for d in (a, b))
         assert len(x) == len(y) > 10
         for u, v in zip(x, y):
             np.testing.assert_array_equal(np.asarray(u), np.asarray(v))  # bitwise: params, Adam moments, step

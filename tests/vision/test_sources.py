@@ -14,7 +14,7 @@ import tensorflow_datasets as tfds
 from posattn import cli, io
 from posattn.papers.pk22 import suite
 from posattn.errors import ConfigError
-from posattn.vision import checkpoint, config as config_lib, resume, sweep
+from posattn.vision import config as config_lib, resume, runs, sweep
 from posattn.vision.data import arrays, datasets, idx, tfds_datasets
 from posattn.vision.setup import resolve
 from tests import envs
@@ -186,7 +186,7 @@ def test_a_run_on_float_arrays_preprocesses_floats_from_its_record_as_it_trained
     x_train, y_train, x_test, y_test = digits_as_floats()
     ds = arrays.from_arrays(x_train, y_train, x_test, y_test, num_classes=10, name="my_digits")
     setup = resolve(make_config(dataset="my_digits"), dataset=ds)
-    preprocess = checkpoint.run_preprocess(_record(tmp_path / "floats", setup))
+    preprocess = runs.run_preprocess(_record(tmp_path / "floats", setup))
     assert preprocess.info == setup.info and preprocess.info.pixels == "float"
     levels = setup.split("test").read(np.arange(8))[0]  # what the run evaluated: round(255 x) as uint8
     np.testing.assert_array_equal(preprocess(x_test[:8]), setup.eval_inputs(levels))
@@ -195,7 +195,7 @@ def test_a_run_on_float_arrays_preprocesses_floats_from_its_record_as_it_trained
     with pytest.raises(ConfigError, match=r"floats in \[0.0, 255.0\]: float images must lie in \[0, 1\]"):
         preprocess(levels.astype(np.float32))
     # a run on uint8 pixels refuses floats in [0, 1], and takes its one channel's axis as given or not
-    digits = checkpoint.run_preprocess(_record(tmp_path / "digits", resolve(make_config())))
+    digits = runs.run_preprocess(_record(tmp_path / "digits", resolve(make_config())))
     with pytest.raises(ConfigError, match=r"images in \[0.0, 1.0\]: the run was trained on pixels 0..255"):
         digits(x_test[:8])
     np.testing.assert_array_equal(digits(levels[..., 0]), digits(levels))
@@ -211,14 +211,14 @@ def _record(workdir: pathlib.Path, setup) -> pathlib.Path:
     """`workdir` holding the record of a run of `setup` (config.json, run.json) and nothing else."""
     workdir.mkdir()
     io.write_json(workdir / "config.json", resume.record(setup.config))
-    checkpoint.write_run_record(workdir, setup)
+    runs.write_run_record(workdir, setup)
     return workdir
 
 
 LOAD_AND_EVALUATE = """
 import sys, numpy as np
-from posattn.vision import checkpoint
-model, variables, config, preprocess = checkpoint.load_run(sys.argv[1])
+from posattn.vision import checkpoint, runs
+model, variables, config, preprocess = runs.load_run(sys.argv[1])
 data = np.load(sys.argv[2])
 logits = model.apply(variables, preprocess(data["images"]), train=False)
 print(float(np.mean(np.argmax(np.asarray(logits), -1) == data["labels"])), config.dataset, preprocess.info.mean)

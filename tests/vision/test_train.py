@@ -14,7 +14,7 @@ import tensorflow_datasets as tfds
 from posattn import cli
 from posattn.errors import ConfigError
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
-from posattn.vision import checkpoint, config as config_lib, optim, train
+from posattn.vision import checkpoint, config as config_lib, optim, runs, train
 from posattn.vision.data import datasets, permutation
 from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
@@ -149,7 +149,7 @@ def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path, capsy
     # loading a run to look at it leaves alone the save a training run may have in flight there
     in_flight = tmp_path / "checkpoints" / "6.orbax-checkpoint-tmp-1700000000000000"
     in_flight.mkdir()
-    restored = checkpoint.restore_run(tmp_path)[1]
+    restored = runs.restore_run(tmp_path)[1]
     assert int(restored["step"]) == 4 and in_flight.exists()
 
     assert summary["test_examples"] == datasets.dataset_info("digits").num_test == 360
@@ -158,7 +158,7 @@ def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path, capsy
     split = datasets.open_split("digits", "test")
     images, labels = split.read(np.arange(split.num_examples))
     info = datasets.dataset_info("digits")
-    model, variables, config, preprocess = checkpoint.load_run(tmp_path)
+    model, variables, config, preprocess = runs.load_run(tmp_path)
     assert config.to_dict() == c.to_dict() and set(variables) == {"params"} and preprocess.info == info
     logits = model.apply(variables, preprocess(images), train=False)
     direct = float(np.mean(np.argmax(np.asarray(logits), -1) == labels))
@@ -180,14 +180,14 @@ def test_a_run_loads_from_its_workdir_without_its_data(tmp_path, monkeypatch):
         "pixels": "uint8", "augment": {"crop_padding": 4, "flip": True, "randaugment_layers": 0,
                                        "randaugment_magnitude": 9, "mixup_alpha": 0.0}}
     images = np.random.default_rng(0).standard_normal((3, 16, 16, 3)).astype(np.float32)
-    model, variables, config, _ = checkpoint.load_run(tmp_path)
+    model, variables, config, _ = runs.load_run(tmp_path)
     assert config.dataset == "cifar10" and model.num_classes == 10
     for a, b in zip(jax.tree.leaves(variables["params"]), jax.tree.leaves(state["params"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     logits = model.apply(variables, images, train=False)
     assert logits.shape == (3, 10) and np.isfinite(logits).all()
     (tmp_path / "run.json").unlink()  # a workdir written before run.json existed loads the same
-    model_old, variables_old, *_ = checkpoint.load_run(tmp_path)
+    model_old, variables_old, *_ = runs.load_run(tmp_path)
     np.testing.assert_array_equal(model_old.apply(variables_old, images, train=False), logits)
 
 

@@ -18,7 +18,7 @@ import ml_collections
 from posattn import configs
 from posattn.analysis import slot_attention
 from posattn.errors import ConfigError, check_seed
-from posattn.vision import checkpoint, config as config_lib, sweep
+from posattn.vision import config as config_lib, runs, sweep
 from posattn.vision.data import datasets, token_grid
 from posattn.vision.models.attention import ATTENTIONS
 from posattn.vision.setup import resolve
@@ -206,7 +206,7 @@ def run_cell(config, workdir: str, ks, *, seed: int = 0) -> dict:
     # A finished cell keeps its own summary: resuming it at its last step would evaluate it again and
     # record no training accuracy (the curves average it).
     summary = sweep.run_cell(config, workdir, say=lambda _: None)
-    state = checkpoint.restore_state(workdir, setup.model, setup.image_shape, config)
+    state = runs.restore_state(workdir, setup.model, setup.image_shape, config)
     R = int(config.dataset.rpartition("/")[2])
     _, confusion, _ = token_grid.slot_counts(R)
     grids = slot_grids(config.dataset, "test", config.get("data_dir"))

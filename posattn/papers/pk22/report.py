@@ -11,7 +11,6 @@ from its checkpoints); other settings or another seed measure it again.
 import concurrent.futures
 import dataclasses
 import json
-import os
 import threading
 import time
 
@@ -22,7 +21,7 @@ from posattn import configs, io
 from posattn.papers.pk22 import claims, suite
 from posattn.errors import ConfigError
 from posattn.plots import analysis as plots
-from posattn.vision import checkpoint, config as config_lib
+from posattn.vision import config as config_lib, runs
 from posattn.vision.models import alternet
 from posattn.vision.setup import resolve
 
@@ -132,7 +131,7 @@ def measure_one(workdir: epath.Path, run_dir: str, settings: suite.Settings, see
     """(model key, results) of one trained run: read from results/KEY.json when that file holds this
     run's results with these settings and seed, else measured (`suite.measure`) and written there and to
     metrics.jsonl."""
-    model, variables, config, _ = checkpoint.load_run(run_dir)
+    model, variables, config, _ = runs.load_run(run_dir)
     key = claims.model_key(config)
     path = workdir / "results" / f"{key}.json"
     # as results/KEY.json stores them (a JSON round trip turns tuples into lists)
@@ -176,7 +175,7 @@ def run(workdir: str, *, runs=(), models=DEFAULT_MODELS["digits"], quick: bool =
     workdir = epath.Path(workdir)
     # every config before any work: an unknown model stops the run now, not after another trained
     configs = {} if runs else {model: training_config(model, quick, training_length, dataset) for model in models}
-    keys = ([claims.model_key(checkpoint.run_config(r)) for r in runs] if runs else
+    keys = ([claims.model_key(runs.run_config(r)) for r in runs] if runs else
             [claims.model_key(configs[model]) for model in models])
     if len(set(keys)) < len(keys):  # each model key is one results file and one column of the report
         raise ConfigError(f"{'--runs' if runs else '--models'}: two runs of the same model "

@@ -5,7 +5,7 @@ The result is a `posattn.vision.data.datasets.Dataset` held in memory. It is pas
 `posattn.vision.setup.resolve` and `posattn.papers.pk22.suite.measure`, with `config.dataset` set to its
 name; nothing is registered under that name. The run records what loading it needs (classes, image
 shape, channel statistics, the pixel scale the images were given on: run.json), so
-`posattn.vision.checkpoint.load_run` rebuilds and normalises it in a new process without the arrays.
+`posattn.vision.runs.load_run` rebuilds and normalises it in a new process without the arrays.
 """
 from __future__ import annotations
 
