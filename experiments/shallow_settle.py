@@ -23,7 +23,7 @@ from absl import flags
 
 from posattn import cli, io
 from posattn.errors import ConfigError
-from posattn.papers.lwlc23 import settle
+from posattn.papers.lwlc23 import settle, settle_report
 from posattn.plots import shallow as plots
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
 
@@ -100,7 +100,7 @@ def main(argv):
     results = run(config, cfg, settle.part_saver(workdir, config.analyze_only, config.parts_from))
     results["seconds"] = time.perf_counter() - t0
     io.write_json(os.path.join(workdir, "results.json"), results)
-    summary = settle.summary_markdown(config.study, results, config)
+    summary = settle_report.summary_markdown(config.study, results, config)
     io.write_text(os.path.join(workdir, "summary.md"), summary)
     fig = plots.settle_figure(config.study, results)
     fig.savefig(os.path.join(workdir, f"{config.study}.png"), dpi=110)

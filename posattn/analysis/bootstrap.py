@@ -40,12 +40,22 @@ def interval(units, statistic: Callable[[np.ndarray], float], *, resamples: int 
     if n < 2:
         raise ConfigError(f"an interval over {n} unit(s) (units of shape {units.shape}): give at least 2 "
                           "units (rows), e.g. 2 Hessian mini-batches, 2 test images, 2 landscape batches")
-    picks_RxN = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
-    values = np.array([statistic(units[p]) for p in picks_RxN], np.float64)
+    values = np.array([statistic(units[p]) for p in resample_indices(n, resamples, seed)], np.float64)
     values = values[np.isfinite(values)]
     if values.size == 0:
         return float("nan"), float("nan")
-    lo, hi = np.percentile(values, [50 * (1 - level), 50 * (1 + level)])
+    return percentiles(values, level)
+
+
+def resample_indices(n: int, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:
+    """(resamples, n) indices drawn with replacement: each row one bootstrap resample of n units. A study
+    whose cells share their units (the seeds of a grid) resamples every cell with the same rows."""
+    return np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+
+
+def percentiles(values, level: float = LEVEL) -> tuple[float, float]:
+    """The percentile interval (lo, hi) of bootstrap values at `level` (no NaN among them)."""
+    lo, hi = np.percentile(np.asarray(values, np.float64), [50 * (1 - level), 50 * (1 + level)])
     return float(lo), float(hi)
 
 

@@ -5,7 +5,7 @@ import math
 import ml_collections
 import numpy as np
 
-from posattn.papers.lwlc23 import settle
+from posattn.papers.lwlc23 import settle, settle_report
 
 
 def _success(n_true, Ns_CxN, R, rng):
@@ -34,7 +34,7 @@ def test_boundary_study_interval_covers_the_true_boundary():
     for iv, n in zip(study["N_star"], n_true):
         assert iv["lo"] <= n * 1.1 and iv["hi"] >= n * 0.9, (iv, n)
     assert study["q"]["lo"] < 2.6 and study["q"]["hi"] > 1.4
-    assert settle.exponent_verdict(study["q"], 2, 4).startswith("consistent with 2")
+    assert settle_report.exponent_verdict(study["q"], 2, 4).startswith("consistent with 2")
     assert "q_at_alpha0_2e" not in study  # alpha_# = 0: no margin to fix alpha_0 at
 
 
@@ -56,10 +56,10 @@ def test_direction_and_margin_verdicts():
     assert settle.direction({"value": -3, "lo": -5, "hi": -1}) == "falls"
     assert settle.direction({"value": 1, "lo": -1, "hi": 5}).startswith("flat")
     assert settle.direction({"value": math.nan, "lo": 1, "hi": 5}).startswith("not measured")
-    assert settle.margin_verdict({"value": 0.18, "lo": 0.15, "hi": 0.2}, 1 / 30) == "interval contains 2e alpha_#"
-    assert settle.margin_verdict({"value": 0.0, "lo": -0.05, "hi": 0.05}, 1 / 30) == "interval contains 0"
-    assert settle.exponent_verdict({"value": 4.0, "lo": 3.0, "hi": 5.0}, 2, 4) == "above 2, consistent with 4"
-    assert settle.exponent_verdict({"value": math.nan, "lo": 1.0, "hi": 5.0}, 2, 4).startswith("not measured")
+    assert settle_report.margin_verdict({"value": 0.18, "lo": 0.15, "hi": 0.2}, 1 / 30) == "interval contains 2e alpha_#"
+    assert settle_report.margin_verdict({"value": 0.0, "lo": -0.05, "hi": 0.05}, 1 / 30) == "interval contains 0"
+    assert settle_report.exponent_verdict({"value": 4.0, "lo": 3.0, "hi": 5.0}, 2, 4) == "above 2, consistent with 4"
+    assert settle_report.exponent_verdict({"value": math.nan, "lo": 1.0, "hi": 5.0}, 2, 4).startswith("not measured")
 
 
 def test_sparsify_setting_reads_flat_random_and_each_policy():
@@ -73,7 +73,7 @@ def test_sparsify_setting_reads_flat_random_and_each_policy():
     config = ml_collections.ConfigDict({"sgd": {"n_test": 500}, "level": 0.5, "seeds": R, "boot": 200,
                                         "policies": ("random", "irrelevant")})
     s.update(at="test", n=10, kind="any", bound=2.0, far=0.2, ks=[0, 5, 10])
-    md = settle.summary_markdown("sparsify", {"settings": [s], "seconds": 1.0}, config)
+    md = settle_report.summary_markdown("sparsify", {"settings": [s], "seconds": 1.0}, config)
     assert "| test | 60 | 10 | any | 2 (20%) |" in md and "| yes |" in md
 
 
