@@ -182,7 +182,7 @@ def test_two_runs_of_one_model_stop_the_report_before_any_training(tmp_path):
 
 def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monkeypatch):
     config = ConfigDict({"model": {"name": "vit", "attention": "positional", "variant": "XS/2"}})
-    monkeypatch.setattr(pk22_report.checkpoint, "load_run", lambda run_dir: (None, None, config, None))
+    monkeypatch.setattr(pk22_report.runs, "load_run", lambda run_dir: (None, None, config, None))
     measured = []
 
     def measure(model, variables, config, settings, key, name):
