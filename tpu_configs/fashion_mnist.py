@@ -24,7 +24,8 @@ permuted run ~2 min. `accel`: one accelerator (an H100 or a TPU v4-8 slice), the
 tpu_configs/cifar10.py (ViT-Ti/4, ResNet-18 and VGG-16 at full width, 100 epochs at batch 512,
 bfloat16): about 30 minutes a run (an estimate, not measured here).
 
-Expected test accuracy (measured 2026-11-26, docs/image_results.md):
+Expected test accuracy (measured 2026-11-26 at P ~ N(0, 1), the default then; P now starts at the
+field's N(0, 0.02^2) and issue 46 reruns these on a validation split, docs/image_results.md):
 ViT positional 84.8 +- 0.4%, ViT vanilla 82.0 +- 0.3% (3 seeds each), VGG-16 89.5% (one run, 534 s
 under load), ResNet-18 89.7% (one run of 4 epochs, 46 min at a load average near 18; its last-epoch loss
 changed -1.3%, flat by the 3% criterion of docs/image_results.md, where 3 epochs left -4.8%);
