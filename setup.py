@@ -4,6 +4,7 @@
 site-packages nor loses the configs. From the repository root, `python -m experiments.theory` keeps
 working as before (the current directory is on the path). Everything else is in pyproject.toml.
 """
+
 from setuptools import find_packages, setup
 
 MAPPED = {"posattn.experiments": "experiments", "posattn.tpu_configs": "tpu_configs"}

@@ -9,6 +9,7 @@ the module defines (not those it imports), with its signature and docstring. The
 "What is checked" (what each public entry point validates and what it assumes), is written by hand:
 the generator keeps it as it is, and `--check` compares only the generated part.
 """
+
 import importlib
 import inspect
 import pkgutil
@@ -47,7 +48,9 @@ def _doc(obj) -> str:
 def _members(module) -> list:
     found = []
     for name, obj in vars(module).items():
-        obj = inspect.unwrap(obj) if callable(obj) else obj  # a jitted function: the function it compiles
+        obj = (
+            inspect.unwrap(obj) if callable(obj) else obj
+        )  # a jitted function: the function it compiles
         if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
             continue
         if inspect.isclass(obj) or inspect.isfunction(obj):
@@ -56,9 +59,13 @@ def _members(module) -> list:
 
 
 def reference() -> str:
-    lines = ["# API reference", "",
-             "Generated from the docstrings by `python .ci/api_reference.py`; do not edit by hand, except the",
-             "last section, [What is checked](#what-is-checked), which the generator keeps.", ""]
+    lines = [
+        "# API reference",
+        "",
+        "Generated from the docstrings by `python .ci/api_reference.py`; do not edit by hand, except the",
+        "last section, [What is checked](#what-is-checked), which the generator keeps.",
+        "",
+    ]
     for module in _modules():
         lines += [f"## `{module.__name__}`", "", _doc(module), ""]
         for name, obj in _members(module):
@@ -78,8 +85,10 @@ def main(argv) -> int:
     generated, checked = _split(OUT.read_text()) if OUT.exists() else ("", "")
     if "--check" in argv:
         if generated != text or not checked:
-            print(f"{OUT.relative_to(ROOT)} is stale (or has no 'What is checked' section): run python "
-                  ".ci/api_reference.py and commit it")
+            print(
+                f"{OUT.relative_to(ROOT)} is stale (or has no 'What is checked' section): run python "
+                ".ci/api_reference.py and commit it"
+            )
             return 1
         return 0
     text += checked

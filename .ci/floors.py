@@ -2,6 +2,7 @@
 command line) to its floor: "name>=X" becomes "name==X". `.ci/run` installs the package under them in a
 second environment, so the floors the package declares are floors that a test run has used.
 """
+
 import re
 import sys
 import tomllib
@@ -12,13 +13,17 @@ COMPANIONS = {"jax": ["jaxlib"]}
 
 
 def floors(extras: list[str]) -> list[str]:
-    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())[
+        "project"
+    ]
     requirements = list(project["dependencies"])
     for extra in extras:
         requirements += project["optional-dependencies"][extra]
     pins = []
     for requirement in requirements:
-        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)(\[[^\]]*\])?\s*>=\s*([^,;\s]+)", requirement.strip())
+        match = re.fullmatch(
+            r"([A-Za-z0-9_.\-]+)(\[[^\]]*\])?\s*>=\s*([^,;\s]+)", requirement.strip()
+        )
         if not match:
             raise SystemExit(f"{requirement!r}: every dependency needs a floor 'name>=version'")
         name, version = match.group(1), match.group(3)

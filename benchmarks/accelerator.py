@@ -25,6 +25,7 @@ A part gets the budget left when it starts, at most its own cap (`CAPS`); a part
 limit keeps what it wrote (the benchmarks write their section after every shape, problem or size).
 The logs of all parts go to --out/accelerator.log.
 """
+
 import json
 import os
 import shutil
@@ -34,11 +35,17 @@ import time
 
 from absl import app, flags
 
-flags.DEFINE_bool("tiny", False, "Toy sizes, to check every part end to end on a CPU in a few minutes.")
+flags.DEFINE_bool(
+    "tiny", False, "Toy sizes, to check every part end to end on a CPU in a few minutes."
+)
 flags.DEFINE_integer("budget_s", 580, "Seconds for all parts together.")
-flags.DEFINE_string("out", "/tmp/posattn_accelerator", "Where the log, traces and training runs go.")
+flags.DEFINE_string(
+    "out", "/tmp/posattn_accelerator", "Where the log, traces and training runs go."
+)
 flags.DEFINE_integer("fashion_epochs", 10, "Epochs of each Fashion-MNIST training (batch 512).")
-flags.DEFINE_list("parts", ["theory", "vit", "sweep", "fashion"], "The parts to run, in this order.")
+flags.DEFINE_list(
+    "parts", ["theory", "vit", "sweep", "fashion"], "The parts to run, in this order."
+)
 FLAGS = flags.FLAGS
 
 # Seconds a part may take at most (its share of the budget when the others run as expected).
@@ -55,30 +62,59 @@ def part_commands(part: str, tiny: bool) -> list[list[str]]:
     """The command lines of one part."""
     py = [sys.executable, "-m"]
     if part == "theory":
-        sizes = ["--cases=n50k", "--rounds=1", "--chunk=2"] if tiny else ["--cases=n50k,n1m", "--rounds=5"]
+        sizes = (
+            ["--cases=n50k", "--rounds=1", "--chunk=2"]
+            if tiny
+            else ["--cases=n50k,n1m", "--rounds=5"]
+        )
         return [py + ["benchmarks.theory_step", *sizes]]
     if part == "vit":
-        sizes = (["--shapes=CIFAR ViT-Ti/4", "--batch_cifar=4", "--steps=2", "--dtype=bfloat16"] if tiny else
-                 ["--batch_cifar=512", "--batch_imagenet=256", "--steps=20", "--dtype=bfloat16",
-                  # the goals' shape first: a part cut by its time limit loses the least
-                  "--shapes=ImageNet ViT-S/16,CIFAR ViT-Ti/4,ImageNet ViT-Ti/16"])
-        return [py + ["benchmarks.vit_throughput", *sizes, "--fused_attention=cudnn",
-                      f"--profile_dir={os.path.join(FLAGS.out, 'profile')}"]]
+        sizes = (
+            ["--shapes=CIFAR ViT-Ti/4", "--batch_cifar=4", "--steps=2", "--dtype=bfloat16"]
+            if tiny
+            else [
+                "--batch_cifar=512",
+                "--batch_imagenet=256",
+                "--steps=20",
+                "--dtype=bfloat16",
+                # the goals' shape first: a part cut by its time limit loses the least
+                "--shapes=ImageNet ViT-S/16,CIFAR ViT-Ti/4,ImageNet ViT-Ti/16",
+            ]
+        )
+        return [
+            py
+            + [
+                "benchmarks.vit_throughput",
+                *sizes,
+                "--fused_attention=cudnn",
+                f"--profile_dir={os.path.join(FLAGS.out, 'profile')}",
+            ]
+        ]
     if part == "sweep":
         # 1, 16, 256, 4,096 seeds, ours alone: a GPU compiles each size of the vmapped sweep anew (40-60 s)
-        sizes = (["--max_seeds=4", "--N=32", "--steps=20", "--n_test=32"] if tiny else
-                 ["--max_seeds=4096", "--growth=16", "--plain=false"])
+        sizes = (
+            ["--max_seeds=4", "--N=32", "--steps=20", "--n_test=32"]
+            if tiny
+            else ["--max_seeds=4096", "--growth=16", "--plain=false"]
+        )
         return [py + ["benchmarks.sweep", *sizes, "--max_call_s=30"]]
     if part == "fashion":
         steps = 4 if tiny else FLAGS.fashion_epochs * FASHION_TRAIN // FASHION_BATCH
         # tiny: the CPU-sized ViT, whose evaluation of the 10,000 test images takes seconds on a CPU
-        return [py + ["experiments.train_images",
-                      f"--config=tpu_configs/fashion_mnist.py:vit_{kind}{'' if tiny else ',accel'}",
-                      f"--workdir={fashion_workdir(kind)}", f"--config.total_steps={steps}",
-                      f"--config.optimizer.warmup_steps={max(1, steps // 10)}", "--config.eval_every=0",
-                      f"--config.checkpoint_every={steps}"]
-                + (["--config.global_batch_size=16", "--config.eval_batch_size=1000"] if tiny else [])
-                for kind in ("positional", "vanilla")]
+        return [
+            py
+            + [
+                "experiments.train_images",
+                f"--config=tpu_configs/fashion_mnist.py:vit_{kind}{'' if tiny else ',accel'}",
+                f"--workdir={fashion_workdir(kind)}",
+                f"--config.total_steps={steps}",
+                f"--config.optimizer.warmup_steps={max(1, steps // 10)}",
+                "--config.eval_every=0",
+                f"--config.checkpoint_every={steps}",
+            ]
+            + (["--config.global_batch_size=16", "--config.eval_batch_size=1000"] if tiny else [])
+            for kind in ("positional", "vanilla")
+        ]
     raise app.UsageError(f"--parts: unknown part {part!r} (known: {', '.join(CAPS)})")
 
 
@@ -93,15 +129,23 @@ def run_part(part: str, deadline: float, log) -> dict:
     commands = part_commands(part, FLAGS.tiny)
     for i, command in enumerate(commands):
         # each command of a part an equal share of what the part has left
-        left = min((CAPS[part] - (time.monotonic() - t0)) / (len(commands) - i), deadline - time.monotonic())
+        left = min(
+            (CAPS[part] - (time.monotonic() - t0)) / (len(commands) - i),
+            deadline - time.monotonic(),
+        )
         if left < 5:
             status = "not run: no time left"
             break
         log.write(f"\n$ {' '.join(command)}   # limit {left:.0f} s\n")
         log.flush()
         try:
-            done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=left,
-                                  env={**os.environ, **PART_ENV.get(part, {})})
+            done = subprocess.run(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=left,
+                env={**os.environ, **PART_ENV.get(part, {})},
+            )
         except subprocess.TimeoutExpired:
             status = f"stopped at its time limit ({left:.0f} s)"
             break
@@ -120,8 +164,10 @@ def fashion_rows() -> list[str]:
             continue
         with open(path) as f:
             s = json.load(f)
-        rows.append(f"| {kind} | {s['steps']} | {s['steps'] * FASHION_BATCH / FASHION_TRAIN:.1f} | "
-                    f"{100 * s['test_accuracy']:.2f}% | {s['seconds']:.0f} | {s['images_per_second']:.0f} |")
+        rows.append(
+            f"| {kind} | {s['steps']} | {s['steps'] * FASHION_BATCH / FASHION_TRAIN:.1f} | "
+            f"{100 * s['test_accuracy']:.2f}% | {s['seconds']:.0f} | {s['images_per_second']:.0f} |"
+        )
     return rows
 
 
@@ -141,24 +187,48 @@ def main(argv):
     with open(os.path.join(FLAGS.out, "accelerator.log"), "w") as log:
         for part in FLAGS.parts:
             results[part] = run_part(part, deadline, log)
-            print(f"{part}: {results[part]['status']} in {results[part]['seconds']:.0f} s", flush=True)
+            print(
+                f"{part}: {results[part]['status']} in {results[part]['seconds']:.0f} s", flush=True
+            )
     if "fashion" in FLAGS.parts:
         steps = part_commands("fashion", FLAGS.tiny)[0]
-        update_section("Image regime: Fashion-MNIST trainings on one device (benchmarks/accelerator.py)", "\n".join([
-            "`train_images` with `tpu_configs/fashion_mnist.py:vit_KIND,accel` (ViT-Ti/4, patch 4, bfloat16, "
-            "RandAugment, AdamW, batch 512) shortened to the steps below, warm-up a tenth of them, one "
-            f"evaluation at the end. Machine: {machine()}.", "",
-            f"Command (per kind): `{' '.join(steps[2:]).replace(FLAGS.out, 'OUT')}`", "",
-            "| attention | steps | epochs | test accuracy | seconds (train_images' own, compile included) | "
-            "images/s |", "|---|---|---|---|---|---|", *fashion_rows()]))
+        update_section(
+            "Image regime: Fashion-MNIST trainings on one device (benchmarks/accelerator.py)",
+            "\n".join(
+                [
+                    "`train_images` with `tpu_configs/fashion_mnist.py:vit_KIND,accel` (ViT-Ti/4, patch 4, bfloat16, "
+                    "RandAugment, AdamW, batch 512) shortened to the steps below, warm-up a tenth of them, one "
+                    f"evaluation at the end. Machine: {machine()}.",
+                    "",
+                    f"Command (per kind): `{' '.join(steps[2:]).replace(FLAGS.out, 'OUT')}`",
+                    "",
+                    "| attention | steps | epochs | test accuracy | seconds (train_images' own, compile included) | "
+                    "images/s |",
+                    "|---|---|---|---|---|---|",
+                    *fashion_rows(),
+                ]
+            ),
+        )
     rows = [f"| {part} | {r['status']} | {r['seconds']:.0f} |" for part, r in results.items()]
-    env = "; ".join(f"{part}: {' '.join(f'{k}={v}' for k, v in e.items())}" for part, e in PART_ENV.items()
-                    if part in FLAGS.parts)
-    update_section("Accelerator run: its parts (benchmarks/accelerator.py)", "\n".join([
-        f"Command: `python -m benchmarks.accelerator{' --tiny' if FLAGS.tiny else ''} --budget_s={FLAGS.budget_s} "
-        f"--fashion_epochs={FLAGS.fashion_epochs}`; jax {jax.__version__}. Machine: {machine()}."
-        + (f" Environment of a part: {env}." if env else ""), "",
-        "| part | status | seconds |", "|---|---|---|", *rows]))
+    env = "; ".join(
+        f"{part}: {' '.join(f'{k}={v}' for k, v in e.items())}"
+        for part, e in PART_ENV.items()
+        if part in FLAGS.parts
+    )
+    update_section(
+        "Accelerator run: its parts (benchmarks/accelerator.py)",
+        "\n".join(
+            [
+                f"Command: `python -m benchmarks.accelerator{' --tiny' if FLAGS.tiny else ''} --budget_s={FLAGS.budget_s} "
+                f"--fashion_epochs={FLAGS.fashion_epochs}`; jax {jax.__version__}. Machine: {machine()}."
+                + (f" Environment of a part: {env}." if env else ""),
+                "",
+                "| part | status | seconds |",
+                "|---|---|---|",
+                *rows,
+            ]
+        ),
+    )
     print("\n".join(rows))
 
 

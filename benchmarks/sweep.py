@@ -10,6 +10,7 @@ and the same sweep with the step written as `jax.grad` of the plain model, each 
 call (compile excluded; the first call's wall time, compile included, is printed beside). A sweep
 stops growing once one call takes longer than --max_call_s.
 """
+
 import dataclasses
 import functools
 import os
@@ -23,8 +24,8 @@ from posattn import mesh as mesh_lib
 from posattn.theory import gd as gd_lib
 from posattn.theory import keys as keys_lib
 from posattn.theory.model import empirical_risk
-from posattn.theory.presets import get_preset
 from posattn.theory.optim import gd_hyperparameters, gradient_descent
+from posattn.theory.presets import get_preset
 from posattn.theory.step import descend, evaluate, init_state
 
 flags.DEFINE_integer("max_seeds", 1024, "largest sweep (seeds, powers of --growth from 1)")
@@ -67,17 +68,25 @@ def two_calls(fn):
 
 
 def section_body(ways, rows) -> str:
-    return "\n".join([
-        f"`small` preset (D=16, C=4, d=32), N={FLAGS.N} samples and {FLAGS.steps} GD steps per run, each "
-        f"run with its own task, initialisation and data, all seeds in one compiled call (`fit_grid` splits "
-        f"them over the CPU devices, one per core; the `jax.grad` sweep is vmapped on one device); "
-        f"seeds per second on the second call (compile excluded; the call's seconds in brackets, then the "
-        f"first call's, compile included). Machine: {machine()}"
-        + (f", XLA_FLAGS={os.environ['XLA_FLAGS']!r}" if os.environ.get("XLA_FLAGS") else "") + ".", "",
-        f"Command: `python -m benchmarks.sweep --max_seeds={FLAGS.max_seeds} --N={FLAGS.N} --steps={FLAGS.steps} "
-        f"--growth={FLAGS.growth} --plain={FLAGS.plain} "
-        f"--max_call_s={FLAGS.max_call_s:g}`", "",
-        f"| seeds | {' | '.join(ways)} |", "|---|" + "---|" * len(ways), *rows])
+    return "\n".join(
+        [
+            f"`small` preset (D=16, C=4, d=32), N={FLAGS.N} samples and {FLAGS.steps} GD steps per run, each "
+            f"run with its own task, initialisation and data, all seeds in one compiled call (`fit_grid` splits "
+            f"them over the CPU devices, one per core; the `jax.grad` sweep is vmapped on one device); "
+            f"seeds per second on the second call (compile excluded; the call's seconds in brackets, then the "
+            f"first call's, compile included). Machine: {machine()}"
+            + (f", XLA_FLAGS={os.environ['XLA_FLAGS']!r}" if os.environ.get("XLA_FLAGS") else "")
+            + ".",
+            "",
+            f"Command: `python -m benchmarks.sweep --max_seeds={FLAGS.max_seeds} --N={FLAGS.N} --steps={FLAGS.steps} "
+            f"--growth={FLAGS.growth} --plain={FLAGS.plain} "
+            f"--max_call_s={FLAGS.max_call_s:g}`",
+            "",
+            f"| seeds | {' | '.join(ways)} |",
+            "|---|" + "---|" * len(ways),
+            *rows,
+        ]
+    )
 
 
 def main(argv):
@@ -86,8 +95,12 @@ def main(argv):
     cfg, gd = get_preset("small")
     gd = dataclasses.replace(gd, N=FLAGS.N, steps=FLAGS.steps, n_test=FLAGS.n_test)
     plain = jax.jit(functools.partial(plain_sweep, cfg=cfg, gd=gd))
-    ways = {"one-pass (`fit_grid`)": lambda keys: gd_lib.fit_grid(keys, cfg=cfg, gd=gd, sizes=(FLAGS.N,)),
-            "jax.grad step": plain}
+    ways = {
+        "one-pass (`fit_grid`)": lambda keys: gd_lib.fit_grid(
+            keys, cfg=cfg, gd=gd, sizes=(FLAGS.N,)
+        ),
+        "jax.grad step": plain,
+    }
     if not FLAGS.plain:
         del ways["jax.grad step"]
     rows, growing, seeds = [], set(ways), 1
@@ -100,21 +113,31 @@ def main(argv):
                 continue
             try:
                 first, second = two_calls(lambda: fn(keys))
-            except jax.errors.JaxRuntimeError as e:  # the sweep outgrew memory: record it, stop growing
+            except (
+                jax.errors.JaxRuntimeError
+            ) as e:  # the sweep outgrew memory: record it, stop growing
                 if "RESOURCE_EXHAUSTED" not in str(e):
                     raise
-                print(f"{seeds} seeds, {name}: out of memory ({str(e).splitlines()[0]})", flush=True)
+                print(
+                    f"{seeds} seeds, {name}: out of memory ({str(e).splitlines()[0]})", flush=True
+                )
                 cells.append("out of memory")
                 growing.discard(name)
                 continue
-            print(f"{seeds} seeds, {name}: {seeds / second:.1f} seeds/s ({second:.2f} s; first call "
-                  f"{first:.2f} s)", flush=True)
+            print(
+                f"{seeds} seeds, {name}: {seeds / second:.1f} seeds/s ({second:.2f} s; first call "
+                f"{first:.2f} s)",
+                flush=True,
+            )
             cells.append(f"{seeds / second:.1f} ({second:.2f} s; first {first:.1f} s)")
             if second > FLAGS.max_call_s:
                 growing.discard(name)
         rows.append(f"| {seeds} | {' | '.join(cells)} |")
         # after every size: a run stopped by a time limit keeps what it measured
-        update_section("Theory: seeds per second as a sweep grows (benchmarks/sweep.py)", section_body(ways, rows))
+        update_section(
+            "Theory: seeds per second as a sweep grows (benchmarks/sweep.py)",
+            section_body(ways, rows),
+        )
         seeds *= FLAGS.growth
 
 

@@ -26,6 +26,7 @@ Each figure is the minimum over `--rounds` rounds (the least disturbed by other 
 printed beside them). PyTorch is a benchmark-only extra (`pip install -e ".[bench]"`); without it its
 column says so.
 """
+
 import dataclasses
 import statistics
 import time
@@ -41,15 +42,19 @@ from posattn import mesh as mesh_lib
 from posattn.theory import GDConfig, TheoryConfig, fused, make_task, sample
 from posattn.theory.gd import make_chunk_fn
 from posattn.theory.model import empirical_risk, init_params
-from posattn.theory.presets import get_preset
 from posattn.theory.optim import gd_hyperparameters, gradient_descent
+from posattn.theory.presets import get_preset
 from posattn.theory.step import descend, init_state, make_batch
 
 flags.DEFINE_integer("chunk", 20, "GD steps per compiled call")
 flags.DEFINE_integer("rounds", 7, "interleaved timing rounds")
 flags.DEFINE_integer("repeats", 3, "calls of the GEMV and of the PyTorch step per round")
-flags.DEFINE_list("cases", ["n50k", "paper"], "problems to time: n50k (N=50,000, D=10, d=100), paper (the "
-                  "paper preset), n1m (N=1,000,000, D=10, d=100: an accelerator's size)")
+flags.DEFINE_list(
+    "cases",
+    ["n50k", "paper"],
+    "problems to time: n50k (N=50,000, D=10, d=100), paper (the "
+    "paper preset), n1m (N=1,000,000, D=10, d=100: an accelerator's size)",
+)
 FLAGS = flags.FLAGS
 
 try:
@@ -96,7 +101,9 @@ def plain_chunk(cfg: TheoryConfig):
 
     def chunk(state, X, y):
         def one_step(state, _):
-            return descend(state, jax.grad(empirical_risk)(state["params"], X, y, cfg), optimizer), None
+            return descend(
+                state, jax.grad(empirical_risk)(state["params"], X, y, cfg), optimizer
+            ), None
 
         return jax.lax.scan(one_step, state, None, length=FLAGS.chunk)[0]
 
@@ -116,8 +123,11 @@ def gemv_loop(X, v):
 # Issue 17's goals for ours: at least this much faster than the PyTorch step, within this of one GEMV
 GOAL_TORCH_RATIO, GOAL_FLOOR_RATIO = 1.5, 1.3
 
-PROBES = {"tiles, X_j v": (False, False), "tiles, both products": (True, False),
-          "one tile, both products": (True, True)}
+PROBES = {
+    "tiles, X_j v": (False, False),
+    "tiles, both products": (True, False),
+    "one tile, both products": (True, True),
+}
 
 
 def tile_probe(mesh, both: bool, one_tile: bool):
@@ -129,14 +139,24 @@ def tile_probe(mesh, both: bool, one_tile: bool):
     def passes(tiles, v):
         def tile_step(acc, X_j):
             X_j = tiles[0] if one_tile else X_j
-            z = (v + 1e-30 * acc) @ X_j  # depends on the last tile: nothing is hoisted out of the loop
-            return acc + (X_j @ z if both else z[:acc.shape[0]]), None
+            z = (
+                v + 1e-30 * acc
+            ) @ X_j  # depends on the last tile: nothing is hoisted out of the loop
+            return acc + (X_j @ z if both else z[: acc.shape[0]]), None
 
-        return jax.lax.fori_loop(0, FLAGS.chunk, lambda _, acc: jax.lax.scan(tile_step, acc, tiles)[0],
-                                 jnp.zeros_like(v))
+        return jax.lax.fori_loop(
+            0, FLAGS.chunk, lambda _, acc: jax.lax.scan(tile_step, acc, tiles)[0], jnp.zeros_like(v)
+        )
 
-    return jax.jit(jax.shard_map(passes, mesh=mesh, in_specs=(P(mesh_lib.DATA), P()),
-                                 out_specs=P(mesh_lib.DATA), check_vma=False))  # zero start: not varying
+    return jax.jit(
+        jax.shard_map(
+            passes,
+            mesh=mesh,
+            in_specs=(P(mesh_lib.DATA), P()),
+            out_specs=P(mesh_lib.DATA),
+            check_vma=False,
+        )
+    )  # zero start: not varying
 
 
 def seconds(fn, calls: int) -> float:
@@ -162,7 +182,9 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     train, tiles, test = jax.device_put((train, tiles, test), mesh_lib.batch_sharding(mesh))
     params = init_params(jax.random.key(3), cfg, gd, task.w_star)
     optimizer = gradient_descent()
-    state = jax.device_put(init_state(params, optimizer, gd_hyperparameters(gd)), mesh_lib.replicated(mesh))
+    state = jax.device_put(
+        init_state(params, optimizer, gd_hyperparameters(gd)), mesh_lib.replicated(mesh)
+    )
     key = jax.random.key(4)
     chunk = make_chunk_fn(cfg, gd, mesh, optimizer)
     ours_train = train if fused.uses_kernel(train.X.dtype, gd.implementation) else tiles
@@ -171,21 +193,30 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
     compiled = chunk.lower(state, steps, ours_train, test, key, task).compile()
     compile_s = time.perf_counter() - t0
     # The chunk donates its state: each call gets a copy.
-    run = lambda compiled, train: compiled(jax.tree.map(jnp.copy, state), steps, train, test, key, task)[1]
+    run = lambda compiled, train: compiled(
+        jax.tree.map(jnp.copy, state), steps, train, test, key, task
+    )[1]
     ours = lambda: run(compiled, ours_train)
-    tile_loop = (compiled if ours_train is tiles
-                 else chunk.lower(state, steps, tiles, test, key, task).compile())
+    tile_loop = (
+        compiled
+        if ours_train is tiles
+        else chunk.lower(state, steps, tiles, test, key, task).compile()
+    )
     plain = plain_chunk(cfg)
     jax_plain = lambda: plain(state, train.X, train.y)
     X_flat = train.X.reshape(-1, cfg.d)
     gemv = jax.jit(gemv_loop)
-    candidates = {"ours": lambda: seconds(ours, 1) / FLAGS.chunk,
-                  "ours, XLA tile loop": lambda: seconds(lambda: run(tile_loop, tiles), 1) / FLAGS.chunk,
-                  "jax.grad": lambda: seconds(jax_plain, 1) / FLAGS.chunk,
-                  "GEMV (jax)": lambda: seconds(lambda: gemv(X_flat, params["v"]), 1) / FLAGS.chunk}
+    candidates = {
+        "ours": lambda: seconds(ours, 1) / FLAGS.chunk,
+        "ours, XLA tile loop": lambda: seconds(lambda: run(tile_loop, tiles), 1) / FLAGS.chunk,
+        "jax.grad": lambda: seconds(jax_plain, 1) / FLAGS.chunk,
+        "GEMV (jax)": lambda: seconds(lambda: gemv(X_flat, params["v"]), 1) / FLAGS.chunk,
+    }
     for name, (both, one_tile) in PROBES.items():
         probe = tile_probe(mesh, both, one_tile)
-        candidates[name] = lambda probe=probe: seconds(lambda: probe(tiles.X, params["v"]), 1) / FLAGS.chunk
+        candidates[name] = lambda probe=probe: (
+            seconds(lambda: probe(tiles.X, params["v"]), 1) / FLAGS.chunk
+        )
     device = torch_device()
     if device is not None:
         X_t, y_t = (torch.from_numpy(np.asarray(a)).to(device) for a in (train.X, train.y))
@@ -194,7 +225,9 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
         step = lambda: torch_step(X_t, y_t, A_t, v_t, lr=gd.lr, lr_A=gd.lr_A, D=cfg.D, d=cfg.d)
         X_t_flat = X_t.reshape(-1, cfg.d)
         candidates["PyTorch"] = lambda: seconds(step, FLAGS.repeats)
-        candidates["GEMV (PyTorch)"] = lambda: seconds(lambda: X_t_flat @ v_t.detach(), FLAGS.repeats)
+        candidates["GEMV (PyTorch)"] = lambda: seconds(
+            lambda: X_t_flat @ v_t.detach(), FLAGS.repeats
+        )
     for fn in candidates.values():
         fn()  # warm-up (compiles the jax ones)
     times = {name: [] for name in candidates}
@@ -211,34 +244,44 @@ def measure(cfg: TheoryConfig, gd: GDConfig) -> dict:
 
 def section_body(rows, split_rows, verdicts) -> str:
     torch_version = torch.__version__ if torch is not None else "(not installed)"
-    return "\n".join([
-        f"Full-batch GD on (E), float32. ms per step, minimum (median) over {FLAGS.rounds} interleaved "
-        f"rounds; ours, its XLA tile loop and jax.grad: {FLAGS.chunk} steps per compiled call, the "
-        f"library's optimiser (ours: "
-        f"{'the CPU kernel' if fused.uses_kernel(jnp.float32) else 'the XLA tile loop'}, "
-        f"as `fit` runs it here); PyTorch "
-        f"{torch_version} eager {_torch_where()}; GEMV: one "
-        f"pass X @ v over the training samples, the faster of jax and PyTorch. "
-        f"Machine: {machine()}.", "",
-        f"Command: `python -m benchmarks.theory_step --cases={','.join(FLAGS.cases)} --rounds={FLAGS.rounds} "
-        f"--chunk={FLAGS.chunk}`", "",
-        "| problem | ours (ms) | ours, XLA tile loop (ms) | jax.grad step (ms) | PyTorch step (ms) | "
-        "one GEMV over X (ms) | PyTorch / ours | ours / GEMV | XLA tile loop / GEMV | jax.grad / ours | "
-        "compile (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
-        f"Goals (issue 17): PyTorch / ours >= {GOAL_TORCH_RATIO} and ours / GEMV <= {GOAL_FLOOR_RATIO}; "
-        f"measured: {'; '.join(verdicts)}. "
-        "`jax.grad` is the step the library took before the one-pass step (`posattn.theory.fused`).", "",
-        "Where the XLA tile loop spends its time above the floor (ms per step, minima as above): the "
-        "probes walk its tiles (`posattn.theory.fused.tiled`) without the loss, first multiplying each "
-        "tile by v, then adding the second product from cache; the differences are the tile copy and "
-        "loop, the second read, and the loss with its gradient per tile. \"One tile, both products\" runs "
-        "both products on every device's first tile alone, as often as the loop has tiles: their arithmetic "
-        "with X in cache, no memory read. \"Tiles, both products\" is the floor of this tile loop before "
-        "its loss, the last column its ratio to the GEMV.", "",
-        "| problem | GEMV | tiles, X_j v | tiles, both products | XLA tile loop | copy and loop | "
-        "second read | loss per tile | one tile, both products | tiles, both products / GEMV |",
-        "|---|---|---|---|---|---|---|---|---|---|", *split_rows])
+    return "\n".join(
+        [
+            f"Full-batch GD on (E), float32. ms per step, minimum (median) over {FLAGS.rounds} interleaved "
+            f"rounds; ours, its XLA tile loop and jax.grad: {FLAGS.chunk} steps per compiled call, the "
+            f"library's optimiser (ours: "
+            f"{'the CPU kernel' if fused.uses_kernel(jnp.float32) else 'the XLA tile loop'}, "
+            f"as `fit` runs it here); PyTorch "
+            f"{torch_version} eager {_torch_where()}; GEMV: one "
+            f"pass X @ v over the training samples, the faster of jax and PyTorch. "
+            f"Machine: {machine()}.",
+            "",
+            f"Command: `python -m benchmarks.theory_step --cases={','.join(FLAGS.cases)} --rounds={FLAGS.rounds} "
+            f"--chunk={FLAGS.chunk}`",
+            "",
+            "| problem | ours (ms) | ours, XLA tile loop (ms) | jax.grad step (ms) | PyTorch step (ms) | "
+            "one GEMV over X (ms) | PyTorch / ours | ours / GEMV | XLA tile loop / GEMV | jax.grad / ours | "
+            "compile (s) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Goals (issue 17): PyTorch / ours >= {GOAL_TORCH_RATIO} and ours / GEMV <= {GOAL_FLOOR_RATIO}; "
+            f"measured: {'; '.join(verdicts)}. "
+            "`jax.grad` is the step the library took before the one-pass step (`posattn.theory.fused`).",
+            "",
+            "Where the XLA tile loop spends its time above the floor (ms per step, minima as above): the "
+            "probes walk its tiles (`posattn.theory.fused.tiled`) without the loss, first multiplying each "
+            "tile by v, then adding the second product from cache; the differences are the tile copy and "
+            'loop, the second read, and the loss with its gradient per tile. "One tile, both products" runs '
+            "both products on every device's first tile alone, as often as the loop has tiles: their arithmetic "
+            'with X in cache, no memory read. "Tiles, both products" is the floor of this tile loop before '
+            "its loss, the last column its ratio to the GEMV.",
+            "",
+            "| problem | GEMV | tiles, X_j v | tiles, both products | XLA tile loop | copy and loop | "
+            "second read | loss per tile | one tile, both products | tiles, both products / GEMV |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *split_rows,
+        ]
+    )
 
 
 def main(argv):
@@ -263,28 +306,42 @@ def main(argv):
         torch_ratio = f"{ms['PyTorch'] / ms['ours']:.2f}x" if "PyTorch" in ms else "n/a"
         floor_ratio = ms["ours"] / ms["GEMV"]
         loop = "ours, XLA tile loop"
-        print(f"{name}: ours {fmt('ours')} ms/step, XLA tile loop {fmt(loop)}, jax.grad {fmt('jax.grad')}, "
-              f"PyTorch {fmt('PyTorch')}, "
-              f"one GEMV over X {fmt('GEMV')} (min (median) over {FLAGS.rounds} rounds); PyTorch / ours "
-              f"{torch_ratio}, ours / GEMV {floor_ratio:.2f}x; compile {r['compile_s']:.2f} s; probes: "
-              + ", ".join(f"{p} {fmt(p)}" for p in PROBES), flush=True)
-        rows.append(f"| {name} | {fmt('ours')} | {fmt(loop)} | {fmt('jax.grad')} | {fmt('PyTorch')} | "
-                    f"{fmt('GEMV')} | {torch_ratio} | {floor_ratio:.2f}x | {ms[loop] / ms['GEMV']:.2f}x | "
-                    f"{ms['jax.grad'] / ms['ours']:.2f}x | "
-                    f"{r['compile_s']:.2f} |")
+        print(
+            f"{name}: ours {fmt('ours')} ms/step, XLA tile loop {fmt(loop)}, jax.grad {fmt('jax.grad')}, "
+            f"PyTorch {fmt('PyTorch')}, "
+            f"one GEMV over X {fmt('GEMV')} (min (median) over {FLAGS.rounds} rounds); PyTorch / ours "
+            f"{torch_ratio}, ours / GEMV {floor_ratio:.2f}x; compile {r['compile_s']:.2f} s; probes: "
+            + ", ".join(f"{p} {fmt(p)}" for p in PROBES),
+            flush=True,
+        )
+        rows.append(
+            f"| {name} | {fmt('ours')} | {fmt(loop)} | {fmt('jax.grad')} | {fmt('PyTorch')} | "
+            f"{fmt('GEMV')} | {torch_ratio} | {floor_ratio:.2f}x | {ms[loop] / ms['GEMV']:.2f}x | "
+            f"{ms['jax.grad'] / ms['ours']:.2f}x | "
+            f"{r['compile_s']:.2f} |"
+        )
         steps = [ms["GEMV"], ms["tiles, X_j v"], ms["tiles, both products"], ms[loop]]
-        split_rows.append(f"| {name} | {' | '.join(f'{t:.1f}' for t in steps)} | "
-                          f"{' | '.join(f'{b - a:+.1f}' for a, b in zip(steps, steps[1:]))} | "
-                          f"{ms['one tile, both products']:.1f} | "
-                          f"{ms['tiles, both products'] / ms['GEMV']:.2f}x |")
-        verdicts.append(f"{name}: ours / GEMV {floor_ratio:.2f}x, "
-                        f"{'met' if floor_ratio <= GOAL_FLOOR_RATIO else 'missed'}"
-                        + (f"; PyTorch / ours {torch_ratio}, "
-                           f"{'met' if ms['PyTorch'] / ms['ours'] >= GOAL_TORCH_RATIO else 'missed'}"
-                           if "PyTorch" in ms else ""))
+        split_rows.append(
+            f"| {name} | {' | '.join(f'{t:.1f}' for t in steps)} | "
+            f"{' | '.join(f'{b - a:+.1f}' for a, b in zip(steps, steps[1:]))} | "
+            f"{ms['one tile, both products']:.1f} | "
+            f"{ms['tiles, both products'] / ms['GEMV']:.2f}x |"
+        )
+        verdicts.append(
+            f"{name}: ours / GEMV {floor_ratio:.2f}x, "
+            f"{'met' if floor_ratio <= GOAL_FLOOR_RATIO else 'missed'}"
+            + (
+                f"; PyTorch / ours {torch_ratio}, "
+                f"{'met' if ms['PyTorch'] / ms['ours'] >= GOAL_TORCH_RATIO else 'missed'}"
+                if "PyTorch" in ms
+                else ""
+            )
+        )
         # after every problem: a run stopped by a time limit keeps what it measured
-        update_section("Theory: GD steps per second (benchmarks/theory_step.py)",
-                       section_body(rows, split_rows, verdicts))
+        update_section(
+            "Theory: GD steps per second (benchmarks/theory_step.py)",
+            section_body(rows, split_rows, verdicts),
+        )
 
 
 if __name__ == "__main__":

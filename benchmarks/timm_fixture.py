@@ -11,6 +11,7 @@ means N(0, 0.2^2), running variances U(0.5, 2)) so that each one reaches the log
 shows; the ViT's P is a 2-D sin-cos embedding of the patch grid (MoCo v3) plus noise, so that its
 similarity falls with distance on the grid (a property the tests read back after the import).
 """
+
 import math
 import pathlib
 
@@ -26,8 +27,11 @@ CLASSES = 5
 
 def sincos_2d(side: int, width: int) -> torch.Tensor:
     """(side * side, width) 2-D sin-cos embedding of a side x side grid, rows row-major (MoCo v3)."""
-    y, x = torch.meshgrid(torch.arange(side, dtype=torch.float32), torch.arange(side, dtype=torch.float32),
-                          indexing="ij")
+    y, x = torch.meshgrid(
+        torch.arange(side, dtype=torch.float32),
+        torch.arange(side, dtype=torch.float32),
+        indexing="ij",
+    )
     omega = 1.0 / 10000 ** (torch.arange(width // 4, dtype=torch.float32) / (width // 4))
     out_y, out_x = y.reshape(-1, 1) * omega, x.reshape(-1, 1) * omega
     return torch.cat([out_x.sin(), out_x.cos(), out_y.sin(), out_y.cos()], dim=1)
@@ -52,7 +56,9 @@ def redraw(model: torch.nn.Module, generator: torch.Generator) -> None:
 def main():
     generator = torch.Generator().manual_seed(0)
     OUT.mkdir(parents=True, exist_ok=True)
-    vit = VisionTransformer(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2, num_classes=CLASSES)
+    vit = VisionTransformer(
+        img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2, num_classes=CLASSES
+    )
     # the stem of timm's ResNet is 64 channels wide (stem_type ''), and posattn's first stage as wide as its
     # stem: the later stages are kept narrow to keep the fixture small
     resnet = ResNet(BasicBlock, [1, 1, 1, 1], num_classes=CLASSES, channels=(64, 8, 8, 8))
@@ -61,7 +67,9 @@ def main():
         redraw(model, generator)
         if name == "vit":
             with torch.no_grad():
-                model.pos_embed[0, 1:] = sincos_2d(4, 32) + 0.1 * torch.randn((16, 32), generator=generator)
+                model.pos_embed[0, 1:] = sincos_2d(4, 32) + 0.1 * torch.randn(
+                    (16, 32), generator=generator
+                )
         model.eval()
         images = torch.randn((4, 3, side, side), generator=generator)
         with torch.no_grad():
@@ -74,7 +82,10 @@ def main():
         forward[f"{name}_images_BxHxWxC"] = images.permute(0, 2, 3, 1).numpy()
         forward[f"{name}_logits_BxK"] = logits.numpy()
     np.savez_compressed(OUT / "timm_forward.npz", **forward)
-    print(f"wrote {OUT}: " + ", ".join(f"{p.name} {p.stat().st_size // 1024} KiB" for p in sorted(OUT.iterdir())))
+    print(
+        f"wrote {OUT}: "
+        + ", ".join(f"{p.name} {p.stat().st_size // 1024} KiB" for p in sorted(OUT.iterdir()))
+    )
 
 
 if __name__ == "__main__":

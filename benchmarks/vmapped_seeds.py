@@ -15,6 +15,7 @@ times it; the separate runs' is their images over their timed seconds, summed ov
 seconds of each way (compiling, evaluating and saving included) stand beside. The CPU has one device
 per core (`posattn.mesh.use_cpu_cores`, as the binaries), the batch split over them in both ways.
 """
+
 import os
 import tempfile
 import time
@@ -22,11 +23,16 @@ import time
 from absl import app, flags, logging
 
 from benchmarks.report import DOCS, machine, update_section
-from posattn import cli, mesh as mesh_lib
-from posattn.vision import config as config_lib, seeds as seeds_lib, train
+from posattn import cli
+from posattn import mesh as mesh_lib
+from posattn.vision import config as config_lib
+from posattn.vision import seeds as seeds_lib
+from posattn.vision import train
 
 TITLE = "Image regime: seeds in one vmapped program vs separate runs (benchmarks/vmapped_seeds.py)"
-flags.DEFINE_string("config", "tpu_configs/digits.py", "the image config file[:argument] of every seed")
+flags.DEFINE_string(
+    "config", "tpu_configs/digits.py", "the image config file[:argument] of every seed"
+)
 flags.DEFINE_list("seeds", ["1", "4", "8"], "numbers of seeds N")
 flags.DEFINE_integer("steps", 100, "training steps of every run")
 flags.DEFINE_string("docs", None, "the page to write the section into (default docs/benchmarks.md)")
@@ -50,7 +56,9 @@ def measure(n: int, root: str) -> dict:
     cs = configs(n)
     batch = cs[0].global_batch_size
     t0 = time.perf_counter()
-    summaries = seeds_lib.train_seeds(cs, [os.path.join(root, f"vmapped{n}-seed{s}") for s in range(n)])
+    summaries = seeds_lib.train_seeds(
+        cs, [os.path.join(root, f"vmapped{n}-seed{s}") for s in range(n)]
+    )
     vmapped = (n * summaries[0]["images_per_second"], time.perf_counter() - t0)
     t0, images, seconds = time.perf_counter(), 0, 0.0
     for s, c in enumerate(cs):
@@ -63,16 +71,22 @@ def measure(n: int, root: str) -> dict:
 def section_body(rows: list[str], example) -> str:
     m = example.model
     shape = f"ViT {m.variant}" + (f" (patch {m.patch_size})" if m.patch_size else "")
-    return "\n".join([
-        f"{example.dataset}, {shape}, batch {example.global_batch_size}, {FLAGS.steps} steps per seed, "
-        f"evaluated and saved at the end only. Images per second over the steps after the first, evaluations "
-        f"and checkpoints excluded (the vmapped program's: N seeds' images; the separate runs': their images "
-        f"over their timed seconds); wall seconds of each way, compiling included, in brackets. "
-        f"Machine: {machine()}.", "",
-        f"Command: `python -m benchmarks.vmapped_seeds --config={FLAGS.config} "
-        f"--seeds={','.join(FLAGS.seeds)} --steps={FLAGS.steps}`", "",
-        "| seeds N | vmapped: images/s (wall s) | N separate runs: images/s (wall s) | vmapped / separate |",
-        "|---|---|---|---|", *rows])
+    return "\n".join(
+        [
+            f"{example.dataset}, {shape}, batch {example.global_batch_size}, {FLAGS.steps} steps per seed, "
+            f"evaluated and saved at the end only. Images per second over the steps after the first, evaluations "
+            f"and checkpoints excluded (the vmapped program's: N seeds' images; the separate runs': their images "
+            f"over their timed seconds); wall seconds of each way, compiling included, in brackets. "
+            f"Machine: {machine()}.",
+            "",
+            f"Command: `python -m benchmarks.vmapped_seeds --config={FLAGS.config} "
+            f"--seeds={','.join(FLAGS.seeds)} --steps={FLAGS.steps}`",
+            "",
+            "| seeds N | vmapped: images/s (wall s) | N separate runs: images/s (wall s) | vmapped / separate |",
+            "|---|---|---|---|",
+            *rows,
+        ]
+    )
 
 
 def main(argv):
@@ -85,9 +99,14 @@ def main(argv):
         for n in map(int, FLAGS.seeds):
             r = measure(n, root)
             (v, v_wall), (s, s_wall) = r["vmapped"], r["separate"]
-            print(f"{n} seeds: vmapped {v:,.0f} images/s ({v_wall:.1f} s), separate {s:,.0f} images/s "
-                  f"({s_wall:.1f} s), ratio {v / s:.2f}", flush=True)
-            rows.append(f"| {n} | {v:,.0f} ({v_wall:.1f} s) | {s:,.0f} ({s_wall:.1f} s) | {v / s:.2f} |")
+            print(
+                f"{n} seeds: vmapped {v:,.0f} images/s ({v_wall:.1f} s), separate {s:,.0f} images/s "
+                f"({s_wall:.1f} s), ratio {v / s:.2f}",
+                flush=True,
+            )
+            rows.append(
+                f"| {n} | {v:,.0f} ({v_wall:.1f} s) | {s:,.0f} ({s_wall:.1f} s) | {v / s:.2f} |"
+            )
             # after every N: a run stopped by a time limit keeps what it measured
             update_section(TITLE, section_body(rows, configs(1)[0]), FLAGS.docs or DOCS)
 

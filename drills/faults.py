@@ -26,6 +26,7 @@ share one compilation cache (a restart then runs the same compiled program, as b
    folders that are not checkpoints, a cut metrics line, a failed first launch then the corrected one,
    SIGINT, a disk that turns read-only or fills up during the run.
 """
+
 import datetime
 import json
 import pathlib
@@ -55,14 +56,21 @@ flags.DEFINE_integer("terms", 10, "SIGTERMs of the preemption chain.")
 flags.DEFINE_integer("steps", 400, "Training steps of the digits run under test.")
 flags.DEFINE_integer("checkpoint_every", 25, "Steps between checkpoints.")
 flags.DEFINE_integer("eval_every", 100, "Steps between evaluations.")
-flags.DEFINE_float("max_delay", 15.0, "Random kills land up to this many seconds after the first line "
-                   "(every fifth) or the first training step (two in five).")
+flags.DEFINE_float(
+    "max_delay",
+    15.0,
+    "Random kills land up to this many seconds after the first line "
+    "(every fifth) or the first training step (two in five).",
+)
 flags.DEFINE_integer("nan_step", 137, "Step at which a NaN is injected.")
 flags.DEFINE_integer("seed", 0, "Seed of the kill moments.")
 flags.DEFINE_string("drill_dir", "/tmp/posattn_fault_drill", "Scratch directory (wiped first).")
 flags.DEFINE_bool("write", True, "Write docs/reliability.md.")
-flags.DEFINE_string("from_json", None, "Only rewrite the report from a drill's drill.json (run with the "
-                    "same flags); no drill.")
+flags.DEFINE_string(
+    "from_json",
+    None,
+    "Only rewrite the report from a drill's drill.json (run with the same flags); no drill.",
+)
 FLAGS = flags.FLAGS
 
 
@@ -70,10 +78,18 @@ FLAGS = flags.FLAGS
 
 
 def train_command(workdir, steps: int) -> list[str]:
-    return [sys.executable, "-m", "experiments.train_images", "--config=tpu_configs/digits.py",
-            f"--config.total_steps={steps}", f"--config.checkpoint_every={FLAGS.checkpoint_every}",
-            f"--config.eval_every={FLAGS.eval_every}", "--config.log_every=25", "--config.keep_checkpoints=3",
-            f"--workdir={workdir}"]
+    return [
+        sys.executable,
+        "-m",
+        "experiments.train_images",
+        "--config=tpu_configs/digits.py",
+        f"--config.total_steps={steps}",
+        f"--config.checkpoint_every={FLAGS.checkpoint_every}",
+        f"--config.eval_every={FLAGS.eval_every}",
+        "--config.log_every=25",
+        "--config.keep_checkpoints=3",
+        f"--workdir={workdir}",
+    ]
 
 
 def saved_steps(workdir) -> list[int]:
@@ -106,16 +122,27 @@ def chain(workdir: pathlib.Path, sig: int, count: int, env: dict, rng: random.Ra
     events = []
     for i in range(count + 1):
         before = saved_steps(workdir)
-        out, err = workdir.parent / f"{workdir.name}.{i}.out", workdir.parent / f"{workdir.name}.{i}.err"
+        out, err = (
+            workdir.parent / f"{workdir.name}.{i}.out",
+            workdir.parent / f"{workdir.name}.{i}.err",
+        )
         with open(out, "w") as fo, open(err, "w") as fe:
-            proc = subprocess.Popen(train_command(workdir, FLAGS.steps), cwd=ROOT, env=env, stdout=fo, stderr=fe)
+            proc = subprocess.Popen(
+                train_command(workdir, FLAGS.steps), cwd=ROOT, env=env, stdout=fo, stderr=fe
+            )
         read = lambda: out.read_text()
         _wait_for(lambda: "parameters," in read(), 300, proc)
-        event = {"launch": i, "checkpoint_on_disk": before[-1] if before else 0,
-                 "resumed_from": _resumed_from(read())}
+        event = {
+            "launch": i,
+            "checkpoint_on_disk": before[-1] if before else 0,
+            "resumed_from": _resumed_from(read()),
+        }
         if i < count:
-            mode = {0: "random, from the first line", 3: "during a save",
-                    4: "after an eval step's log line"}.get(i % 5, "random, from the first step")
+            mode = {
+                0: "random, from the first line",
+                3: "during a save",
+                4: "after an eval step's log line",
+            }.get(i % 5, "random, from the first step")
             if mode.startswith("random"):
                 if mode.endswith("step"):  # training has started (compiled, or from the cache)
                     _wait_for(lambda: "compiled and ran the first step" in read(), 300, proc)
@@ -127,26 +154,43 @@ def chain(workdir: pathlib.Path, sig: int, count: int, env: dict, rng: random.Ra
             elif mode == "after an eval step's log line":
                 start = event["resumed_from"]
                 pattern = re.compile(r"^step (\d+)/\d+  loss", re.M)
-                _wait_for(lambda: any(int(s) > start and int(s) % FLAGS.eval_every == 0
-                                      for s in pattern.findall(read())), 120, proc)
-            event.update(mode=mode, finished_first=proc.poll() is not None, saving_at_signal=saving_now(workdir))
+                _wait_for(
+                    lambda: any(
+                        int(s) > start and int(s) % FLAGS.eval_every == 0
+                        for s in pattern.findall(read())
+                    ),
+                    120,
+                    proc,
+                )
+            event.update(
+                mode=mode,
+                finished_first=proc.poll() is not None,
+                saving_at_signal=saving_now(workdir),
+            )
             proc.send_signal(sig)
         status = proc.wait(timeout=600)
         steps_logged = re.findall(r"^step (\d+)/", read(), re.M)
         stderr = err.read_text().strip().splitlines()
-        event.update(status=status, last_step_printed=int(steps_logged[-1]) if steps_logged else None,
-                     checkpoints_after=saved_steps(workdir), stderr_last=stderr[-1] if stderr else "",
-                     stderr_lines=len(stderr))
+        event.update(
+            status=status,
+            last_step_printed=int(steps_logged[-1]) if steps_logged else None,
+            checkpoints_after=saved_steps(workdir),
+            stderr_last=stderr[-1] if stderr else "",
+            stderr_lines=len(stderr),
+        )
         event["resumed_ok"] = event["resumed_from"] == event["checkpoint_on_disk"]
-        say(f"  {signal.Signals(sig).name if i < count else 'finish'} {i}: resumed from "
+        say(
+            f"  {signal.Signals(sig).name if i < count else 'finish'} {i}: resumed from "
             f"{event['resumed_from']} (on disk: {event['checkpoint_on_disk']}), "
-            f"{event.get('mode', '')}, exit {status}, checkpoints {event['checkpoints_after']}")
+            f"{event.get('mode', '')}, exit {status}, checkpoints {event['checkpoints_after']}"
+        )
         events.append(event)
     return {"events": events}
 
 
 def final_state(workdir, step: int):
     from posattn.vision import runs
+
     return jax.device_get(runs.restore_run(workdir, step=step, devices=jax.devices()[:1])[1])
 
 
@@ -154,7 +198,8 @@ def bitwise_equal(a, b) -> tuple[bool, int]:
     leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
     same = len(leaves_a) == len(leaves_b) and all(
         np.asarray(x).dtype == np.asarray(y).dtype and np.array_equal(np.asarray(x), np.asarray(y))
-        for x, y in zip(leaves_a, leaves_b))
+        for x, y in zip(leaves_a, leaves_b)
+    )
     return same, len(leaves_a)
 
 
@@ -170,19 +215,40 @@ def damaged(reference: pathlib.Path, root: pathlib.Path, env: dict, say) -> list
         shutil.copytree(reference, workdir)
         steps = saved_steps(workdir) if kind.startswith("every") else [last]
         for step in steps:
-            damage_checkpoint(workdir / "checkpoints" / str(step), "truncate" if kind.startswith("every") else kind)
-        done = subprocess.run(train_command(workdir, FLAGS.steps), cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=600)
-        moved = sorted(p.name for p in (workdir / "checkpoints_unreadable").iterdir()) if (
-            workdir / "checkpoints_unreadable").is_dir() else []
-        r = {"damage": kind, "status": done.returncode, "resumed_from": _resumed_from(done.stdout),
-             "said": [ln for ln in done.stdout.splitlines() if ln.startswith("checkpoint ")],
-             "stderr": done.stderr.strip().splitlines()[-1:] if done.returncode else [],
-             "moved_aside": moved, "checkpoints_after": saved_steps(workdir)}
+            damage_checkpoint(
+                workdir / "checkpoints" / str(step),
+                "truncate" if kind.startswith("every") else kind,
+            )
+        done = subprocess.run(
+            train_command(workdir, FLAGS.steps),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        moved = (
+            sorted(p.name for p in (workdir / "checkpoints_unreadable").iterdir())
+            if (workdir / "checkpoints_unreadable").is_dir()
+            else []
+        )
+        r = {
+            "damage": kind,
+            "status": done.returncode,
+            "resumed_from": _resumed_from(done.stdout),
+            "said": [ln for ln in done.stdout.splitlines() if ln.startswith("checkpoint ")],
+            "stderr": done.stderr.strip().splitlines()[-1:] if done.returncode else [],
+            "moved_aside": moved,
+            "checkpoints_after": saved_steps(workdir),
+        }
         if done.returncode == 0:
-            r["bitwise_equal"] = bitwise_equal(final_state(workdir, last), final_state(reference, last))[0]
-        say(f"  damage {kind}: exit {r['status']}, resumed from {r['resumed_from']}, moved aside {moved}, "
-            f"bitwise {r.get('bitwise_equal')}")
+            r["bitwise_equal"] = bitwise_equal(
+                final_state(workdir, last), final_state(reference, last)
+            )[0]
+        say(
+            f"  damage {kind}: exit {r['status']}, resumed from {r['resumed_from']}, moved aside {moved}, "
+            f"bitwise {r.get('bitwise_equal')}"
+        )
         results.append(r)
     return results
 
@@ -192,8 +258,12 @@ def damaged(reference: pathlib.Path, root: pathlib.Path, env: dict, say) -> list
 
 def _mount_tmpfs(path: pathlib.Path, options: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def unwritable(root: pathlib.Path, env: dict, say) -> list[dict]:
@@ -215,12 +285,28 @@ def unwritable(root: pathlib.Path, env: dict, say) -> list[dict]:
     try:
         for what, workdir, _ in cases:
             t0 = time.monotonic()
-            done = subprocess.run(train_command(workdir, FLAGS.steps), cwd=ROOT, env=env, capture_output=True,
-                                  text=True, timeout=600)
+            done = subprocess.run(
+                train_command(workdir, FLAGS.steps),
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             lines = done.stderr.strip().splitlines()
-            left = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*")) if workdir.is_dir() else []
-            r = {"what": what, "status": done.returncode, "one_line": len(lines) == 1,
-                 "message": lines[-1] if lines else "", "seconds": time.monotonic() - t0, "left": left}
+            left = (
+                sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*"))
+                if workdir.is_dir()
+                else []
+            )
+            r = {
+                "what": what,
+                "status": done.returncode,
+                "one_line": len(lines) == 1,
+                "message": lines[-1] if lines else "",
+                "seconds": time.monotonic() - t0,
+                "left": left,
+            }
             say(f"  workdir {what}: exit {r['status']}, {r['message']}")
             results.append(r)
     finally:
@@ -237,7 +323,8 @@ def image_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
     """A NaN injected at --nan_step of the digits run (in this process, through `nan_at_step`), and the
     binary with a learning rate that diverges at once (lr=1e30: the warm-up's first step with lr > 0)."""
     from posattn import cli
-    from posattn.vision import config as config_lib, train
+    from posattn.vision import config as config_lib
+    from posattn.vision import train
 
     config = cli.load_config("tpu_configs/digits.py", None, config_lib.SCHEMA)
     config.total_steps, config.checkpoint_every = FLAGS.steps, FLAGS.checkpoint_every
@@ -253,27 +340,51 @@ def image_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
     finally:
         train.make_train_step = original
     metrics = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    results = [{"what": f"params and loss set to NaN at step {FLAGS.nan_step} (in-process)",
-                "message": stopped, "stopped_at": _named_step(stopped), "checkpoints_left": saved_steps(workdir),
-                "summary_written": (workdir / "summary.json").exists(), "last_logged_step": metrics[-1]["step"]}]
+    results = [
+        {
+            "what": f"params and loss set to NaN at step {FLAGS.nan_step} (in-process)",
+            "message": stopped,
+            "stopped_at": _named_step(stopped),
+            "checkpoints_left": saved_steps(workdir),
+            "summary_written": (workdir / "summary.json").exists(),
+            "last_logged_step": metrics[-1]["step"],
+        }
+    ]
     workdir = root / "image_lr_huge"  # (a NaN learning rate is refused by the validation)
-    done = subprocess.run(train_command(workdir, FLAGS.steps) + ["--config.optimizer.lr=1e30"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        train_command(workdir, FLAGS.steps) + ["--config.optimizer.lr=1e30"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = done.stderr.strip().splitlines()
-    results.append({"what": "--config.optimizer.lr=1e30 (the binary)", "status": done.returncode,
-                    "one_line": len(lines) == 1, "message": lines[-1] if lines else "",
-                    "stopped_at": _named_step(lines[-1] if lines else ""), "checkpoints_left": saved_steps(workdir),
-                    "summary_written": (workdir / "summary.json").exists(),
-                    "files_left": sorted(p.name for p in workdir.iterdir()) if workdir.is_dir() else []})
+    results.append(
+        {
+            "what": "--config.optimizer.lr=1e30 (the binary)",
+            "status": done.returncode,
+            "one_line": len(lines) == 1,
+            "message": lines[-1] if lines else "",
+            "stopped_at": _named_step(lines[-1] if lines else ""),
+            "checkpoints_left": saved_steps(workdir),
+            "summary_written": (workdir / "summary.json").exists(),
+            "files_left": sorted(p.name for p in workdir.iterdir()) if workdir.is_dir() else [],
+        }
+    )
     for r in results:
-        say(f"  NaN {r['what']}: stopped at step {r['stopped_at']}, checkpoints {r['checkpoints_left']}")
+        say(
+            f"  NaN {r['what']}: stopped at step {r['stopped_at']}, checkpoints {r['checkpoints_left']}"
+        )
     return results
 
 
 def theory_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
     """A NaN gradient injected so that step --nan_step's parameters are NaN (the `phases` preset, in
     this process), and the binary with step sizes that diverge."""
-    from posattn.theory import gd as gd_lib, keys, presets, step as step_lib
+    from posattn.theory import gd as gd_lib
+    from posattn.theory import keys, presets
+    from posattn.theory import step as step_lib
 
     theory, gd = presets.get_preset("phases")
     original, seen = step_lib.risk_and_grad, []
@@ -285,19 +396,45 @@ def theory_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
         stopped = str(e)
     finally:
         step_lib.risk_and_grad = original
-    results = [{"what": f"theory (`phases` preset): parameters NaN from GD step {FLAGS.nan_step} (in-process)",
-                "message": stopped, "stopped_at": _named_step(stopped), "checkpoints_left": "n/a",
-                "summary_written": False, "last_logged_step": int(seen[-1]["step"]) if seen else None}]
+    results = [
+        {
+            "what": f"theory (`phases` preset): parameters NaN from GD step {FLAGS.nan_step} (in-process)",
+            "message": stopped,
+            "stopped_at": _named_step(stopped),
+            "checkpoints_left": "n/a",
+            "summary_written": False,
+            "last_logged_step": int(seen[-1]["step"]) if seen else None,
+        }
+    ]
     workdir = root / "theory_binary"
-    done = subprocess.run([sys.executable, "-m", "experiments.theory", f"--workdir={workdir}",
-                           "--config.gd.lr=1e8", "--config.gd.lr_A=1e8"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.theory",
+            f"--workdir={workdir}",
+            "--config.gd.lr=1e8",
+            "--config.gd.lr_A=1e8",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = done.stderr.strip().splitlines()
-    results.append({"what": "experiments.theory --config.gd.lr=1e8 --config.gd.lr_A=1e8 (the binary)",
-                    "status": done.returncode, "one_line": len(lines) == 1, "message": lines[-1] if lines else "",
-                    "stopped_at": _named_step(lines[-1] if lines else ""), "checkpoints_left": "n/a",
-                    "summary_written": (workdir / "summary.json").exists(),
-                    "files_left": sorted(p.name for p in workdir.iterdir()) if workdir.is_dir() else []})
+    results.append(
+        {
+            "what": "experiments.theory --config.gd.lr=1e8 --config.gd.lr_A=1e8 (the binary)",
+            "status": done.returncode,
+            "one_line": len(lines) == 1,
+            "message": lines[-1] if lines else "",
+            "stopped_at": _named_step(lines[-1] if lines else ""),
+            "checkpoints_left": "n/a",
+            "summary_written": (workdir / "summary.json").exists(),
+            "files_left": sorted(p.name for p in workdir.iterdir()) if workdir.is_dir() else [],
+        }
+    )
     for r in results:
         say(f"  NaN {r['what']}: stopped at step {r['stopped_at']}")
     return results
@@ -310,8 +447,19 @@ def _named_step(message: str) -> int | None:
 
 def settings() -> dict:
     """The flags the report describes."""
-    return {k: FLAGS[k].value for k in ("kills", "terms", "steps", "checkpoint_every", "eval_every", "max_delay",
-                                        "nan_step", "seed")}
+    return {
+        k: FLAGS[k].value
+        for k in (
+            "kills",
+            "terms",
+            "steps",
+            "checkpoint_every",
+            "eval_every",
+            "max_delay",
+            "nan_step",
+            "seed",
+        )
+    }
 
 
 def main(argv):
@@ -337,9 +485,14 @@ def main(argv):
 
     say("reference: an uninterrupted run")
     reference = root / "reference"
-    subprocess.run(train_command(reference, FLAGS.steps), cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run(
+        train_command(reference, FLAGS.steps), cwd=ROOT, env=env, check=True, capture_output=True
+    )
     ref_state = final_state(reference, FLAGS.steps)
-    for name, sig, count in (("kill", signal.SIGKILL, FLAGS.kills), ("term", signal.SIGTERM, FLAGS.terms)):
+    for name, sig, count in (
+        ("kill", signal.SIGKILL, FLAGS.kills),
+        ("term", signal.SIGTERM, FLAGS.terms),
+    ):
         say(f"{signal.Signals(sig).name} chain")
         r[name] = chain(root / name, sig, count, env, rng, say)
         r[name]["bitwise"] = bitwise_equal(final_state(root / name, FLAGS.steps), ref_state)
@@ -348,8 +501,17 @@ def main(argv):
     r["damaged"] = damaged(reference, root / "damaged", env, say)
     say("checkpoint, resume and storage faults")
     r["trainer_faults"] = trainer_faults.run_all(
-        reference, root / "trainer", env, train_command=train_command, final_state=final_state,
-        bitwise_equal=bitwise_equal, steps=FLAGS.steps, every=FLAGS.checkpoint_every, rng=rng, say=say)
+        reference,
+        root / "trainer",
+        env,
+        train_command=train_command,
+        final_state=final_state,
+        bitwise_equal=bitwise_equal,
+        steps=FLAGS.steps,
+        every=FLAGS.checkpoint_every,
+        rng=rng,
+        say=say,
+    )
     say("unwritable workdirs")
     r["workdir"] = unwritable(root / "workdirs", env, say)
     say("bad inputs")
@@ -357,8 +519,11 @@ def main(argv):
     say("NaN")
     r["nan"] = image_nan(root / "nan", env, say) + theory_nan(root / "nan", env, say)
 
-    r.update(date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-             minutes=(time.monotonic() - t0) / 60, machine=machine())
+    r.update(
+        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        minutes=(time.monotonic() - t0) / 60,
+        machine=machine(),
+    )
     r["command"] = ("python -m drills.faults " + " ".join(sys.argv[1:])).strip()
     r["settings"] = settings()
     # (the measurements first: a report that fails can be rewritten from them with --from_json)

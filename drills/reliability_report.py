@@ -1,16 +1,23 @@
 """docs/reliability.md from the results of the fault drill (`drills.faults`)."""
+
 import textwrap
 
 from drills import bad_inputs, trainer_faults
 
+
 def _chain_table(events: list[dict], sig_name: str) -> str:
-    rows = [f"| launch | on disk | resumed from | ended by | moment | saving at the signal | exit | last step "
-            "printed | checkpoints after | stderr |", "|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| launch | on disk | resumed from | ended by | moment | saving at the signal | exit | last step "
+        "printed | checkpoints after | stderr |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for e in events:
         ended = sig_name if "mode" in e else "(ran to the end)"
-        rows.append(f"| {e['launch']} | {e['checkpoint_on_disk']} | {e['resumed_from']} | {ended} | "
-                    f"{e.get('mode', '')} | {e.get('saving_at_signal', '')} | {e['status']} | "
-                    f"{e['last_step_printed']} | {e['checkpoints_after']} | `{e['stderr_last'][:110]}` |")
+        rows.append(
+            f"| {e['launch']} | {e['checkpoint_on_disk']} | {e['resumed_from']} | {ended} | "
+            f"{e.get('mode', '')} | {e.get('saving_at_signal', '')} | {e['status']} | "
+            f"{e['last_step_printed']} | {e['checkpoints_after']} | `{e['stderr_last'][:110]}` |"
+        )
     return "\n".join(rows)
 
 
@@ -20,10 +27,12 @@ def _chain_figures(result: dict, count: int) -> str:
     ok = sum(e["resumed_ok"] for e in restarts)
     # a signal sent after its launch had already finished (the chain reached its last step early) tests nothing
     landed = sum("mode" in e and not e.get("finished_first") for e in events)
-    return (f"{count} signals, {landed} of them to a running run; {ok}/{len(restarts)} restarts resumed from "
-            f"the newest checkpoint on disk; "
-            f"final state bitwise equal to the uninterrupted run: {result['bitwise'][0]} "
-            f"({result['bitwise'][1]} arrays: parameters, Adam moments, step)")
+    return (
+        f"{count} signals, {landed} of them to a running run; {ok}/{len(restarts)} restarts resumed from "
+        f"the newest checkpoint on disk; "
+        f"final state bitwise equal to the uninterrupted run: {result['bitwise'][0]} "
+        f"({result['bitwise'][1]} arrays: parameters, Adam moments, step)"
+    )
 
 
 HOW = """## How the trainer survives each fault
@@ -114,8 +123,10 @@ def write_report(r: dict, command: str, s: dict) -> str:
     kills, terms = r["kill"], r["term"]
     term_events = [e for e in terms["events"] if "mode" in e and not e.get("finished_first")]
     late = sum(1 for e in terms["events"] if e.get("finished_first"))
-    term_ok = sum(e["status"] == 143 and e["stderr_lines"] == 1 and e["stderr_last"].startswith("stopped:")
-                  for e in term_events)
+    term_ok = sum(
+        e["status"] == 143 and e["stderr_lines"] == 1 and e["stderr_last"].startswith("stopped:")
+        for e in term_events
+    )
     bad = r["bad_inputs"]
     lines = [
         "# Reliability: the fault drill (issues 18 and 31)",
@@ -136,21 +147,42 @@ def write_report(r: dict, command: str, s: dict) -> str:
         f"- SIGKILL: {_chain_figures(kills, s['kills'])}.",
         f"- SIGTERM (preemption notice): {term_ok}/{len(term_events)} signals that reached a running run saved at "
         f"the current step and exited 143 with one line"
-        + (f" ({late} arrived after the run had finished: each preemption keeps its progress, so the chain "
-           f"reached step {s['steps']} early)" if late else "") + f"; {_chain_figures(terms, s['terms'])}.",
-        "- Damaged latest checkpoint: " + "; ".join(
+        + (
+            f" ({late} arrived after the run had finished: each preemption keeps its progress, so the chain "
+            f"reached step {s['steps']} early)"
+            if late
+            else ""
+        )
+        + f"; {_chain_figures(terms, s['terms'])}.",
+        "- Damaged latest checkpoint: "
+        + "; ".join(
             f"{d['damage']}: exit {d['status']}, resumed from {d['resumed_from']}, moved aside {d['moved_aside']}"
-            + (f", bitwise equal {d['bitwise_equal']}" if "bitwise_equal" in d else "") for d in r["damaged"]) + ".",
-        "- Unwritable workdir: " + "; ".join(
+            + (f", bitwise equal {d['bitwise_equal']}" if "bitwise_equal" in d else "")
+            for d in r["damaged"]
+        )
+        + ".",
+        "- Unwritable workdir: "
+        + "; ".join(
             f"{w['what']}: exit {w['status']} after {w['seconds']:.0f} s, "
             f"{'one line' if w['one_line'] else 'NOT one line'}, left {w['left'] or 'nothing'}"
-            for w in r["workdir"]) + ".",
-        *([f"- Checkpoint, resume and storage faults (section 7): {trainer_faults.summary(r['trainer_faults'])}."]
-          if "trainer_faults" in r else []),
+            for w in r["workdir"]
+        )
+        + ".",
+        *(
+            [
+                f"- Checkpoint, resume and storage faults (section 7): {trainer_faults.summary(r['trainer_faults'])}."
+            ]
+            if "trainer_faults" in r
+            else []
+        ),
         bad_inputs.summary_line(bad),
-        "- NaN: " + "; ".join(
+        "- NaN: "
+        + "; ".join(
             f"{n['what']}: stopped at step {n['stopped_at']}, checkpoints left {n['checkpoints_left']}, "
-            f"summary written: {n['summary_written']}" for n in r["nan"]) + ".",
+            f"summary written: {n['summary_written']}"
+            for n in r["nan"]
+        )
+        + ".",
         "",
         HOW,
         "## 1. SIGKILL at random moments, each followed by a restart",
@@ -175,15 +207,21 @@ def write_report(r: dict, command: str, s: dict) -> str:
         "| damage | exit | resumed from | what the run said | moved aside to checkpoints_unreadable/ | "
         "checkpoints after | final state bitwise equal |",
         "|---|---|---|---|---|---|---|",
-        *[f"| {d['damage']} | {d['status']} | {d['resumed_from']} | `{' / '.join(d['said'] + d['stderr'])[:300]}` | "
-          f"{d['moved_aside']} | {d['checkpoints_after']} | {d.get('bitwise_equal', 'n/a')} |" for d in r["damaged"]],
+        *[
+            f"| {d['damage']} | {d['status']} | {d['resumed_from']} | `{' / '.join(d['said'] + d['stderr'])[:300]}` | "
+            f"{d['moved_aside']} | {d['checkpoints_after']} | {d.get('bitwise_equal', 'n/a')} |"
+            for d in r["damaged"]
+        ],
         "",
         "## 4. Workdirs that cannot take a checkpoint",
         "",
         "| workdir | exit | one line | seconds to exit | files left | message |",
         "|---|---|---|---|---|---|",
-        *[f"| {w['what']} | {w['status']} | {w['one_line']} | {w['seconds']:.1f} | {w['left'] or 'none'} | "
-          f"`{w['message']}` |" for w in r["workdir"]],
+        *[
+            f"| {w['what']} | {w['status']} | {w['one_line']} | {w['seconds']:.1f} | {w['left'] or 'none'} | "
+            f"`{w['message']}` |"
+            for w in r["workdir"]
+        ],
         "",
         f"## {bad_inputs.SECTION}",
         "",
@@ -198,21 +236,32 @@ def write_report(r: dict, command: str, s: dict) -> str:
         "| injection | stopped at step | exit | one line | checkpoints left | files left | summary.json written | "
         "message |",
         "|---|---|---|---|---|---|---|---|",
-        *[f"| {n['what']} | {n['stopped_at']} | {n.get('status', 'raised')} | {n.get('one_line', 'n/a')} | "
-          f"{n['checkpoints_left']} | {n.get('files_left', 'n/a')} | {n['summary_written']} | "
-          f"`{n['message'][:300]}` |" for n in r["nan"]],
+        *[
+            f"| {n['what']} | {n['stopped_at']} | {n.get('status', 'raised')} | {n.get('one_line', 'n/a')} | "
+            f"{n['checkpoints_left']} | {n.get('files_left', 'n/a')} | {n['summary_written']} | "
+            f"`{n['message'][:300]}` |"
+            for n in r["nan"]
+        ],
     ]
     if "trainer_faults" in r:
-        lines += ["", "## 7. Step folders that are not checkpoints, a cut metrics line, a failed first launch, "
-                  "SIGINT, failing saves", "", "```",
-                  textwrap.dedent(trainer_faults.__doc__.split("\n\n", 1)[1]).strip(), "```", "",
-                  "'one line, no traceback': every launch that failed printed one line on stderr (and a launch "
-                  "that finished, none); 'nothing lost': every committed checkpoint is still there or set "
-                  "aside (for a refusal: every file byte for byte), the failed launch's files are all in "
-                  "failed-*/, the stopped run's checkpoint is the one it resumed from; 'resumed from': the "
-                  "step the last launch resumed from; 'final state bitwise equal': the last launch's final "
-                  "state (parameters, Adam moments, step) against the uninterrupted run.", "",
-                  trainer_faults.table(r["trainer_faults"])]
+        lines += [
+            "",
+            "## 7. Step folders that are not checkpoints, a cut metrics line, a failed first launch, "
+            "SIGINT, failing saves",
+            "",
+            "```",
+            textwrap.dedent(trainer_faults.__doc__.split("\n\n", 1)[1]).strip(),
+            "```",
+            "",
+            "'one line, no traceback': every launch that failed printed one line on stderr (and a launch "
+            "that finished, none); 'nothing lost': every committed checkpoint is still there or set "
+            "aside (for a refusal: every file byte for byte), the failed launch's files are all in "
+            "failed-*/, the stopped run's checkpoint is the one it resumed from; 'resumed from': the "
+            "step the last launch resumed from; 'final state bitwise equal': the last launch's final "
+            "state (parameters, Adam moments, step) against the uninterrupted run.",
+            "",
+            trainer_faults.table(r["trainer_faults"]),
+        ]
     if r.get("notes"):  # hand-written context kept in drill.json (e.g. an earlier run's figures)
         lines += ["", "## Notes", "", "\n\n".join(r["notes"])]
     return "\n".join(lines) + "\n"

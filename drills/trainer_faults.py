@@ -14,7 +14,7 @@ restart resumed from and whether its final state is bitwise that of the uninterr
   read-only disk      every save from step 2E refused with EROFS as it starts (`failing_saves`)
   full disk           every save from step 2E failing with ENOSPC in orbax's background write
 """
-import errno
+
 import hashlib
 import json
 import pathlib
@@ -42,41 +42,58 @@ def _launch(command, env, *, workdir, interrupt_after=None) -> dict:
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=fo, stderr=fe)
         if interrupt_after is not None:
             end = time.monotonic() + 300
-            while proc.poll() is None and time.monotonic() < end and "compiled and ran the first step" not in (
-                    out.read_text()):
+            while (
+                proc.poll() is None
+                and time.monotonic() < end
+                and "compiled and ran the first step" not in (out.read_text())
+            ):
                 time.sleep(0.01)
             time.sleep(interrupt_after)
             proc.send_signal(signal.SIGINT)
         status = proc.wait(timeout=900)
     lines = err.read_text().strip().splitlines()
-    return {"status": status, "stdout": out.read_text(), "stderr_lines": len(lines),
-            "message": lines[-1] if lines else ""}
+    return {
+        "status": status,
+        "stdout": out.read_text(),
+        "stderr_lines": len(lines),
+        "message": lines[-1] if lines else "",
+    }
 
 
 def _wrapped(command: list, before: str, around: str | None = None) -> list:
     """`command` (python -m posattn.experiments.train_images FLAGS) as a program that runs `before`, then the
     binary (inside the context manager `around`)."""
     run = "from experiments import train_images\n" + (
-        f"with {around}:\n    train_images.entry()\n" if around else "train_images.entry()\n")
+        f"with {around}:\n    train_images.entry()\n" if around else "train_images.entry()\n"
+    )
     return [sys.executable, "-c", before + "\n" + run, *command[3:]]
 
 
 def _injected(command: list, code: str, from_step: int, at: str) -> list:
     """`command` with every save from `from_step` failing with errno `code` (`failing_saves`)."""
-    return _wrapped(command, "import errno\nfrom posattn.vision.fault_injection import failing_saves",
-                    f"failing_saves(errno.{code}, from_step={from_step}, at={at!r})")
+    return _wrapped(
+        command,
+        "import errno\nfrom posattn.vision.fault_injection import failing_saves",
+        f"failing_saves(errno.{code}, from_step={from_step}, at={at!r})",
+    )
 
 
 def _memory_limited(command: list) -> list:
     """`command` under an address-space limit of MEMORY_LIMIT bytes (set in the child, not by a fork of
     this multithreaded process)."""
-    return _wrapped(command, f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({MEMORY_LIMIT}, "
-                             f"{MEMORY_LIMIT}))")
+    return _wrapped(
+        command,
+        f"import resource\nresource.setrlimit(resource.RLIMIT_AS, ({MEMORY_LIMIT}, "
+        f"{MEMORY_LIMIT}))",
+    )
 
 
 def _snapshot(path: pathlib.Path) -> dict:
-    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(path.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _kept(workdir: pathlib.Path) -> set[str]:
@@ -98,8 +115,19 @@ def _stopped_at(message: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def run_all(reference: pathlib.Path, root: pathlib.Path, env: dict, *, train_command, final_state,
-            bitwise_equal, steps: int, every: int, rng: random.Random, say) -> list[dict]:
+def run_all(
+    reference: pathlib.Path,
+    root: pathlib.Path,
+    env: dict,
+    *,
+    train_command,
+    final_state,
+    bitwise_equal,
+    steps: int,
+    every: int,
+    rng: random.Random,
+    say,
+) -> list[dict]:
     """Every case above; `reference` is the finished uninterrupted run, `final_state(workdir, step)` and
     `bitwise_equal(a, b)` the drill's own."""
     root.mkdir(parents=True, exist_ok=True)
@@ -108,13 +136,17 @@ def run_all(reference: pathlib.Path, root: pathlib.Path, env: dict, *, train_com
 
     def finish(case: dict, workdir: pathlib.Path, launches: list[dict]) -> None:
         last = launches[-1]
-        case.update(launches=[{k: v for k, v in launch.items() if k != "stdout"} for launch in launches],
-                    resumed_from=_resumed_from(last["stdout"]) if last["status"] == 0 else None)
+        case.update(
+            launches=[{k: v for k, v in launch.items() if k != "stdout"} for launch in launches],
+            resumed_from=_resumed_from(last["stdout"]) if last["status"] == 0 else None,
+        )
         if last["status"] == 0 and case.get("bitwise") is None:
             case["bitwise"] = bitwise_equal(final_state(workdir, steps), ref_state)[0]
-        say(f"  {case['case']}: exits {[launch['status'] for launch in launches]}, one line "
+        say(
+            f"  {case['case']}: exits {[launch['status'] for launch in launches]}, one line "
             f"{case['one_line']}, nothing lost {case['nothing_lost']}, resumed from {case['resumed_from']}, "
-            f"bitwise {case.get('bitwise')}")
+            f"bitwise {case.get('bitwise')}"
+        )
         results.append(case)
 
     def copy_of_reference(name: str, drop_last: bool) -> pathlib.Path:
@@ -125,9 +157,11 @@ def run_all(reference: pathlib.Path, root: pathlib.Path, env: dict, *, train_com
         return workdir
 
     # A folder in checkpoints/ that is not a committed checkpoint: skipped, set aside, never counted.
-    for name, damage in (("stray folder", "an empty checkpoints/450 above the good steps"),
-                         ("orbax temporary", f"{steps}.orbax-checkpoint-tmp-1 holding a save cut short"),
-                         ("partial checkpoint", f"checkpoint {steps} without orbax's commit record")):
+    for name, damage in (
+        ("stray folder", "an empty checkpoints/450 above the good steps"),
+        ("orbax temporary", f"{steps}.orbax-checkpoint-tmp-1 holding a save cut short"),
+        ("partial checkpoint", f"checkpoint {steps} without orbax's commit record"),
+    ):
         workdir = copy_of_reference(name.replace(" ", "_"), drop_last=name != "partial checkpoint")
         good = set(_kept(workdir))
         ckpts = workdir / "checkpoints"
@@ -143,9 +177,20 @@ def run_all(reference: pathlib.Path, root: pathlib.Path, env: dict, *, train_com
             (ckpts / str(steps) / "_CHECKPOINT_METADATA").write_text(json.dumps(meta))
             good.discard(str(steps))
         launch = _launch(train_command(workdir, steps), env, workdir=workdir)
-        said = [ln for ln in launch["stdout"].splitlines() if ln.startswith(("checkpoint ", "removed "))]
-        finish({"case": name, "damage": damage, "said": said, "one_line": launch["stderr_lines"] == 0,
-                "nothing_lost": good <= _kept(workdir)}, workdir, [launch])
+        said = [
+            ln for ln in launch["stdout"].splitlines() if ln.startswith(("checkpoint ", "removed "))
+        ]
+        finish(
+            {
+                "case": name,
+                "damage": damage,
+                "said": said,
+                "one_line": launch["stderr_lines"] == 0,
+                "nothing_lost": good <= _kept(workdir),
+            },
+            workdir,
+            [launch],
+        )
 
     # A line cut short in the middle of metrics.jsonl: refused before any file changes.
     workdir = copy_of_reference("cut_metrics_line", drop_last=True)
@@ -154,29 +199,61 @@ def run_all(reference: pathlib.Path, root: pathlib.Path, env: dict, *, train_com
     (workdir / "metrics.jsonl").write_text("".join(lines))
     before = _snapshot(workdir)
     launch = _launch(train_command(workdir, steps), env, workdir=workdir)
-    finish({"case": "cut metrics line", "damage": "line 3 of metrics.jsonl cut in half",
-            "one_line": launch["stderr_lines"] == 1, "nothing_lost": _snapshot(workdir) == before,
-            "bitwise": None}, workdir, [launch])
+    finish(
+        {
+            "case": "cut metrics line",
+            "damage": "line 3 of metrics.jsonl cut in half",
+            "one_line": launch["stderr_lines"] == 1,
+            "nothing_lost": _snapshot(workdir) == before,
+            "bitwise": None,
+        },
+        workdir,
+        [launch],
+    )
 
     # Non-finite optimiser numbers are refused by the validation, before anything is written.
     workdir = root / "nan_weight_decay"
-    launch = _launch(train_command(workdir, steps) + ["--config.optimizer.weight_decay=nan"], env, workdir=workdir)
-    finish({"case": "NaN weight decay", "damage": "--config.optimizer.weight_decay=nan",
-            "one_line": launch["stderr_lines"] == 1, "nothing_lost": not workdir.exists()}, workdir, [launch])
+    launch = _launch(
+        train_command(workdir, steps) + ["--config.optimizer.weight_decay=nan"],
+        env,
+        workdir=workdir,
+    )
+    finish(
+        {
+            "case": "NaN weight decay",
+            "damage": "--config.optimizer.weight_decay=nan",
+            "one_line": launch["stderr_lines"] == 1,
+            "nothing_lost": not workdir.exists(),
+        },
+        workdir,
+        [launch],
+    )
 
     # A first launch that runs out of memory, then the corrected command on the same workdir.
     workdir = root / "failed_first_launch"
-    failed = _launch(_memory_limited(train_command(workdir, steps) + ["--config.global_batch_size=100000"]), env,
-                     workdir=workdir)
+    failed = _launch(
+        _memory_limited(train_command(workdir, steps) + ["--config.global_batch_size=100000"]),
+        env,
+        workdir=workdir,
+    )
     # (the workdir's marker and lock belong to the workdir, not to the launch: they stay)
-    left = sorted(p.name for p in workdir.iterdir() if p.name not in (ownership.MARKER, ownership.LOCK))
+    left = sorted(
+        p.name for p in workdir.iterdir() if p.name not in (ownership.MARKER, ownership.LOCK)
+    )
     corrected = _launch(train_command(workdir, steps), env, workdir=workdir)
     aside = sorted(workdir.glob("failed-*"))
-    finish({"case": "failed first launch", "damage": "global_batch_size=100000: out of memory, then the "
-            "corrected command", "left": left, "set_aside_in": [str(p) for p in aside],
+    finish(
+        {
+            "case": "failed first launch",
+            "damage": "global_batch_size=100000: out of memory, then the corrected command",
+            "left": left,
+            "set_aside_in": [str(p) for p in aside],
             "one_line": failed["stderr_lines"] == 1 and corrected["stderr_lines"] == 0,
-            "nothing_lost": len(aside) == 1 and sorted(p.name for p in aside[0].iterdir()) == left},
-           workdir, [failed, corrected])
+            "nothing_lost": len(aside) == 1 and sorted(p.name for p in aside[0].iterdir()) == left,
+        },
+        workdir,
+        [failed, corrected],
+    )
 
     # Ctrl-C, then the same command.
     workdir = root / "sigint"
@@ -185,48 +262,88 @@ def run_all(reference: pathlib.Path, root: pathlib.Path, env: dict, *, train_com
     at = _stopped_at(stopped["message"])
     saved = checkpoint.survey(workdir / "checkpoints").latest
     resumed = _launch(train_command(workdir, steps), env, workdir=workdir)
-    finish({"case": "SIGINT", "damage": f"SIGINT {delay:.1f} s after the first step", "stopped_at": at,
+    finish(
+        {
+            "case": "SIGINT",
+            "damage": f"SIGINT {delay:.1f} s after the first step",
+            "stopped_at": at,
             "one_line": stopped["stderr_lines"] == 1 and resumed["stderr_lines"] == 0,
-            "nothing_lost": at is not None and saved == at == _resumed_from(resumed["stdout"])},
-           workdir, [stopped, resumed])
+            "nothing_lost": at is not None and saved == at == _resumed_from(resumed["stdout"]),
+        },
+        workdir,
+        [stopped, resumed],
+    )
 
     # Saves that fail: a disk turned read-only, a full disk; then the same command without the fault.
-    for name, code, at_point in (("read-only disk", "EROFS", "start"), ("full disk", "ENOSPC", "background")):
+    for name, code, at_point in (
+        ("read-only disk", "EROFS", "start"),
+        ("full disk", "ENOSPC", "background"),
+    ):
         workdir = root / name.replace(" ", "_").replace("-", "_")
-        failed = _launch(_injected(train_command(workdir, steps), code, 2 * every, at_point), env, workdir=workdir)
+        failed = _launch(
+            _injected(train_command(workdir, steps), code, 2 * every, at_point),
+            env,
+            workdir=workdir,
+        )
         printed = [int(s) for s in re.findall(r"^step (\d+)/", failed["stdout"], re.M)]
         survey = checkpoint.survey(workdir / "checkpoints")
         resumed = _launch(train_command(workdir, steps), env, workdir=workdir)
-        finish({"case": name, "damage": f"every save from step {2 * every} fails with {code} "
+        finish(
+            {
+                "case": name,
+                "damage": f"every save from step {2 * every} fails with {code} "
                 f"({'as it starts' if at_point == 'start' else 'in the background write'})",
-                "stopped_at": _stopped_at(failed["message"]), "last_step_printed": max(printed, default=None),
-                "committed_after_failure": list(survey.complete), "temporary_after_failure": list(survey.temporary),
+                "stopped_at": _stopped_at(failed["message"]),
+                "last_step_printed": max(printed, default=None),
+                "committed_after_failure": list(survey.complete),
+                "temporary_after_failure": list(survey.temporary),
                 "one_line": failed["stderr_lines"] == 1 and resumed["stderr_lines"] == 0,
-                "nothing_lost": list(survey.complete) == [every] and survey.latest == _resumed_from(resumed["stdout"])},
-               workdir, [failed, resumed])
+                "nothing_lost": list(survey.complete) == [every]
+                and survey.latest == _resumed_from(resumed["stdout"]),
+            },
+            workdir,
+            [failed, resumed],
+        )
     return results
 
 
 def table(results: list[dict]) -> str:
-    rows = ["| case | fault | exits | one line, no traceback | nothing lost | resumed from | final state bitwise "
-            "equal | what the run said |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| case | fault | exits | one line, no traceback | nothing lost | resumed from | final state bitwise "
+        "equal | what the run said |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
-        said = " / ".join(r.get("said", []) + [launch["message"] for launch in r["launches"] if launch["message"]]
-                          + [f"set aside in {p}" for p in r.get("set_aside_in", [])])
+        said = " / ".join(
+            r.get("said", [])
+            + [launch["message"] for launch in r["launches"] if launch["message"]]
+            + [f"set aside in {p}" for p in r.get("set_aside_in", [])]
+        )
         said = said.replace("|", "\\|")
         finished = r["launches"][-1]["status"] == 0
-        resumed = r["resumed_from"] if r["resumed_from"] is not None else ("step 0" if finished else "n/a")
-        rows.append(f"| {r['case']} | {r['damage']} | {', '.join(str(launch['status']) for launch in r['launches'])} | "
-                    f"{r['one_line']} | {r['nothing_lost']} | {resumed} | "
-                    f"{'n/a' if r.get('bitwise') is None else r['bitwise']} | `{said[:520]}` |")
+        resumed = (
+            r["resumed_from"]
+            if r["resumed_from"] is not None
+            else ("step 0" if finished else "n/a")
+        )
+        rows.append(
+            f"| {r['case']} | {r['damage']} | {', '.join(str(launch['status']) for launch in r['launches'])} | "
+            f"{r['one_line']} | {r['nothing_lost']} | {resumed} | "
+            f"{'n/a' if r.get('bitwise') is None else r['bitwise']} | `{said[:520]}` |"
+        )
     return "\n".join(rows)
 
 
 def summary(results: list[dict]) -> str:
     ok = sum(r["one_line"] and r["nothing_lost"] and r.get("bitwise") is not False for r in results)
     resumed = [r for r in results if r.get("bitwise") is not None]
-    saves = [f"{r['case']}: at step {r['stopped_at']}, the last step it ran {r['last_step_printed']}"
-             for r in results if "last_step_printed" in r]
-    return (f"{ok}/{len(results)} cases ended every launch with one line (or none) and lost nothing; "
-            f"{sum(r['bitwise'] for r in resumed)}/{len(resumed)} restarts ended bitwise equal to the uninterrupted "
-            f"run; where the failed saves stopped the run: {'; '.join(saves)}")
+    saves = [
+        f"{r['case']}: at step {r['stopped_at']}, the last step it ran {r['last_step_printed']}"
+        for r in results
+        if "last_step_printed" in r
+    ]
+    return (
+        f"{ok}/{len(results)} cases ended every launch with one line (or none) and lost nothing; "
+        f"{sum(r['bitwise'] for r in resumed)}/{len(resumed)} restarts ended bitwise equal to the uninterrupted "
+        f"run; where the failed saves stopped the run: {'; '.join(saves)}"
+    )

@@ -1,4 +1,5 @@
 """The binaries (absl apps; installed as `posattn.experiments`)."""
+
 import os
 import sys
 

@@ -14,6 +14,7 @@ summary.json, summary.md and phase_three.png (docs/theory_results.md, "Phase III
 One host, one device: the exact population recursions hold a few vectors per step, nothing a second
 host would share.
 """
+
 import dataclasses
 import os
 
@@ -30,10 +31,15 @@ from posattn.theory.population import reduced
 from posattn.theory.presets import get_preset
 
 # preset: the problem (its q is replaced by each of q); steps: GD steps on (P) (0: the preset's)
-SCHEMA = cli.Schema("a phase_three config (preset, q, steps)",
-                    lambda fields: ml_collections.ConfigDict({"preset": "small", "q": (0.4, 0.2, 0.1), "steps": 0}),
-                    lambda c: c.update(steps=100), "phase_three")
-_CONFIG = cli.define_config("tpu_configs/phase_three.py", SCHEMA, "The problem and the q to compare")
+SCHEMA = cli.Schema(
+    "a phase_three config (preset, q, steps)",
+    lambda fields: ml_collections.ConfigDict({"preset": "small", "q": (0.4, 0.2, 0.1), "steps": 0}),
+    lambda c: c.update(steps=100),
+    "phase_three",
+)
+_CONFIG = cli.define_config(
+    "tpu_configs/phase_three.py", SCHEMA, "The problem and the q to compare"
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
 _ALPHA0 = 0.02  # the start, v = alpha0 w* with A = a0 I, the same for every q
 
@@ -67,29 +73,54 @@ def main(argv):
         alpha = np.asarray(states.alpha)
         gap = np.asarray(states.gamma - states.rho)
         marks = sorted({int(np.argmax(alpha)), steps // 2, steps - 1})
-        splits = [reduced.alpha_drift_split(alpha[i], states.gamma[i], states.rho[i], cfg, gd.a0)
-                  for i in marks]
-        runs[q] = {"step": np.arange(1, steps + 1), "alpha": alpha, "split_steps": [i + 1 for i in marks],
-                   "splits": splits}
-        rows.append({"q": q, "alpha_max": float(alpha.max()), "alpha_max_step": int(alpha.argmax()) + 1,
-                     "alpha_final": float(alpha[-1]), "gamma_minus_rho_final": float(gap[-1]),
-                     "risk_final": float(risks[-1]), "full_set_mass": splits[0]["full_set_mass"],
-                     "splits": dict(zip(runs[q]["split_steps"], splits))})
-        print(f"q={q}: alpha max {alpha.max():.4f} at step {alpha.argmax() + 1}, final {alpha[-1]:.4f}; "
-              f"gamma - rho {gap[-1]:.2f}; P[a set all +-1] {splits[0]['full_set_mass']:.4%}", flush=True)
+        splits = [
+            reduced.alpha_drift_split(alpha[i], states.gamma[i], states.rho[i], cfg, gd.a0)
+            for i in marks
+        ]
+        runs[q] = {
+            "step": np.arange(1, steps + 1),
+            "alpha": alpha,
+            "split_steps": [i + 1 for i in marks],
+            "splits": splits,
+        }
+        rows.append(
+            {
+                "q": q,
+                "alpha_max": float(alpha.max()),
+                "alpha_max_step": int(alpha.argmax()) + 1,
+                "alpha_final": float(alpha[-1]),
+                "gamma_minus_rho_final": float(gap[-1]),
+                "risk_final": float(risks[-1]),
+                "full_set_mass": splits[0]["full_set_mass"],
+                "splits": dict(zip(runs[q]["split_steps"], splits)),
+            }
+        )
+        print(
+            f"q={q}: alpha max {alpha.max():.4f} at step {alpha.argmax() + 1}, final {alpha[-1]:.4f}; "
+            f"gamma - rho {gap[-1]:.2f}; P[a set all +-1] {splits[0]['full_set_mass']:.4%}",
+            flush=True,
+        )
     figures.write_png(figures.phase_three_figure(runs), os.path.join(workdir, "phase_three.png"))
-    io.write_json(os.path.join(workdir, "summary.json"), {"preset": config.preset, "steps": steps,
-                                                          "alpha0": _ALPHA0, "runs": rows})
-    lines = [f"# Phase III on the exact population dynamics (`{config.preset}`, {steps} GD steps on (P))", "",
-             "| q | P[a set besides the signal set all +-1] | alpha max (step) | final alpha | final "
-             "gamma - rho | final (P) | at the end: P[yF <= 0] | drift of alpha at the end: classified / "
-             "misclassified / total |", "|---|---|---|---|---|---|---|---|"]
+    io.write_json(
+        os.path.join(workdir, "summary.json"),
+        {"preset": config.preset, "steps": steps, "alpha0": _ALPHA0, "runs": rows},
+    )
+    lines = [
+        f"# Phase III on the exact population dynamics (`{config.preset}`, {steps} GD steps on (P))",
+        "",
+        "| q | P[a set besides the signal set all +-1] | alpha max (step) | final alpha | final "
+        "gamma - rho | final (P) | at the end: P[yF <= 0] | drift of alpha at the end: classified / "
+        "misclassified / total |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         end = r["splits"][steps]
-        lines.append(f"| {r['q']} | {r['full_set_mass']:.3%} | {r['alpha_max']:.4f} ({r['alpha_max_step']}) | "
-                     f"{r['alpha_final']:.4f} | {r['gamma_minus_rho_final']:.2f} | {r['risk_final']:.4f} | "
-                     f"{end['misclassified_mass']:.3%} | {end['classified']:+.4f} / {end['misclassified']:+.4f}"
-                     f" / {end['total']:+.5f} |")
+        lines.append(
+            f"| {r['q']} | {r['full_set_mass']:.3%} | {r['alpha_max']:.4f} ({r['alpha_max_step']}) | "
+            f"{r['alpha_final']:.4f} | {r['gamma_minus_rho_final']:.2f} | {r['risk_final']:.4f} | "
+            f"{end['misclassified_mass']:.3%} | {end['classified']:+.4f} / {end['misclassified']:+.4f}"
+            f" / {end['total']:+.5f} |"
+        )
     io.write_text(os.path.join(workdir, "summary.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -15,6 +15,7 @@ claim with its numbers), with the figures as PNG in DIR. `docs/theory_results.md
 One host: its claim checks read every fit back on the host that runs them and were not checked over
 several processes; for a seed sweep on a pod use `posattn.experiments.theory` (docs/distributed.md).
 """
+
 import dataclasses
 import os
 import time
@@ -22,20 +23,25 @@ import time
 import ml_collections
 from absl import flags
 
-from posattn import cli, io, mesh as mesh_lib
+from posattn import cli, io
+from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError, check_seed
+from posattn.papers.jsl22 import report, reproduce
 from posattn.plots import theory as figures
 from posattn.theory import keys
-from posattn.papers.jsl22 import report, reproduce
 
 FLAGS = flags.FLAGS
 # seed: of every run; quick: small sizes and few steps (a smoke run of every claim), what `:quick` sets
-SCHEMA = cli.Schema("a reproduce config (seed, quick)",
-                    lambda fields: ml_collections.ConfigDict({"seed": 0, "quick": False}),
-                    lambda c: c.update(quick=True), "reproduce")
+SCHEMA = cli.Schema(
+    "a reproduce config (seed, quick)",
+    lambda fields: ml_collections.ConfigDict({"seed": 0, "quick": False}),
+    lambda c: c.update(quick=True),
+    "reproduce",
+)
 _CONFIG = cli.define_config("tpu_configs/reproduce.py", SCHEMA, "The seed and size of the run")
-flags.DEFINE_string("workdir", None, "where report.md, report.json and the figures are written",
-                    required=True)
+flags.DEFINE_string(
+    "workdir", None, "where report.md, report.json and the figures are written", required=True
+)
 
 
 def main(argv):
@@ -57,14 +63,21 @@ def main(argv):
     t0 = time.perf_counter()
     records, seconds = reproduce.run_claims(key, plan, on_figures=write_figures)
     total = time.perf_counter() - t0
-    results = {"seed": config.seed, "quick": config.quick, "plan": dataclasses.asdict(plan),
-               "seconds": seconds, **records}
+    results = {
+        "seed": config.seed,
+        "quick": config.quick,
+        "plan": dataclasses.asdict(plan),
+        "seconds": seconds,
+        **records,
+    }
     rows = report.verdicts(results)
     results["claims"] = rows
     results["total_seconds"] = total
     # report.json last, written atomically: its presence means the run completed.
-    io.write_text(os.path.join(workdir, "report.md"),
-                  report.report_markdown(rows, results, total, config.quick))
+    io.write_text(
+        os.path.join(workdir, "report.md"),
+        report.report_markdown(rows, results, total, config.quick),
+    )
     io.write_json(os.path.join(workdir, "report.json"), results)
     for r in rows:
         print(f"{r['verdict']:>15}  {r['claim']}: {r['measured']}")

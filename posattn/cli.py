@@ -16,6 +16,7 @@ config's fields with the values its file gives them (`config_fields`); `--dry_ru
 makes, prints the resolved config and exits 0 where the run would claim its workdir (`claim`), so nothing
 is written or compiled.
 """
+
 import os
 import signal
 import sys
@@ -26,22 +27,37 @@ from ml_collections import config_flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
 from posattn import compile_options, mesh, ownership
+
 # the config schemas and their loading, which need only ml_collections (library modules import them from
 # posattn.configs; they stay reachable here as the binaries and users spell them)
-from posattn.configs import (CONFIG_ROOTS, ROOT, SMOKE_TOKENS, Schema, config_fields,  # noqa: F401
-                             dataclass_section, find_config_file, is_smoke, load_config)
+from posattn.configs import (
+    CONFIG_ROOTS,
+    ROOT,
+    SMOKE_TOKENS,
+    Schema,
+    config_fields,  # noqa: F401
+    dataclass_section,
+    find_config_file,
+    is_smoke,
+    load_config,
+)
 from posattn.errors import ConfigError, RunStopped
-
 
 CACHE_ENV = "POSATTN_COMPILATION_CACHE"  # a directory, or "off"; the flag below wins over it
 CACHE_OFF = ("off", "0", "false", "no", "none")
-flags.DEFINE_string("compilation_cache", None,
-                    f"JAX's persistent compilation cache: a directory, or 'off'. Default: ${CACHE_ENV}, "
-                    f"else $JAX_COMPILATION_CACHE_DIR, else ~/.cache/posattn/jax (per user)")
+flags.DEFINE_string(
+    "compilation_cache",
+    None,
+    f"JAX's persistent compilation cache: a directory, or 'off'. Default: ${CACHE_ENV}, "
+    f"else $JAX_COMPILATION_CACHE_DIR, else ~/.cache/posattn/jax (per user)",
+)
 _DRY_RUN = flags.DEFINE_bool(
-    "dry_run", False, "Check the command as a run would (the config file, :ARG, --config.FIELD overrides, "
+    "dry_run",
+    False,
+    "Check the command as a run would (the config file, :ARG, --config.FIELD overrides, "
     "the binary's checks, the workdir's), print the resolved config as JSON and exit 0 before the run claims "
-    "its workdir: nothing is written, nothing compiled")
+    "its workdir: nothing is written, nothing compiled",
+)
 
 
 def define_distributed_flags():
@@ -49,14 +65,26 @@ def define_distributed_flags():
     arguments for clusters it does not detect (docs/distributed.md), and return the function that starts
     this process of the run from them (`posattn.mesh.initialize_distributed`; call it after flag parsing,
     before any computation)."""
-    coordinator = flags.DEFINE_string("coordinator_address", None, "Multi-process run without a cluster JAX "
-                                      "detects: host:port of process 0 (or set JAX_COORDINATOR_ADDRESS).")
-    num_processes = flags.DEFINE_integer("num_processes", None, "Multi-process run without a detected "
-                                         "cluster: the number of processes.")
-    process_id = flags.DEFINE_integer("process_id", None, "Multi-process run without a detected cluster: "
-                                      "this process's index, from 0.")
+    coordinator = flags.DEFINE_string(
+        "coordinator_address",
+        None,
+        "Multi-process run without a cluster JAX "
+        "detects: host:port of process 0 (or set JAX_COORDINATOR_ADDRESS).",
+    )
+    num_processes = flags.DEFINE_integer(
+        "num_processes",
+        None,
+        "Multi-process run without a detected cluster: the number of processes.",
+    )
+    process_id = flags.DEFINE_integer(
+        "process_id",
+        None,
+        "Multi-process run without a detected cluster: this process's index, from 0.",
+    )
 
-    return lambda: mesh.initialize_distributed(coordinator.value, num_processes.value, process_id.value)
+    return lambda: mesh.initialize_distributed(
+        coordinator.value, num_processes.value, process_id.value
+    )
 
 
 class _SchemaFileParser(ConfigFileFlagParser):
@@ -64,7 +92,11 @@ class _SchemaFileParser(ConfigFileFlagParser):
 
     def __init__(self, name: str, schema: Schema, default: str, help_text: str):
         super().__init__(name)
-        self.schema, self.default, self.help = schema, default, help_text  # (the flag's, without its fields)
+        self.schema, self.default, self.help = (
+            schema,
+            default,
+            help_text,
+        )  # (the flag's, without its fields)
 
     def parse(self, path):
         file, colon, arg = path.partition(":")
@@ -78,8 +110,10 @@ def define_config(default: str, schema: Schema, help_text: str):
     overrides) with `default` (a path `find_config_file` finds from any directory) when none is given, its
     files merged onto `schema` (`load_config`); returns its FlagHolder. Only `run` reads the default, so a
     bad override of it still ends in one line."""
-    help_text = (f"{help_text}: FILE[:ARG] (default {default}; ARG `quick`: the smoke run), its fields "
-                 "overridden by --config.FIELD=VALUE")
+    help_text = (
+        f"{help_text}: FILE[:ARG] (default {default}; ARG `quick`: the smoke run), its fields "
+        "overridden by --config.FIELD=VALUE"
+    )
     holder = config_flags.DEFINE_config_file("config", None, help_text)
     flags.FLAGS["config"].parser = _SchemaFileParser("config", schema, default, help_text)
     return holder
@@ -153,7 +187,11 @@ def _resolve_config_files(argv) -> list[str]:
         if not isinstance(flag.parser, _SchemaFileParser):
             continue
         value = _flag_value(argv, name) or flag.parser.default
-        old = [a for a in argv[1:] if a.lstrip("-") in SMOKE_TOKENS and a.lstrip("-") not in flags.FLAGS]
+        old = [
+            a
+            for a in argv[1:]
+            if a.lstrip("-") in SMOKE_TOKENS and a.lstrip("-") not in flags.FLAGS
+        ]
         if old:  # the smoke switch's older spelling (--quick, --local): the config's `quick` token
             argv = [a for a in argv if a not in old]
             value += "," if ":" in value else ":"
@@ -163,16 +201,22 @@ def _resolve_config_files(argv) -> list[str]:
             compile_options.fast_compile_everywhere()
         found = find_config_file(path)
         if not os.path.isfile(found):
-            where = "" if os.path.isabs(path) else f" (relative to the current directory {os.getcwd()})"
+            where = (
+                "" if os.path.isabs(path) else f" (relative to the current directory {os.getcwd()})"
+            )
             fail(f"--{name}={value}: config file {path!r} not found{where}")
         try:  # here, in one line, rather than as ml_collections' traceback while the flags parse
             config = load_config(found, arg if colon else None, flag.parser.schema)
         except ConfigError as e:
             fail(e)
         # --help lists the fields this config file gives (its defaults, before --config.FIELD overrides)
-        flag.help = (f"{flag.parser.help}\nIts fields, as --config={value} gives them (set one with "
-                     f"--config.FIELD=VALUE):\n" + "\n".join(config_fields(config)))
-        _replace_flag_value(argv, name, f"{found}{colon}{arg}")  # also the default, if it was not given
+        flag.help = (
+            f"{flag.parser.help}\nIts fields, as --config={value} gives them (set one with "
+            f"--config.FIELD=VALUE):\n" + "\n".join(config_fields(config))
+        )
+        _replace_flag_value(
+            argv, name, f"{found}{colon}{arg}"
+        )  # also the default, if it was not given
     return argv
 
 
@@ -195,11 +239,16 @@ def _parse_flags(argv):
         return flags.FLAGS(argv)
     except flags.Error as e:
         fail(_config_error(e) or e)
-    except (AttributeError, KeyError) as e:  # ml_collections: an override of a field the config lacks
+    except (
+        AttributeError,
+        KeyError,
+    ) as e:  # ml_collections: an override of a field the config lacks
         while e.args and isinstance(e.args[0], BaseException):  # its KeyError, wrapped
             e = e.args[0]
         overrides = [a.split("=")[0] for a in argv[1:] if a.startswith("--config.")]
-        fail(f"no such config field {e.args[0] if e.args else e} (overrides given: {', '.join(overrides)})")
+        fail(
+            f"no such config field {e.args[0] if e.args else e} (overrides given: {', '.join(overrides)})"
+        )
 
 
 def enable_compilation_cache(setting: str | None = None) -> str | None:
@@ -213,8 +262,9 @@ def enable_compilation_cache(setting: str | None = None) -> str | None:
     setting = os.environ.get(CACHE_ENV, "") if setting is None else setting
     if setting.strip().lower() in CACHE_OFF:
         return None
-    default = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "posattn",
-                           "jax")
+    default = os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "posattn", "jax"
+    )
     path = setting or jax.config.jax_compilation_cache_dir or default
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -228,14 +278,28 @@ def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
         return ownership.FAILED, 2, "error", str(e)
     if isinstance(e, RunStopped):
         return ownership.INTERRUPTED, e.exit_status, "stopped", str(e)
-    if isinstance(e, KeyboardInterrupt):  # Ctrl-C before the workdir is claimed (`ownership` then stops it)
-        return ownership.INTERRUPTED, 128 + signal.SIGINT, "stopped", "SIGINT before the run wrote anything"
+    if isinstance(
+        e, KeyboardInterrupt
+    ):  # Ctrl-C before the workdir is claimed (`ownership` then stops it)
+        return (
+            ownership.INTERRUPTED,
+            128 + signal.SIGINT,
+            "stopped",
+            "SIGINT before the run wrote anything",
+        )
     text = str(e)
-    if isinstance(e, MemoryError) or (isinstance(e, jax.errors.JaxRuntimeError) and (
-            "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())):
+    if isinstance(e, MemoryError) or (
+        isinstance(e, jax.errors.JaxRuntimeError)
+        and ("RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
+    ):
         first = (text.strip().splitlines() or [type(e).__name__])[0]
-        return (ownership.FAILED, 2, "error", f"out of memory ({first}): choose smaller sizes (batch, samples "
-                "N, model) or a device with more memory")
+        return (
+            ownership.FAILED,
+            2,
+            "error",
+            f"out of memory ({first}): choose smaller sizes (batch, samples "
+            "N, model) or a device with more memory",
+        )
     return None
 
 
@@ -250,7 +314,9 @@ def run(main) -> None:
     # flags), also when it runs as a console script, whose main module is not the binary's
     main_module = sys.argv[0] if main.__module__ == "__main__" else main.__module__
     for module in {main_module, __name__}:
-        for flag in flags.FLAGS.get_key_flags_for_module(module) + flags.FLAGS.get_flags_for_module(module):
+        for flag in flags.FLAGS.get_key_flags_for_module(module) + flags.FLAGS.get_flags_for_module(
+            module
+        ):
             flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
     if "config" in flags.FLAGS:
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS["config"])

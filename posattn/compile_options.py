@@ -9,6 +9,7 @@ the image train step) keep the default. Other platforms: XLA's defaults. A smoke
 `experiments.shallow_vit` (each of its stages is one program run once), compile every program of the
 process at level 1 (`fast_compile_everywhere`).
 """
+
 import functools
 import os
 
@@ -23,8 +24,11 @@ FAST_COMPILE_FLAG = f"--xla_backend_optimization_level={RUN_ONCE_LEVEL}"
 def run_once(platform: str | None = None) -> dict | None:
     """`compiler_options` for a run-once program on `platform` (default: JAX's default backend, which
     this call starts: choose the devices first): LLVM level 1 on CPU, None (XLA's defaults) elsewhere."""
-    return ({"xla_backend_optimization_level": RUN_ONCE_LEVEL} if (platform or jax.default_backend()) == "cpu"
-            else None)
+    return (
+        {"xla_backend_optimization_level": RUN_ONCE_LEVEL}
+        if (platform or jax.default_backend()) == "cpu"
+        else None
+    )
 
 
 def jit_run_once(fn, **static):

@@ -5,6 +5,7 @@ A config file imports only ml_collections and the standard library and returns t
 only ml_collections, so the library's tools (presets, the image config, sweeps) load configs without the
 command line: `posattn.cli` defines the flags and parses argv on top of it.
 """
+
 import dataclasses
 import difflib
 import importlib.util
@@ -34,7 +35,10 @@ def find_config_file(path: str) -> str:
     return next((str(root / path) for root in CONFIG_ROOTS if (root / path).is_file()), path)
 
 
-SMOKE_TOKENS = ("quick", "local")  # the smoke run's token of every binary (`local`: its older spelling)
+SMOKE_TOKENS = (
+    "quick",
+    "local",
+)  # the smoke run's token of every binary (`local`: its older spelling)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,13 +81,17 @@ def load_config(path: str, arg: str | None, schema: Schema) -> ml_collections.Co
     tokens = [t.strip() for t in (arg or "").split(",") if t.strip()]
     quick = is_smoke(arg)
     fields = _config_file_fields(path, ",".join(t for t in tokens if t not in SMOKE_TOKENS) or None)
-    smoke, kind = (fields.get(k) for k in ("smoke", "schema"))  # (no schema has fields of these names)
+    smoke, kind = (
+        fields.get(k) for k in ("smoke", "schema")
+    )  # (no schema has fields of these names)
     for key in ("smoke", "schema"):
         if key in fields:
             del fields[key]
     if kind is not None and kind != schema.kind:
-        raise ConfigError(f"config file {path} is a {kind} config, not {schema.name}: give this binary one of "
-                          "its own config files (its --help names the default)")
+        raise ConfigError(
+            f"config file {path} is a {kind} config, not {schema.name}: give this binary one of "
+            "its own config files (its --help names the default)"
+        )
     config = schema.base(fields)
     _merge(config, fields, f"config file {path}", schema.name)
     if quick:
@@ -94,21 +102,31 @@ def load_config(path: str, arg: str | None, schema: Schema) -> ml_collections.Co
     return config
 
 
-def _merge(config: ml_collections.ConfigDict, fields, where: str, schema: str, prefix: str = "") -> None:
+def _merge(
+    config: ml_collections.ConfigDict, fields, where: str, schema: str, prefix: str = ""
+) -> None:
     """Set `fields` (nested) in `config`, in place; ConfigError for a field `config` lacks or a value of
     another type than its field's."""
     for key, value in fields.items():
         if key not in config:
             close = difflib.get_close_matches(key, list(config.keys()), 1)
-            hint = f"; did you mean {prefix}{close[0]}?" if close else f" (its fields: {', '.join(config.keys())})"
+            hint = (
+                f"; did you mean {prefix}{close[0]}?"
+                if close
+                else f" (its fields: {', '.join(config.keys())})"
+            )
             raise ConfigError(f"{where}: {prefix}{key} is not a field of {schema}{hint}")
-        if isinstance(config[key], ml_collections.ConfigDict) and isinstance(value, (dict, ml_collections.ConfigDict)):
+        if isinstance(config[key], ml_collections.ConfigDict) and isinstance(
+            value, (dict, ml_collections.ConfigDict)
+        ):
             _merge(config[key], value, where, schema, f"{prefix}{key}.")
             continue
         try:
             config[key] = value
         except TypeError as e:
-            raise ConfigError(f"{where}: {prefix}{key}={value!r}: {' '.join(str(e).split())}") from e
+            raise ConfigError(
+                f"{where}: {prefix}{key}={value!r}: {' '.join(str(e).split())}"
+            ) from e
 
 
 def _config_file_fields(path: str, arg: str | None) -> ml_collections.ConfigDict:
@@ -121,13 +139,18 @@ def _config_file_fields(path: str, arg: str | None) -> ml_collections.ConfigDict
     module = importlib.util.module_from_spec(spec)
     _config_file_step(file, path, "loading it", lambda: spec.loader.exec_module(module))
     if not callable(getattr(module, "get_config", None)):
-        raise ConfigError(f"config file {path} defines no get_config(arg): a config file returns its "
-                          "ml_collections.ConfigDict from get_config (e.g. tpu_configs/digits.py)")
-    config = _config_file_step(file, path, call, lambda: module.get_config() if arg is None else
-                               module.get_config(arg))
+        raise ConfigError(
+            f"config file {path} defines no get_config(arg): a config file returns its "
+            "ml_collections.ConfigDict from get_config (e.g. tpu_configs/digits.py)"
+        )
+    config = _config_file_step(
+        file, path, call, lambda: module.get_config() if arg is None else module.get_config(arg)
+    )
     if not isinstance(config, ml_collections.ConfigDict):
-        raise ConfigError(f"config file {path}: {call} returned {type(config).__name__}, not an "
-                          "ml_collections.ConfigDict: end get_config with `return config`")
+        raise ConfigError(
+            f"config file {path}: {call} returned {type(config).__name__}, not an "
+            "ml_collections.ConfigDict: end get_config with `return config`"
+        )
     return config
 
 
@@ -139,7 +162,8 @@ def dataclass_section(instance) -> ml_collections.ConfigDict:
         value = getattr(instance, field.name)
         if value is None:
             value = ml_collections.config_dict.placeholder(
-                next(t for t in typing.get_args(field.type) if t is not type(None)))
+                next(t for t in typing.get_args(field.type) if t is not type(None))
+            )
         fields[field.name] = value
     return ml_collections.ConfigDict(fields)
 
@@ -163,9 +187,13 @@ def _config_file_step(file: pathlib.Path, path: str, what: str, step):
     except ConfigError:
         raise
     except SyntaxError as e:
-        raise ConfigError(f"config file {path}, line {e.lineno}: {e.msg} (it does not compile)") from e
+        raise ConfigError(
+            f"config file {path}, line {e.lineno}: {e.msg} (it does not compile)"
+        ) from e
     except Exception as e:  # noqa: BLE001 - whatever the file's code raises, it is the file's fault
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == str(file)]
         where = f", line {lines[-1]}" if lines else ""
         first = (str(e).strip().splitlines() or [""])[0]
-        raise ConfigError(f"config file {path}{where}: {what} raised {type(e).__name__}: {first}") from e
+        raise ConfigError(
+            f"config file {path}{where}: {what} raised {type(e).__name__}: {first}"
+        ) from e

@@ -1,6 +1,7 @@
 """The error type that means "the user asked for something invalid", the checks that raise it (a name,
 the types of a config dataclass's fields), and the exception of a run that stopped on purpose before
 its end."""
+
 import dataclasses
 import difflib
 import math
@@ -43,7 +44,11 @@ _BOOLS = (bool, np.bool_)
 
 def check_seed(seed, what: str = "seed") -> int:
     """`seed` if it is an integer JAX can make a key of (int64: [-2**63, 2**63)), else ConfigError."""
-    if isinstance(seed, _BOOLS) or not isinstance(seed, numbers.Integral) or not -2**63 <= seed < 2**63:
+    if (
+        isinstance(seed, _BOOLS)
+        or not isinstance(seed, numbers.Integral)
+        or not -(2**63) <= seed < 2**63
+    ):
         raise ConfigError(f"{what}={seed!r}: give an integer in [-2**63, 2**63)")
     return seed
 
@@ -58,9 +63,15 @@ def check_sign_labels(y, what: str) -> None:
     values = np.unique(np.asarray(y))
     if np.isin(values, (-1, 1)).all():
         return
-    fix = "convert labels in {0, 1} with 2 * y - 1" if np.isin(values, (0, 1)).all() else "give -1 or +1"
-    raise ConfigError(f"{what}: labels must be -1 or +1, got values {values[:4].tolist()}"
-                      f"{'...' if values.size > 4 else ''}: {fix}")
+    fix = (
+        "convert labels in {0, 1} with 2 * y - 1"
+        if np.isin(values, (0, 1)).all()
+        else "give -1 or +1"
+    )
+    raise ConfigError(
+        f"{what}: labels must be -1 or +1, got values {values[:4].tolist()}"
+        f"{'...' if values.size > 4 else ''}: {fix}"
+    )
 
 
 def check_field_types(config) -> None:
@@ -92,8 +103,11 @@ def check_field_types(config) -> None:
             ok, want = isinstance(value, typing.get_origin(kind) or kind), f"a {kind.__name__}"
         if not ok:
             whole = _whole(value) if kind is int and not isinstance(value, _BOOLS) else None
-            raise ConfigError(f"{name}: give {want}{or_none} (got a {type(value).__name__}"
-                              + ("" if whole is None else f"; e.g. {field.name}={whole}") + ")")
+            raise ConfigError(
+                f"{name}: give {want}{or_none} (got a {type(value).__name__}"
+                + ("" if whole is None else f"; e.g. {field.name}={whole}")
+                + ")"
+            )
         if kind is int and abs(int(value)) > INT32_MAX:
             raise ConfigError(f"{name}: give at most {INT32_MAX:,} (JAX counts in int32)")
         if kind is float and not math.isfinite(float(value)):

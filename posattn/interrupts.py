@@ -10,14 +10,18 @@ SIGINT, 143 for SIGTERM). The handler is installed first thing by the binaries' 
 heavy import; `posattn.ownership` replaces it while a run holds its workdir and puts it back after.
 Standard library only, so that installing it imports nothing else.
 """
+
 import os
 import signal
 
 
 def _stop(signum, frame):
     del frame
-    os.write(2, f"stopped: {signal.Signals(signum).name} outside a run (while the binary started or "
-                "ended): nothing to save\n".encode())
+    os.write(
+        2,
+        f"stopped: {signal.Signals(signum).name} outside a run (while the binary started or "
+        "ended): nothing to save\n".encode(),
+    )
     os._exit(128 + signum)
 
 

@@ -5,6 +5,7 @@ run stopped mid-write leaves the previous version (or nothing), never a truncate
 finished. Paths may be local or any `etils.epath` location (e.g. gs:// on a TPU pod). Only process 0
 writes, so the same call is safe on every host of a multi-process run.
 """
+
 import json
 import os
 
@@ -87,10 +88,14 @@ def read_jsonl(path) -> list[dict]:
             records.append(json.loads(line))
         except json.JSONDecodeError as e:
             if n == numbered[-1][0]:
-                logging.warning("%s: its last line is cut short (%d characters), left out", path, len(line))
+                logging.warning(
+                    "%s: its last line is cut short (%d characters), left out", path, len(line)
+                )
                 continue
-            raise ConfigError(f"{path} line {n} (of {len(lines)}) is not a JSON record ({e.msg}): repair or "
-                              "delete that line, then rerun") from None
+            raise ConfigError(
+                f"{path} line {n} (of {len(lines)}) is not a JSON record ({e.msg}): repair or "
+                "delete that line, then rerun"
+            ) from None
     return records
 
 
@@ -113,5 +118,6 @@ def move_aside(src, dest_dir) -> epath.Path:
         src.rename(dest)
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
+
         multihost_utils.sync_global_devices(f"posattn: moved {src} aside")
     return dest

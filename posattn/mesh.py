@@ -10,13 +10,15 @@ and each process feeds its own slice of a global batch: `global_batch` stitches 
 global array (`jax.make_array_from_process_local_data`), so the jitted step sees the whole batch as if it
 ran on a single device; `gathered` brings a result spread over the processes back whole to every host.
 """
+
 import os
 from collections.abc import Sequence
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from posattn.errors import ConfigError
 
@@ -51,8 +53,9 @@ def split_runs(fn, runs, *shared):
         return fn(runs, *shared)
     # check_vma=False: the outputs of a custom call carry no mark of varying over "data", and the
     # runs never meet, so there is nothing for the check to find.
-    return jax.shard_map(fn, mesh=mesh, in_specs=(P(DATA), *[P()] * len(shared)), out_specs=P(DATA),
-                         check_vma=False)(runs, *shared)
+    return jax.shard_map(
+        fn, mesh=mesh, in_specs=(P(DATA), *[P()] * len(shared)), out_specs=P(DATA), check_vma=False
+    )(runs, *shared)
 
 
 def map_runs(fn, keys, *shared):
@@ -90,8 +93,11 @@ def use_cpu_cores(count: int | None = None) -> None:
         pass
 
 
-def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
-                           process_id: int | None = None) -> None:
+def initialize_distributed(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+) -> None:
     """Start `jax.distributed` for a multi-process run; a single-process run is left as it is.
 
     With no arguments, `jax.distributed.initialize()` detects the cluster itself (a Cloud TPU pod
@@ -104,8 +110,11 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
     """
     if jax.distributed.is_initialized():
         return
-    explicit = {"coordinator_address": coordinator_address, "num_processes": num_processes,
-                "process_id": process_id}
+    explicit = {
+        "coordinator_address": coordinator_address,
+        "num_processes": num_processes,
+        "process_id": process_id,
+    }
     given = {k: v for k, v in explicit.items() if v is not None}
     try:
         jax.distributed.initialize(**given)
@@ -113,9 +122,11 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
         # JAX raises ValueError when it detected no cluster and lacks an argument; that is a single
         # process unless the user asked for several (an argument, or JAX's coordinator variable).
         if given or os.environ.get(COORDINATOR_ENV):
-            raise ConfigError(f"multi-process start-up failed ({e}); with no cluster that JAX detects, "
-                              f"give coordinator_address (or {COORDINATOR_ENV}), num_processes and "
-                              f"process_id: see docs/distributed.md") from e
+            raise ConfigError(
+                f"multi-process start-up failed ({e}); with no cluster that JAX detects, "
+                f"give coordinator_address (or {COORDINATOR_ENV}), num_processes and "
+                f"process_id: see docs/distributed.md"
+            ) from e
 
 
 # JAX's own variable for the coordinator's host:port (read by `jax.distributed.initialize`).
@@ -140,5 +151,6 @@ def global_batch(local_batch: dict, mesh: jax.sharding.Mesh) -> dict:
     """Host-local numpy arrays (this process's contiguous slice) -> global arrays sharded along "data"."""
     sharding = batch_sharding(mesh)
     return {
-        k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in local_batch.items()
+        k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+        for k, v in local_batch.items()
     }

@@ -17,6 +17,7 @@ regime's own names into this schema; `MetricLog` writes a record to both files (
 TensorBoard (`tensorboard --logdir WORKDIR`) reads the events in WORKDIR/tensorboard/; they are written
 by tensorboardX, for local workdirs (an `etils.epath` URL such as gs:// gets the JSON lines only).
 """
+
 import math
 import numbers
 
@@ -59,13 +60,17 @@ class MetricLog:
         if fresh:
             io.write_text(self.path, "")
         elif start_step is not None and io.is_writer() and epath.Path(self.path).exists():
-            io.write_jsonl(self.path, [r for r in io.read_jsonl(self.path) if r["step"] <= start_step])
+            io.write_jsonl(
+                self.path, [r for r in io.read_jsonl(self.path) if r["step"] <= start_step]
+            )
         self._events = None
         if io.is_writer() and io.is_local(workdir):
             from tensorboardX import SummaryWriter  # imported here: only a writing process needs it
 
             purge = None if start_step is None else start_step + 1
-            self._events = SummaryWriter(logdir=f"{workdir}/{TENSORBOARD_DIR}", flush_secs=30, purge_step=purge)
+            self._events = SummaryWriter(
+                logdir=f"{workdir}/{TENSORBOARD_DIR}", flush_secs=30, purge_step=purge
+            )
 
     def write(self, record: dict) -> None:
         """Append one record (it must have "step"); its finite numbers become TensorBoard scalars."""

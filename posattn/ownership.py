@@ -36,6 +36,7 @@ writes are whole or absent (`posattn.io`), so nothing is left half-written. A SI
 parent (a background job) stays ignored. On a multi-process run only process 0 locks and writes the
 marker, every process checks it, and JAX's preemption service keeps SIGTERM.
 """
+
 import dataclasses
 import datetime
 import hashlib
@@ -49,7 +50,8 @@ import threading
 import jax
 from etils import epath
 
-from posattn import io, workdir as workdir_lib
+from posattn import io
+from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.vision.resume import differing_fields
 
@@ -65,11 +67,11 @@ class _Claim:
     binary: str
     resumes: bool
     record: dict
-    before: bytes | None          # the marker as the claim found it (None: there was none)
-    listing: dict                 # the workdir's entries as the claim found them (`_listing`)
-    created: list                 # directories the claim created, innermost first
+    before: bytes | None  # the marker as the claim found it (None: there was none)
+    listing: dict  # the workdir's entries as the claim found them (`_listing`)
+    created: list  # directories the claim created, innermost first
     lock_fd: int | None = None
-    lock_before: bytes = b""      # the lock file's content (the previous holder's pid) as found
+    lock_before: bytes = b""  # the lock file's content (the previous holder's pid) as found
     handlers: dict = dataclasses.field(default_factory=dict)  # {signal: the handler to restore}
 
 
@@ -83,8 +85,10 @@ def _reachable(workdir) -> epath.Path:
     try:
         path.exists()
     except Exception as e:  # noqa: BLE001 - whatever the file system raises, the workdir is out of reach
-        raise ConfigError(f"--workdir={workdir} cannot be reached ({type(e).__name__}: {_first_line(e)}): "
-                          "install what it names, or choose a directory this machine can reach") from e
+        raise ConfigError(
+            f"--workdir={workdir} cannot be reached ({type(e).__name__}: {_first_line(e)}): "
+            "install what it names, or choose a directory this machine can reach"
+        ) from e
     return path
 
 
@@ -100,9 +104,16 @@ def check_path(workdir, flag: str = "workdir") -> str:
 def _flat_config(config) -> dict:
     """The config as plain JSON (dicts, lists, numbers, strings), as the marker stores it; nested
     ml_collections.ConfigDicts as their dicts."""
-    as_json = lambda x: json.loads(x.to_json_best_effort()) if hasattr(x, "to_json_best_effort") else str(x)
-    return json.loads(json.dumps(io.jsonable(config) if isinstance(config, dict) else config, sort_keys=True,
-                                 default=as_json))
+    as_json = lambda x: (
+        json.loads(x.to_json_best_effort()) if hasattr(x, "to_json_best_effort") else str(x)
+    )
+    return json.loads(
+        json.dumps(
+            io.jsonable(config) if isinstance(config, dict) else config,
+            sort_keys=True,
+            default=as_json,
+        )
+    )
 
 
 def fingerprint(config: dict, may_change=()) -> str:
@@ -114,7 +125,11 @@ def fingerprint(config: dict, may_change=()) -> str:
 def _dotted(tree: dict, prefix: str = "") -> dict:
     out = {}
     for key, value in tree.items():
-        out.update(_dotted(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+        out.update(
+            _dotted(value, f"{prefix}{key}.")
+            if isinstance(value, dict)
+            else {f"{prefix}{key}": value}
+        )
     return out
 
 
@@ -126,11 +141,15 @@ def read_marker(workdir) -> dict | None:
             return None
         marker = json.loads(path.read_text())
     except Exception as e:  # noqa: BLE001 - unreadable for whatever reason: the workdir is not ours to take
-        raise ConfigError(f"--workdir={workdir}: its {MARKER} cannot be read ({type(e).__name__}: "
-                          f"{_first_line(e)}): restore it, or use a new --workdir") from e
+        raise ConfigError(
+            f"--workdir={workdir}: its {MARKER} cannot be read ({type(e).__name__}: "
+            f"{_first_line(e)}): restore it, or use a new --workdir"
+        ) from e
     if not isinstance(marker, dict) or not {"binary", "config", "status"} <= marker.keys():
-        raise ConfigError(f"--workdir={workdir}: its {MARKER} is not a posattn marker (no binary, config and "
-                          "status): restore it, or use a new --workdir")
+        raise ConfigError(
+            f"--workdir={workdir}: its {MARKER} is not a posattn marker (no binary, config and "
+            "status): restore it, or use a new --workdir"
+        )
     return marker
 
 
@@ -143,11 +162,15 @@ def read_config_json(workdir) -> dict | None:
             return None
         record = json.loads(path.read_text())
     except Exception as e:  # noqa: BLE001 - JSONDecodeError, UnicodeDecodeError, the file system's own
-        raise ConfigError(f"--workdir={workdir}: its config.json is damaged ({type(e).__name__}: "
-                          f"{_first_line(e)}): restore it from a copy, or use a new --workdir") from e
+        raise ConfigError(
+            f"--workdir={workdir}: its config.json is damaged ({type(e).__name__}: "
+            f"{_first_line(e)}): restore it from a copy, or use a new --workdir"
+        ) from e
     if not isinstance(record, dict):
-        raise ConfigError(f"--workdir={workdir}: its config.json holds a {type(record).__name__}, not a "
-                          "config: restore it from a copy, or use a new --workdir")
+        raise ConfigError(
+            f"--workdir={workdir}: its config.json holds a {type(record).__name__}, not a "
+            "config: restore it from a copy, or use a new --workdir"
+        )
     return record
 
 
@@ -161,8 +184,11 @@ def _listing(path: epath.Path) -> dict:
     on a remote file system."""
     if not path.is_dir():
         return {}
-    names = [p.name for p in path.iterdir()
-             if p.name not in _OWN_FILES and not p.name.startswith(".write_probe.")]
+    names = [
+        p.name
+        for p in path.iterdir()
+        if p.name not in _OWN_FILES and not p.name.startswith(".write_probe.")
+    ]
     if not io.is_local(path):
         return dict.fromkeys(names)
     stats = {name: os.stat(os.path.join(path, name), follow_symlinks=False) for name in names}
@@ -194,29 +220,39 @@ def check(workdir, binary: str, config, *, may_change=(), resumes: bool = False)
         stored = read_config_json(path) if entries else None
         if entries and stored is None:
             shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
-            raise ConfigError(f"--workdir={workdir} holds files ({shown}) but no {MARKER} or config.json: not a run "
-                              f"{binary} can continue; use a new or empty --workdir")
+            raise ConfigError(
+                f"--workdir={workdir} holds files ({shown}) but no {MARKER} or config.json: not a run "
+                f"{binary} can continue; use a new or empty --workdir"
+            )
         if entries and (diffs := _differences(stored, config, may_change)):
-            raise ConfigError(f"--workdir={workdir} holds a run whose config.json is another config ({diffs}): "
-                              f"rerun with that config to {again}, or use a new --workdir")
+            raise ConfigError(
+                f"--workdir={workdir} holds a run whose config.json is another config ({diffs}): "
+                f"rerun with that config to {again}, or use a new --workdir"
+            )
         return None
     read_config_json(path)  # a damaged record stops the run before anything is changed
     what = _describe(marker, _lock_holder(path) if _is_locked(path) else None)
     if marker["binary"] != binary:
-        raise ConfigError(f"--workdir={workdir} holds {what}: {binary} does not overwrite it; use a new "
-                          "--workdir")
+        raise ConfigError(
+            f"--workdir={workdir} holds {what}: {binary} does not overwrite it; use a new --workdir"
+        )
     diffs = _differences(marker["config"], config, may_change)
     if diffs and marker["status"] != FAILED:
-        raise ConfigError(f"--workdir={workdir} holds {what} of another config ({diffs}): rerun with its "
-                          f"config ({MARKER}) to {again}, or use a new --workdir")
+        raise ConfigError(
+            f"--workdir={workdir} holds {what} of another config ({diffs}): rerun with its "
+            f"config ({MARKER}) to {again}, or use a new --workdir"
+        )
     return marker
 
 
 def _differences(stored: dict, config, may_change) -> str:
     """The fields (at most 4 shown) where `config` differs from the `stored` record, leaving out
     `may_change`, as "field old -> new; ..."; "" if none."""
-    diffs = [f"{k} {old!r} -> {new!r}" for k, (old, new) in differing_fields(stored, _flat_config(config)).items()
-             if k not in may_change]
+    diffs = [
+        f"{k} {old!r} -> {new!r}"
+        for k, (old, new) in differing_fields(stored, _flat_config(config)).items()
+        if k not in may_change
+    ]
     return "; ".join(diffs[:4]) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
 
 
@@ -241,8 +277,11 @@ def _lock(path: epath.Path, workdir: str) -> tuple[int | None, bytes]:
     before); ConfigError naming the holder if another process has it. No descriptor where locks are not
     used (a remote workdir: a warning)."""
     if not io.is_local(path):
-        print(f"note: {workdir} is not a local directory: it is not locked, so make sure one process at a time "
-              "runs in it", flush=True)
+        print(
+            f"note: {workdir} is not a local directory: it is not locked, so make sure one process at a time "
+            "runs in it",
+            flush=True,
+        )
         return None, b""
     import fcntl
 
@@ -251,8 +290,10 @@ def _lock(path: epath.Path, workdir: str) -> tuple[int | None, bytes]:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise ConfigError(f"--workdir={workdir} is in use by another process (pid {_lock_holder(path)}): wait "
-                          "for it to end or stop it, or use another --workdir") from None
+        raise ConfigError(
+            f"--workdir={workdir} is in use by another process (pid {_lock_holder(path)}): wait "
+            "for it to end or stop it, or use another --workdir"
+        ) from None
     before = os.pread(fd, 64, 0)
     _write_lock(fd, f"{os.getpid()}\n".encode())
     return fd, before
@@ -295,13 +336,24 @@ def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False)
     path = workdir_lib.check(workdir)  # created, and writable
     fd, lock_before = _lock(path, workdir) if writer else (None, b"")
     try:
-        marker = check(workdir, binary, config, may_change=may_change, resumes=resumes)  # again, locked
+        marker = check(
+            workdir, binary, config, may_change=may_change, resumes=resumes
+        )  # again, locked
         before = (path / MARKER).read_bytes() if marker is not None else None
-        record = {"binary": binary, "config": _flat_config(config),
-                  "fingerprint": fingerprint(_flat_config(config), may_change), "status": RUNNING,
-                  "pid": os.getpid(), "command": shlex.join(sys.orig_argv), "started": _now(), "ended": None,
-                  "message": None}
-        held = _Claim(path, workdir, binary, resumes, record, before, _listing(path), created, fd, lock_before)
+        record = {
+            "binary": binary,
+            "config": _flat_config(config),
+            "fingerprint": fingerprint(_flat_config(config), may_change),
+            "status": RUNNING,
+            "pid": os.getpid(),
+            "command": shlex.join(sys.orig_argv),
+            "started": _now(),
+            "ended": None,
+            "message": None,
+        }
+        held = _Claim(
+            path, workdir, binary, resumes, record, before, _listing(path), created, fd, lock_before
+        )
         io.write_json(path / MARKER, record)
     except BaseException:
         if fd is not None:
@@ -325,8 +377,10 @@ def _stop(signum, frame):
         line = f"before the run wrote anything: {held.workdir} is as it was"
     else:
         again = "resume it" if held.resumes else "run it again from the start"
-        line = (f"the run in {held.workdir} did not finish ({MARKER} says interrupted); rerun the same command to "
-                f"{again}")
+        line = (
+            f"the run in {held.workdir} did not finish ({MARKER} says interrupted); rerun the same command to "
+            f"{again}"
+        )
     sys.stdout.flush()
     sys.stderr.write(f"stopped: {name}: {line}\n")
     sys.stderr.flush()
@@ -350,7 +404,10 @@ def release(status: str, message: str | None = None) -> bool:
         if status != COMPLETE and _listing(held.path) == held.listing:
             _restore(held)
             return False
-        io.write_json(held.path / MARKER, {**held.record, "status": status, "ended": _now(), "message": message})
+        io.write_json(
+            held.path / MARKER,
+            {**held.record, "status": status, "ended": _now(), "message": message},
+        )
         return True
     finally:
         if held.lock_fd is not None:
@@ -378,8 +435,12 @@ def check_run(workdir, binary: str) -> None:
     (a run made by `posattn.vision.train` outside the binaries, e.g. a cell of a sweep)."""
     marker = read_marker(_reachable(workdir))
     if marker is not None and marker["binary"] != binary:
-        raise ConfigError(f"--workdir={workdir} holds a {marker['binary']} run, not a {binary} run: give the "
-                          f"workdir of a {binary} run")
+        raise ConfigError(
+            f"--workdir={workdir} holds a {marker['binary']} run, not a {binary} run: give the "
+            f"workdir of a {binary} run"
+        )
     if read_config_json(workdir) is None:
-        raise ConfigError(f"--workdir={workdir} has no config.json: it holds no {binary} run (give the workdir "
-                          f"of a finished {binary} run)")
+        raise ConfigError(
+            f"--workdir={workdir} has no config.json: it holds no {binary} run (give the workdir "
+            f"of a finished {binary} run)"
+        )

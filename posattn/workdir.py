@@ -5,6 +5,7 @@ otherwise surface as a traceback at the first save, possibly hours in; `check` t
 `ConfigError` line before the run computes anything. Paths may be local or any `etils.epath` location
 (gs:// on a TPU pod): the write probe works on both, the free-space figure only on local disks.
 """
+
 import math
 import os
 import shutil
@@ -74,10 +75,13 @@ def check(workdir, need_bytes: int = 0, need_what: str = "one checkpoint") -> ep
         first_line = (str(e).splitlines() or [""])[0]
         reason = getattr(e, "strerror", None) or f"{type(e).__name__}: {first_line}"
         room = " with room for the checkpoints" if need_bytes else ""
-        raise ConfigError(f"--workdir={workdir} cannot be written ({reason}): choose a writable "
-                          f"directory{room}") from e
+        raise ConfigError(
+            f"--workdir={workdir} cannot be written ({reason}): choose a writable directory{room}"
+        ) from e
     free = free_bytes(path)
     if free is not None and free < need_bytes:
-        raise ConfigError(f"--workdir={workdir} has {_mib(free)} free, {need_what} needs about "
-                          f"{_mib(need_bytes)}: free space there or choose another --workdir")
+        raise ConfigError(
+            f"--workdir={workdir} has {_mib(free)} free, {need_what} needs about "
+            f"{_mib(need_bytes)}: free space there or choose another --workdir"
+        )
     return path

@@ -11,6 +11,7 @@ tests start as subprocesses: many tests compile the same programs (the same mode
 chunks), and each is then compiled once per run. The cache starts empty on every run, so a run's time
 is what a fresh machine sees, and the user's own cache (~/.cache/posattn) is neither read nor written.
 """
+
 import os
 import shutil
 import tempfile

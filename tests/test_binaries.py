@@ -2,9 +2,9 @@
 config's fields) and --workdir from any directory (and the cluster flags, or why it runs on one host), its
 --dry_run prints the resolved config and touches nothing, and its default config file runs as `:quick` (its
 smoke run) from /."""
+
 import importlib.util
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -15,11 +15,25 @@ import pytest
 from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-BINARIES = ("theory", "reproduce", "train_images", "compare_attention", "permuted", "how_vits_work",
-            "phase_three", "posemb_similarity", "shallow_vit", "shallow_settle", "token_grid")
+BINARIES = (
+    "theory",
+    "reproduce",
+    "train_images",
+    "compare_attention",
+    "permuted",
+    "how_vits_work",
+    "phase_three",
+    "posemb_similarity",
+    "shallow_vit",
+    "shallow_settle",
+    "token_grid",
+)
 # posattn.experiments as installed (setup.py maps experiments/ under posattn); experiments.NAME with this
 # checkout on the path where the installed package is another checkout's (an editable install elsewhere)
-INSTALLED = pathlib.Path(importlib.util.find_spec("posattn.experiments").origin).parent == ROOT / "experiments"
+INSTALLED = (
+    pathlib.Path(importlib.util.find_spec("posattn.experiments").origin).parent
+    == ROOT / "experiments"
+)
 PACKAGE = "posattn.experiments" if INSTALLED else "experiments"
 
 
@@ -33,13 +47,24 @@ def env(**extra) -> dict:
 
 def test_every_binary_is_a_console_script():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {f"posattn-{n.replace('_', '-')}": f"posattn.experiments.{n}:entry" for n in BINARIES}
+    assert scripts == {
+        f"posattn-{n.replace('_', '-')}": f"posattn.experiments.{n}:entry" for n in BINARIES
+    }
 
 
 @pytest.mark.slow  # (a new process end to end: `pytest -m slow`, as .ci/run)
 def test_help_lists_config_and_workdir_from_the_root_directory():
-    procs = {n: subprocess.Popen(command(n, "--help"), cwd="/", env=env(), stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True) for n in BINARIES}  # (in parallel)
+    procs = {
+        n: subprocess.Popen(
+            command(n, "--help"),
+            cwd="/",
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in BINARIES
+    }  # (in parallel)
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=300)
         assert "Traceback" not in err, (name, err[-2000:])  # (absl's --help exits with status 1)
@@ -63,53 +88,110 @@ QUICK = {  # the smoke run's own flags, only where the default would be long
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in BINARIES if n != "posemb_similarity"])
 def test_quick_config_runs_from_the_root_directory(name, tmp_path):
-    r = subprocess.run(command(name, f"--config=tpu_configs/{CONFIG.get(name, name)}.py:quick", *QUICK.get(name, ()),
-                               f"--workdir={tmp_path / 'run'}"),
-                       cwd="/", env=env(), capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        command(
+            name,
+            f"--config=tpu_configs/{CONFIG.get(name, name)}.py:quick",
+            *QUICK.get(name, ()),
+            f"--workdir={tmp_path / 'run'}",
+        ),
+        cwd="/",
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((tmp_path / "run" / "workdir.json").read_text())["status"] == "complete"
     if name == "permuted":  # and the maps of its g = 2 run, posemb_similarity's smoke run
-        r = subprocess.run(command("posemb_similarity", "--config=tpu_configs/posemb_similarity.py:quick",
-                                   f"--workdir={tmp_path / 'run' / 'vit-g2-seed0'}"),
-                           cwd="/", env=env(), capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0 and (tmp_path / "run" / "vit-g2-seed0" / "posemb_similarity.png").exists(), r.stderr
+        r = subprocess.run(
+            command(
+                "posemb_similarity",
+                "--config=tpu_configs/posemb_similarity.py:quick",
+                f"--workdir={tmp_path / 'run' / 'vit-g2-seed0'}",
+            ),
+            cwd="/",
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert (
+            r.returncode == 0
+            and (tmp_path / "run" / "vit-g2-seed0" / "posemb_similarity.png").exists()
+        ), r.stderr
 
 
 # a field of each binary's config, and a value its checks accept
-OVERRIDE = {"theory": ("seed", 3), "reproduce": ("seed", 3), "train_images": ("total_steps", 7),
-            "compare_attention": ("total_steps", 7), "permuted": ("vit_steps", 7),
-            "how_vits_work": ("seed", 3),
-            "phase_three": ("steps", 7), "posemb_similarity": ("threshold", 0.5), "shallow_vit": ("seed", 3),
-            "shallow_settle": ("boot", 11), "token_grid": ("grid.seed", 3)}
+OVERRIDE = {
+    "theory": ("seed", 3),
+    "reproduce": ("seed", 3),
+    "train_images": ("total_steps", 7),
+    "compare_attention": ("total_steps", 7),
+    "permuted": ("vit_steps", 7),
+    "how_vits_work": ("seed", 3),
+    "phase_three": ("steps", 7),
+    "posemb_similarity": ("threshold", 0.5),
+    "shallow_vit": ("seed", 3),
+    "shallow_settle": ("boot", 11),
+    "token_grid": ("grid.seed", 3),
+}
 
 
 @pytest.mark.slow  # (eleven processes, 1-6 s each on 2 cores)
 @pytest.mark.parametrize("name", BINARIES)
 def test_dry_run_prints_the_resolved_config_and_writes_and_compiles_nothing(name, tmp_path):
     workdir, field, value = tmp_path / "run", *OVERRIDE[name]
-    if name == "posemb_similarity":  # --workdir: a trained run's; without --config.out it writes beside it
+    if (
+        name == "posemb_similarity"
+    ):  # --workdir: a trained run's; without --config.out it writes beside it
         workdir.mkdir()
         (workdir / "config.json").write_text("{}")
-    r = subprocess.run(command(name, "--dry_run", f"--workdir={workdir}", f"--config.{field}={value}",
-                               f"--compilation_cache={tmp_path / 'cache'}"),
-                       cwd="/", env=env(), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        command(
+            name,
+            "--dry_run",
+            f"--workdir={workdir}",
+            f"--config.{field}={value}",
+            f"--compilation_cache={tmp_path / 'cache'}",
+        ),
+        cwd="/",
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0 and r.stderr == "", r.stderr[-3000:]
     config = json.loads(r.stdout)  # every field, as JSON
     for key in field.split("."):
         config = config[key]
     assert config == value
-    assert sorted(p.name for p in tmp_path.iterdir()) == (["run"] if name == "posemb_similarity" else [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == (
+        ["run"] if name == "posemb_similarity" else []
+    )
     if name == "posemb_similarity":
         assert [p.name for p in workdir.iterdir()] == ["config.json"]
     # (no cache folder: JAX made none, so it compiled nothing)
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--config.total_stepz=7"], "error: no such config field"),  # the flags' own parse
-    (["--config.total_steps=-1"], "error: total_steps=-1"),  # the binary's checks, before its claim
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--config.total_stepz=7"], "error: no such config field"),  # the flags' own parse
+        (
+            ["--config.total_steps=-1"],
+            "error: total_steps=-1",
+        ),  # the binary's checks, before its claim
+    ],
+)
 def test_a_dry_run_refuses_what_the_run_would_in_one_line(args, says, tmp_path):
-    r = subprocess.run(command("train_images", "--dry_run", f"--workdir={tmp_path / 'run'}", *args),
-                       cwd=ROOT, env=env(), capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        command("train_images", "--dry_run", f"--workdir={tmp_path / 'run'}", *args),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.startswith(says) and r.stderr.count("\n") == 1, r.stderr
     assert r.stdout == "" and not (tmp_path / "run").exists()

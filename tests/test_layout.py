@@ -1,5 +1,6 @@
 """The layout of the package (docs of `posattn.papers`): tools never import a study, matplotlib or the
 drills; no import circles among posattn's modules; tests import no benchmark or drill."""
+
 import ast
 import pathlib
 import subprocess
@@ -28,9 +29,13 @@ def _imports(name: str, path: pathlib.Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from the package that holds `name`
-                package = name.split(".")[: len(name.split(".")) - node.level + (path.name == "__init__.py")]
+                package = name.split(".")[
+                    : len(name.split(".")) - node.level + (path.name == "__init__.py")
+                ]
                 base = ".".join(package + ([node.module] if node.module else []))
-            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names)
+            found.update(
+                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
+            )
     return found
 
 
@@ -39,17 +44,26 @@ def _inside(module: str, packages) -> bool:
 
 
 def test_tools_import_no_study_no_figure_and_no_matplotlib_even_inside_functions():
-    offending = {m: sorted(i for i in _imports(m, MODULES[m])
-                           if _inside(i, (*STUDIES_AND_FIGURES, "matplotlib", "benchmarks", "drills")))
-                 for m in TOOLS}
+    offending = {
+        m: sorted(
+            i
+            for i in _imports(m, MODULES[m])
+            if _inside(i, (*STUDIES_AND_FIGURES, "matplotlib", "benchmarks", "drills"))
+        )
+        for m in TOOLS
+    }
     assert not {m: i for m, i in offending.items() if i}
 
 
 def test_importing_every_tool_loads_neither_matplotlib_nor_a_study():
-    code = ("import importlib, sys\n"
-            f"for m in {TOOLS!r}: importlib.import_module(m)\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib' or m.startswith('posattn.papers')))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    code = (
+        "import importlib, sys\n"
+        f"for m in {TOOLS!r}: importlib.import_module(m)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib' or m.startswith('posattn.papers')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]", out.stdout
 
 
@@ -61,12 +75,16 @@ def test_the_tool_packages_import_no_command_line_and_define_no_flag():
     binaries' plumbing (posattn.cli, which defines flags, nor posattn.ownership) nor defines an absl flag
     of ours: config schemas load through posattn.configs, which needs only ml_collections."""
     tools = [m for m in TOOLS if _inside(m, TOOL_PACKAGES)]
-    code = ("import importlib, sys\n"
-            "from absl import flags\n"
-            f"for m in {tools!r}: importlib.import_module(m)\n"
-            "ours = [f for mod, fs in flags.FLAGS.flags_by_module_dict().items() if 'posattn' in mod for f in fs]\n"
-            "print(sorted(m for m in ('posattn.cli', 'posattn.ownership') if m in sys.modules), len(ours))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    code = (
+        "import importlib, sys\n"
+        "from absl import flags\n"
+        f"for m in {tools!r}: importlib.import_module(m)\n"
+        "ours = [f for mod, fs in flags.FLAGS.flags_by_module_dict().items() if 'posattn' in mod for f in fs]\n"
+        "print(sorted(m for m in ('posattn.cli', 'posattn.ownership') if m in sys.modules), len(ours))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[] 0", out.stdout
 
 
@@ -79,7 +97,7 @@ def test_posattn_modules_import_each_other_without_a_circle():
         path.append(m)
         for n in sorted(graph[m]):
             if state.get(n) == "open":
-                raise AssertionError("import circle: " + " -> ".join(path[path.index(n):] + [n]))
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(n) :] + [n]))
             if n not in state:
                 visit(n)
         state[m] = "done"
@@ -93,7 +111,9 @@ def test_posattn_modules_import_each_other_without_a_circle():
 def test_no_test_imports_a_benchmark_or_a_drill():
     offending = {}
     for path in sorted((ROOT / "tests").rglob("*.py")):
-        found = {i for i in _imports(_module_name(path), path) if _inside(i, ("benchmarks", "drills"))}
+        found = {
+            i for i in _imports(_module_name(path), path) if _inside(i, ("benchmarks", "drills"))
+        }
         if found:
             offending[str(path.relative_to(ROOT))] = sorted(found)
     assert not offending

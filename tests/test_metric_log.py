@@ -1,4 +1,5 @@
 """The metrics record: JSON lines and TensorBoard events with one schema for both regimes."""
+
 import json
 import struct
 
@@ -16,8 +17,8 @@ def events(directory):
     for path in sorted(directory.iterdir()):
         data, i = path.read_bytes(), 0
         while i < len(data):
-            (length,) = struct.unpack("<Q", data[i:i + 8])
-            yield event_pb2.Event.FromString(data[i + 12:i + 12 + length])
+            (length,) = struct.unpack("<Q", data[i : i + 8])
+            yield event_pb2.Event.FromString(data[i + 12 : i + 12 + length])
             i += 12 + length + 4
 
 
@@ -31,10 +32,21 @@ def read_events(directory) -> dict:
 
 
 def test_both_regimes_share_the_schema_and_tensorboard_reads_it(tmp_path):
-    theory = from_theory({"step": np.int32(50), "loss": np.float32(0.25), "test_error": 0.125,
-                          "alpha": np.float32(1.5)})
-    assert theory == {"step": 50, "train_loss": 0.25, "test_error": 0.125, "test_accuracy": 0.875,
-                      "alpha": 1.5}
+    theory = from_theory(
+        {
+            "step": np.int32(50),
+            "loss": np.float32(0.25),
+            "test_error": 0.125,
+            "alpha": np.float32(1.5),
+        }
+    )
+    assert theory == {
+        "step": 50,
+        "train_loss": 0.25,
+        "test_error": 0.125,
+        "test_accuracy": 0.875,
+        "alpha": 1.5,
+    }
     image = paired_test_metrics({"step": 4, "test_accuracy": 0.75, "test_loss": 0.5})
     assert image["test_error"] == 0.25 and not set(theory) - set(image) - {"train_loss", "alpha"}
 
@@ -59,10 +71,18 @@ def test_a_run_that_continues_from_a_step_drops_the_records_after_it(tmp_path):
     log.write({"step": 4, "train_loss": 0.5})
     log.close()
     lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["step"], r["train_loss"]) for r in lines] == [(1, 1.0), (2, 0.5), (3, 1 / 3), (4, 0.5)]
+    assert [(r["step"], r["train_loss"]) for r in lines] == [
+        (1, 1.0),
+        (2, 0.5),
+        (3, 1 / 3),
+        (4, 0.5),
+    ]
     # TensorBoard hides the first series' events from step 4 on (a SessionLog START at the purge step)
-    starts = [e.step for e in events(tmp_path / TENSORBOARD_DIR)
-              if e.HasField("session_log") and e.session_log.status == event_pb2.SessionLog.START]
+    starts = [
+        e.step
+        for e in events(tmp_path / TENSORBOARD_DIR)
+        if e.HasField("session_log") and e.session_log.status == event_pb2.SessionLog.START
+    ]
     assert starts == [4]
 
 
@@ -74,6 +94,9 @@ def test_a_record_cut_short_by_a_kill_is_left_out_when_the_run_resumes(tmp_path)
     lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [1, 3]
     (tmp_path / "bad.jsonl").write_text('{"step": 1\n{"step": 2}\n')  # not at the end: an error
-    with pytest.raises(ConfigError, match=r"bad.jsonl line 1 \(of 2\) is not a JSON record \(Expecting ',' "
-                                          r"delimiter\): repair or delete that line, then rerun$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"bad.jsonl line 1 \(of 2\) is not a JSON record \(Expecting ',' "
+        r"delimiter\): repair or delete that line, then rerun$",
+    ):
         io.read_jsonl(tmp_path / "bad.jsonl")

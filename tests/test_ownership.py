@@ -1,5 +1,6 @@
 """A workdir belongs to one run of one binary, held by one process (`posattn.ownership`): refusals
 touch nothing, a second process is refused naming the first's pid, a killed one leaves no lock."""
+
 import json
 import os
 import pathlib
@@ -19,11 +20,15 @@ CONFIG = {"seed": 0, "optimizer": {"lr": 0.1}, "steps": 10}
 @pytest.fixture(autouse=True)
 def no_claim_left():
     yield
-    ownership.release(ownership.FAILED)  # a test that failed midway must not leave its claim to the next
+    ownership.release(
+        ownership.FAILED
+    )  # a test that failed midway must not leave its claim to the next
 
 
 def files(path: pathlib.Path) -> dict:
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()
+    }
 
 
 def finished(path: pathlib.Path, binary="train_images", config=CONFIG) -> pathlib.Path:
@@ -43,7 +48,12 @@ def test_a_claim_marks_and_locks_the_workdir_and_release_records_the_end(tmp_pat
     path = tmp_path / "new" / "run"
     ownership.claim(path, "theory", CONFIG)
     m = marker(path)
-    assert (m["binary"], m["status"], m["pid"], m["config"]) == ("theory", "running", os.getpid(), CONFIG)
+    assert (m["binary"], m["status"], m["pid"], m["config"]) == (
+        "theory",
+        "running",
+        os.getpid(),
+        CONFIG,
+    )
     assert m["fingerprint"] == ownership.fingerprint(CONFIG)
     assert ownership._is_locked(path) and (path / ownership.LOCK).read_text() == f"{os.getpid()}\n"
     (path / "summary.json").write_text("{}")
@@ -51,10 +61,17 @@ def test_a_claim_marks_and_locks_the_workdir_and_release_records_the_end(tmp_pat
     assert marker(path)["status"] == "complete" and not ownership._is_locked(path)
 
 
-@pytest.mark.parametrize("binary, config, words", [
-    ("theory", CONFIG, "holds a train_images run (complete): theory does not overwrite it"),
-    ("train_images", {**CONFIG, "seed": 1}, "holds a train_images run (complete) of another config (seed 0 -> 1)"),
-])
+@pytest.mark.parametrize(
+    "binary, config, words",
+    [
+        ("theory", CONFIG, "holds a train_images run (complete): theory does not overwrite it"),
+        (
+            "train_images",
+            {**CONFIG, "seed": 1},
+            "holds a train_images run (complete) of another config (seed 0 -> 1)",
+        ),
+    ],
+)
 def test_another_binary_or_config_is_refused_and_nothing_changes(tmp_path, binary, config, words):
     path = finished(tmp_path)
     before = files(path)
@@ -74,7 +91,9 @@ def test_a_run_without_its_config_json_still_refuses_another_seed(tmp_path):
 def test_fields_a_resumed_run_may_change_are_not_the_config(tmp_path):
     path = finished(tmp_path)
     changed = {**CONFIG, "optimizer": {"lr": 0.2}}
-    assert ownership.fingerprint(changed, ["optimizer.lr"]) == ownership.fingerprint(CONFIG, ["optimizer.lr"])
+    assert ownership.fingerprint(changed, ["optimizer.lr"]) == ownership.fingerprint(
+        CONFIG, ["optimizer.lr"]
+    )
     ownership.claim(path, "train_images", changed, may_change=["optimizer.lr"])
     assert marker(path)["config"] == changed
 
@@ -97,7 +116,9 @@ def test_an_empty_workdir_is_refused(workdir):
 
 def test_a_workdir_without_marker_is_taken_only_empty_or_with_this_configs_record(tmp_path):
     (tmp_path / "notes.txt").write_text("someone's notes")
-    with pytest.raises(ConfigError, match=r"holds files \(notes.txt\) but no workdir.json or config.json"):
+    with pytest.raises(
+        ConfigError, match=r"holds files \(notes.txt\) but no workdir.json or config.json"
+    ):
         ownership.claim(tmp_path, "theory", CONFIG)
     (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "seed": 1}))
     with pytest.raises(ConfigError, match=r"config.json is another config \(seed 1 -> 0\)"):
@@ -111,8 +132,10 @@ def test_a_damaged_config_json_is_refused_in_one_line(tmp_path, damage):
     path = finished(tmp_path)
     (path / "config.json").write_bytes(damage)
     before = files(path)
-    for call in (lambda: ownership.claim(path, "train_images", CONFIG),
-                 lambda: ownership.check_run(path, "train_images")):
+    for call in (
+        lambda: ownership.claim(path, "train_images", CONFIG),
+        lambda: ownership.check_run(path, "train_images"),
+    ):
         with pytest.raises(ConfigError, match="its config.json (is damaged|holds a list)"):
             call()
     assert files(path) == before
@@ -148,8 +171,13 @@ time.sleep(120)
 
 
 def test_a_second_process_is_refused_naming_the_first_and_a_killed_one_leaves_no_lock(tmp_path):
-    first = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
-                             text=True, env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
+    first = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"),
+    )
     try:
         assert first.stdout.readline() == "held\n"
         with pytest.raises(ConfigError, match=rf"is in use by another process \(pid {first.pid}\)"):

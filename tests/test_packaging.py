@@ -1,4 +1,5 @@
 """Config files are found from any directory; declared dependency floors are pins CI can install."""
+
 import os
 import pathlib
 import subprocess
@@ -16,15 +17,31 @@ def test_config_files_are_found_from_another_directory(tmp_path, monkeypatch, pa
     monkeypatch.chdir(tmp_path)
     found = cli.find_config_file(path)
     assert os.path.isabs(found) and os.path.samefile(found, ROOT / path)
-    assert cli.find_config_file("tpu_configs/nope.py") == "tpu_configs/nope.py"  # reported by the caller
+    assert (
+        cli.find_config_file("tpu_configs/nope.py") == "tpu_configs/nope.py"
+    )  # reported by the caller
 
 
 def test_a_binary_reads_its_config_from_another_directory(tmp_path):
     # steps=0 is refused by GDConfig: the preset file was found and its override applied, from /tmp.
-    out = subprocess.run([sys.executable, "-m", "experiments.theory", "--config=tpu_configs/theory.py:paper",
-                          "--config.gd.steps=0", f"--workdir={tmp_path}"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert out.returncode == 2 and out.stderr.strip() == "error: steps=0 must be positive", out.stderr
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.theory",
+            "--config=tpu_configs/theory.py:paper",
+            "--config.gd.steps=0",
+            f"--workdir={tmp_path}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert out.returncode == 2 and out.stderr.strip() == "error: steps=0 must be positive", (
+        out.stderr
+    )
 
 
 def test_floors_pin_every_dependency():

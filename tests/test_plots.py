@@ -1,5 +1,6 @@
 """The figures show what is there: integer patch ticks, a colour scale that outliers do not set, each
 seed drawn once, similarity maps over their whole range."""
+
 import numpy as np
 
 from posattn.plots import theory, vision
@@ -18,10 +19,18 @@ def test_attention_figure_ticks_patches_and_clips_outliers():
 
 def test_compare_figure_draws_each_seed_once():
     values = [90.0, 91.0, 91.5, 92.0, 70.0]  # 70 is an outlier of the box plot
-    summary = {"dataset": "digits", "variant": "XS/2", "seeds": 5,
-               "accuracy": {"vanilla": {"values": values}, "positional": {"values": values}}}
+    summary = {
+        "dataset": "digits",
+        "variant": "XS/2",
+        "seeds": 5,
+        "accuracy": {"vanilla": {"values": values}, "positional": {"values": values}},
+    }
     ax = vision.compare_figure(summary).axes[0]
-    fliers = [line for line in ax.get_lines() if len(line.get_xdata()) and line.get_marker() not in ("", "None")]
+    fliers = [
+        line
+        for line in ax.get_lines()
+        if len(line.get_xdata()) and line.get_marker() not in ("", "None")
+    ]
     assert not fliers  # only the scatter shows the seeds
     assert sum(len(c.get_offsets()) for c in ax.collections) == 2 * len(values)
 

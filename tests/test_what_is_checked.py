@@ -1,5 +1,6 @@
 """docs/api.md's "What is checked" table (issue 45) names every public entry point of the tool packages:
 what each validates and what it assumes. A new public function without a row fails here."""
+
 import importlib
 import inspect
 import pathlib
@@ -23,9 +24,13 @@ def _section() -> str:
 
 
 def _public(module) -> list[str]:
-    return sorted(n for n, obj in vars(module).items()
-                  if not n.startswith("_") and (inspect.isfunction(obj) or inspect.isclass(obj))
-                  and getattr(obj, "__module__", None) == module.__name__)
+    return sorted(
+        n
+        for n, obj in vars(module).items()
+        if not n.startswith("_")
+        and (inspect.isfunction(obj) or inspect.isclass(obj))
+        and getattr(obj, "__module__", None) == module.__name__
+    )
 
 
 @pytest.mark.parametrize("package", [posattn.theory, posattn.shallow], ids=lambda p: p.__name__)
@@ -36,7 +41,9 @@ def test_every_export_of_the_theory_and_shallow_packages_has_a_row(package):
     assert not missing, f"no 'What is checked' row for {short}.{missing}"
 
 
-@pytest.mark.parametrize("module", sorted(m.name for m in pkgutil.iter_modules(posattn.analysis.__path__)))
+@pytest.mark.parametrize(
+    "module", sorted(m.name for m in pkgutil.iter_modules(posattn.analysis.__path__))
+)
 def test_every_public_function_of_the_analysis_tools_has_a_row(module):
     mod = importlib.import_module(f"posattn.analysis.{module}")
     section = _section()
@@ -44,8 +51,10 @@ def test_every_public_function_of_the_analysis_tools_has_a_row(module):
     assert not missing, f"no 'What is checked' row names posattn.analysis.{module}.{missing}"
 
 
-@pytest.mark.parametrize("module", sorted(m.name for m in pkgutil.walk_packages(posattn.vision.__path__,
-                                                                              "posattn.vision.")))
+@pytest.mark.parametrize(
+    "module",
+    sorted(m.name for m in pkgutil.walk_packages(posattn.vision.__path__, "posattn.vision.")),
+)
 def test_every_public_function_of_the_image_regime_has_a_row(module):
     mod = importlib.import_module(module)
     section = _section()

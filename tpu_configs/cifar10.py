@@ -16,12 +16,15 @@ at batch 512, random crop (pad 4) + flip + RandAugment(2, 9), label smoothing 0.
 
 Paper (JSL22 Figure 7, median of 10 seeds): vanilla 90.23%, positional 90.54% test accuracy.
 """
+
 import os
 import runpy
 import types
 
 # the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
-common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
+common = types.SimpleNamespace(
+    **runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py"))
+)
 
 
 def get_config(arg=None):

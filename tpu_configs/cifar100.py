@@ -11,12 +11,15 @@ size and training-set size; only the dataset and its 100 classes differ).
 
 Paper (JSL22 Figure 7, median of 10 seeds): vanilla 68.00%, positional 67.95% test accuracy.
 """
+
 import os
 import runpy
 import types
 
 # the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
-common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
+common = types.SimpleNamespace(
+    **runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py"))
+)
 
 
 def get_config(arg=None):

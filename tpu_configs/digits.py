@@ -20,6 +20,7 @@ configs take the field's N(0, 0.02^2) (measured on a validation split: docs/deci
 the recipe but trains for 200 steps (about 18 epochs), enough for a CNN on 8 x 8 digits; with
 `--config.model.name=resnet18` instead, the CNN trains for the ViT's 1500 steps.
 """
+
 import os
 import runpy
 import types
@@ -27,20 +28,30 @@ import types
 import ml_collections
 
 # the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
-common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
+common = types.SimpleNamespace(
+    **runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py"))
+)
 
 
 def get_config(arg=None):
     args = common.parse_arg(arg)
-    c = ml_collections.ConfigDict({
-        # P ~ N(0, 1), not the field's N(0, 0.02^2): on these 1,437 images the small start loses 1.4
-        # (positional) and 6.7 (vanilla) validation points at this length (docs/decisions.md, Models)
-        "dataset": "digits", "model": {"variant": "XS/2", "pos_init_std": 1.0, **common.model_fields(args)},
-        "global_batch_size": 128, "eval_batch_size": 128, "total_steps": 1500,
-        "optimizer": {"lr": 1e-3, "weight_decay": 0.05, "warmup_steps": 100},
-        "augment": {"crop_padding": 1, "flip": False}, "label_smoothing": 0.1,
-        "log_every": 100, "eval_every": 500, "checkpoint_every": 500,
-    })
+    c = ml_collections.ConfigDict(
+        {
+            # P ~ N(0, 1), not the field's N(0, 0.02^2): on these 1,437 images the small start loses 1.4
+            # (positional) and 6.7 (vanilla) validation points at this length (docs/decisions.md, Models)
+            "dataset": "digits",
+            "model": {"variant": "XS/2", "pos_init_std": 1.0, **common.model_fields(args)},
+            "global_batch_size": 128,
+            "eval_batch_size": 128,
+            "total_steps": 1500,
+            "optimizer": {"lr": 1e-3, "weight_decay": 0.05, "warmup_steps": 100},
+            "augment": {"crop_padding": 1, "flip": False},
+            "label_smoothing": 0.1,
+            "log_every": 100,
+            "eval_every": 500,
+            "checkpoint_every": 500,
+        }
+    )
     if args.get("model", "vit") != "vit":
         c.total_steps, c.optimizer.warmup_steps = 200, 20
         c.log_every, c.eval_every, c.checkpoint_every = 20, 100, 100

@@ -43,6 +43,7 @@ The argument G (an integer: 7, 14, or 28 = unpermuted) permutes g x g pixel bloc
 gives the ViT patch 7 (a 4 x 4 grid), so that every block is whole patches and the ViT sees a fixed
 permutation of its tokens; `quick` shrinks any of them to a smoke run of a few steps.
 """
+
 import os
 import runpy
 import types
@@ -50,7 +51,9 @@ import types
 import ml_collections
 
 # the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
-common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
+common = types.SimpleNamespace(
+    **runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py"))
+)
 
 NUM_TRAIN = 60_000
 # model -> epochs of the CPU settings (at batch 128), each under 10 minutes on 2 cores (see above);
@@ -67,15 +70,25 @@ def get_config(arg=None):
         c.augment.crop_padding = 2
     else:
         epochs, batch = CPU_EPOCHS.get(model, CPU_EPOCHS["resnet18"]), 128
-        c = ml_collections.ConfigDict({
-            "dataset": "fashion_mnist",
-            # (a ViT's width: its variant's)
-            "model": {"variant": "XS/4", "width": CPU_WIDTH if model in ("resnet18", "vgg16") else 0},
-            "global_batch_size": batch, "eval_batch_size": 1000, "total_steps": epochs * NUM_TRAIN // batch,
-            "optimizer": {"warmup_steps": NUM_TRAIN // batch // 2},
-            "augment": {"crop_padding": 2, "flip": True}, "label_smoothing": 0.1,
-            "log_every": 100, "eval_every": 0, "checkpoint_every": 500,  # one evaluation, at the end
-        })
+        c = ml_collections.ConfigDict(
+            {
+                "dataset": "fashion_mnist",
+                # (a ViT's width: its variant's)
+                "model": {
+                    "variant": "XS/4",
+                    "width": CPU_WIDTH if model in ("resnet18", "vgg16") else 0,
+                },
+                "global_batch_size": batch,
+                "eval_batch_size": 1000,
+                "total_steps": epochs * NUM_TRAIN // batch,
+                "optimizer": {"warmup_steps": NUM_TRAIN // batch // 2},
+                "augment": {"crop_padding": 2, "flip": True},
+                "label_smoothing": 0.1,
+                "log_every": 100,
+                "eval_every": 0,
+                "checkpoint_every": 500,  # one evaluation, at the end
+            }
+        )
     if "block" in args:  # JSL22 Figure 5: g x g blocks, whole patches of the ViT
         c.permute_block, c.permute_seed = args["block"], 0
         c.model.patch_size = 7

@@ -31,6 +31,7 @@ of warm-up) for 4 epochs, the recipe whose ViT runs met the criterion there (doc
 AlterNet needs maps divisible by its window 4 and 28 x 28 images subsample to 7 x 7: it is not offered
 on Fashion-MNIST.
 """
+
 import os
 import runpy
 
@@ -50,12 +51,16 @@ def get_config(arg=None):
     fashion = "fashion_mnist" in tokens
     models = [t for t in tokens if t != "fashion_mnist"] or ["vit_positional"]
     if len(models) != 1 or models[0] not in MODELS:
-        raise ValueError(f"unknown argument {arg!r}: give one model token among {', '.join(MODELS)}, "
-                         "and fashion_mnist for that dataset")
+        raise ValueError(
+            f"unknown argument {arg!r}: give one model token among {', '.join(MODELS)}, "
+            "and fashion_mnist for that dataset"
+        )
     model = MODELS[models[0]]
     if fashion and model["name"] == "alternet" and model["variant"] != "XS/0000":
-        raise ValueError("AlterNet's windows of 4 do not tile the 7 x 7 maps of 28 x 28 images: "
-                         "no AlterNet on fashion_mnist")
+        raise ValueError(
+            "AlterNet's windows of 4 do not tile the 7 x 7 maps of 28 x 28 images: "
+            "no AlterNet on fashion_mnist"
+        )
     here = os.path.dirname(__file__)
     # the dataset configs' fields, by path (a config file imports no posattn: tpu_configs/common.py)
     if fashion:

@@ -24,6 +24,7 @@ evaluates on resize-256 then centre-crop-224, so the eval images here show more 
 
 Paper (JSL22 Figure 6): vanilla 71.9%, positional 68.9% top-1 (final training loss about 3.5 vs 3.9).
 """
+
 import os
 import runpy
 import types
@@ -31,19 +32,34 @@ import types
 import ml_collections
 
 # the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
-common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
+common = types.SimpleNamespace(
+    **runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py"))
+)
 
 NUM_TRAIN, EPOCHS, BATCH = 1_281_167, 300, 1024
 
 
 def get_config(arg=None):
-    return ml_collections.ConfigDict({
-        "dataset": "imagenet2012", "image_size": 224,
-        "model": {"variant": "Ti/16", **common.model_fields(common.parse_arg(arg))},
-        "global_batch_size": BATCH, "eval_batch_size": 1024, "total_steps": EPOCHS * NUM_TRAIN // BATCH,
-        "optimizer": {"lr": 1e-3, "weight_decay": 0.05, "warmup_steps": 5 * NUM_TRAIN // BATCH},
-        "augment": {"crop_padding": 16, "flip": True, "randaugment_layers": 2, "randaugment_magnitude": 9,
-                    "mixup_alpha": 0.8},
-        "label_smoothing": 0.1, "compute_dtype": "bfloat16",
-        "log_every": 500, "eval_every": 10 * NUM_TRAIN // BATCH, "checkpoint_every": 2000,
-    })
+    return ml_collections.ConfigDict(
+        {
+            "dataset": "imagenet2012",
+            "image_size": 224,
+            "model": {"variant": "Ti/16", **common.model_fields(common.parse_arg(arg))},
+            "global_batch_size": BATCH,
+            "eval_batch_size": 1024,
+            "total_steps": EPOCHS * NUM_TRAIN // BATCH,
+            "optimizer": {"lr": 1e-3, "weight_decay": 0.05, "warmup_steps": 5 * NUM_TRAIN // BATCH},
+            "augment": {
+                "crop_padding": 16,
+                "flip": True,
+                "randaugment_layers": 2,
+                "randaugment_magnitude": 9,
+                "mixup_alpha": 0.8,
+            },
+            "label_smoothing": 0.1,
+            "compute_dtype": "bfloat16",
+            "log_every": 500,
+            "eval_every": 10 * NUM_TRAIN // BATCH,
+            "checkpoint_every": 2000,
+        }
+    )

@@ -19,6 +19,7 @@ TPU v4-8 slice or A100/H100 per cell, 40 minutes (VGG) to 4 hours (ViT) a cell (
 while ResNet falls from 79.9% (g = 32) to 57.3% (g = 2) and VGG from 76.2% to 46.7%; summary.md sets
 ours beside them.
 """
+
 import ml_collections
 
 BLOCKS = {"digits": (2, 4, 8), "fashion_mnist": (7, 14, 28), "cifar100": (2, 4, 8, 16, 32)}

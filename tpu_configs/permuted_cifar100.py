@@ -26,12 +26,15 @@ Paper (JSL22 Figure 5, test accuracy %, g = 2 / 4 / 8 / 16 / 32):
   ResNet 57.3 / 66.2 / 73.2 / 78.4 / 79.9;  VGG 46.7 / 57.0 / 66.6 / 72.9 / 76.2;
   ViT 63.6 / 63.6 / 63.7 / 63.6 / 63.5.
 """
+
 import os
 import runpy
 import types
 
 # the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
-common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
+common = types.SimpleNamespace(
+    **runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py"))
+)
 
 
 def get_config(arg=None):

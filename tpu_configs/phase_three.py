@@ -14,6 +14,7 @@ at the end comes from the few patterns the model still misclassifies.
 Fields: preset (the problem; its q is replaced by each of q), q (the spurious-feature probabilities),
 steps (GD steps on (P); 0: the preset's); this file changes none of them.
 """
+
 import ml_collections
 
 

@@ -21,6 +21,7 @@ instead (`--config.runs=RUN_DIR,...`, 19 min: docs/how_vits_work.md, "Fashion-MN
 Fields: runs, models, dataset, training_length, quick, seed and the measurement settings, fields of posattn.papers.pk22.suite.Settings
 (None: the measurement settings' own, PK22's code's); this file changes none of them.
 """
+
 import ml_collections
 
 

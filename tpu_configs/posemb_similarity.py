@@ -16,6 +16,7 @@ Fields: out (None: the run's workdir), threshold (0.55, Figure 1a's contour), pa
 images for the mean attention distance; 0: none); this file
 changes none of them.
 """
+
 import ml_collections
 
 

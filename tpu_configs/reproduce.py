@@ -14,6 +14,7 @@ run's report.md (each claim, the paper's statement, our number and a verdict).
 Fields (posattn/experiments' reproduce SCHEMA): seed (of every run) and quick (the small plan); this
 file changes none of them.
 """
+
 import ml_collections
 
 

@@ -38,6 +38,7 @@ finish in about an hour, and say so):
 
 Hardware: one CPU; every study vmaps its seeds. Measured times are in docs/shallow_vit_results.md.
 """
+
 import ml_collections
 
 STUDIES = ("boundary", "sparsify", "init_error")
@@ -46,7 +47,9 @@ STUDIES = ("boundary", "sparsify", "init_error")
 def get_config(arg=None):
     arg = arg or "boundary"  # the file alone (and its smoke run, `:quick`) is the boundary study
     if arg not in STUDIES:
-        raise ValueError(f"config argument {arg!r}: choose one of {STUDIES} (optionally with ,quick)")
+        raise ValueError(
+            f"config argument {arg!r}: choose one of {STUDIES} (optionally with ,quick)"
+        )
     c = ml_collections.ConfigDict({"study": arg, "tokens": {}, "model": {}, "sgd": {}})
     if arg == "sparsify":
         c.tokens.tau = 0.5

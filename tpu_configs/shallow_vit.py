@@ -18,6 +18,7 @@ sparsification keeping accuracy).
 Fields: tokens.* (TokenConfig), model.* (ModelConfig), sgd.* (SGDConfig), seed, seeds, n_stars, Ns,
 taus, init_errors, remove, remove_step, sparsify_noisy_tokens; this file changes none of them.
 """
+
 import ml_collections
 
 

@@ -21,6 +21,7 @@ The argument is a preset name, optionally with `quick`; fields: preset, seed, se
 returns only the preset's name (and `schema`, whose config it is): the library owns the numbers
 (posattn/theory/presets.py).
 """
+
 import ml_collections
 
 

@@ -39,6 +39,7 @@ pre-trained start 0.025-0.029 above the scratch one at R = 5 (docs/shallow_vit_r
 on token grids"). Criterion of "accuracy rises with alpha_*", fixed before the run:
 `posattn.papers.lwlc23.grid_report`.
 """
+
 import os
 import runpy
 import types
@@ -46,7 +47,9 @@ import types
 import ml_collections
 
 # the shared helpers, by path: a config file imports no posattn (tpu_configs/common.py says why)
-common = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py")))
+common = types.SimpleNamespace(
+    **runpy.run_path(os.path.join(os.path.dirname(__file__), "common.py"))
+)
 
 
 FASHION_PRETRAIN_STEPS = 940  # 2 epochs of Fashion-MNIST's 60,000 items at batch 128
@@ -56,19 +59,35 @@ def get_config(arg=None):
     tokens = [t.strip() for t in (arg or "").split(",") if t.strip()]
     fashion = "fashion" in tokens
     args = common.parse_arg(",".join(t for t in tokens if t != "fashion"), allowed=("attention",))
-    c = ml_collections.ConfigDict({
-        "schema": "token_grid",  # (its fields alone fit an image config: train_images would run them)
-        "dataset": "digit_grid/7",
-        "model": {"variant": "XS/8", **common.model_fields(args)},
-        "global_batch_size": 128, "eval_batch_size": 500, "total_steps": 300,
-        "optimizer": {"lr": 1e-3, "weight_decay": 0.05, "warmup_steps": 50},
-        "augment": {"crop_padding": 0, "flip": False}, "label_smoothing": 0.1,
-        "log_every": 100, "eval_every": 0, "checkpoint_every": 0, "keep_checkpoints": 1,
-        # `:quick` keeps one token per slot: the grid at its native size, a slot's side as the patch
-        "smoke": {"image_size": 0, "model": {"variant": "test/8"}, "eval_batch_size": 500},
-    })
-    if fashion:  # experiments.token_grid's section: a train_images run of a cell sets the two fields above
+    c = ml_collections.ConfigDict(
+        {
+            "schema": "token_grid",  # (its fields alone fit an image config: train_images would run them)
+            "dataset": "digit_grid/7",
+            "model": {"variant": "XS/8", **common.model_fields(args)},
+            "global_batch_size": 128,
+            "eval_batch_size": 500,
+            "total_steps": 300,
+            "optimizer": {"lr": 1e-3, "weight_decay": 0.05, "warmup_steps": 50},
+            "augment": {"crop_padding": 0, "flip": False},
+            "label_smoothing": 0.1,
+            "log_every": 100,
+            "eval_every": 0,
+            "checkpoint_every": 0,
+            "keep_checkpoints": 1,
+            # `:quick` keeps one token per slot: the grid at its native size, a slot's side as the patch
+            "smoke": {"image_size": 0, "model": {"variant": "test/8"}, "eval_batch_size": 500},
+        }
+    )
+    if (
+        fashion
+    ):  # experiments.token_grid's section: a train_images run of a cell sets the two fields above
         c.dataset, c.model.variant, c.smoke.model.variant = "fashion_grid/7", "XS/28", "test/28"
-        c.grid = ml_collections.ConfigDict({"family": "fashion_grid", "starts": "scratch,pretrained",
-                                            "seeds": (0, 1, 2, 3, 4), "pretrain_steps": FASHION_PRETRAIN_STEPS})
+        c.grid = ml_collections.ConfigDict(
+            {
+                "family": "fashion_grid",
+                "starts": "scratch,pretrained",
+                "seeds": (0, 1, 2, 3, 4),
+                "pretrain_steps": FASHION_PRETRAIN_STEPS,
+            }
+        )
     return c

@@ -11,6 +11,7 @@ g_i the (row, column) of patch i and ||.|| Euclidean, in patches, averaged over 
 images, for attention that depends on them). Uniform attention gives `uniform_distance(grid)`, the mean
 distance between two patches of the grid (with itself included): a head below it attends locally.
 """
+
 import numpy as np
 
 from posattn.errors import ConfigError
@@ -34,8 +35,11 @@ def mean_attention_distance(A_xHxNxN, grid_hw: tuple[int, int], *, cls: bool = F
         A = A / np.maximum(A.sum(-1, keepdims=True), 1e-30)
     n = grid_hw[0] * grid_hw[1]
     if A.ndim < 3 or A.shape[-2:] != (n, n):
-        raise ConfigError(f"attention weights of shape {A.shape} for the {grid_hw[0]} x {grid_hw[1]} grid: "
-                          f"give (..., heads, {n}, {n}) over the patches" + ("" if cls else " (cls=True drops a CLS row)"))
+        raise ConfigError(
+            f"attention weights of shape {A.shape} for the {grid_hw[0]} x {grid_hw[1]} grid: "
+            f"give (..., heads, {n}, {n}) over the patches"
+            + ("" if cls else " (cls=True drops a CLS row)")
+        )
     per_query = np.einsum("...ij,ij->...i", A, grid_euclidean(grid_hw))
     return per_query.reshape(-1, *A.shape[-3:-1]).mean(axis=(0, 2))
 

@@ -11,6 +11,7 @@ interval is a pure function of its data, statistic and seed.
 `compare` turns two intervals into a verdict under the criterion this project fixes before its runs
 (docs/how_vits_work.md, Verdicts): a difference or a sign is stated only where the intervals separate.
 """
+
 from collections.abc import Callable
 
 import numpy as np
@@ -22,8 +23,14 @@ LEVEL = 0.95
 SEED = 0
 
 
-def interval(units, statistic: Callable[[np.ndarray], float], *, resamples: int = RESAMPLES,
-             level: float = LEVEL, seed: int = SEED) -> tuple[float, float]:
+def interval(
+    units,
+    statistic: Callable[[np.ndarray], float],
+    *,
+    resamples: int = RESAMPLES,
+    level: float = LEVEL,
+    seed: int = SEED,
+) -> tuple[float, float]:
     """The percentile interval (lo, hi) of `statistic` over resamples of the rows of `units` (N, ...).
 
     NaN values of the statistic (a resample with no positive eigenvalue, for APE) are left out of the
@@ -38,9 +45,13 @@ def interval(units, statistic: Callable[[np.ndarray], float], *, resamples: int 
         raise ConfigError(f"resamples={resamples!r} must be a positive integer")
     n = units.shape[0] if units.ndim else 0
     if n < 2:
-        raise ConfigError(f"an interval over {n} unit(s) (units of shape {units.shape}): give at least 2 "
-                          "units (rows), e.g. 2 Hessian mini-batches, 2 test images, 2 landscape batches")
-    values = np.array([statistic(units[p]) for p in resample_indices(n, resamples, seed)], np.float64)
+        raise ConfigError(
+            f"an interval over {n} unit(s) (units of shape {units.shape}): give at least 2 "
+            "units (rows), e.g. 2 Hessian mini-batches, 2 test images, 2 landscape batches"
+        )
+    values = np.array(
+        [statistic(units[p]) for p in resample_indices(n, resamples, seed)], np.float64
+    )
     values = values[np.isfinite(values)]
     if values.size == 0:
         return float("nan"), float("nan")
@@ -83,8 +94,9 @@ def compare(a: dict, b: dict) -> int:
     return 0
 
 
-def difference_of_means(values_a, values_b, *, resamples: int = RESAMPLES, level: float = LEVEL,
-                        seed: int = SEED) -> dict:
+def difference_of_means(
+    values_a, values_b, *, resamples: int = RESAMPLES, level: float = LEVEL, seed: int = SEED
+) -> dict:
     """mean(b) - mean(a) of two independent samples (e.g. one accuracy per seed of two recipes) with two
     intervals at `level`: Welch's t (unequal variances, Welch-Satterthwaite degrees of freedom) and the
     percentile bootstrap that resamples each sample within itself. {"value", "welch": (lo, hi),
@@ -94,12 +106,19 @@ def difference_of_means(values_a, values_b, *, resamples: int = RESAMPLES, level
 
     a, b = (np.asarray(v, np.float64).ravel() for v in (values_a, values_b))
     if min(a.size, b.size) < 2:
-        raise ConfigError(f"samples of {a.size} and {b.size} values: an interval over seeds needs at least 2 "
-                          "values in each")
+        raise ConfigError(
+            f"samples of {a.size} and {b.size} values: an interval over seeds needs at least 2 "
+            "values in each"
+        )
     welch = stats.ttest_ind(b, a, equal_var=False).confidence_interval(level)
     rng = np.random.default_rng(seed)
-    boot = (b[rng.integers(0, b.size, (resamples, b.size))].mean(1)
-            - a[rng.integers(0, a.size, (resamples, a.size))].mean(1))
+    boot = b[rng.integers(0, b.size, (resamples, b.size))].mean(1) - a[
+        rng.integers(0, a.size, (resamples, a.size))
+    ].mean(1)
     lo, hi = np.percentile(boot, [50 * (1 - level), 50 * (1 + level)])
-    return {"value": float(b.mean() - a.mean()), "welch": (float(welch.low), float(welch.high)),
-            "bootstrap": (float(lo), float(hi)), "n": (int(a.size), int(b.size))}
+    return {
+        "value": float(b.mean() - a.mean()),
+        "welch": (float(welch.low), float(welch.high)),
+        "bootstrap": (float(lo), float(hi)),
+        "n": (int(a.size), int(b.size)),
+    }

@@ -3,6 +3,7 @@ PK22's power iteration with deflation (`power_iteration`, and its jittable step 
 implicitly restarted Lanczos method (`lanczos`, from the host), both returning `Eigenpairs` with each
 eigenvalue's convergence. `posattn.analysis.hessian` runs them on Hessian-vector products.
 """
+
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -51,10 +52,16 @@ class Eigenpairs:
 def check_stopping(max_iterations: int, tolerance: float) -> None:
     """ConfigError unless max_iterations >= 2 and tolerance > 0: a run meets the tolerance after two
     iterations at the earliest, so a cap below 2 would leave every eigenvalue unconverged."""
-    if isinstance(max_iterations, bool) or int(max_iterations) != max_iterations or max_iterations < 2 or \
-            not tolerance > 0:
-        raise ConfigError(f"max_iterations={max_iterations!r}, tolerance={tolerance!r}: give "
-                          "max_iterations >= 2 and tolerance > 0")
+    if (
+        isinstance(max_iterations, bool)
+        or int(max_iterations) != max_iterations
+        or max_iterations < 2
+        or not tolerance > 0
+    ):
+        raise ConfigError(
+            f"max_iterations={max_iterations!r}, tolerance={tolerance!r}: give "
+            "max_iterations >= 2 and tolerance > 0"
+        )
 
 
 def power_init(v0_P: jax.Array, k: int = TOP_K) -> dict:
@@ -64,14 +71,25 @@ def power_init(v0_P: jax.Array, k: int = TOP_K) -> dict:
     P = jnp.shape(v0_P)[0] if jnp.ndim(v0_P) == 1 else 0
     if isinstance(k, bool) or int(k) != k or not 1 <= k <= P:
         # k beyond P would deflate everything away and return eigenvalues of 0
-        raise ConfigError(f"k={k!r} eigenvalues from a start vector of shape {jnp.shape(v0_P)}: give a "
-                          "vector (P,) and 1 <= k <= P")
+        raise ConfigError(
+            f"k={k!r} eigenvalues from a start vector of shape {jnp.shape(v0_P)}: give a "
+            "vector (P,) and 1 <= k <= P"
+        )
     v0_P = v0_P.astype(jnp.float32)
     U_kxP = jnp.zeros((k, v0_P.shape[0]), jnp.float32)
-    return {"v0": v0_P, "U": U_kxP, "lams": jnp.zeros((k,), jnp.float32), "iters": jnp.zeros((k,), jnp.int32),
-            "residuals": jnp.zeros((k,), jnp.float32), "converged": jnp.zeros((k,), bool),
-            "i": jnp.int32(0), "v": _start(v0_P, U_kxP, 0), "lam": jnp.float32(0.0),
-            "old_lam": jnp.float32(0.0), "it": jnp.int32(0)}
+    return {
+        "v0": v0_P,
+        "U": U_kxP,
+        "lams": jnp.zeros((k,), jnp.float32),
+        "iters": jnp.zeros((k,), jnp.int32),
+        "residuals": jnp.zeros((k,), jnp.float32),
+        "converged": jnp.zeros((k,), bool),
+        "i": jnp.int32(0),
+        "v": _start(v0_P, U_kxP, 0),
+        "lam": jnp.float32(0.0),
+        "old_lam": jnp.float32(0.0),
+        "it": jnp.int32(0),
+    }
 
 
 def eigenpairs(state: dict, *, with_vectors: bool = False) -> Eigenpairs:
@@ -79,9 +97,13 @@ def eigenpairs(state: dict, *, with_vectors: bool = False) -> Eigenpairs:
     magnitude; jittable, and on the host for numpy states."""
     xp = np if isinstance(state["lams"], np.ndarray) else jnp
     order = xp.argsort(-xp.abs(state["lams"]), stable=True)
-    return Eigenpairs(values=state["lams"][order], iterations=state["iters"][order],
-                      residuals=state["residuals"][order], converged=state["converged"][order],
-                      vectors=state["U"][order] if with_vectors else None)
+    return Eigenpairs(
+        values=state["lams"][order],
+        iterations=state["iters"][order],
+        residuals=state["residuals"][order],
+        converged=state["converged"][order],
+        vectors=state["U"][order] if with_vectors else None,
+    )
 
 
 def _project_out(v_P, U_kxP):
@@ -123,7 +145,9 @@ def power_step(
     met = (it >= 2) & ~moved
     ended = (state["i"] < state["U"].shape[0]) & (met | (it >= max_iterations))
 
-    def end_run(_):  # store the eigenpair, start run i + 1 (only here: the start costs two k x P products)
+    def end_run(
+        _,
+    ):  # store the eigenpair, start run i + 1 (only here: the start costs two k x P products)
         i = state["i"]
         U_kxP = state["U"].at[i].set(v_P)
         # the residual of (lam, v): v, not v_P, is the vector whose Rayleigh quotient lam is
@@ -131,13 +155,23 @@ def power_step(
         residual = jnp.linalg.norm(Hv_P - lam * state["v"]) / jnp.maximum(jnp.abs(lam), tiny)
         # a run deflated by a vector of an unconverged run (no eigenvector) finds an eigenvalue of another
         # operator, however small its residual there: unknown, not converged
-        earlier_converged = jnp.all(state["converged"] | (jnp.arange(state["converged"].shape[0]) >= i))
+        earlier_converged = jnp.all(
+            state["converged"] | (jnp.arange(state["converged"].shape[0]) >= i)
+        )
         converged = met & (residual <= RESIDUAL_TOLERANCE) & earlier_converged
-        return {**state, "U": U_kxP, "lams": state["lams"].at[i].set(lam), "iters": state["iters"].at[i].set(it),
-                "residuals": state["residuals"].at[i].set(residual),
-                "converged": state["converged"].at[i].set(converged),
-                "i": i + 1, "v": _start(state["v0"], U_kxP, i + 1), "lam": jnp.zeros_like(lam),
-                "old_lam": jnp.zeros_like(lam), "it": jnp.zeros_like(it)}
+        return {
+            **state,
+            "U": U_kxP,
+            "lams": state["lams"].at[i].set(lam),
+            "iters": state["iters"].at[i].set(it),
+            "residuals": state["residuals"].at[i].set(residual),
+            "converged": state["converged"].at[i].set(converged),
+            "i": i + 1,
+            "v": _start(state["v0"], U_kxP, i + 1),
+            "lam": jnp.zeros_like(lam),
+            "old_lam": jnp.zeros_like(lam),
+            "it": jnp.zeros_like(it),
+        }
 
     def go_on(_):
         return {**state, "v": v_P, "lam": lam, "old_lam": old_lam, "it": it}
@@ -192,14 +226,18 @@ def lanczos(
     v0_P = np.asarray(v0_P, np.float64)
     P = v0_P.shape[0] if v0_P.ndim == 1 else 0
     if isinstance(k, bool) or int(k) != k or not 1 <= k < P:
-        raise ConfigError(f"k={k!r} eigenvalues from a start vector of shape {v0_P.shape}: give a vector "
-                          "(P,) and 1 <= k < P for method 'lanczos' (ARPACK), or method 'power' for k = P")
+        raise ConfigError(
+            f"k={k!r} eigenvalues from a start vector of shape {v0_P.shape}: give a vector "
+            "(P,) and 1 <= k < P for method 'lanczos' (ARPACK), or method 'power' for k = P"
+        )
     products = 0
 
     def apply(x):
         nonlocal products
         products += 1
-        return np.asarray(matvec(jnp.asarray(x.reshape(-1), jnp.float32)), np.float64).reshape(x.shape)
+        return np.asarray(matvec(jnp.asarray(x.reshape(-1), jnp.float32)), np.float64).reshape(
+            x.shape
+        )
 
     budget = k * max_iterations
     # ARPACK's products (counted): 1 + ncv for its first basis of ncv Lanczos vectors, then at most
@@ -208,17 +246,29 @@ def lanczos(
     restarts = max(1, (budget - 1 - ncv) // (ncv - k))
     operator = LinearOperator((P, P), matvec=apply, dtype=np.float64)
     try:
-        lams, V_Pxn = eigsh(operator, k=k, which="LM", v0=v0_P, ncv=ncv, maxiter=restarts, tol=tolerance)
-    except ArpackNoConvergence as stopped:  # it returns the pairs that did converge, none for the others
+        lams, V_Pxn = eigsh(
+            operator, k=k, which="LM", v0=v0_P, ncv=ncv, maxiter=restarts, tol=tolerance
+        )
+    except (
+        ArpackNoConvergence
+    ) as stopped:  # it returns the pairs that did converge, none for the others
         lams, V_Pxn = stopped.eigenvalues.real, stopped.eigenvectors.real
-    residuals = [np.linalg.norm(apply(v) - lam * v) / max(abs(lam), np.finfo(np.float32).tiny)
-                 for lam, v in zip(lams, V_Pxn.T)]
+    residuals = [
+        np.linalg.norm(apply(v) - lam * v) / max(abs(lam), np.finfo(np.float32).tiny)
+        for lam, v in zip(lams, V_Pxn.T)
+    ]
     missing = k - len(lams)
     values = np.concatenate([lams, np.full(missing, np.nan)])
     residuals = np.concatenate([residuals, np.full(missing, np.inf)])
     vectors_kxP = np.concatenate([V_Pxn.T, np.full((missing, P), np.nan)])
     order = np.argsort(-np.nan_to_num(np.abs(values), nan=-1.0), kind="stable")  # NaN last
-    converged = residuals <= RESIDUAL_TOLERANCE  # ARPACK's own test passed for every pair it returned
-    return Eigenpairs(values=values[order].astype(np.float32), iterations=np.full(k, products, np.int32),
-                      residuals=residuals[order].astype(np.float32), converged=converged[order],
-                      vectors=vectors_kxP[order].astype(np.float32))
+    converged = (
+        residuals <= RESIDUAL_TOLERANCE
+    )  # ARPACK's own test passed for every pair it returned
+    return Eigenpairs(
+        values=values[order].astype(np.float32),
+        iterations=np.full(k, products, np.int32),
+        residuals=residuals[order].astype(np.float32),
+        converged=converged[order],
+        vectors=vectors_kxP[order].astype(np.float32),
+    )

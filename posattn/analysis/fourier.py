@@ -14,6 +14,7 @@ highest frequency (7 x 7: k = 0 .. 3) and every size has a profile (2 x 2: the D
 [0]). A map that is not square uses, on each axis, the shorter run from the centre (PK22's notebook
 takes square maps).
 """
+
 import collections
 
 import jax
@@ -28,8 +29,10 @@ def check_map(z_BxHxWxC, name: str = "feature") -> None:
     """ConfigError unless a feature is a 4-D (B, h, w, C) map: (B, N, D) tokens would be transformed
     over the token and channel axes (`posattn.analysis.subject` puts tokens on their grid)."""
     if jnp.ndim(z_BxHxWxC) != 4:
-        raise ConfigError(f"{name} of shape {tuple(jnp.shape(z_BxHxWxC))}: give a (B, h, w, C) map (tokens "
-                          "(B, N, D) as (B, h, w, D) on their patch grid: posattn.analysis.subject.features)")
+        raise ConfigError(
+            f"{name} of shape {tuple(jnp.shape(z_BxHxWxC))}: give a (B, h, w, C) map (tokens "
+            "(B, N, D) as (B, h, w, D) on their patch grid: posattn.analysis.subject.features)"
+        )
 
 
 def check_features(features: dict) -> dict:

@@ -22,6 +22,7 @@ defaults to 0.007 (`EPS_REPOSITORY`); this module used 1.0 before issue 35. PK22
 this project's sources, so its value is not checked here. `empty_bands` says which bands hold no
 frequency of an image size (8 x 8: 0.1, 0.4, 0.6 and 0.9 pi); their results are NaN, not measured.
 """
+
 from collections.abc import Callable
 from typing import Any
 
@@ -68,39 +69,49 @@ def band_mask(h: int, w: int, f, half_width: float = HALF_WIDTH, band: str = "pk
     return outer & ~inner
 
 
-def empty_bands(h: int, w: int, frequencies=FREQUENCIES, half_width: float = HALF_WIDTH,
-                band: str = "pk22") -> list[float]:
+def empty_bands(
+    h: int, w: int, frequencies=FREQUENCIES, half_width: float = HALF_WIDTH, band: str = "pk22"
+) -> list[float]:
     """The frequencies whose band holds no frequency of an h x w image (their noise is zero)."""
     return [f for f in frequencies if not bool(band_mask(h, w, f, half_width, band).any())]
 
 
 def _empty_F(h: int, w: int, fs_F, half_width: float, band: str) -> jax.Array:
     """(F,) bool: `empty_bands` as an array, for frequencies that may be traced."""
-    return jax.vmap(lambda f: ~band_mask(h, w, f, half_width, band).any())(jnp.asarray(fs_F, jnp.float32))
+    return jax.vmap(lambda f: ~band_mask(h, w, f, half_width, band).any())(
+        jnp.asarray(fs_F, jnp.float32)
+    )
 
 
 def _check_images(shape_BxHxWxC) -> None:
     """ConfigError unless an image batch's shape is (B, H, W, C) with the channels last."""
     shape = tuple(shape_BxHxWxC)
     if len(shape) != 4:
-        raise ConfigError(f"images of shape {shape}: give (B, H, W, C) (a grayscale batch as (B, H, W, 1))")
+        raise ConfigError(
+            f"images of shape {shape}: give (B, H, W, C) (a grayscale batch as (B, H, W, 1))"
+        )
     if shape[1] in (1, 3) and shape[3] > 4:
-        raise ConfigError(f"images of shape {shape} look channels-first (B, C, H, W): give (B, H, W, C), "
-                          "e.g. images.transpose(0, 2, 3, 1)")
+        raise ConfigError(
+            f"images of shape {shape} look channels-first (B, C, H, W): give (B, H, W, C), "
+            "e.g. images.transpose(0, 2, 3, 1)"
+        )
 
 
 def _gaussian(key, shape_BxHxWxC) -> jax.Array:
     """N(0, I) of the shape from one key, or with a batch of B keys (a (B,) key array) image i's from key i."""
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.ndim == 1:
         if key.shape[0] != shape_BxHxWxC[0]:
-            raise ConfigError(f"{key.shape[0]} noise keys for a batch of {shape_BxHxWxC[0]} images: give one "
-                              "key, or one per image")
+            raise ConfigError(
+                f"{key.shape[0]} noise keys for a batch of {shape_BxHxWxC[0]} images: give one "
+                "key, or one per image"
+            )
         return jax.vmap(lambda k: jax.random.normal(k, shape_BxHxWxC[1:], jnp.float32))(key)
     return jax.random.normal(key, shape_BxHxWxC, jnp.float32)
 
 
-def band_limited_noise(key, shape_BxHxWxC, f, eps: float, half_width: float = HALF_WIDTH,
-                       band: str = "pk22") -> jax.Array:
+def band_limited_noise(
+    key, shape_BxHxWxC, f, eps: float, half_width: float = HALF_WIDTH, band: str = "pk22"
+) -> jax.Array:
     """eps * sign(xi), xi ~ N(0, I), with its spectrum restricted to the band around f (real part).
 
     `key`: one key for the batch, or B keys (`jax.random.key` arrays of shape (B,)), one per image: a
@@ -144,7 +155,9 @@ def under_noise(
     """
     _check_images(images_BxHxWxC.shape)
     _, H, W, _ = images_BxHxWxC.shape
-    fs = jnp.concatenate([jnp.array([-jnp.inf], jnp.float32), jnp.asarray(frequencies, jnp.float32)])
+    fs = jnp.concatenate(
+        [jnp.array([-jnp.inf], jnp.float32), jnp.asarray(frequencies, jnp.float32)]
+    )
 
     def at(f):
         noise = band_limited_noise(key, images_BxHxWxC.shape, f, eps, half_width, band)
@@ -177,6 +190,13 @@ def accuracy_drops(
     `logits_fn` maps model inputs to logits (e.g. `lambda x: model.apply(variables, x)`); see
     `under_noise` for the noise draws and `accuracy` for what is checked.
     """
-    acc = under_noise(lambda x: accuracy(logits_fn(x), labels_B), images_BxHxWxC, key,
-                      frequencies=frequencies, eps=eps, half_width=half_width, band=band)
+    acc = under_noise(
+        lambda x: accuracy(logits_fn(x), labels_B),
+        images_BxHxWxC,
+        key,
+        frequencies=frequencies,
+        eps=eps,
+        half_width=half_width,
+        band=band,
+    )
     return acc[0], acc[1:] - acc[0]

@@ -21,6 +21,7 @@ program for all mini-batches; `spectrum_on_host` drives the same `power_step` fr
 HVP step for every batch, which XLA runs faster on a CPU for convolutional models. Method "lanczos"
 always runs from the host (ARPACK calls a jitted HVP) and is refused under `jax.jit`.
 """
+
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -31,8 +32,18 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from posattn.analysis import bootstrap
-from posattn.analysis.eigensolvers import (MAX_ITERATIONS, TOLERANCE, TOP_K, Eigenpairs, check_stopping,
-                                            eigenpairs, lanczos, power_init, power_iteration, power_step)
+from posattn.analysis.eigensolvers import (
+    MAX_ITERATIONS,
+    TOLERANCE,
+    TOP_K,
+    Eigenpairs,
+    check_stopping,
+    eigenpairs,
+    lanczos,
+    power_init,
+    power_iteration,
+    power_step,
+)
 from posattn.errors import ConfigError, check_choice
 
 LossFn = Callable[[Any, Any], jax.Array]  # (params, batch) -> scalar
@@ -68,8 +79,10 @@ def _lanczos_from_host(method: str, params) -> bool:
     under `jax.jit` (traced `params`), since ARPACK runs on the host."""
     check_choice(method, METHODS, "method")
     if method == "lanczos" and any(isinstance(a, jax.core.Tracer) for a in jax.tree.leaves(params)):
-        raise ConfigError("method='lanczos' runs ARPACK on the host: call it outside jax.jit, or give "
-                          "method='power' (PK22's power iteration, jittable)")
+        raise ConfigError(
+            "method='lanczos' runs ARPACK on the host: call it outside jax.jit, or give "
+            "method='power' (PK22's power iteration, jittable)"
+        )
     return method == "lanczos"
 
 
@@ -89,11 +102,21 @@ def top_eigenvalues(
     `method` ("power": `power_iteration`, jittable; "lanczos": `lanczos`, from the host)."""
     if _lanczos_from_host(method, params):
         hvp_P = jax.jit(spectrum_step(loss_fn, method="lanczos"))
-        pairs = lanczos(lambda v_P: hvp_P(params, batch, v_P), start_vector(key, params), k=k,
-                        max_iterations=max_iterations, tolerance=tolerance)
+        pairs = lanczos(
+            lambda v_P: hvp_P(params, batch, v_P),
+            start_vector(key, params),
+            k=k,
+            max_iterations=max_iterations,
+            tolerance=tolerance,
+        )
     else:
-        pairs = power_iteration(hvp_matvec(loss_fn, params, batch), start_vector(key, params), k=k,
-                                max_iterations=max_iterations, tolerance=tolerance)
+        pairs = power_iteration(
+            hvp_matvec(loss_fn, params, batch),
+            start_vector(key, params),
+            k=k,
+            max_iterations=max_iterations,
+            tolerance=tolerance,
+        )
     return dataclasses.replace(pairs, vectors=None)
 
 
@@ -117,8 +140,16 @@ def spectrum(
     """
     if _lanczos_from_host(method, params):
         hvp_P = jax.jit(spectrum_step(loss_fn, method="lanczos"))
-        return spectrum_on_host(lambda b, v_P: hvp_P(params, b, v_P), params, batches, key, k=k,
-                                method="lanczos", max_iterations=max_iterations, tolerance=tolerance)
+        return spectrum_on_host(
+            lambda b, v_P: hvp_P(params, b, v_P),
+            params,
+            batches,
+            key,
+            k=k,
+            method="lanczos",
+            max_iterations=max_iterations,
+            tolerance=tolerance,
+        )
     M = jax.tree.leaves(batches)[0].shape[0]
     keys = jax.random.split(key, M)
     one = lambda xs: top_eigenvalues(  # noqa: E731
@@ -127,8 +158,13 @@ def spectrum(
     return jax.lax.map(one, (batches, keys))
 
 
-def spectrum_step(loss_fn: LossFn, *, max_iterations: int | None = None, tolerance: float | None = None,
-                  method: str = "power"):
+def spectrum_step(
+    loss_fn: LossFn,
+    *,
+    max_iterations: int | None = None,
+    tolerance: float | None = None,
+    method: str = "power",
+):
     """The program that `spectrum_on_host` calls once per Hessian-vector product (jit it; for "power",
     donating the state), for the Hessian of `loss_fn(., batch)` at `params`: for method "power",
     (params, batch, state) -> state, one `power_step` (cap and tolerance: `max_iterations`, `tolerance`,
@@ -136,17 +172,23 @@ def spectrum_step(loss_fn: LossFn, *, max_iterations: int | None = None, toleran
     are `spectrum_on_host`'s, and ConfigError where given here)."""
     if check_choice(method, METHODS, "method") == "lanczos":
         if (max_iterations, tolerance) != (None, None):
-            raise ConfigError(f"max_iterations={max_iterations!r}, tolerance={tolerance!r} with method="
-                              "'lanczos': give them to spectrum_on_host (this step is the bare "
-                              "Hessian-vector product)")
+            raise ConfigError(
+                f"max_iterations={max_iterations!r}, tolerance={tolerance!r} with method="
+                "'lanczos': give them to spectrum_on_host (this step is the bare "
+                "Hessian-vector product)"
+            )
         return lambda params, batch, v_P: hvp_matvec(loss_fn, params, batch)(v_P)
     max_iterations = MAX_ITERATIONS if max_iterations is None else max_iterations
     tolerance = TOLERANCE if tolerance is None else tolerance
     check_stopping(max_iterations, tolerance)
 
     def step(params, batch, state):
-        return power_step(hvp_matvec(loss_fn, params, batch), state, max_iterations=max_iterations,
-                          tolerance=tolerance)
+        return power_step(
+            hvp_matvec(loss_fn, params, batch),
+            state,
+            max_iterations=max_iterations,
+            tolerance=tolerance,
+        )
 
     return step
 
@@ -182,8 +224,17 @@ def host_loop_is_faster(loss_fn: LossFn, params, batch) -> bool:
     return _overlapping_convolution(jax.make_jaxpr(loss_fn)(params, batch).jaxpr)
 
 
-def spectrum_on_host(step, params, batches, key: jax.Array, *, k: int = TOP_K, method: str = "power",
-                     max_iterations: int | None = None, tolerance: float | None = None) -> Eigenpairs:
+def spectrum_on_host(
+    step,
+    params,
+    batches,
+    key: jax.Array,
+    *,
+    k: int = TOP_K,
+    method: str = "power",
+    max_iterations: int | None = None,
+    tolerance: float | None = None,
+) -> Eigenpairs:
     """`spectrum`'s `Eigenpairs` (numpy fields (M, k)), the same start vectors, with the loops on the host:
     `step(batch, x)`, a jitted `spectrum_step` of the same `method` at `params` (e.g.
     `lambda b, x: jitted(params, b, x)`), is called once per Hessian-vector product.
@@ -196,23 +247,38 @@ def spectrum_on_host(step, params, batches, key: jax.Array, *, k: int = TOP_K, m
     """
     M = jax.tree.leaves(batches)[0].shape[0]
     keys = jax.random.split(key, M)
-    if check_choice(method, METHODS, "method") == "power" and (max_iterations, tolerance) != (None, None):
-        raise ConfigError(f"max_iterations={max_iterations!r}, tolerance={tolerance!r} with method='power': "
-                          "give them to spectrum_step, whose step applies them")
+    if check_choice(method, METHODS, "method") == "power" and (max_iterations, tolerance) != (
+        None,
+        None,
+    ):
+        raise ConfigError(
+            f"max_iterations={max_iterations!r}, tolerance={tolerance!r} with method='power': "
+            "give them to spectrum_step, whose step applies them"
+        )
     found = []
     for m in range(M):
         batch = jax.tree.map(lambda a: a[m], batches)
         if method == "lanczos":
-            pairs = lanczos(lambda v_P: step(batch, v_P), start_vector(keys[m], params), k=k,
-                            max_iterations=MAX_ITERATIONS if max_iterations is None else max_iterations,
-                            tolerance=TOLERANCE if tolerance is None else tolerance)
+            pairs = lanczos(
+                lambda v_P: step(batch, v_P),
+                start_vector(keys[m], params),
+                k=k,
+                max_iterations=MAX_ITERATIONS if max_iterations is None else max_iterations,
+                tolerance=TOLERANCE if tolerance is None else tolerance,
+            )
             found.append(dataclasses.replace(pairs, vectors=None))
             continue
         state = power_init(start_vector(keys[m], params), k)
         while int(state["i"]) < k:
             state = step(batch, state)
-        found.append(eigenpairs({name: np.asarray(state[name]) for name in ("lams", "iters", "residuals",
-                                                                            "converged")}))
+        found.append(
+            eigenpairs(
+                {
+                    name: np.asarray(state[name])
+                    for name in ("lams", "iters", "residuals", "converged")
+                }
+            )
+        )
     return jax.tree.map(lambda *a: np.stack(a), *found)
 
 
@@ -228,7 +294,9 @@ def ape(eigenvalues_Mxk) -> float:
     return float(positive.mean()) if positive.size else float("nan")
 
 
-def summaries(eigenvalues_Mxk, *, resamples: int = bootstrap.RESAMPLES, seed: int = bootstrap.SEED) -> dict:
+def summaries(
+    eigenvalues_Mxk, *, resamples: int = bootstrap.RESAMPLES, seed: int = bootstrap.SEED
+) -> dict:
     """PK22's summaries of a pooled spectrum: NEP and APE, each with its 95% percentile interval
     ("nep_interval", "ape_interval": [lo, hi]) over resamples of the M mini-batches
     (`bootstrap.interval`; a mini-batch's k eigenvalues stay together, since they come from one
@@ -240,20 +308,33 @@ def summaries(eigenvalues_Mxk, *, resamples: int = bootstrap.RESAMPLES, seed: in
     not_converged = None
     if isinstance(eigenvalues_Mxk, Eigenpairs):
         not_converged = int(np.sum(~np.asarray(eigenvalues_Mxk.converged, bool)))
-        if np.isnan(np.asarray(eigenvalues_Mxk.values, np.float64)).any():  # Lanczos found no value there
-            raise ConfigError(f"{not_converged} eigenvalues did not converge within the cap and have no "
-                              "value (NaN, method 'lanczos'): raise max_iterations (the suite's "
-                              "hessian_iterations)")
+        if np.isnan(
+            np.asarray(eigenvalues_Mxk.values, np.float64)
+        ).any():  # Lanczos found no value there
+            raise ConfigError(
+                f"{not_converged} eigenvalues did not converge within the cap and have no "
+                "value (NaN, method 'lanczos'): raise max_iterations (the suite's "
+                "hessian_iterations)"
+            )
         eigenvalues_Mxk = eigenvalues_Mxk.values
     lams_Mxk = np.asarray(eigenvalues_Mxk, np.float64)
     if lams_Mxk.ndim != 2 or lams_Mxk.shape[0] < 2:
-        raise ConfigError(f"eigenvalues of shape {lams_Mxk.shape}: give (M, k), M >= 2 mini-batches (one per "
-                          "row), so that the intervals have units to resample")
+        raise ConfigError(
+            f"eigenvalues of shape {lams_Mxk.shape}: give (M, k), M >= 2 mini-batches (one per "
+            "row), so that the intervals have units to resample"
+        )
     if not np.isfinite(lams_Mxk).all():
-        raise ConfigError("the eigenvalues hold NaN or inf: the loss or its Hessian is not finite at these "
-                          "parameters; check the loss on this batch")
-    out = {"max": float(lams_Mxk.max()), "min": float(lams_Mxk.min()), "count": int(lams_Mxk.size),
-           "batches": int(lams_Mxk.shape[0]), "not_converged": not_converged}
+        raise ConfigError(
+            "the eigenvalues hold NaN or inf: the loss or its Hessian is not finite at these "
+            "parameters; check the loss on this batch"
+        )
+    out = {
+        "max": float(lams_Mxk.max()),
+        "min": float(lams_Mxk.min()),
+        "count": int(lams_Mxk.size),
+        "batches": int(lams_Mxk.shape[0]),
+        "not_converged": not_converged,
+    }
     for name, statistic in (("nep", nep), ("ape", ape)):
         est = bootstrap.estimate(lams_Mxk, statistic, resamples=resamples, seed=seed)
         out[name], out[f"{name}_interval"] = est["value"], [est["lo"], est["hi"]]

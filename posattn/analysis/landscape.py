@@ -28,6 +28,7 @@ loss appears once in it (an uneven last chunk would be a second, unbatched copy)
 backend's (`default_chunk`) unless given: one point at a time on a CPU, where XLA runs the vmapped
 loss, whose weights differ per point, 2-3 times slower per point (docs/how_vits_work.md, Time).
 """
+
 from collections.abc import Callable
 from typing import Any
 
@@ -82,13 +83,19 @@ def _check_like(direction, params, what: str) -> None:
     of another model, or another ordering of its leaves, would otherwise move the wrong tensors, or
     broadcast)."""
     if jax.tree.structure(direction) != jax.tree.structure(params):
-        raise ConfigError(f"{what} has another tree structure than the params: draw it from these params "
-                          "(random_direction(key, params))")
-    for (path, d), theta in zip(jax.tree_util.tree_flatten_with_path(direction)[0], jax.tree.leaves(params)):
+        raise ConfigError(
+            f"{what} has another tree structure than the params: draw it from these params "
+            "(random_direction(key, params))"
+        )
+    for (path, d), theta in zip(
+        jax.tree_util.tree_flatten_with_path(direction)[0], jax.tree.leaves(params)
+    ):
         if jnp.shape(d) != jnp.shape(theta):
-            raise ConfigError(f"{what} at {_path_names(path)!r} has shape {jnp.shape(d)}, the params "
-                              f"{jnp.shape(theta)}: draw it from these params "
-                              "(random_direction(key, params))")
+            raise ConfigError(
+                f"{what} at {_path_names(path)!r} has shape {jnp.shape(d)}, the params "
+                f"{jnp.shape(theta)}: draw it from these params "
+                "(random_direction(key, params))"
+            )
 
 
 def normalise_direction(direction, params, normalisation: str = "pk22") -> Any:
@@ -124,8 +131,10 @@ def grid(n: int = GRID, extent: float = EXTENT) -> np.ndarray:
     """The n points per axis, -extent .. extent (theta* among them for odd n); ConfigError unless n >= 2
     and extent > 0."""
     if isinstance(n, bool) or int(n) != n or n < 2 or not np.isfinite(extent) or extent <= 0:
-        raise ConfigError(f"grid(n={n!r}, extent={extent!r}): give n >= 2 points (odd: theta* on the "
-                          "grid) and a finite extent > 0")
+        raise ConfigError(
+            f"grid(n={n!r}, extent={extent!r}): give n >= 2 points (odd: theta* on the "
+            "grid) and a finite extent > 0"
+        )
     return np.linspace(-extent, extent, int(n))
 
 
@@ -156,7 +165,9 @@ def surface(
     _check_like(d2, params, "d2")
     chunk = default_chunk() if chunk is None else chunk
     if isinstance(chunk, bool) or int(chunk) != chunk or chunk < 1:
-        raise ConfigError(f"chunk={chunk!r}: give a positive number of grid points (or None: the backend's)")
+        raise ConfigError(
+            f"chunk={chunk!r}: give a positive number of grid points (or None: the backend's)"
+        )
     xs = grid() if xs is None else xs
     ys = grid() if ys is None else ys
     X, Y = np.meshgrid(np.asarray(xs, np.float32), np.asarray(ys, np.float32))

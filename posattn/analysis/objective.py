@@ -20,6 +20,7 @@ measures "NLL + L2" on augmented training data, since that is what the network w
   with example B-1-i, label-smoothed one-hot targets mixed alike. timm's Mixup takes CutMix instead
   for half of the batches (switch_prob 0.5); CutMix is not implemented here.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -29,7 +30,9 @@ from posattn.vision.data import augment
 
 WEIGHT_DECAY = 0.05  # PK22 configs/cifar100_vit.yaml, optim.weight_decay
 MIXUP_ALPHA = 1.0  # PK22 configs/cifar100_vit.yaml, train.mixup.mixup_alpha
-LABEL_SMOOTHING = 0.1  # PK22 configs/cifar100_vit.yaml, train.smoothing (timm Mixup's label_smoothing)
+LABEL_SMOOTHING = (
+    0.1  # PK22 configs/cifar100_vit.yaml, train.smoothing (timm Mixup's label_smoothing)
+)
 L2_FORMS = ("norms", "squared")
 
 
@@ -57,19 +60,30 @@ def check_labels(labels_B, n: int, num_classes: int) -> None:
     under jit) integers in [0, num_classes): a label outside is never predicted and its one-hot is zero,
     so it would lower an accuracy or empty a target silently."""
     if jnp.shape(labels_B) != (n,):
-        raise ConfigError(f"labels of shape {jnp.shape(labels_B)} for {n} examples: give one class index per "
-                          "example, shape (B,) (not one-hot)")
+        raise ConfigError(
+            f"labels of shape {jnp.shape(labels_B)} for {n} examples: give one class index per "
+            "example, shape (B,) (not one-hot)"
+        )
     if isinstance(labels_B, jax.core.Tracer):
         return
     labels = np.asarray(labels_B)
     low, high = labels.min(initial=0), labels.max(initial=0)
     if not np.issubdtype(labels.dtype, np.integer) or low < 0 or high >= num_classes:
-        raise ConfigError(f"labels must be integer class indices in [0, {num_classes}) (got {labels.dtype}, "
-                          f"{low} .. {high}): check the labels or num_classes")
+        raise ConfigError(
+            f"labels must be integer class indices in [0, {num_classes}) (got {labels.dtype}, "
+            f"{low} .. {high}): check the labels or num_classes"
+        )
 
 
-def mixed_targets(key, images_BxHxWxC, labels_B, num_classes: int, *, alpha: float = MIXUP_ALPHA,
-                  smoothing: float = LABEL_SMOOTHING):
+def mixed_targets(
+    key,
+    images_BxHxWxC,
+    labels_B,
+    num_classes: int,
+    *,
+    alpha: float = MIXUP_ALPHA,
+    smoothing: float = LABEL_SMOOTHING,
+):
     """(images, targets_BxK) of one mini-batch mixed as timm's Mixup in "batch" mode (module docstring):
     targets (1 - smoothing) y + smoothing / K from one-hot y, then mixup (`augment.mixup`); alpha = 0
     leaves the images and the smoothed targets unmixed. ConfigError for labels not (B,) class indices
@@ -77,7 +91,11 @@ def mixed_targets(key, images_BxHxWxC, labels_B, num_classes: int, *, alpha: flo
     targets all zero), alpha < 0 or smoothing outside [0, 1)."""
     check_labels(labels_B, jnp.shape(images_BxHxWxC)[0], num_classes)
     if not alpha >= 0 or not 0 <= smoothing < 1:
-        raise ConfigError(f"alpha={alpha}, smoothing={smoothing}: give alpha >= 0 (0: no mixup) and "
-                          "smoothing in [0, 1)")
+        raise ConfigError(
+            f"alpha={alpha}, smoothing={smoothing}: give alpha >= 0 (0: no mixup) and "
+            "smoothing in [0, 1)"
+        )
     y_BxK = jax.nn.one_hot(labels_B, num_classes, dtype=jnp.float32)
-    return augment.mixup(key, images_BxHxWxC, y_BxK * (1.0 - smoothing) + smoothing / num_classes, alpha)
+    return augment.mixup(
+        key, images_BxHxWxC, y_BxK * (1.0 - smoothing) + smoothing / num_classes, alpha
+    )

@@ -8,6 +8,7 @@ permuted one; undoing the permutation on P (`unpermute_embedding`) should bring 
 neighbourhoods. `neighbour_statistic` turns "neighbours are more similar" into numbers, and
 `distance_rank_correlation` "similarity falls with distance" into one number over all pairs of patches.
 """
+
 import numpy as np
 
 from posattn.errors import ConfigError
@@ -16,18 +17,24 @@ from posattn.vision.data.permutation import unpermute_blocks
 THRESHOLD = 0.55  # JSL22 Figure 1a
 
 
-def patch_embedding(params, grid_hw: tuple[int, int], *, cls: bool = False, block: int = 0) -> np.ndarray:
+def patch_embedding(
+    params, grid_hw: tuple[int, int], *, cls: bool = False, block: int = 0
+) -> np.ndarray:
     """P of the patches as an (h, w, D) grid: params["pos_embedding"] ((T, D), or (depth, T, D) with one
     P per block, of which `block` is taken), without the CLS row (row 0) when `cls`."""
     P = np.asarray(params["pos_embedding"], np.float64)
     if P.ndim == 3:
         if not 0 <= block < P.shape[0]:
-            raise ConfigError(f"block {block} out of range: the model has {P.shape[0]} per-block embeddings")
+            raise ConfigError(
+                f"block {block} out of range: the model has {P.shape[0]} per-block embeddings"
+            )
         P = P[block]
     P = P[1:] if cls else P
     h, w = grid_hw
     if P.shape[0] != h * w:
-        raise ConfigError(f"the embedding has {P.shape[0]} patch rows, the grid {h} x {w} needs {h * w}")
+        raise ConfigError(
+            f"the embedding has {P.shape[0]} patch rows, the grid {h} x {w} needs {h * w}"
+        )
     return P.reshape(h, w, -1)
 
 
@@ -40,14 +47,18 @@ def unpermute_embedding(P_hxwxD: np.ndarray, g: int, patch_size: int, perm) -> n
     original patches and there is no patch order to restore.
     """
     if g % patch_size:
-        raise ConfigError(f"pixel blocks of side {g} are not whole patches of side {patch_size}: "
-                          "the permutation cannot be undone on the patch grid (need g % patch_size == 0)")
+        raise ConfigError(
+            f"pixel blocks of side {g} are not whole patches of side {patch_size}: "
+            "the permutation cannot be undone on the patch grid (need g % patch_size == 0)"
+        )
     h, w, b = *np.shape(P_hxwxD)[:2], g // patch_size
     blocks = (h // b) * (w // b) if b and not h % b and not w % b else None
     if blocks is None or sorted(np.asarray(perm).tolist()) != list(range(blocks)):
-        raise ConfigError(f"perm (of {np.size(perm)} entries) must be a permutation of the "
-                          f"{blocks or 'whole'} blocks of {b} x {b} patches of the {h} x {w} patch grid: "
-                          "give the run's own (permutation.block_permutation of its image size, g and seed)")
+        raise ConfigError(
+            f"perm (of {np.size(perm)} entries) must be a permutation of the "
+            f"{blocks or 'whole'} blocks of {b} x {b} patches of the {h} x {w} patch grid: "
+            "give the run's own (permutation.block_permutation of its image size, g and seed)"
+        )
     return np.asarray(unpermute_blocks(P_hxwxD, b, perm))
 
 
@@ -56,7 +67,9 @@ def cosine_similarity(P_NxD: np.ndarray) -> np.ndarray:
     P is (N, D)."""
     P = np.asarray(P_NxD, np.float64)
     if P.ndim != 2:
-        raise ConfigError(f"P of shape {P.shape}: give (N, D) rows (a grid (h, w, D): P.reshape(h * w, D))")
+        raise ConfigError(
+            f"P of shape {P.shape}: give (N, D) rows (a grid (h, w, D): P.reshape(h * w, D))"
+        )
     P = P / np.maximum(np.linalg.norm(P, axis=-1, keepdims=True), 1e-12)
     return P @ P.T
 
@@ -68,8 +81,10 @@ def _check_grid(sim_NxN, grid_hw) -> None:
         raise ConfigError(f"grid_hw={grid_hw!r}: give (h, w) of the patch grid, both >= 1")
     n = grid_hw[0] * grid_hw[1]
     if np.shape(sim_NxN) != (n, n):
-        raise ConfigError(f"similarities of shape {np.shape(sim_NxN)} for the {grid_hw[0]} x {grid_hw[1]} "
-                          f"grid: give ({n}, {n}), the patches only (no CLS row), row-major")
+        raise ConfigError(
+            f"similarities of shape {np.shape(sim_NxN)} for the {grid_hw[0]} x {grid_hw[1]} "
+            f"grid: give ({n}, {n}), the patches only (no CLS row), row-major"
+        )
 
 
 def grid_distances(grid_hw: tuple[int, int]) -> np.ndarray:
@@ -79,7 +94,9 @@ def grid_distances(grid_hw: tuple[int, int]) -> np.ndarray:
     return np.abs(rows[:, None] - rows[None]) + np.abs(cols[:, None] - cols[None])
 
 
-def distance_rank_correlation(sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, fold_flip: bool = False) -> float:
+def distance_rank_correlation(
+    sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, fold_flip: bool = False
+) -> float:
     """Spearman's rank correlation between the similarity of two patches' embeddings and their Euclidean
     distance on the patch grid, over all pairs i < j: how local P is (JSL22 Figures 1a and 5c) as one
     number. -1: similarity falls strictly with distance; about 0 for embeddings blind to position, as
@@ -102,8 +119,14 @@ def distance_rank_correlation(sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, 
     return float(stats.spearmanr(np.asarray(sim_NxN)[i, j], dist[i, j]).statistic)
 
 
-def neighbour_statistic(sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, shuffles: int = 2000,
-                        seed: int = 0, across_blocks: int = 0) -> dict:
+def neighbour_statistic(
+    sim_NxN: np.ndarray,
+    grid_hw: tuple[int, int],
+    *,
+    shuffles: int = 2000,
+    seed: int = 0,
+    across_blocks: int = 0,
+) -> dict:
     """Mean similarity of 4-neighbour pairs (distance 1) vs all other pairs of distinct patches.
 
     `gap` = neighbour - non_neighbour. `z` and `p_value` compare the gap with the gaps of `shuffles`
@@ -134,8 +157,10 @@ def neighbour_statistic(sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, shuffl
         p = rng.permutation(sim_NxN.shape[0])
         null[i] = gap(sim_NxN[np.ix_(p, p)])
     return {
-        "neighbour": float(sim_NxN[near].mean()), "non_neighbour": float(sim_NxN[far].mean()),
-        "gap": float(observed), "z": float((observed - null.mean()) / max(null.std(), 1e-12)),
+        "neighbour": float(sim_NxN[near].mean()),
+        "non_neighbour": float(sim_NxN[far].mean()),
+        "gap": float(observed),
+        "z": float((observed - null.mean()) / max(null.std(), 1e-12)),
         "p_value": float((1 + np.sum(null >= observed)) / (1 + shuffles)),
         "pairs": {"neighbour": int(near.sum()), "non_neighbour": int(far.sum())},
     }
@@ -145,7 +170,9 @@ def similarity_maps(P_hxwxD: np.ndarray) -> np.ndarray:
     """(h*w, h, w): map i is the similarity of patch i (row-major) to every patch of the grid; ConfigError
     unless P is an (h, w, D) grid (`patch_embedding`)."""
     if np.ndim(P_hxwxD) != 3:
-        raise ConfigError(f"P of shape {np.shape(P_hxwxD)}: give the (h, w, D) grid of patch_embedding")
+        raise ConfigError(
+            f"P of shape {np.shape(P_hxwxD)}: give the (h, w, D) grid of patch_embedding"
+        )
     h, w, _ = np.shape(P_hxwxD)
     return cosine_similarity(P_hxwxD.reshape(h * w, -1)).reshape(h * w, h, w)
 

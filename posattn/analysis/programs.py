@@ -8,11 +8,13 @@ LLVM optimisation level 1 (`posattn.compile_options.run_once`): each runs once o
 compiling of the CNNs' Hessian and forward programs at the cost of a change in the last digits
 (docs/how_vits_work.md, Time).
 """
+
 import concurrent.futures
 import time
 from collections.abc import Callable
 
 from posattn import compile_options
+
 
 def compile_all(programs: dict[str, tuple[Callable, tuple]], workers: int = 2) -> tuple[dict, dict]:
     """{name: (jitted function, example args)} -> ({name: compiled program}, {name: compile seconds}).

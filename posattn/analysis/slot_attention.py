@@ -10,6 +10,7 @@ patch token with global average pooling, the CLS token with CLS pooling. Then
 - `prune_least_attended`: the keep mask that removes the k least attended slots of each grid, which
   the ViT's `keep_BxN` takes (removed tokens leave the softmax and the pooling).
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,8 +42,10 @@ def relevant_mass(att_BxQxN: jax.Array, types_BxN: jax.Array) -> jax.Array:
     for Q > 1, per query); a grid with no relevant slot gives NaN (no query to average over)."""
     B, Q, N = jnp.shape(att_BxQxN)
     if jnp.shape(types_BxN) != (B, N) or Q not in (1, N):
-        raise ConfigError(f"attention of shape {(B, Q, N)} and slot types of shape {jnp.shape(types_BxN)}: "
-                          "give types (B, N) of the N slots the keys are, and Q = N queries or 1 (CLS)")
+        raise ConfigError(
+            f"attention of shape {(B, Q, N)} and slot types of shape {jnp.shape(types_BxN)}: "
+            "give types (B, N) of the N slots the keys are, and Q = N queries or 1 (CLS)"
+        )
     relevant_BxN = (types_BxN == RELEVANT).astype(jnp.float32)
     mass_BxQ = (att_BxQxN * relevant_BxN[:, None, :]).sum(-1)
     if att_BxQxN.shape[1] == 1:
@@ -74,23 +77,26 @@ def _correct(model, variables, inputs_BxHxWxC, labels_B, keep_BxN):
     return jnp.argmax(logits, -1) == labels_B
 
 
-def evaluate(model, variables, inputs_NxHxWxC, labels_N, types_NxS, ks, *, seed: int = 0,
-             batch: int = 500) -> dict:
+def evaluate(
+    model, variables, inputs_NxHxWxC, labels_N, types_NxS, ks, *, seed: int = 0, batch: int = 500
+) -> dict:
     """The slot metrics of a trained ViT on the grids: relevant attention mass, and test accuracy after
     removing the k least attended slots (and, as the baseline, k random slots) for each k of `ks`; with
     the share of removed slots that were relevant. Inputs are the model's (normalised) images.
     ConfigError unless inputs, labels and slot types hold the same number of grids."""
     if not len(inputs_NxHxWxC) == len(labels_N) == len(types_NxS):
-        raise ConfigError(f"{len(inputs_NxHxWxC)} inputs, {len(labels_N)} labels and {len(types_NxS)} slot "
-                          "types: give one of each per grid")
+        raise ConfigError(
+            f"{len(inputs_NxHxWxC)} inputs, {len(labels_N)} labels and {len(types_NxS)} slot "
+            "types: give one of each per grid"
+        )
     rng = np.random.default_rng(seed)
     grid_metrics = jax.jit(functools.partial(_grid_metrics, model))
     correct_fn = jax.jit(functools.partial(_correct, model))
     mass, correct = [], {"attention": {k: [] for k in ks}, "random": {k: [] for k in ks}}
     removed_relevant = {"attention": {k: [] for k in ks}, "random": {k: [] for k in ks}}
     for start in range(0, len(labels_N), batch):
-        x, y = inputs_NxHxWxC[start:start + batch], labels_N[start:start + batch]
-        types = jnp.asarray(types_NxS[start:start + batch])
+        x, y = inputs_NxHxWxC[start : start + batch], labels_N[start : start + batch]
+        types = jnp.asarray(types_NxS[start : start + batch])
         m, scores = grid_metrics(variables, x, types)
         mass.append(np.asarray(m))
         policies = {"attention": scores, "random": jnp.asarray(rng.random(scores.shape))}
@@ -98,10 +104,16 @@ def evaluate(model, variables, inputs_NxHxWxC, labels_N, types_NxS, ks, *, seed:
             for k in ks:
                 keep = prune_least_attended(s, k)
                 correct[policy][k].append(np.asarray(correct_fn(variables, x, y, keep)))
-                removed_relevant[policy][k].append(np.asarray(((~keep) & (types == RELEVANT)).sum(-1)))
+                removed_relevant[policy][k].append(
+                    np.asarray(((~keep) & (types == RELEVANT)).sum(-1))
+                )
     out = {"relevant_mass": float(np.concatenate(mass).mean()), "ks": list(ks)}
     for policy in correct:
-        out[f"accuracy_{policy}_pruned"] = [float(np.concatenate(correct[policy][k]).mean()) for k in ks]
+        out[f"accuracy_{policy}_pruned"] = [
+            float(np.concatenate(correct[policy][k]).mean()) for k in ks
+        ]
         out[f"relevant_removed_{policy}"] = [
-            float(np.concatenate(removed_relevant[policy][k]).sum() / max(k * len(labels_N), 1)) for k in ks]
+            float(np.concatenate(removed_relevant[policy][k]).sum() / max(k * len(labels_N), 1))
+            for k in ks
+        ]
     return out

@@ -20,14 +20,15 @@ posattn's own models are one instance (`of_model`); a timm checkpoint imported b
 `posattn.vision.timm_import` is another; docs/how_vits_work.md, "Your own model", shows a user's.
 `as_module` lets the study's driver (`posattn.papers.pk22.suite.measure`) take any Subject.
 """
+
 import collections
 import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
 
-import jax
 import flax.linen as nn
+import jax
 
 from posattn.analysis import posemb
 from posattn.errors import ConfigError
@@ -52,10 +53,14 @@ class Subject:
 
     def __post_init__(self):
         if not callable(self.apply):
-            raise ConfigError(f"Subject.apply={self.apply!r} must be a function (params, images) -> "
-                              "(logits, {name: feature})")
+            raise ConfigError(
+                f"Subject.apply={self.apply!r} must be a function (params, images) -> "
+                "(logits, {name: feature})"
+            )
         if self.grid_hw is not None and (len(self.grid_hw) != 2 or min(self.grid_hw) < 1):
-            raise ConfigError(f"Subject.grid_hw={self.grid_hw!r} must be (h, w) of the patch grid, both >= 1")
+            raise ConfigError(
+                f"Subject.grid_hw={self.grid_hw!r} must be (h, w) of the patch grid, both >= 1"
+            )
         if int(self.prefix_tokens) < 0:
             raise ConfigError(f"Subject.prefix_tokens={self.prefix_tokens} must be >= 0")
 
@@ -65,8 +70,10 @@ def _grid(n: int, grid_hw, what: str) -> tuple[int, int]:
     h, w = grid_hw if grid_hw is not None else (math.isqrt(n), math.isqrt(n))
     if h * w != n:
         expected = "a square number" if grid_hw is None else f"{h} x {w}"
-        raise ConfigError(f"{what} has {n} patch tokens, not {expected}: set Subject.grid_hw to the patch "
-                          "grid (h, w), and leave prefix tokens (CLS) out")
+        raise ConfigError(
+            f"{what} has {n} patch tokens, not {expected}: set Subject.grid_hw to the patch "
+            "grid (h, w), and leave prefix tokens (CLS) out"
+        )
     return h, w
 
 
@@ -77,15 +84,19 @@ def _as_map(name: str, z, grid_hw=None) -> jax.Array:
     if z.ndim == 3:
         B, N, D = z.shape
         return z.reshape(B, *_grid(N, grid_hw, f"feature {name!r}"), D)
-    raise ConfigError(f"feature {name!r} has shape {tuple(z.shape)}: give (B, h, w, C) maps or (B, N, D) "
-                      "tokens of the patch grid")
+    raise ConfigError(
+        f"feature {name!r} has shape {tuple(z.shape)}: give (B, h, w, C) maps or (B, N, D) "
+        "tokens of the patch grid"
+    )
 
 
 def logits_and_features(subject: Subject, params, images_BxHxWxC):
     """(logits_BxK, {name: (B, h, w, C)} in the subject's order) of `params` on `images`; jittable."""
     logits, feats = subject.apply(params, images_BxHxWxC)
     # an OrderedDict: jax.jit returns a plain dict with its keys sorted, an OrderedDict in order
-    return logits, collections.OrderedDict((k, _as_map(k, z, subject.grid_hw)) for k, z in feats.items())
+    return logits, collections.OrderedDict(
+        (k, _as_map(k, z, subject.grid_hw)) for k, z in feats.items()
+    )
 
 
 def features(subject: Subject, images_BxHxWxC) -> collections.OrderedDict[str, jax.Array]:
@@ -106,8 +117,13 @@ def of_model(model: nn.Module, variables) -> Subject:
     if not isinstance(model, ViT):  # the CNNs; AlterNet's P are per window, inside its blocks
         return Subject(apply, variables["params"])
     side = model.image_size // model.patch_size
-    return Subject(apply, variables["params"], grid_hw=(side, side), pos_embedding="pos_embedding",
-                   prefix_tokens=int(model.pool == "cls"))
+    return Subject(
+        apply,
+        variables["params"],
+        grid_hw=(side, side),
+        pos_embedding="pos_embedding",
+        prefix_tokens=int(model.pool == "cls"),
+    )
 
 
 def replace_at(params, path: str, fn):
@@ -124,19 +140,25 @@ def patch_embedding(subject: Subject, block: int = 0):
     `subject.pos_embedding`, (T, D), (1, T, D) (timm, big_vision) or (depth, T, D) with one P per block
     (`block` taken), without its prefix rows."""
     if subject.pos_embedding is None:
-        raise ConfigError("the subject has no positional embedding: set Subject.pos_embedding to its "
-                          "'/'-path in the params, e.g. 'pos_embedding'")
+        raise ConfigError(
+            "the subject has no positional embedding: set Subject.pos_embedding to its "
+            "'/'-path in the params, e.g. 'pos_embedding'"
+        )
     P = subject.params
     for key in subject.pos_embedding.split("/"):
         if not hasattr(P, "keys") or key not in P:
-            raise ConfigError(f"Subject.pos_embedding={subject.pos_embedding!r}: no {key!r} in the params "
-                              f"(keys: {', '.join(map(str, P.keys())) if hasattr(P, 'keys') else 'none'})")
+            raise ConfigError(
+                f"Subject.pos_embedding={subject.pos_embedding!r}: no {key!r} in the params "
+                f"(keys: {', '.join(map(str, P.keys())) if hasattr(P, 'keys') else 'none'})"
+            )
         P = P[key]
     P = P[0] if P.ndim == 3 and P.shape[0] == 1 else P
     if P.ndim not in (2, 3):
-        raise ConfigError(f"the positional embedding has shape {tuple(P.shape)}: need (T, D), (1, T, D) or "
-                          "(depth, T, D)")
-    patches = P[..., subject.prefix_tokens:, :]
+        raise ConfigError(
+            f"the positional embedding has shape {tuple(P.shape)}: need (T, D), (1, T, D) or "
+            "(depth, T, D)"
+        )
+    patches = P[..., subject.prefix_tokens :, :]
     grid = _grid(patches.shape[-2], subject.grid_hw, "the positional embedding")
     return posemb.patch_embedding({"pos_embedding": patches}, grid, block=block)
 

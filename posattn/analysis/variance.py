@@ -5,6 +5,7 @@ channels (PK22's code: `x.var(dim=(-1, -2)).mean()` on B x C x H x W maps; ViT t
 grid, CLS dropped). PK22 finds that attention lowers it (attention aggregates, a spatial smoothing) and
 convolutions and MLPs raise it. A 1 x 1 map has no spatial variance: NaN.
 """
+
 import collections
 
 import jax

@@ -3,6 +3,7 @@
 Every function takes {model label: results of `posattn.papers.pk22.suite.measure`} and returns a
 `matplotlib.figure.Figure` (no pyplot, no backend switch); `save` writes it as a PNG.
 """
+
 import numpy as np
 from matplotlib import cm
 from matplotlib.figure import Figure
@@ -42,10 +43,15 @@ def hessian_spectra(results: dict) -> Figure:
         ax.hist(lams, bins=30, density=True, color="tab:blue", alpha=0.8)
         ax.axvline(0, color="k", lw=0.8)
         h = r["hessian"]
-        interval = lambda k, d: (f" [{h[k + '_interval'][0]:.{d}f}, {h[k + '_interval'][1]:.{d}f}]"  # noqa: E731
-                                 if k + "_interval" in h else "")
-        ax.set_title(f"{label}\nNEP {h['nep']:.2f}{interval('nep', 2)}, APE {h['ape']:.1f}{interval('ape', 1)}",
-                     fontsize=9)
+        interval = lambda k, d: (
+            f" [{h[k + '_interval'][0]:.{d}f}, {h[k + '_interval'][1]:.{d}f}]"  # noqa: E731
+            if k + "_interval" in h
+            else ""
+        )
+        ax.set_title(
+            f"{label}\nNEP {h['nep']:.2f}{interval('nep', 2)}, APE {h['ape']:.1f}{interval('ape', 1)}",
+            fontsize=9,
+        )
         ax.set_xlabel("top-5 Hessian eigenvalue")
     axes[0].set_ylabel("density")
     return fig
@@ -96,13 +102,24 @@ def noise_robustness(results: dict) -> Figure:
     ax = fig.subplots()
     empty_any = set()
     for label, r in results.items():
-        freqs, empty = np.asarray(r["noise"]["frequencies_pi"], float), r["noise"].get("empty_bands_pi", [])
-        drops = np.where(np.isin(freqs, empty), np.nan, np.asarray(r["noise"]["drop_points"], float))
+        freqs, empty = (
+            np.asarray(r["noise"]["frequencies_pi"], float),
+            r["noise"].get("empty_bands_pi", []),
+        )
+        drops = np.where(
+            np.isin(freqs, empty), np.nan, np.asarray(r["noise"]["drop_points"], float)
+        )
         ax.plot(freqs, drops, marker="o", label=label)
         empty_any.update(empty)
     if empty_any:
-        ax.text(0.01, 0.01, "no frequency at this size: " + ", ".join(f"{f:g}" for f in sorted(empty_any))
-                + " pi", transform=ax.transAxes, fontsize=7, va="bottom")
+        ax.text(
+            0.01,
+            0.01,
+            "no frequency at this size: " + ", ".join(f"{f:g}" for f in sorted(empty_any)) + " pi",
+            transform=ax.transAxes,
+            fontsize=7,
+            va="bottom",
+        )
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xlabel("noise frequency (x pi)")
     ax.set_ylabel("accuracy with noise - without (points)")
@@ -119,7 +136,9 @@ def loss_landscapes(results: dict) -> Figure:
         X, Y = np.meshgrid(axis, axis)
         Z = np.asarray(r["landscape"]["loss"], float)
         ax = fig.add_subplot(2, n, i + 1)
-        levels = np.linspace(np.nanmin(Z), np.nanmin(Z) + 3 * max(np.nanmedian(Z) - np.nanmin(Z), 1e-3), 15)
+        levels = np.linspace(
+            np.nanmin(Z), np.nanmin(Z) + 3 * max(np.nanmedian(Z) - np.nanmin(Z), 1e-3), 15
+        )
         ax.contour(X, Y, Z, levels=levels, cmap="viridis", linewidths=0.8)
         ax.plot(0, 0, "k+")
         ax.set_title(f"{label}\nloss at theta* {r['landscape']['loss_at_optimum']:.2f}", fontsize=9)

@@ -4,12 +4,18 @@ Each function takes the dictionaries the library returns and builds one figure; 
 (`fig.savefig(path)`). Published values, where the paper gives them, are passed in by the caller
 (`posattn.papers.lwlc23.published`) and drawn beside ours.
 """
+
 import math
 
 import numpy as np
 from matplotlib.figure import Figure
 
-POLICY_COLOURS = {"irrelevant": "tab:green", "noisy": "tab:orange", "random": "tab:grey", "attention": "tab:blue"}
+POLICY_COLOURS = {
+    "irrelevant": "tab:green",
+    "noisy": "tab:orange",
+    "random": "tab:grey",
+    "attention": "tab:blue",
+}
 
 
 def _map_panel(ax, result: dict, fit: dict, power: int, title: str):
@@ -19,16 +25,31 @@ def _map_panel(ax, result: dict, fit: dict, power: int, title: str):
     N = np.asarray(result["N"], float)
     rate = np.asarray(result["success_rate"], float)  # (alphas, Ns)
     X, Y = np.meshgrid(x, N, indexing="ij")
-    sc = ax.scatter(X.ravel(), Y.ravel(), c=rate.ravel(), cmap="gray", vmin=0, vmax=1, marker="s", s=160,
-                    edgecolors="k", linewidths=0.3)
+    sc = ax.scatter(
+        X.ravel(),
+        Y.ravel(),
+        c=rate.ravel(),
+        cmap="gray",
+        vmin=0,
+        vmax=1,
+        marker="s",
+        s=160,
+        edgecolors="k",
+        linewidths=0.3,
+    )
     n_star = np.asarray(fit["N_star"], float)
     inside = np.asarray(fit["inside_grid"], bool)
     ax.plot(x[inside], n_star[inside], "o", color="tab:red", label="N* (success rate 1/2)")
     line = fit[f"fit_alpha_m{power}"]
     if not math.isnan(line["slope"]):
         xs = np.linspace(x.min(), x.max(), 50)
-        ax.plot(xs, line["intercept"] + line["slope"] * xs, "-", color="tab:red",
-                label=f"line in alpha^-{power}, R^2 = {line['r2']:.3f}")
+        ax.plot(
+            xs,
+            line["intercept"] + line["slope"] * xs,
+            "-",
+            color="tab:red",
+            label=f"line in alpha^-{power}, R^2 = {line['r2']:.3f}",
+        )
     ax.set_yscale("log")
     ax.set_ylim(N.min() / 1.3, N.max() * 1.3)  # the fitted line may run below the grid
     ax.set_xlabel(f"alpha_*^-{power}")
@@ -60,7 +81,9 @@ def boundary_sweeps(sweeps: dict) -> Figure:
             beyond = np.isnan(n_star)
             colour = "tab:blue" if net == "vit" else "tab:orange"
             ax.plot(values[~beyond], n_star[~beyond], "o-", color=colour, label=net)
-            ax.plot(values[beyond], np.full(beyond.sum(), max(s["N"])), "o", mfc="none", color=colour)
+            ax.plot(
+                values[beyond], np.full(beyond.sum(), max(s["N"])), "o", mfc="none", color=colour
+            )
         ax.set_yscale("log")
         ax.set_xlabel(knob)
         ax.set_ylabel("N* (success rate 1/2)")
@@ -99,12 +122,16 @@ def sparsification(ks, curves: dict, name: str = "test_hinge", paper: dict | Non
         v = np.asarray(c[name])
         colour = POLICY_COLOURS.get(policy)
         ax.plot(ks, v.mean(0), "o-", ms=3, color=colour, label=policy)
-        ax.fill_between(ks, np.quantile(v, 0.1, 0), np.quantile(v, 0.9, 0), color=colour, alpha=0.15)
+        ax.fill_between(
+            ks, np.quantile(v, 0.1, 0), np.quantile(v, 0.9, 0), color=colour, alpha=0.15
+        )
         if paper and policy in paper:
             ax.plot(*paper[policy], "s--", color=colour, ms=4, lw=0.8, alpha=0.7)
     ax.set_xlabel("tokens removed per test sample")
     ax.set_ylabel("test hinge loss" if name == "test_hinge" else name)
-    ax.set_title("token sparsification" + (" (dashed: LWLC23, read off)" if paper else ""), fontsize=9)
+    ax.set_title(
+        "token sparsification" + (" (dashed: LWLC23, read off)" if paper else ""), fontsize=9
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -117,7 +144,14 @@ def _errorbars(ax, x, ivs, **kw):
     hi = np.array([iv["hi"] for iv in ivs], float)
     ok = np.isfinite(v)
     x = np.asarray(x, float)
-    ax.errorbar(x[ok], v[ok], yerr=[np.maximum(v - lo, 0)[ok], np.maximum(hi - v, 0)[ok]], fmt="o-", capsize=3, **kw)
+    ax.errorbar(
+        x[ok],
+        v[ok],
+        yerr=[np.maximum(v - lo, 0)[ok], np.maximum(hi - v, 0)[ok]],
+        fmt="o-",
+        capsize=3,
+        **kw,
+    )
 
 
 def settle_figure(study: str, results: dict) -> Figure:
@@ -132,14 +166,21 @@ def settle_figure(study: str, results: dict) -> Figure:
             power = 2 if net == "softmax" else 4
             for nc, s in by_conf.items():
                 a = np.array(s["alpha_star"])
-                _errorbars(ax, a ** -power, s["N_star"], label=f"alpha_# = {s['alpha_conf']:.3f}")
+                _errorbars(ax, a**-power, s["N_star"], label=f"alpha_# = {s['alpha_conf']:.3f}")
                 if np.isfinite(s["q"]["value"]):
                     aa = np.linspace(a.min(), a.max(), 60)
-                    ax.plot(aa ** -power, s["c"] * (aa - s["alpha0"]["value"]) ** -s["q"]["value"], ":", color="k",
-                            lw=0.8)
+                    ax.plot(
+                        aa**-power,
+                        s["c"] * (aa - s["alpha0"]["value"]) ** -s["q"]["value"],
+                        ":",
+                        color="k",
+                        lw=0.8,
+                    )
             ax.set_xlabel(f"alpha_*^-{power}")
             ax.set_ylabel("N* (success rate 1/2), 95% bootstrap")
-            ax.set_title(f"{'ViT' if net == 'softmax' else 'attention-free'}: dotted = c (alpha_* - alpha_0)^-q")
+            ax.set_title(
+                f"{'ViT' if net == 'softmax' else 'attention-free'}: dotted = c (alpha_* - alpha_0)^-q"
+            )
             ax.legend(fontsize=7)
         return fig
     if study == "init_error":
@@ -149,7 +190,12 @@ def settle_figure(study: str, results: dict) -> Figure:
         for ax, knob, other in ((axes[0], "sigma", "delta"), (axes[1], "delta", "sigma")):
             sel = sorted((r for r in rows if r[other] == 0), key=lambda r: r[knob])
             _errorbars(ax, [r[knob] for r in sel], [r["N_star"] for r in sel])
-            ax.axvline(1 / 6 if knob == "sigma" else 0.49, color="tab:red", ls=":", label="theorem's regime ends")
+            ax.axvline(
+                1 / 6 if knob == "sigma" else 0.49,
+                color="tab:red",
+                ls=":",
+                label="theorem's regime ends",
+            )
             ax.set_xlabel(f"{knob} ({other} = 0)")
             ax.set_ylabel("N* (success rate 1/2), 95% bootstrap")
             ax.legend(fontsize=7)
@@ -161,12 +207,21 @@ def settle_figure(study: str, results: dict) -> Figure:
         sel = [s for s in settings if s["at"] == at]
         for p, colour in POLICY_COLOURS.items():
             if sel and p in sel[0]["policies"]:
-                _errorbars(ax, np.arange(len(sel)), [s["policies"][p]["change"] for s in sel], color=colour, label=p,
-                           alpha=0.8)
+                _errorbars(
+                    ax,
+                    np.arange(len(sel)),
+                    [s["policies"][p]["change"] for s in sel],
+                    color=colour,
+                    label=p,
+                    alpha=0.8,
+                )
         ax.axhline(0, color="k", lw=0.6)
         ax.set_xticks(np.arange(len(sel)))
-        ax.set_xticklabels([f"L{s['L']} n{s['n']} {s['kind'][:3]} b{s['bound']:g}" for s in sel], rotation=90,
-                           fontsize=6)
+        ax.set_xticklabels(
+            [f"L{s['L']} n{s['n']} {s['kind'][:3]} b{s['bound']:g}" for s in sel],
+            rotation=90,
+            fontsize=6,
+        )
         ax.set_title(f"sparsification at {at} time: loss(k = n) - loss(0)")
         if sel:
             ax.legend(fontsize=7)

@@ -4,6 +4,7 @@
 Each function returns a `matplotlib.figure.Figure` built without pyplot (no backend is switched);
 `write_png` writes one.
 """
+
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
@@ -20,7 +21,9 @@ def write_png(fig: Figure, path) -> None:
 
 def _blank_diagonal(A) -> np.ndarray:
     A = np.array(A, dtype=float)
-    np.fill_diagonal(A, np.nan)  # the diagonal is frozen: blanking it lets the colour scale show GD's part
+    np.fill_diagonal(
+        A, np.nan
+    )  # the diagonal is frozen: blanking it lets the colour scale show GD's part
     return A
 
 
@@ -30,8 +33,12 @@ def _show_A(fig, ax, A) -> None:
     on integer patch-index ticks."""
     A = _blank_diagonal(A)
     lo, hi = np.nanpercentile(A, [2, 98])
-    extend = {(False, False): "neither", (True, False): "min", (False, True): "max", (True, True): "both"}[
-        (bool(np.nanmin(A) < lo), bool(np.nanmax(A) > hi))]
+    extend = {
+        (False, False): "neither",
+        (True, False): "min",
+        (False, True): "max",
+        (True, True): "both",
+    }[(bool(np.nanmin(A) < lo), bool(np.nanmax(A) > hi))]
     im = ax.imshow(A, cmap="viridis", vmin=lo, vmax=hi)
     fig.colorbar(im, ax=ax, fraction=0.046, extend=extend)
     _patch_ticks(ax)
@@ -61,8 +68,15 @@ def _shade(ax, phases):
     for name, span in (phases or {}).items():
         if span is not None and span[1] is not None and span[1] > span[0]:
             ax.axvspan(span[0], span[1], color=PHASE_COLOURS[name], alpha=0.6, lw=0)
-            ax.text((span[0] + span[1]) / 2, 1.0, name, transform=ax.get_xaxis_transform(),
-                    ha="center", va="bottom", fontsize=9)
+            ax.text(
+                (span[0] + span[1]) / 2,
+                1.0,
+                name,
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="bottom",
+                fontsize=9,
+            )
 
 
 def dynamics_figure(history, phases=None) -> Figure:
@@ -76,7 +90,9 @@ def dynamics_figure(history, phases=None) -> Figure:
     axes[0].plot(step, history["v_perp_norm"], label="||v_perp||", ls=":")
     axes[1].plot(step, history["A_within"], label="within-set mean (gamma)")
     axes[1].plot(step, history["A_across"], label="across-set mean (rho)")
-    axes[1].plot(step, history["patch_association_share"], label="rows with patch association", ls=":")
+    axes[1].plot(
+        step, history["patch_association_share"], label="rows with patch association", ls=":"
+    )
     axes[2].semilogy(step, history["loss"], label="training risk")
     axes[2].semilogy(step, np.maximum(history["test_error"], 1e-5), label="test error")
     axes[2].set_xlabel("GD step")
@@ -115,21 +131,31 @@ def overlay_figure(exact_history, runs, phases=None) -> Figure:
     fig = Figure(figsize=(14, 4))
     axes = fig.subplots(1, 3)
     colours = matplotlib.colormaps["viridis"](np.linspace(0.1, 0.85, max(len(runs), 1)))
-    curves = [("population risk", lambda h, exact: h["loss"] if exact else h["test_loss"]),
-              ("gamma - rho", lambda h, exact: np.asarray(h["A_within"]) - np.asarray(h["A_across"])),
-              ("alpha = <v, w*>", lambda h, exact: h["alpha"])]
+    curves = [
+        ("population risk", lambda h, exact: h["loss"] if exact else h["test_loss"]),
+        ("gamma - rho", lambda h, exact: np.asarray(h["A_within"]) - np.asarray(h["A_across"])),
+        ("alpha = <v, w*>", lambda h, exact: h["alpha"]),
+    ]
     for ax, (name, value) in zip(axes, curves):
         _shade(ax, phases)
         for colour, (N, h) in zip(colours, sorted(runs.items())):
             ax.plot(h["step"], value(h, False), color=colour, lw=1.2, label=f"(E), N = {N:,}")
-        ax.plot(exact_history["step"], value(exact_history, True), color="k", lw=2.2, ls="--",
-                label="(P), exact")
+        ax.plot(
+            exact_history["step"],
+            value(exact_history, True),
+            color="k",
+            lw=2.2,
+            ls="--",
+            label="(P), exact",
+        )
         ax.set_xlabel("GD step")
         ax.set_title(name, pad=14)  # room for the phase labels above the axes
     axes[0].set_yscale("log")
     axes[0].legend(fontsize=8)
-    fig.suptitle("GD on the empirical risk (E) approaches GD on the exact population risk (P) as N grows",
-                 fontsize=10)
+    fig.suptitle(
+        "GD on the empirical risk (E) approaches GD on the exact population risk (P) as N grows",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
@@ -144,8 +170,11 @@ def figure2_figure(history, A, block_mask, overlap: float, chance: float) -> Fig
     axes[0].set_title("Gaussian patches, cubic-CNN labels", fontsize=10)
     _show_A(fig, axes[1], A)
     # Two short lines: one long title ran into its neighbours.
-    axes[1].set_title(f"learned A (diagonal blanked)\noff-diagonal top-(C-1) in block: {overlap:.2f} "
-                      f"(chance {chance:.2f})", fontsize=10)
+    axes[1].set_title(
+        f"learned A (diagonal blanked)\noff-diagonal top-(C-1) in block: {overlap:.2f} "
+        f"(chance {chance:.2f})",
+        fontsize=10,
+    )
     axes[2].imshow(np.asarray(block_mask), cmap="Greys")
     axes[2].set_title("2x2 blocks of the labeller", fontsize=10)
     _patch_ticks(axes[2])
@@ -155,7 +184,10 @@ def figure2_figure(history, A, block_mask, overlap: float, chance: float) -> Fig
 
 def _band(ax, sizes, summary, label, colour):
     mean = 100 * np.asarray(summary["test_error_mean"])
-    lo, hi = 100 * np.asarray(summary["test_error_q25"]), 100 * np.asarray(summary["test_error_q75"])
+    lo, hi = (
+        100 * np.asarray(summary["test_error_q25"]),
+        100 * np.asarray(summary["test_error_q75"]),
+    )
     ax.plot(sizes, mean, "o-", color=colour, label=label)
     ax.fill_between(sizes, lo, hi, color=colour, alpha=0.25, lw=0)
 
@@ -167,7 +199,9 @@ def transfer_figure(result: dict) -> Figure:
     sizes = result["frozen_A"]["sizes"]
     _band(ax, sizes, result["frozen_A"], "A frozen from pre-training, v re-trained", "C0")
     _band(ax, sizes, result["scratch"], "(A, v) from scratch", "C3")
-    ax.axhline(100 * result["target"], color="k", ls="--", lw=1, label=f"{100 * result['target']:.0f}%")
+    ax.axhline(
+        100 * result["target"], color="k", ls="--", lw=1, label=f"{100 * result['target']:.0f}%"
+    )
     ax.set_xscale("log")
     ax.set_xlabel("downstream samples N'")
     ax.set_ylabel("test error (%)")
@@ -209,9 +243,15 @@ def phase_three_figure(runs: dict) -> Figure:
     labels = [f"q={q}\nstep {s}" for q, run in runs.items() for s in run["split_steps"]]
     splits = [sp for run in runs.values() for sp in run["splits"]]
     x = np.arange(len(splits))
-    right.bar(x - 0.2, [sp["classified"] for sp in splits], 0.4, label="correctly classified (y F > 0)")
-    right.bar(x + 0.2, [sp["misclassified"] for sp in splits], 0.4, label="misclassified (y F <= 0)")
-    right.plot(x, [sp["total"] for sp in splits], "k_", ms=18, mew=2, ls="", label="total -dR/dalpha")
+    right.bar(
+        x - 0.2, [sp["classified"] for sp in splits], 0.4, label="correctly classified (y F > 0)"
+    )
+    right.bar(
+        x + 0.2, [sp["misclassified"] for sp in splits], 0.4, label="misclassified (y F <= 0)"
+    )
+    right.plot(
+        x, [sp["total"] for sp in splits], "k_", ms=18, mew=2, ls="", label="total -dR/dalpha"
+    )
     right.axhline(0, color="k", lw=0.5)
     right.set_xticks(x)
     right.set_xticklabels(labels, fontsize=7)

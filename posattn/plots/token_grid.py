@@ -2,6 +2,7 @@
 `matplotlib.figure.Figure` objects: accuracy against alpha_* beside the paper's, the attention mass on
 relevant slots against chance, and accuracy after pruning the least attended slots against random ones.
 """
+
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -10,8 +11,10 @@ KIND_COLOURS = {"vanilla": "tab:blue", "positional": "tab:orange"}
 
 def _style(point: dict) -> dict:
     """A curve's colour by attention kind, solid from a pre-trained start, dashed from scratch."""
-    return {"color": KIND_COLOURS.get(point["attention"], "tab:grey"),
-            "linestyle": "-" if point.get("start") == "pretrained" else "--"}
+    return {
+        "color": KIND_COLOURS.get(point["attention"], "tab:grey"),
+        "linestyle": "-" if point.get("start") == "pretrained" else "--",
+    }
 
 
 def _finish(fig: Figure, ax, xlabel: str, ylabel: str) -> Figure:
@@ -34,12 +37,24 @@ def accuracy(curves: dict[str, list[dict]], paper: dict[int, float] | None = Non
     ax = fig.add_subplot()
     if paper:
         Rs = sorted(paper)
-        ax.plot([R / 9 for R in Rs], [paper[R] for R in Rs], "k:o", label="LWLC23 (pre-trained, CIFAR-10)")
+        ax.plot(
+            [R / 9 for R in Rs],
+            [paper[R] for R in Rs],
+            "k:o",
+            label="LWLC23 (pre-trained, CIFAR-10)",
+        )
     for name, points in curves.items():
         mean, low, high = np.array([p["accuracy_interval"] for p in points]).T
         bars = None if np.isnan(low).all() else np.stack([mean - low, high - mean])
-        ax.errorbar([p["alpha_star"] for p in points], mean, yerr=bars, marker="o", capsize=3,
-                    label=f"ours, {name}", **_style(points[0]))
+        ax.errorbar(
+            [p["alpha_star"] for p in points],
+            mean,
+            yerr=bars,
+            marker="o",
+            capsize=3,
+            label=f"ours, {name}",
+            **_style(points[0]),
+        )
     return _finish(fig, ax, ALPHA, "test accuracy")
 
 
@@ -49,8 +64,13 @@ def attention_mass(curves: dict[str, list[dict]]) -> Figure:
     fig = Figure(figsize=(5.5, 3.8))
     ax = fig.add_subplot()
     for name, points in curves.items():
-        ax.plot([p["alpha_star"] for p in points], [p["relevant_mass"] for p in points], marker="o", label=name,
-                **_style(points[0]))
+        ax.plot(
+            [p["alpha_star"] for p in points],
+            [p["relevant_mass"] for p in points],
+            marker="o",
+            label=name,
+            **_style(points[0]),
+        )
     alphas = sorted({p["alpha_star"] for points in curves.values() for p in points})
     ax.plot(alphas, alphas, "k:", label="chance (R/9)")
     return _finish(fig, ax, ALPHA, "attention mass on relevant slots")
@@ -64,7 +84,9 @@ def pruning(curves: dict[str, list[dict]]) -> Figure:
         ax = fig.add_subplot(1, len(curves), i + 1)
         for j, p in enumerate(points):
             colour = f"C{j}"
-            ax.plot(p["ks"], p["accuracy_attention_pruned"], "-o", color=colour, label=f"R = {p['R']}")
+            ax.plot(
+                p["ks"], p["accuracy_attention_pruned"], "-o", color=colour, label=f"R = {p['R']}"
+            )
             ax.plot(p["ks"], p["accuracy_random_pruned"], "--", color=colour, alpha=0.6)
         ax.set_title(f"{name}: least attended (solid), random (dashed)", fontsize=9)
         _finish(fig, ax, "slots removed per grid, k", "test accuracy")

@@ -4,6 +4,7 @@ similarity maps) and Figures 6/7 (vanilla vs positional attention over seeds).
 Each function returns a `matplotlib.figure.Figure` (no pyplot: the user's backend is never touched);
 the caller saves it, e.g. `fig.savefig(path, dpi=120)`.
 """
+
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
@@ -25,8 +26,15 @@ def permuted_figure(summary: dict) -> Figure:
         means = [per[g]["mean"] for g in gs]
         stds = [per[g]["std"] for g in gs]
         colour = COLOURS.get(model)
-        ax.errorbar([int(g) for g in gs], means, yerr=stds, marker="o", capsize=3, color=colour,
-                    label=LABELS.get(model, model))
+        ax.errorbar(
+            [int(g) for g in gs],
+            means,
+            yerr=stds,
+            marker="o",
+            capsize=3,
+            color=colour,
+            label=LABELS.get(model, model),
+        )
         if base in per:
             ax.axhline(per[base]["mean"], ls="--", color=colour, lw=1)
     ax.set_xscale("log", base=2)
@@ -47,8 +55,12 @@ def compare_figure(summary: dict) -> Figure:
     fig = Figure(figsize=(4.5, 4))
     ax = fig.subplots()
     # showfliers=False: every seed is drawn as a point below, outliers included (not twice).
-    ax.boxplot([summary["accuracy"][k]["values"] for k in kinds], tick_labels=kinds, widths=0.5,
-               showfliers=False)
+    ax.boxplot(
+        [summary["accuracy"][k]["values"] for k in kinds],
+        tick_labels=kinds,
+        widths=0.5,
+        showfliers=False,
+    )
     for i, k in enumerate(kinds, start=1):
         v = summary["accuracy"][k]["values"]
         ax.scatter(np.full(len(v), i) + np.linspace(-0.08, 0.08, len(v)), v, s=10, alpha=0.6)
@@ -80,7 +92,9 @@ def similarity_maps_figure(panels: dict, patches, grid_hw, threshold: float) -> 
     size = 1.9  # inches per map: large enough to read a 4 x 4 or 8 x 8 grid
     fig = Figure(figsize=(size * cols + 1.2, size * rows_per_panel * len(panels) + 0.8))
     axes = fig.subplots(rows_per_panel * len(panels), cols, squeeze=False)
-    others = {title: [_without_self(maps[i], i, w) for i in patches] for title, maps in panels.items()}
+    others = {
+        title: [_without_self(maps[i], i, w) for i in patches] for title, maps in panels.items()
+    }
     scale = max(float(np.nanmax(np.abs(m))) for ms in others.values() for m in ms)
     scale = min(1.0, np.ceil(max(scale, 1e-3) * 20) / 20)  # to the next 0.05
     cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#bbbbbb")
@@ -98,8 +112,11 @@ def similarity_maps_figure(panels: dict, patches, grid_hw, threshold: float) -> 
     for ax in axes.flat:
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.suptitle(f"cosine similarity of positional embeddings to the patch outlined in red (grey: itself, "
-                 f"1); {h}x{w} grid; black contour: {threshold}, JSL22 Fig. 1a's threshold", fontsize=9)
+    fig.suptitle(
+        f"cosine similarity of positional embeddings to the patch outlined in red (grey: itself, "
+        f"1); {h}x{w} grid; black contour: {threshold}, JSL22 Fig. 1a's threshold",
+        fontsize=9,
+    )
     fig.colorbar(image, ax=axes, fraction=0.02)
     return fig
 
@@ -107,6 +124,7 @@ def similarity_maps_figure(panels: dict, patches, grid_hw, threshold: float) -> 
 def training_curves_figure(records: list[dict], title: str = "") -> Figure:
     """An image run's metrics.jsonl (the schema of `posattn.metric_log`) over the steps: training and
     test loss, then training and test error, as the theory binary draws its run."""
+
     def series(key):
         points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
         return [p[0] for p in points], [p[1] for p in points]

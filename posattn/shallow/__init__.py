@@ -6,6 +6,7 @@ attention-free network), init (proper initial model), train (SGD in one lax.scan
 vmapped over seeds and grid cells), phase_map (maps, boundaries, power-law fits), dynamics (attention
 over iterations), population (exact, tau = 0), sparsify (token removal policies).
 """
+
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
 from posattn.shallow.data import Tokens, sample
 from posattn.shallow.init import init_params

@@ -7,6 +7,7 @@ at construction with a message naming the bad field and what would be right:
 - `SGDConfig`: mini-batch SGD with a constant step on the hinge loss, and how it is evaluated.
 Every choice LWLC23 leaves open is listed under "Decisions" in docs/shallow_vit_results.md.
 """
+
 import dataclasses
 import math
 from typing import Literal
@@ -61,29 +62,55 @@ class TokenConfig:
 
     def __post_init__(self):
         check_field_types(self)
-        _check(self.M >= 3, f"M={self.M}: need at least 3 patterns (two discriminative, one irrelevant)")
-        _check(self.d >= self.M, f"d={self.d} must be >= M={self.M}: the M patterns are orthonormal in R^d")
+        _check(
+            self.M >= 3,
+            f"M={self.M}: need at least 3 patterns (two discriminative, one irrelevant)",
+        )
+        _check(
+            self.d >= self.M,
+            f"d={self.d} must be >= M={self.M}: the M patterns are orthonormal in R^d",
+        )
         _check(self.L >= 2, f"L={self.L}: need at least 2 tokens per sample")
-        _check(0 < self.alpha_star <= 1, f"alpha_star={self.alpha_star} is a fraction: it must lie in (0, 1]")
-        _check(0 <= self.alpha_conf < 1, f"alpha_conf={self.alpha_conf} is a fraction: it must lie in [0, 1)")
-        _check(self.n_star > self.n_conf,
-               f"alpha_star={self.alpha_star}, alpha_conf={self.alpha_conf}: the label is the majority vote, "
-               f"so round(alpha_star L)={self.n_star} must exceed round(alpha_conf L)={self.n_conf}")
-        _check(self.n_star + self.n_conf <= self.L,
-               f"alpha_star + alpha_conf = {self.alpha_star + self.alpha_conf:.3g}: at most L={self.L} tokens "
-               f"can be discriminative, so the fractions must sum to at most 1")
+        _check(
+            0 < self.alpha_star <= 1,
+            f"alpha_star={self.alpha_star} is a fraction: it must lie in (0, 1]",
+        )
+        _check(
+            0 <= self.alpha_conf < 1,
+            f"alpha_conf={self.alpha_conf} is a fraction: it must lie in [0, 1)",
+        )
+        _check(
+            self.n_star > self.n_conf,
+            f"alpha_star={self.alpha_star}, alpha_conf={self.alpha_conf}: the label is the majority vote, "
+            f"so round(alpha_star L)={self.n_star} must exceed round(alpha_conf L)={self.n_conf}",
+        )
+        _check(
+            self.n_star + self.n_conf <= self.L,
+            f"alpha_star + alpha_conf = {self.alpha_star + self.alpha_conf:.3g}: at most L={self.L} tokens "
+            f"can be discriminative, so the fractions must sum to at most 1",
+        )
         # On the counts the data use: the fractions of a sample are n_*/L and n_#/L, not the rounded inputs.
-        _check(not self.theorem_margin or self.n_star >= TWO_E * self.n_conf,
-               f"alpha_star={self.alpha_star}, alpha_conf={self.alpha_conf}: n_*={self.n_star} < 2e n_# = "
-               f"{TWO_E * self.n_conf:.4g} tokens of L={self.L}; Theorem 1 of LWLC23 needs alpha_* >= 2e alpha_#: "
-               f"raise alpha_star, lower alpha_conf or set theorem_margin=False")
+        _check(
+            not self.theorem_margin or self.n_star >= TWO_E * self.n_conf,
+            f"alpha_star={self.alpha_star}, alpha_conf={self.alpha_conf}: n_*={self.n_star} < 2e n_# = "
+            f"{TWO_E * self.n_conf:.4g} tokens of L={self.L}; Theorem 1 of LWLC23 needs alpha_* >= 2e alpha_#: "
+            f"raise alpha_star, lower alpha_conf or set theorem_margin=False",
+        )
         _check(self.tau >= 0, f"tau={self.tau}: the noise bound must be >= 0")
-        _check(0 <= self.noisy_tokens <= self.L, f"noisy_tokens={self.noisy_tokens} must lie in [0, L={self.L}]")
+        _check(
+            0 <= self.noisy_tokens <= self.L,
+            f"noisy_tokens={self.noisy_tokens} must lie in [0, L={self.L}]",
+        )
         _check(self.noisy_tau >= 0, f"noisy_tau={self.noisy_tau}: the noise bound must be >= 0")
-        _check(self.noisy_kind in NOISY_KINDS, f"noisy_kind={self.noisy_kind!r}: choose one of {NOISY_KINDS}")
-        _check(self.noisy_kind == "any" or self.noisy_tokens <= self.n_irrelevant,
-               f"noisy_tokens={self.noisy_tokens} > {self.n_irrelevant} label-irrelevant tokens: with "
-               f"noisy_kind='irrelevant' lower noisy_tokens or alpha_star, alpha_conf")
+        _check(
+            self.noisy_kind in NOISY_KINDS,
+            f"noisy_kind={self.noisy_kind!r}: choose one of {NOISY_KINDS}",
+        )
+        _check(
+            self.noisy_kind == "any" or self.noisy_tokens <= self.n_irrelevant,
+            f"noisy_tokens={self.noisy_tokens} > {self.n_irrelevant} label-irrelevant tokens: with "
+            f"noisy_kind='irrelevant' lower noisy_tokens or alpha_star, alpha_conf",
+        )
 
     @property
     def n_star(self) -> int:
@@ -130,19 +157,31 @@ class ModelConfig:
 
     def __post_init__(self):
         check_field_types(self)
-        _check(self.attention in ATTENTIONS, f"attention={self.attention!r}: choose one of {ATTENTIONS}")
-        _check(self.m >= 2 and self.m % 2 == 0,
-               f"m={self.m}: need an even number of neurons, half with a_i = +1/sqrt(m), half -1/sqrt(m)")
-        _check(self.m_a >= 1 and self.m_b >= 3, f"m_a={self.m_a}, m_b={self.m_b}: need m_a >= 1, m_b >= 3")
-        _check(self.sigma >= 0 and self.delta >= 0,
-               f"sigma={self.sigma}, delta={self.delta}: initial-model errors must be >= 0")
+        _check(
+            self.attention in ATTENTIONS,
+            f"attention={self.attention!r}: choose one of {ATTENTIONS}",
+        )
+        _check(
+            self.m >= 2 and self.m % 2 == 0,
+            f"m={self.m}: need an even number of neurons, half with a_i = +1/sqrt(m), half -1/sqrt(m)",
+        )
+        _check(
+            self.m_a >= 1 and self.m_b >= 3,
+            f"m_a={self.m_a}, m_b={self.m_b}: need m_a >= 1, m_b >= 3",
+        )
+        _check(
+            self.sigma >= 0 and self.delta >= 0,
+            f"sigma={self.sigma}, delta={self.delta}: initial-model errors must be >= 0",
+        )
         _check(self.w_o_std > 0, f"w_o_std={self.w_o_std} must be positive")
 
     def check_widths(self, tokens: TokenConfig) -> None:
         """The initial embeddings are orthonormal on R^d: they need m_a >= d and m_b >= d."""
-        _check(self.m_a >= tokens.d and self.m_b >= tokens.d,
-               f"m_a={self.m_a}, m_b={self.m_b}: both must be >= d={tokens.d} for the orthonormal initial "
-               f"embeddings of the proper initial model")
+        _check(
+            self.m_a >= tokens.d and self.m_b >= tokens.d,
+            f"m_a={self.m_a}, m_b={self.m_b}: both must be >= d={tokens.d} for the orthonormal initial "
+            f"embeddings of the proper initial model",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,15 +223,21 @@ class SGDConfig:
         check_field_types(self)
         _check(self.N >= 1, f"N={self.N}: the number of training samples must be positive")
         _check(self.batch >= 1, f"batch={self.batch} must be positive")
-        _check(self.steps is None or self.steps >= 1,
-               f"steps={self.steps} must be positive (or None = t_scale / (alpha_* eta))")
+        _check(
+            self.steps is None or self.steps >= 1,
+            f"steps={self.steps} must be positive (or None = t_scale / (alpha_* eta))",
+        )
         _check(self.t_scale > 0, f"t_scale={self.t_scale} must be positive")
         _check(self.eta > 0, f"eta={self.eta}: the step size must be positive")
-        _check(self.eta_attention is None or self.eta_attention > 0,
-               f"eta_attention={self.eta_attention}: the step size must be positive (or None = eta)")
+        _check(
+            self.eta_attention is None or self.eta_attention > 0,
+            f"eta_attention={self.eta_attention}: the step size must be positive (or None = eta)",
+        )
         _check(self.train_remove >= 0, f"train_remove={self.train_remove} must be >= 0")
-        _check(self.train_policy in REMOVAL_POLICIES,
-               f"train_policy={self.train_policy!r}: choose one of {REMOVAL_POLICIES}")
+        _check(
+            self.train_policy in REMOVAL_POLICIES,
+            f"train_policy={self.train_policy!r}: choose one of {REMOVAL_POLICIES}",
+        )
         _check(self.eval_every >= 1, f"eval_every={self.eval_every} must be positive")
         _check(self.n_test >= 1, f"n_test={self.n_test} must be positive")
         _check(self.success in SUCCESS, f"success={self.success!r}: choose one of {SUCCESS}")

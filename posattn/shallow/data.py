@@ -6,6 +6,7 @@ traced arrays (keyword arguments of `sample`), so a whole phase map over them is
 (`posattn.shallow.grid`). `sample_at(key, idx_B, ...)` draws training sample i from fold_in(key, i): a
 training set of any size that is never stored, of which the first N are the same for every N.
 """
+
 import numbers
 from typing import NamedTuple
 
@@ -53,7 +54,9 @@ def bounded_noise(key: jax.Array, bound_BxL: jax.Array, d: int) -> jax.Array:
     return g_BxLxd * shrink_BxL[..., None]
 
 
-def check_knobs(cfg: TokenConfig, n_star=None, n_conf=None, noisy_tokens=None, tau=None, noisy_tau=None):
+def check_knobs(
+    cfg: TokenConfig, n_star=None, n_conf=None, noisy_tokens=None, tau=None, noisy_tau=None
+):
     """ConfigError unless `sample`'s overrides that are given and concrete keep the data model's
     invariants (as TokenConfig checks its own): 0 <= n_# < n_* (the label is the majority vote of the
     discriminative tokens: else it disagrees with them), n_* + n_# <= L, 0 <= noisy tokens <= L and
@@ -63,19 +66,32 @@ def check_knobs(cfg: TokenConfig, n_star=None, n_conf=None, noisy_tokens=None, t
         star = np.asarray(cfg.n_star if n_star is None else n_star)
         conf = np.asarray(cfg.n_conf if n_conf is None else n_conf)
         if not ((0 <= conf) & (conf < star) & (star + conf <= cfg.L)).all():
-            raise ConfigError(f"n_star={star.tolist()}, n_conf={conf.tolist()}: need 0 <= n_conf < n_star "
-                              f"and n_star + n_conf <= L={cfg.L} (the label is the discriminative tokens' "
-                              "majority)")
+            raise ConfigError(
+                f"n_star={star.tolist()}, n_conf={conf.tolist()}: need 0 <= n_conf < n_star "
+                f"and n_star + n_conf <= L={cfg.L} (the label is the discriminative tokens' "
+                "majority)"
+            )
     if noisy_tokens is not None and not traced(noisy_tokens):
         if not ((0 <= np.asarray(noisy_tokens)) & (np.asarray(noisy_tokens) <= cfg.L)).all():
-            raise ConfigError(f"noisy_tokens={np.asarray(noisy_tokens).tolist()} must lie in [0, L={cfg.L}]")
+            raise ConfigError(
+                f"noisy_tokens={np.asarray(noisy_tokens).tolist()} must lie in [0, L={cfg.L}]"
+            )
     for name, bound in (("tau", tau), ("noisy_tau", noisy_tau)):
         if bound is not None and not traced(bound) and (np.asarray(bound) < 0).any():
             raise ConfigError(f"{name}={np.asarray(bound).tolist()}: the noise bound must be >= 0")
 
 
-def sample(key: jax.Array, cfg: TokenConfig, n: int, n_star=None, tau=None, n_conf=None, noisy_tokens=None,
-           noisy_tau=None, noisy_irrelevant=None) -> Tokens:
+def sample(
+    key: jax.Array,
+    cfg: TokenConfig,
+    n: int,
+    n_star=None,
+    tau=None,
+    n_conf=None,
+    noisy_tokens=None,
+    noisy_tau=None,
+    noisy_irrelevant=None,
+) -> Tokens:
     """Draw n samples of the data model: y uniform on {+1, -1}; n_* tokens of the label's pattern, n_#
     of the other discriminative pattern, the rest irrelevant patterns drawn uniformly from mu_3..mu_M;
     every token plus noise of norm <= tau (`noisy_tokens` of them, of any type or irrelevant only as
@@ -94,21 +110,27 @@ def sample(key: jax.Array, cfg: TokenConfig, n: int, n_star=None, tau=None, n_co
     n_conf = cfg.n_conf if n_conf is None else n_conf
     noisy_tokens = cfg.noisy_tokens if noisy_tokens is None else noisy_tokens
     noisy_tau = cfg.noisy_tau if noisy_tau is None else noisy_tau
-    noisy_irrelevant = (cfg.noisy_kind == "irrelevant") if noisy_irrelevant is None else noisy_irrelevant
+    noisy_irrelevant = (
+        (cfg.noisy_kind == "irrelevant") if noisy_irrelevant is None else noisy_irrelevant
+    )
     # Two random draws in all (each jax.random call adds about a second of XLA compile time on a CPU).
     k_u, k_noise = jax.random.split(key)
     u = jax.random.uniform(k_u, (n, 3 * cfg.L + 1))
     y_B = jnp.where(u[:, 0] < 0.5, 1.0, -1.0)
-    rank_BxL = ranks(u[:, 1:cfg.L + 1])
-    kind_BxL = jnp.where(rank_BxL < n_star, RELEVANT,
-                         jnp.where(rank_BxL < n_star + n_conf, CONFUSION, IRRELEVANT))
+    rank_BxL = ranks(u[:, 1 : cfg.L + 1])
+    kind_BxL = jnp.where(
+        rank_BxL < n_star, RELEVANT, jnp.where(rank_BxL < n_star + n_conf, CONFUSION, IRRELEVANT)
+    )
     own_B = jnp.where(y_B > 0, 0, 1)  # mu_1 for y = +1, mu_2 for y = -1
-    u_irr = u[:, cfg.L + 1:2 * cfg.L + 1]  # uniform on mu_3..mu_M: floor(u (M - 2)), u < 1
+    u_irr = u[:, cfg.L + 1 : 2 * cfg.L + 1]  # uniform on mu_3..mu_M: floor(u (M - 2)), u < 1
     irrelevant_BxL = 2 + jnp.minimum(jnp.floor(u_irr * (cfg.M - 2)), cfg.M - 3).astype(jnp.int32)
-    pattern_BxL = jnp.where(kind_BxL == RELEVANT, own_B[:, None],
-                            jnp.where(kind_BxL == CONFUSION, 1 - own_B[:, None], irrelevant_BxL))
+    pattern_BxL = jnp.where(
+        kind_BxL == RELEVANT,
+        own_B[:, None],
+        jnp.where(kind_BxL == CONFUSION, 1 - own_B[:, None], irrelevant_BxL),
+    )
     # noisy_irrelevant: irrelevant tokens rank first (u < 1 < 2) among the candidates for noise
-    u_noisy = u[:, 2 * cfg.L + 1:] + 2.0 * noisy_irrelevant * (kind_BxL != IRRELEVANT)
+    u_noisy = u[:, 2 * cfg.L + 1 :] + 2.0 * noisy_irrelevant * (kind_BxL != IRRELEVANT)
     noisy_BxL = ranks(u_noisy) < noisy_tokens
     bound_BxL = jnp.where(noisy_BxL, noisy_tau, tau)
     x_BxLxd = jax.nn.one_hot(pattern_BxL, cfg.d) + bounded_noise(k_noise, bound_BxL, cfg.d)
@@ -118,7 +140,9 @@ def sample(key: jax.Array, cfg: TokenConfig, n: int, n_star=None, tau=None, n_co
 def sample_at(key: jax.Array, idx_B: jax.Array, cfg: TokenConfig, **knobs) -> Tokens:
     """The training samples number idx_B of the set drawn from `key`: sample i comes from
     fold_in(key, i), so it does not depend on which other samples are drawn. `knobs` as `sample`'s."""
-    one = lambda i: jax.tree.map(lambda a: a[0], sample(jax.random.fold_in(key, i), cfg, 1, **knobs))
+    one = lambda i: jax.tree.map(
+        lambda a: a[0], sample(jax.random.fold_in(key, i), cfg, 1, **knobs)
+    )
     return jax.vmap(one)(idx_B)
 
 

@@ -3,6 +3,7 @@
 Proposition 2: for a label-relevant query, the attention mass on label-relevant tokens converges to
 1 - eta^C at rate O(1/t). The paper's figure: 0.54 at iteration 0, 0.91 by iteration 50, then flat.
 """
+
 import functools
 
 import jax

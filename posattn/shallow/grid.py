@@ -9,6 +9,7 @@ test set and SGD batches, all from its seed key, so two cells of one seed differ
 Seeds are a `jax.vmap`; cells are a `lax.map` in batches of `cells_per_batch` (vmapped inside), which
 bounds the memory of the test sets.
 """
+
 import functools
 import itertools
 from typing import NamedTuple
@@ -41,20 +42,38 @@ class Cell(NamedTuple):
 
     def token_knobs(self) -> dict:
         """The knobs `posattn.shallow.data.sample` takes."""
-        return {"n_star": self.n_star, "tau": self.tau, "n_conf": self.n_conf, "noisy_tokens": self.noisy_tokens,
-                "noisy_tau": self.noisy_tau, "noisy_irrelevant": self.noisy_irrelevant}
+        return {
+            "n_star": self.n_star,
+            "tau": self.tau,
+            "n_conf": self.n_conf,
+            "noisy_tokens": self.noisy_tokens,
+            "noisy_tau": self.noisy_tau,
+            "noisy_irrelevant": self.noisy_irrelevant,
+        }
 
 
 INT_KNOBS = ("n_star", "N", "n_conf", "noisy_tokens", "noisy_irrelevant", "T", "remove")
 
 
 def _base(tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig) -> dict:
-    return {"n_star": tokens.n_star, "N": sgd.N, "tau": tokens.tau, "sigma": model.sigma, "delta": model.delta,
-            "n_conf": tokens.n_conf, "noisy_tokens": tokens.noisy_tokens, "noisy_tau": tokens.noisy_tau,
-            "noisy_irrelevant": int(tokens.noisy_kind == "irrelevant"), "T": None, "remove": sgd.train_remove}
+    return {
+        "n_star": tokens.n_star,
+        "N": sgd.N,
+        "tau": tokens.tau,
+        "sigma": model.sigma,
+        "delta": model.delta,
+        "n_conf": tokens.n_conf,
+        "noisy_tokens": tokens.noisy_tokens,
+        "noisy_tau": tokens.noisy_tau,
+        "noisy_irrelevant": int(tokens.noisy_kind == "irrelevant"),
+        "T": None,
+        "remove": sgd.train_remove,
+    }
 
 
-def product_cells(tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig, **axes) -> tuple[Cell, tuple]:
+def product_cells(
+    tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig, **axes
+) -> tuple[Cell, tuple]:
     """Every combination of the values in `axes` (names of Cell's fields), the other knobs from the
     configs, T (unless an axis) from each cell's alpha_* = n_*/L (`train.iterations`); returns (Cell of
     flat vectors in row-major order of `axes`, the grid's shape)."""
@@ -68,10 +87,18 @@ def product_cells(tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig, **axe
         columns[name] = [c[i] for c in combos]
     if columns["T"][0] is None:
         columns["T"] = [train.iterations(sgd, n / tokens.L) for n in columns["n_star"]]
-    if "remove" not in axes:  # a static count: a step that removes none skips the removal (`train.sgd_step`)
+    if (
+        "remove" not in axes
+    ):  # a static count: a step that removes none skips the removal (`train.sgd_step`)
         columns["remove"] = None
-    cell = Cell(**{k: None if v is None else jnp.asarray(np.asarray(v, np.int32 if k in INT_KNOBS else np.float32))
-                   for k, v in columns.items()})
+    cell = Cell(
+        **{
+            k: None
+            if v is None
+            else jnp.asarray(np.asarray(v, np.int32 if k in INT_KNOBS else np.float32))
+            for k, v in columns.items()
+        }
+    )
     return cell, tuple(len(v) for v in axes.values())
 
 
@@ -90,7 +117,9 @@ def draw_run(key: jax.Array, cell: Cell, tokens: TokenConfig, model: ModelConfig
     return params, batches, test, k_sgd
 
 
-def run_cell(key: jax.Array, cell: Cell, *, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig) -> dict:
+def run_cell(
+    key: jax.Array, cell: Cell, *, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig
+) -> dict:
     """One training run at `cell` from `key`; its final evaluation plus "success"."""
     params, batches, test, k_sgd = draw_run(key, cell, tokens, model, sgd)
     params = train.train(params, k_sgd, batches, cell.T, model, sgd, cell.remove)
@@ -99,8 +128,15 @@ def run_cell(key: jax.Array, cell: Cell, *, tokens: TokenConfig, model: ModelCon
 
 
 @functools.partial(jax.jit, static_argnames=("tokens", "model", "sgd", "cells_per_batch"))
-def run_cells(keys_R: jax.Array, cells: Cell, *, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig,
-              cells_per_batch: int = 8) -> dict:
+def run_cells(
+    keys_R: jax.Array,
+    cells: Cell,
+    *,
+    tokens: TokenConfig,
+    model: ModelConfig,
+    sgd: SGDConfig,
+    cells_per_batch: int = 8,
+) -> dict:
     """`run_cell` for every cell and every seed key: a dict of arrays of shape (cells, seeds).
 
     The cells go in equal batches of at most `cells_per_batch`, the last one padded with copies of the
@@ -113,7 +149,9 @@ def run_cells(keys_R: jax.Array, cells: Cell, *, tokens: TokenConfig, model: Mod
     n = cells.N.shape[0]
     batches = -(-n // cells_per_batch)
     size = -(-n // batches)
-    padded = jax.tree.map(lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], batches * size - n)]), cells)
+    padded = jax.tree.map(
+        lambda a: jnp.concatenate([a, jnp.repeat(a[-1:], batches * size - n)]), cells
+    )
     out = jax.lax.map(over_seeds, padded, batch_size=size)
     return jax.tree.map(lambda a: a[:n], out)
 

@@ -7,6 +7,7 @@ embeddings cover all of R^d (the patterns and the noise directions) so that toke
 not dropped; r_j for j >= 3 is drawn orthogonal to q_1, q_2 (docs/shallow_vit_results.md, Decisions).
 Per-token output weights a_(l) (ModelConfig.per_token_output) have entries uniform on +-1/sqrt(m).
 """
+
 import jax
 import jax.numpy as jnp
 
@@ -40,19 +41,33 @@ def gaussian_blocks(key: jax.Array, shapes: dict) -> dict:
     sizes = [r * c for r, c in shapes.values()]
     flat = jax.random.normal(key, (sum(sizes),))
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    return {name: flat[s:s + r * c].reshape(r, c) for (name, (r, c)), s in zip(shapes.items(), starts)}
+    return {
+        name: flat[s : s + r * c].reshape(r, c) for (name, (r, c)), s in zip(shapes.items(), starts)
+    }
 
 
-def init_params(key: jax.Array, tokens: TokenConfig, cfg: ModelConfig, sigma=None, delta=None) -> dict:
+def init_params(
+    key: jax.Array, tokens: TokenConfig, cfg: ModelConfig, sigma=None, delta=None
+) -> dict:
     """{W_Q, W_K (m_b, d), W_V (m_a, d), W_O (m, m_a)}, and a (L, m) with per-token output weights;
     sigma, delta override cfg's (may be traced)."""
     cfg.check_widths(tokens)
     sigma = cfg.sigma if sigma is None else sigma
     delta = cfg.delta if delta is None else delta
     d = tokens.d
-    g = gaussian_blocks(key, {"p": (cfg.m_a, d), "b": (cfg.m_b, cfg.m_b), "r": (cfg.m_b - 2, d - 2),
-                              "ev": (cfg.m_a, d), "ek": (cfg.m_b, d), "eq": (cfg.m_b, d), "o": (cfg.m, cfg.m_a),
-                              "a": (tokens.L, cfg.m)})
+    g = gaussian_blocks(
+        key,
+        {
+            "p": (cfg.m_a, d),
+            "b": (cfg.m_b, cfg.m_b),
+            "r": (cfg.m_b - 2, d - 2),
+            "ev": (cfg.m_a, d),
+            "ek": (cfg.m_b, d),
+            "eq": (cfg.m_b, d),
+            "o": (cfg.m, cfg.m_a),
+            "a": (tokens.L, cfg.m),
+        },
+    )
     basis_b = orthonormal_columns(g["b"])
     W_K = basis_b[:, :d]  # q_j
     rest_r = basis_b[:, 2:] @ orthonormal_columns(g["r"])  # r_j, j >= 3: orthogonal to q_1, q_2

@@ -1,5 +1,6 @@
 """What LWLC23 measures of a model: test hinge loss, test error, success, and the attention mass on
 label-relevant tokens (Proposition 2: for a label-relevant query it converges to 1 - eta^C)."""
+
 import jax
 import jax.numpy as jnp
 
@@ -16,13 +17,17 @@ def attention_mass(att_BxLxL: jax.Array, kind_BxL: jax.Array, keep_BxL: jax.Arra
     return (mass_BxL * relevant_BxL).sum() / jnp.maximum(relevant_BxL.sum(), 1)
 
 
-def evaluate(params: dict, test: Tokens, cfg: ModelConfig, keep_BxL: jax.Array | None = None) -> dict:
+def evaluate(
+    params: dict, test: Tokens, cfg: ModelConfig, keep_BxL: jax.Array | None = None
+) -> dict:
     """Test hinge loss, test error and (ViT only, else NaN) attention mass, on `test` with its kept tokens."""
     if keep_BxL is None:
         keep_BxL = jnp.ones(test.kind_BxL.shape, bool)
     score_B = forward(params, test.x_BxLxd, cfg, keep_BxL)
     if cfg.attention == "softmax":
-        mass = attention_mass(attention_weights(params, test.x_BxLxd, keep_BxL, cfg), test.kind_BxL, keep_BxL)
+        mass = attention_mass(
+            attention_weights(params, test.x_BxLxd, keep_BxL, cfg), test.kind_BxL, keep_BxL
+        )
     else:
         mass = jnp.float32(jnp.nan)
     return {

@@ -10,13 +10,13 @@ average (as a query), so the output equals the model run on the shortened token 
 attention="none" the same code is the attention-free network of Proposition 1,
 F(X) = 1/|S| sum_l a^T ReLU(W_O W_V x_l) (every token attends only to itself).
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from posattn.errors import ConfigError, check_sign_labels
 from posattn.shallow.config import ModelConfig
-
 
 TRAINED = ("W_Q", "W_K", "W_V", "W_O")  # SGD trains these; a per-token "a" stays fixed
 
@@ -26,7 +26,9 @@ def output_weights(m: int) -> jax.Array:
     return jnp.where(jnp.arange(m) < m // 2, 1.0, -1.0) / jnp.sqrt(m)
 
 
-def attention_weights(params: dict, x_BxLxd: jax.Array, keep_BxL: jax.Array, cfg: ModelConfig) -> jax.Array:
+def attention_weights(
+    params: dict, x_BxLxd: jax.Array, keep_BxL: jax.Array, cfg: ModelConfig
+) -> jax.Array:
     """att_BxLxL[b, l, s] = softmax over kept keys s of x_s^T W_K^T W_Q x_l (query l, key s)."""
     q_BxLxm = x_BxLxd @ params["W_Q"].T
     k_BxLxm = x_BxLxd @ params["W_K"].T
@@ -36,7 +38,9 @@ def attention_weights(params: dict, x_BxLxd: jax.Array, keep_BxL: jax.Array, cfg
     return jax.nn.softmax(jnp.where(keep_BxL[:, None, :], logits_BxLxL, -jnp.inf), axis=-1)
 
 
-def token_outputs(params: dict, x_BxLxd: jax.Array, keep_BxL: jax.Array, cfg: ModelConfig) -> jax.Array:
+def token_outputs(
+    params: dict, x_BxLxd: jax.Array, keep_BxL: jax.Array, cfg: ModelConfig
+) -> jax.Array:
     """a_(l)^T ReLU(W_O z_l) for every token l, with z_l the attention output (or W_V x_l without
     attention); a_(l) = params["a"][l] when the model has per-token output weights."""
     v_BxLxm = x_BxLxd @ params["W_V"].T
@@ -61,18 +65,26 @@ def check_inputs(params: dict, x_BxLxd, cfg: ModelConfig, keep_BxL=None) -> None
         want["a"] = (L, cfg.m)
     got = {name: tuple(jnp.shape(w)) for name, w in params.items()}
     if got != want:
-        raise ConfigError(f"params {got}: Eq. (1) of this ModelConfig on tokens (B, {L}, {d}) needs {want}: "
-                          "give parameters of this config (init_params)")
+        raise ConfigError(
+            f"params {got}: Eq. (1) of this ModelConfig on tokens (B, {L}, {d}) needs {want}: "
+            "give parameters of this config (init_params)"
+        )
     if keep_BxL is None:
         return
     if jnp.shape(keep_BxL) != (B, L):
-        raise ConfigError(f"keep_BxL has shape {jnp.shape(keep_BxL)}: give one flag per token, ({B}, {L})")
+        raise ConfigError(
+            f"keep_BxL has shape {jnp.shape(keep_BxL)}: give one flag per token, ({B}, {L})"
+        )
     if not isinstance(keep_BxL, jax.core.Tracer) and not np.asarray(keep_BxL).any(-1).all():
-        raise ConfigError("keep_BxL removes every token of some sample: F averages over kept tokens, so "
-                          "keep at least one per sample")
+        raise ConfigError(
+            "keep_BxL removes every token of some sample: F averages over kept tokens, so "
+            "keep at least one per sample"
+        )
 
 
-def forward(params: dict, x_BxLxd: jax.Array, cfg: ModelConfig, keep_BxL: jax.Array | None = None) -> jax.Array:
+def forward(
+    params: dict, x_BxLxd: jax.Array, cfg: ModelConfig, keep_BxL: jax.Array | None = None
+) -> jax.Array:
     """F(X) of Eq. (1) (or Proposition 1's attention-free network) for every sample: shape (B,).
     ConfigError for inputs `check_inputs` refuses."""
     check_inputs(params, x_BxLxd, cfg, keep_BxL)
@@ -82,12 +94,18 @@ def forward(params: dict, x_BxLxd: jax.Array, cfg: ModelConfig, keep_BxL: jax.Ar
     return jnp.where(keep_BxL, out_BxL, 0.0).sum(-1) / keep_BxL.sum(-1)
 
 
-def hinge_loss(params: dict, x_BxLxd: jax.Array, y_B: jax.Array, cfg: ModelConfig,
-               keep_BxL: jax.Array | None = None) -> jax.Array:
+def hinge_loss(
+    params: dict,
+    x_BxLxd: jax.Array,
+    y_B: jax.Array,
+    cfg: ModelConfig,
+    keep_BxL: jax.Array | None = None,
+) -> jax.Array:
     """The empirical hinge loss 1/B sum_n max(0, 1 - y_n F(X_n)) of Theorem 1. ConfigError unless y_B
     is (B,) (a (B, 1) would broadcast to a (B, B) loss) with labels -1 or +1 where it is concrete."""
     if jnp.shape(y_B) != jnp.shape(x_BxLxd)[:1]:
-        raise ConfigError(f"y_B has shape {jnp.shape(y_B)}: give one label per sample, "
-                          f"({jnp.shape(x_BxLxd)[0]},)")
+        raise ConfigError(
+            f"y_B has shape {jnp.shape(y_B)}: give one label per sample, ({jnp.shape(x_BxLxd)[0]},)"
+        )
     check_sign_labels(y_B, "hinge_loss")
     return jax.nn.relu(1.0 - y_B * forward(params, x_BxLxd, cfg, keep_BxL)).mean()

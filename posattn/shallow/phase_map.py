@@ -8,6 +8,7 @@ alpha_* row is where the success rate first reaches 1/2 along the N grid (log-li
 between the grid points around the crossing), and it is fitted as a line in alpha_*^-2 and in
 alpha_*^-4 (R^2 of each), and as a power law N* ~ alpha_*^-p (least squares in logs).
 """
+
 import math
 
 import jax
@@ -25,8 +26,15 @@ def _sweep_cells(tokens, model, sgd, knob: str, values, Ns) -> grid.Cell:
     return grid.product_cells(tokens, model, sgd, **{knob: list(values)}, N=list(Ns))[0]
 
 
-def maps_and_sweeps(keys_R, tokens: TokenConfig, model: ModelConfig, sgd: SGDConfig, n_stars, Ns,
-                    sweeps: dict | None = None) -> tuple[dict, dict]:
+def maps_and_sweeps(
+    keys_R,
+    tokens: TokenConfig,
+    model: ModelConfig,
+    sgd: SGDConfig,
+    n_stars,
+    Ns,
+    sweeps: dict | None = None,
+) -> tuple[dict, dict]:
     """The phase map over (n_*, N) and N* sweeps over other knobs, R = len(keys_R) runs a cell, all in one
     compiled call (`grid.run_cells` on the concatenated cells, so one program is compiled).
 
@@ -37,25 +45,40 @@ def maps_and_sweeps(keys_R, tokens: TokenConfig, model: ModelConfig, sgd: SGDCon
     map_cells, _ = grid.product_cells(tokens, model, sgd, n_star=list(n_stars), N=list(Ns))
     parts = [map_cells] + [_sweep_cells(tokens, model, sgd, k, v, Ns) for k, v in sweeps.items()]
     cells = jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
-    out = grid.run_cells(keys_R, cells, tokens=tokens, model=model, sgd=sgd, cells_per_batch=len(Ns))
+    out = grid.run_cells(
+        keys_R, cells, tokens=tokens, model=model, sgd=sgd, cells_per_batch=len(Ns)
+    )
     out = {k: np.asarray(v) for k, v in out.items()}
     split = np.cumsum([len(p.N) for p in parts])[:-1]
-    pieces = [{k: v[a:b] for k, v in out.items()} for a, b in zip([0, *split], [*split, len(cells.N)])]
+    pieces = [
+        {k: v[a:b] for k, v in out.items()} for a, b in zip([0, *split], [*split, len(cells.N)])
+    ]
     rows = lambda a, n: a.reshape(n, len(Ns), -1)
     m = pieces[0]
     result = {
         "alpha_star": [n / tokens.L for n in n_stars],
         "N": [int(n) for n in Ns],
         "seeds": int(len(keys_R)),
-        **{name: rows(m[key], len(n_stars)).mean(-1).tolist()
-           for name, key in (("success_rate", "success"), ("test_error", "test_error"), ("test_hinge", "test_hinge"))},
+        **{
+            name: rows(m[key], len(n_stars)).mean(-1).tolist()
+            for name, key in (
+                ("success_rate", "success"),
+                ("test_error", "test_error"),
+                ("test_hinge", "test_hinge"),
+            )
+        },
     }
     swept = {}
     for (knob, values), piece in zip(sweeps.items(), pieces[1:]):
         rate = rows(piece["success"], len(values)).mean(-1)
-        swept[knob] = {"knob": knob, "values": [float(v) for v in values], "N": [int(n) for n in Ns],
-                       "alpha_star": tokens.n_star / tokens.L, "success_rate": rate.tolist(),
-                       "N_star": [boundary(Ns, r) for r in rate]}
+        swept[knob] = {
+            "knob": knob,
+            "values": [float(v) for v in values],
+            "N": [int(n) for n in Ns],
+            "alpha_star": tokens.n_star / tokens.L,
+            "success_rate": rate.tolist(),
+            "N_star": [boundary(Ns, r) for r in rate],
+        }
     return result, swept
 
 
@@ -87,8 +110,11 @@ def line_fit(x, y) -> dict:
     slope, intercept = np.polyfit(x, y, 1)
     resid = y - (intercept + slope * x)
     total = ((y - y.mean()) ** 2).sum()
-    return {"slope": float(slope), "intercept": float(intercept),
-            "r2": float(1 - (resid**2).sum() / total) if total > 0 else math.nan}
+    return {
+        "slope": float(slope),
+        "intercept": float(intercept),
+        "r2": float(1 - (resid**2).sum() / total) if total > 0 else math.nan,
+    }
 
 
 def fit_boundary(result: dict, level: float = LEVEL) -> dict:
@@ -98,7 +124,11 @@ def fit_boundary(result: dict, level: float = LEVEL) -> dict:
     alpha = np.asarray(result["alpha_star"], float)
     inside = np.array([not math.isnan(n) and n > result["N"][0] for n in n_star])
     a, n = alpha[inside], np.asarray(n_star)[inside]
-    power = line_fit(np.log(1 / a), np.log(n)) if inside.sum() >= 3 else {"slope": math.nan, "r2": math.nan}
+    power = (
+        line_fit(np.log(1 / a), np.log(n))
+        if inside.sum() >= 3
+        else {"slope": math.nan, "r2": math.nan}
+    )
     return {
         "N_star": n_star,
         "inside_grid": inside.tolist(),
@@ -107,4 +137,3 @@ def fit_boundary(result: dict, level: float = LEVEL) -> dict:
         "power": power["slope"],
         "power_r2": power["r2"],
     }
-

@@ -11,11 +11,13 @@ at random):
 A removed token leaves the softmax and the average of Eq. (1) (`posattn.shallow.model`). The same
 policies serve at test time (`posattn.shallow.sparsify`) and at training time (`posattn.shallow.train`).
 """
+
 import jax
 import jax.numpy as jnp
 
 from posattn.errors import ConfigError
-from posattn.shallow.config import REMOVAL_POLICIES as POLICIES, ModelConfig
+from posattn.shallow.config import REMOVAL_POLICIES as POLICIES
+from posattn.shallow.config import ModelConfig
 from posattn.shallow.data import IRRELEVANT, Tokens
 from posattn.shallow.model import attention_weights
 
@@ -31,11 +33,15 @@ def check_policy(policy: str, cfg: ModelConfig) -> None:
     if policy not in POLICIES:
         raise ConfigError(f"policy={policy!r}: choose one of {POLICIES}")
     if policy == "attention" and cfg.attention != "softmax":
-        raise ConfigError("policy='attention' needs the ViT (attention='softmax'): the attention-free "
-                          "network has no attention to prune by")
+        raise ConfigError(
+            "policy='attention' needs the ViT (attention='softmax'): the attention-free "
+            "network has no attention to prune by"
+        )
 
 
-def removal_scores(key: jax.Array, policy: str, tokens: Tokens, params: dict, cfg: ModelConfig) -> jax.Array:
+def removal_scores(
+    key: jax.Array, policy: str, tokens: Tokens, params: dict, cfg: ModelConfig
+) -> jax.Array:
     """(B, L) scores: the k highest are removed. A uniform draw in [0, 1/2) breaks ties at random."""
     check_policy(policy, cfg)
     u_BxL = 0.5 * jax.random.uniform(key, tokens.kind_BxL.shape)

@@ -6,6 +6,7 @@ time (`at="train"`) a model is trained for every (policy, k), each training samp
 the policy at every step, and evaluated on the test set sparsified the same way: the paper's claim that
 removing irrelevant or noisy tokens lowers the sample complexity is about training.
 """
+
 import dataclasses
 import functools
 
@@ -15,18 +16,22 @@ import numpy as np
 
 from posattn.errors import ConfigError
 from posattn.shallow import grid, metrics, removal, train
-from posattn.shallow.config import REMOVAL_POLICIES as POLICIES, ModelConfig, SGDConfig, TokenConfig
+from posattn.shallow.config import REMOVAL_POLICIES as POLICIES
+from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
 from posattn.shallow.data import Tokens
 
 AT = ("test", "train")
 
 
-def sparsification_curve(key: jax.Array, params: dict, test: Tokens, cfg: ModelConfig, policy: str,
-                         ks: jax.Array) -> dict:
+def sparsification_curve(
+    key: jax.Array, params: dict, test: Tokens, cfg: ModelConfig, policy: str, ks: jax.Array
+) -> dict:
     """`metrics.evaluate` on `test` after removing k tokens per sample by `policy`, for every k in ks
     (one k at a time: the attention maps of a whole test set are the memory)."""
     score_BxL = removal.removal_scores(key, policy, test, params, cfg)
-    return jax.lax.map(lambda k: metrics.evaluate(params, test, cfg, removal.keep_mask(score_BxL, k)), ks)
+    return jax.lax.map(
+        lambda k: metrics.evaluate(params, test, cfg, removal.keep_mask(score_BxL, k)), ks
+    )
 
 
 def _runs(key, cell, ks, *, tokens, model, sgd, policies, at):
@@ -43,7 +48,9 @@ def _runs(key, cell, ks, *, tokens, model, sgd, policies, at):
 
         def trained_at(k, sgd_p=sgd_p, p=p):
             params = train.train(params0, k_sgd, batches, cell.T, model, sgd_p, k)
-            keep_BxL = removal.keep_mask(removal.removal_scores(k_policy, p, test, params, model), k)
+            keep_BxL = removal.keep_mask(
+                removal.removal_scores(k_policy, p, test, params, model), k
+            )
             return metrics.evaluate(params, test, model, keep_BxL)
 
         rest = jax.lax.map(trained_at, ks[1:])  # ks[0] = 0 by the caller's contract
@@ -51,8 +58,17 @@ def _runs(key, cell, ks, *, tokens, model, sgd, policies, at):
     return out
 
 
-def sparsification_runs(keys_R, ks, cells: grid.Cell | None = None, *, tokens: TokenConfig, model: ModelConfig,
-                        sgd: SGDConfig, policies: tuple[str, ...] = POLICIES, at: str = "test") -> dict:
+def sparsification_runs(
+    keys_R,
+    ks,
+    cells: grid.Cell | None = None,
+    *,
+    tokens: TokenConfig,
+    model: ModelConfig,
+    sgd: SGDConfig,
+    policies: tuple[str, ...] = POLICIES,
+    at: str = "test",
+) -> dict:
     """Removal curves for every seed (and every cell of `cells`, a Cell of vectors; None = the configs'
     own cell): {policy: {"test_hinge", "test_error", "attention_mass"} of (R, K) arrays, or (cells, R, K)
     with `cells`, where ks may then be (cells, K), one list of removal counts per cell}. Every policy sees
@@ -61,11 +77,21 @@ def sparsification_runs(keys_R, ks, cells: grid.Cell | None = None, *, tokens: T
     if at not in AT:
         raise ConfigError(f"at={at!r}: choose one of {AT}")
     if at == "train" and np.any(np.asarray(ks)[..., 0] != 0):
-        raise ConfigError(f"ks={np.asarray(ks).tolist()}: at='train' needs k = 0 first (the unsparsified model)")
+        raise ConfigError(
+            f"ks={np.asarray(ks).tolist()}: at='train' needs k = 0 first (the unsparsified model)"
+        )
     for p in policies:
         removal.check_policy(p, model)
-    return _sparsification_runs(keys_R, jnp.asarray(ks), cells, tokens=tokens, model=model, sgd=sgd,
-                                policies=tuple(policies), at=at)
+    return _sparsification_runs(
+        keys_R,
+        jnp.asarray(ks),
+        cells,
+        tokens=tokens,
+        model=model,
+        sgd=sgd,
+        policies=tuple(policies),
+        at=at,
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("tokens", "model", "sgd", "policies", "at"))

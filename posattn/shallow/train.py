@@ -12,6 +12,7 @@ Mini-batches come from a `batches(key) -> Tokens` function, e.g. `drawn_batches`
 sample i from its own key when it is used (`posattn.shallow.data.sample_at`), so a training set of
 thousands of samples costs no memory.
 """
+
 import math
 
 import jax
@@ -27,8 +28,14 @@ def iterations(sgd: SGDConfig, alpha_star):
     """T: sgd.steps, or ceil(t_scale / (alpha_* eta)) (alpha_star may be traced: an int32 array then)."""
     if sgd.steps is not None:
         return sgd.steps
-    ceil = math.ceil if isinstance(alpha_star, (int, float)) else lambda v: jnp.ceil(v).astype(jnp.int32)
-    return ceil(sgd.t_scale / (alpha_star * sgd.eta) - 1e-4)  # the 1e-4: 12 / 0.06 is 200.00000000000003
+    ceil = (
+        math.ceil
+        if isinstance(alpha_star, (int, float))
+        else lambda v: jnp.ceil(v).astype(jnp.int32)
+    )
+    return ceil(
+        sgd.t_scale / (alpha_star * sgd.eta) - 1e-4
+    )  # the 1e-4: 12 / 0.06 is 200.00000000000003
 
 
 def uniform_indices(key: jax.Array, N, batch: int) -> jax.Array:
@@ -49,7 +56,9 @@ def step_size(name: str, sgd: SGDConfig) -> float:
     return sgd.eta
 
 
-def sgd_step(params: dict, key: jax.Array, batches, cfg: ModelConfig, sgd: SGDConfig, remove=None) -> dict:
+def sgd_step(
+    params: dict, key: jax.Array, batches, cfg: ModelConfig, sgd: SGDConfig, remove=None
+) -> dict:
     """theta <- theta - eta grad of the hinge loss on one mini-batch, after removing `remove` tokens
     (None = sgd.train_remove; may be traced) of each of its samples by sgd.train_policy (token
     sparsification at training time; 0 = none)."""
@@ -63,23 +72,37 @@ def sgd_step(params: dict, key: jax.Array, batches, cfg: ModelConfig, sgd: SGDCo
     trained = {name: params[name] for name in TRAINED}
     loss = lambda w: hinge_loss({**params, **w}, batch.x_BxLxd, batch.y_B, cfg, keep_BxL)
     grads = jax.grad(loss)(trained)
-    return {**params, **{name: trained[name] - step_size(name, sgd) * grads[name] for name in TRAINED}}
+    return {
+        **params,
+        **{name: trained[name] - step_size(name, sgd) * grads[name] for name in TRAINED},
+    }
 
 
-def run_steps(params: dict, key: jax.Array, batches, start, stop, cfg: ModelConfig, sgd: SGDConfig,
-              remove=None) -> dict:
+def run_steps(
+    params: dict,
+    key: jax.Array,
+    batches,
+    start,
+    stop,
+    cfg: ModelConfig,
+    sgd: SGDConfig,
+    remove=None,
+) -> dict:
     """SGD steps start..stop-1 (both may be traced); the step-t batch comes from fold_in(key, t)."""
     body = lambda t, p: sgd_step(p, jax.random.fold_in(key, t), batches, cfg, sgd, remove)
     return jax.lax.fori_loop(start, stop, body, params)
 
 
-def train(params: dict, key: jax.Array, batches, T, cfg: ModelConfig, sgd: SGDConfig, remove=None) -> dict:
+def train(
+    params: dict, key: jax.Array, batches, T, cfg: ModelConfig, sgd: SGDConfig, remove=None
+) -> dict:
     """T SGD steps from `params` (T may be traced)."""
     return run_steps(params, key, batches, 0, T, cfg, sgd, remove)
 
 
-def train_with_history(params: dict, key: jax.Array, batches, T: int, test: Tokens, cfg: ModelConfig,
-                       sgd: SGDConfig):
+def train_with_history(
+    params: dict, key: jax.Array, batches, T: int, test: Tokens, cfg: ModelConfig, sgd: SGDConfig
+):
     """`train` with `metrics.evaluate` on `test` at step 0, every `sgd.eval_every` steps and at T.
 
     Returns (params, history): history maps "step", "test_hinge", "test_error", "attention_mass" to
@@ -87,8 +110,13 @@ def train_with_history(params: dict, key: jax.Array, batches, T: int, test: Toke
     """
 
     def chunk(params, start):
-        params = run_steps(params, key, batches, start, jnp.minimum(start + sgd.eval_every, T), cfg, sgd)
-        return params, {**metrics.evaluate(params, test, cfg), "step": jnp.minimum(start + sgd.eval_every, T)}
+        params = run_steps(
+            params, key, batches, start, jnp.minimum(start + sgd.eval_every, T), cfg, sgd
+        )
+        return params, {
+            **metrics.evaluate(params, test, cfg),
+            "step": jnp.minimum(start + sgd.eval_every, T),
+        }
 
     first = {**metrics.evaluate(params, test, cfg), "step": jnp.int32(0)}
     params, rest = jax.lax.scan(chunk, params, jnp.arange(0, T, sgd.eval_every))

@@ -4,6 +4,7 @@
 optimised. Both are frozen (hashable, so they can be static arguments of `jax.jit`) and validated once,
 at construction, with a message that says what is wrong and what would be right.
 """
+
 import dataclasses
 import math
 from typing import Literal
@@ -18,7 +19,10 @@ NOISES = ("orthogonal", "isotropic")
 ACTIVATIONS = ("cubic", "quintic")
 RISKS = ("empirical", "population_mc", "population_exact")
 IMPLEMENTATIONS = ("auto", "xla", "cpu_kernel")  # how (E)'s one-pass step runs: `theory.fused`
-POPULATION_METHODS = ("multiset", "general")  # how "population_exact" computes (P): `theory.population`
+POPULATION_METHODS = (
+    "multiset",
+    "general",
+)  # how "population_exact" computes (P): `theory.population`
 FINAL_TEST_CHUNK = 10_000  # fresh test samples drawn at a time (`evaluation.test_errors`)
 
 
@@ -69,28 +73,46 @@ class TheoryConfig:
     def __post_init__(self):
         check_field_types(self)
         _check(self.D >= 2, f"D={self.D}: need at least 2 patches")
-        _check(self.C >= 2, f"C={self.C}: a set needs at least 2 patches for patch association to mean "
-               f"more than the diagonal")
-        _check(self.D % self.C == 0,
-               f"D={self.D} is not a multiple of C={self.C}: the D patches must split into sets of C")
+        _check(
+            self.C >= 2,
+            f"C={self.C}: a set needs at least 2 patches for patch association to mean "
+            f"more than the diagonal",
+        )
+        _check(
+            self.D % self.C == 0,
+            f"D={self.D} is not a multiple of C={self.C}: the D patches must split into sets of C",
+        )
         _check(self.C < self.D, f"C={self.C} must be smaller than D={self.D} (at least two sets)")
         _check(self.d >= 2, f"d={self.d}: need d >= 2 so that noise orthogonal to w* exists")
         _check(0.0 <= self.q <= 1.0, f"q={self.q} is a probability: it must lie in [0, 1]")
-        _check(self.noise_std is None or self.noise_std >= 0,
-               f"noise_std={self.noise_std} must be >= 0")
-        _check(self.partition in PARTITIONS, f"partition={self.partition!r}: choose one of {PARTITIONS}")
+        _check(
+            self.noise_std is None or self.noise_std >= 0,
+            f"noise_std={self.noise_std} must be >= 0",
+        )
+        _check(
+            self.partition in PARTITIONS,
+            f"partition={self.partition!r}: choose one of {PARTITIONS}",
+        )
         _check(self.noise in NOISES, f"noise={self.noise!r}: choose one of {NOISES}")
-        _check(self.activation in ACTIVATIONS,
-               f"activation={self.activation!r}: choose one of {ACTIVATIONS}")
-        _check(self.dataset in REGISTRY, f"dataset={self.dataset!r}: choose one of {tuple(REGISTRY)}")
+        _check(
+            self.activation in ACTIVATIONS,
+            f"activation={self.activation!r}: choose one of {ACTIVATIONS}",
+        )
+        _check(
+            self.dataset in REGISTRY, f"dataset={self.dataset!r}: choose one of {tuple(REGISTRY)}"
+        )
         _check(self.cnn_width >= 1, f"cnn_width={self.cnn_width} must be >= 1")
         if self.partition == "grid":
             side, k = math.isqrt(self.D), math.isqrt(self.C)
-            _check(side * side == self.D,
-                   f"partition='grid' needs D to be a square (a sqrt(D) x sqrt(D) grid); D={self.D} is not")
-            _check(k * k == self.C and side % k == 0,
-                   f"partition='grid' needs k x k blocks that tile the {side}x{side} grid: C={self.C} must "
-                   f"be k^2 with k dividing {side}")
+            _check(
+                side * side == self.D,
+                f"partition='grid' needs D to be a square (a sqrt(D) x sqrt(D) grid); D={self.D} is not",
+            )
+            _check(
+                k * k == self.C and side % k == 0,
+                f"partition='grid' needs k x k blocks that tile the {side}x{side} grid: C={self.C} must "
+                f"be k^2 with k dividing {side}",
+            )
         REGISTRY[self.dataset].check(self)
 
     @property
@@ -159,18 +181,28 @@ class GDConfig:
     def __post_init__(self):
         check_field_types(self)
         _check(self.risk in RISKS, f"risk={self.risk!r}: choose one of {RISKS}")
-        _check(self.population_method in POPULATION_METHODS,
-               f"population_method={self.population_method!r}: choose one of {POPULATION_METHODS}")
+        _check(
+            self.population_method in POPULATION_METHODS,
+            f"population_method={self.population_method!r}: choose one of {POPULATION_METHODS}",
+        )
         _check(self.N > 0, f"N={self.N}: the number of samples must be positive")
         _check(self.steps > 0, f"steps={self.steps} must be positive")
         _check(self.lr > 0, f"lr={self.lr} must be positive")
         _check(self.lr_A is None or self.lr_A > 0, f"lr_A={self.lr_A} must be positive")
         _check(self.eval_every > 0, f"eval_every={self.eval_every} must be positive")
-        _check(self.n_test > 0 and self.n_final_test > 0, "n_test and n_final_test must be positive")
-        _check(self.n_final_test <= FINAL_TEST_CHUNK or self.n_final_test % FINAL_TEST_CHUNK == 0,
-               f"n_final_test={self.n_final_test}: the final test draws {FINAL_TEST_CHUNK:,} samples at a "
-               f"time, so give at most {FINAL_TEST_CHUNK:,} or a multiple of it")
-        _check(self.v_init in ("random", "aligned"), f"v_init={self.v_init!r}: 'random' or 'aligned'")
+        _check(
+            self.n_test > 0 and self.n_final_test > 0, "n_test and n_final_test must be positive"
+        )
+        _check(
+            self.n_final_test <= FINAL_TEST_CHUNK or self.n_final_test % FINAL_TEST_CHUNK == 0,
+            f"n_final_test={self.n_final_test}: the final test draws {FINAL_TEST_CHUNK:,} samples at a "
+            f"time, so give at most {FINAL_TEST_CHUNK:,} or a multiple of it",
+        )
+        _check(
+            self.v_init in ("random", "aligned"), f"v_init={self.v_init!r}: 'random' or 'aligned'"
+        )
         _check(self.v_std >= 0, f"v_std={self.v_std} must be >= 0")
-        _check(self.implementation in IMPLEMENTATIONS,
-               f"implementation={self.implementation!r}: choose one of {IMPLEMENTATIONS}")
+        _check(
+            self.implementation in IMPLEMENTATIONS,
+            f"implementation={self.implementation!r}: choose one of {IMPLEMENTATIONS}",
+        )

@@ -9,6 +9,7 @@ key. `sample` is a pure function of its key, compiled with `cfg` and `n` static:
 runs as one program (op by op, a draw compiled dozens of small ones), and inside `jit` or `vmap` it is
 traced inline like any other function.
 """
+
 import functools
 import numbers
 
@@ -40,8 +41,10 @@ def dataset(cfg: TheoryConfig):
 def check_patches(X, cfg: TheoryConfig) -> None:
     """ConfigError unless X is (..., D, d), samples of `cfg`'s D patches of dimension d (shape only)."""
     if jnp.ndim(X) < 2 or tuple(jnp.shape(X)[-2:]) != (cfg.D, cfg.d):
-        raise ConfigError(f"X has shape {jnp.shape(X)}: samples of this config are (n, D, d) = "
-                          f"(n, {cfg.D}, {cfg.d})")
+        raise ConfigError(
+            f"X has shape {jnp.shape(X)}: samples of this config are (n, D, d) = "
+            f"(n, {cfg.D}, {cfg.d})"
+        )
 
 
 def labelling_function(X: jax.Array, cfg: TheoryConfig, task: Task) -> jax.Array:
@@ -57,9 +60,11 @@ def check_task(cfg: TheoryConfig, task: Task) -> None:
     cfg)` draws it: a task of another config would index patches that do not exist."""
     sets, w = tuple(jnp.shape(task.sets)), tuple(jnp.shape(task.w_star))
     if sets != (cfg.L, cfg.C) or w != (cfg.d,):
-        raise ConfigError(f"the task has sets {sets} and w* {w}, but the config needs sets ({cfg.L}, {cfg.C}) "
-                          f"and w* ({cfg.d},) (D={cfg.D}, C={cfg.C}, d={cfg.d}): draw it with "
-                          "make_task(key, cfg) for this config")
+        raise ConfigError(
+            f"the task has sets {sets} and w* {w}, but the config needs sets ({cfg.L}, {cfg.C}) "
+            f"and w* ({cfg.d},) (D={cfg.D}, C={cfg.C}, d={cfg.d}): draw it with "
+            "make_task(key, cfg) for this config"
+        )
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "n"))

@@ -3,13 +3,13 @@
 import jax
 import jax.numpy as jnp
 
-from posattn import compile_options, mesh as mesh_lib
+from posattn import compile_options
+from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.metrics import classification_error
 from posattn.theory.config import FINAL_TEST_CHUNK, TheoryConfig
 from posattn.theory.data import Task, dataset, labelling_function, sample
 from posattn.theory.model import forward
-
 
 # f* is a sum of per-set sums that are exact integers in the math (orthogonal noise): a spurious set
 # that cancels the signal set gives f* = 0 exactly, and the rounding of <w*, X_i> (~1e-7) must not
@@ -31,8 +31,9 @@ def f_star_is_not_yC(X, y, cfg: TheoryConfig, task: Task) -> jax.Array:
     return jnp.abs(labelling_function(X, cfg, task) - y * cfg.C) > TIE_TOLERANCE
 
 
-def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000,
-                chunk: int = FINAL_TEST_CHUNK):
+def test_errors(
+    key, params, cfg: TheoryConfig, task: Task, n: int = 100_000, chunk: int = FINAL_TEST_CHUNK
+):
     """Errors on n fresh samples, drawn `chunk` at a time to bound memory (n <= chunk, or a multiple).
 
     Returns {"test_error": P[y F(X) <= 0], "label_noise_rate": P[y f*(X) <= 0], "f_star_not_yC_rate":
@@ -50,10 +51,18 @@ def test_errors(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000,
 def _errors(key, params, task: Task, *, cfg: TheoryConfig, n: int, chunk: int):
     def one(k, params, task):
         X, y = sample(k, cfg, task, chunk)
-        not_yC = (f_star_is_not_yC(X, y, cfg, task).mean() if dataset(cfg).integer_labelling(cfg)
-                  else jnp.float32(jnp.nan))
-        return jnp.stack([classification_error(forward(params, X, cfg), y),
-                          label_disagrees(X, y, cfg, task).mean(), not_yC])
+        not_yC = (
+            f_star_is_not_yC(X, y, cfg, task).mean()
+            if dataset(cfg).integer_labelling(cfg)
+            else jnp.float32(jnp.nan)
+        )
+        return jnp.stack(
+            [
+                classification_error(forward(params, X, cfg), y),
+                label_disagrees(X, y, cfg, task).mean(),
+                not_yC,
+            ]
+        )
 
     # The chunks are split over the devices when they divide evenly (`map_runs`): the same draws.
     errors = mesh_lib.map_runs(one, jax.random.split(key, n // chunk), params, task).mean(0)

@@ -1,5 +1,6 @@
 """A fault injected on purpose into GD on Eq. (T), for the fault drill (drills/faults.py) and its tests: a
 gradient that turns NaN at a chosen step (`nan_at_step`)."""
+
 import jax
 import jax.numpy as jnp
 

@@ -38,6 +38,7 @@ samples (X, y, weight) is the plain model's. The kernel's sums carry their own r
 is that of the XLA tile loop's (the same function), so second derivatives (e.g. `jax.grad` through a
 GD step, `posattn.theory.step.train_chunk`) run through the tile loop.
 """
+
 import functools
 import math
 from typing import NamedTuple
@@ -49,8 +50,8 @@ from jax.sharding import PartitionSpec as P
 
 from posattn.errors import ConfigError, check_choice
 from posattn.mesh import DATA
-from posattn.theory.config import IMPLEMENTATIONS, TheoryConfig
 from posattn.theory import model, one_pass_kernel
+from posattn.theory.config import IMPLEMENTATIONS, TheoryConfig
 from posattn.theory.model import attention, logistic_loss, mix, sigma
 
 # X's bytes per tile: a tile is read from memory once and then again from cache, so it must fit in
@@ -129,9 +130,13 @@ def _partial_sums(S, v, X, y, w, cfg: TheoryConfig, num_tiles: int | None, trans
 
     def one_tile(carry, j):
         loss, dS, dv = carry
-        X_j, y_m, w_m = (a[0] if k == 1 else jax.lax.dynamic_index_in_dim(a, j, keepdims=False)
-                         for a in (tiles, y_kxm, w_kxm))
-        l, (dS_j, dz_mxD) = jax.value_and_grad(_summed_loss, argnums=(0, 1))(S, z_of(X_j), y_m, w_m, cfg)
+        X_j, y_m, w_m = (
+            a[0] if k == 1 else jax.lax.dynamic_index_in_dim(a, j, keepdims=False)
+            for a in (tiles, y_kxm, w_kxm)
+        )
+        l, (dS_j, dz_mxD) = jax.value_and_grad(_summed_loss, argnums=(0, 1))(
+            S, z_of(X_j), y_m, w_m, cfg
+        )
         return (loss + l, dS + dS_j, dv + grad_v(dz_mxD, X_j)), None
 
     init = (jnp.zeros((), v.dtype), jnp.zeros_like(S), jnp.zeros_like(v))
@@ -149,9 +154,11 @@ def uses_kernel(dtype, implementation: str | None = "auto") -> bool:
         return False
     runs = dtype == jnp.float32 and jax.default_backend() == "cpu" and one_pass_kernel.available()
     if implementation == "cpu_kernel" and not runs:
-        raise ConfigError(f"implementation='cpu_kernel' needs float32 samples on a CPU backend where the "
-                          f"kernel builds (here: {jnp.dtype(dtype).name} samples, backend "
-                          f"{jax.default_backend()!r}); use implementation='xla' or 'auto'")
+        raise ConfigError(
+            f"implementation='cpu_kernel' needs float32 samples on a CPU backend where the "
+            f"kernel builds (here: {jnp.dtype(dtype).name} samples, backend "
+            f"{jax.default_backend()!r}); use implementation='xla' or 'auto'"
+        )
     return runs
 
 
@@ -167,13 +174,23 @@ def _kernel_sums(S, v, X, y, w, cfg: TheoryConfig):
 def _kernel_sums_jvp(cfg: TheoryConfig, primals, tangents):
     """The kernel's sums at `primals`; their derivative is the XLA tile loop's (the same function, which
     JAX can differentiate): only derivatives of the gradient (second order) take this path."""
-    _, derivative = jax.jvp(lambda *a: _partial_sums(*a, cfg=cfg, num_tiles=None, transposed=False),
-                            primals, tangents)
+    _, derivative = jax.jvp(
+        lambda *a: _partial_sums(*a, cfg=cfg, num_tiles=None, transposed=False), primals, tangents
+    )
     return _kernel_sums(*primals, cfg), derivative
 
 
-def _risk_and_grad(params, X, y, w, cfg: TheoryConfig, num_tiles, mesh, transposed: bool,
-                   implementation: str | None = "auto"):
+def _risk_and_grad(
+    params,
+    X,
+    y,
+    w,
+    cfg: TheoryConfig,
+    num_tiles,
+    mesh,
+    transposed: bool,
+    implementation: str | None = "auto",
+):
     S, attention_vjp = jax.vjp(lambda A: attention(A, cfg), params["A"])
     v = params["v"]
     if not transposed and uses_kernel(X.dtype, implementation):
@@ -183,11 +200,19 @@ def _risk_and_grad(params, X, y, w, cfg: TheoryConfig, num_tiles, mesh, transpos
     if mesh is None or mesh.devices.size == 1:
         loss, dS, dv = sums(S, v, X, y, w)
     else:
-        def local(S, v, X, y, w):  # check_vma=False: the tile loop's zero start is not marked varying
+
+        def local(
+            S, v, X, y, w
+        ):  # check_vma=False: the tile loop's zero start is not marked varying
             return jax.lax.psum(sums(S, v, X, y, w), DATA)
 
-        loss, dS, dv = jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(DATA), P(DATA), P(DATA)),
-                                     out_specs=P(), check_vma=False)(S, v, X, y, w)
+        loss, dS, dv = jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(P(), P(), P(DATA), P(DATA), P(DATA)),
+            out_specs=P(),
+            check_vma=False,
+        )(S, v, X, y, w)
     total = w.sum()
     (dA,) = attention_vjp(dS / total)
     return loss / total, {"A": dA, "v": dv / total}
@@ -200,12 +225,22 @@ def _weights(X, weight):
 def _check_tiles(X, num_tiles, mesh):
     per_device = X.shape[0] // (1 if mesh is None else mesh.devices.size)
     if num_tiles is not None and (num_tiles < 1 or per_device % num_tiles):
-        raise ConfigError(f"num_tiles={num_tiles} does not divide the {per_device} samples per device into "
-                          "whole tiles")
+        raise ConfigError(
+            f"num_tiles={num_tiles} does not divide the {per_device} samples per device into "
+            "whole tiles"
+        )
 
 
-def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfig, weight=None,
-                            num_tiles: int | None = None, mesh=None, implementation: str | None = "auto"):
+def empirical_risk_and_grad(
+    params,
+    X: jax.Array,
+    y: jax.Array,
+    cfg: TheoryConfig,
+    weight=None,
+    num_tiles: int | None = None,
+    mesh=None,
+    implementation: str | None = "auto",
+):
     """(R, dR/dparams) of the risk (E), `model.empirical_risk`, in one pass over X (module docstring).
 
     X (n, D, d), y (n,), weight (n,) or None as in `empirical_risk`; `num_tiles` (a divisor of the
@@ -217,11 +252,21 @@ def empirical_risk_and_grad(params, X: jax.Array, y: jax.Array, cfg: TheoryConfi
     (A's diagonal included), as `jax.grad` gives it; the pair is `jax.value_and_grad(empirical_risk)`.
     """
     _check_tiles(X, num_tiles, mesh)
-    return _risk_and_grad(params, X, y, _weights(X, weight), cfg, num_tiles, mesh, False, implementation)
+    return _risk_and_grad(
+        params, X, y, _weights(X, weight), cfg, num_tiles, mesh, False, implementation
+    )
 
 
-def empirical_risk(params, X: jax.Array, y: jax.Array, cfg: TheoryConfig, weight=None,
-                   num_tiles: int | None = None, mesh=None, implementation: str | None = "auto") -> jax.Array:
+def empirical_risk(
+    params,
+    X: jax.Array,
+    y: jax.Array,
+    cfg: TheoryConfig,
+    weight=None,
+    num_tiles: int | None = None,
+    mesh=None,
+    implementation: str | None = "auto",
+) -> jax.Array:
     """The risk (E), `model.empirical_risk`, by the one-pass step: arguments as `empirical_risk_and_grad`.
 
     Its derivative in `params` is the gradient the pass computes (`jax.grad` of it is one pass over X);
@@ -247,8 +292,12 @@ def _one_pass_risk_jvp(cfg, num_tiles, mesh, implementation, primals, tangents):
     d_risk = sum(jnp.vdot(grads[k], t) for k, t in d_params.items() if not is_zero(t))
     if not all(map(is_zero, d_data)):
         d_data = [jnp.zeros_like(a) if is_zero(t) else t for a, t in zip((X, y, w), d_data)]
-        d_risk = d_risk + jax.jvp(lambda X, y, w: model.empirical_risk(params, X, y, cfg, w), (X, y, w),
-                                  tuple(d_data))[1]
+        d_risk = (
+            d_risk
+            + jax.jvp(
+                lambda X, y, w: model.empirical_risk(params, X, y, cfg, w), (X, y, w), tuple(d_data)
+            )[1]
+        )
     return risk, jnp.zeros_like(risk) + d_risk
 
 
@@ -258,8 +307,17 @@ _one_pass_risk.defjvp(_one_pass_risk_jvp, symbolic_zeros=True)
 def tiled_risk_and_grad(params, tiles: Tiles, cfg: TheoryConfig, mesh=None):
     """`empirical_risk_and_grad` on samples laid out by `tiled` (with `mesh`, `tiled`'s num_shards its
     size): the same loss and gradient, faster a step."""
-    return _risk_and_grad(params, tiles.X, tiles.y, tiles.weight.astype(tiles.X.dtype), cfg, None, mesh,
-                          transposed=True, implementation="xla")
+    return _risk_and_grad(
+        params,
+        tiles.X,
+        tiles.y,
+        tiles.weight.astype(tiles.X.dtype),
+        cfg,
+        None,
+        mesh,
+        transposed=True,
+        implementation="xla",
+    )
 
 
 def tiled_risk(params, tiles: Tiles, cfg: TheoryConfig) -> jax.Array:

@@ -39,6 +39,7 @@ one process with as many devices (tests/theory/test_distributed.py).
 step and the likely cause): the chunk that produced it is replayed one step at a time from its start to
 find the step. `fit_grid` is one compiled call with no host in the loop; its callers read its entries.
 """
+
 import concurrent.futures
 import dataclasses
 import functools
@@ -51,7 +52,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from posattn import compile_options, mesh as mesh_lib
+from posattn import compile_options
+from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError, check_sign_labels
 from posattn.theory import fused, optim, population
 from posattn.theory.config import GDConfig, TheoryConfig
@@ -91,8 +93,9 @@ def _compiled(gd: GDConfig) -> GDConfig:
     return dataclasses.replace(gd, **{name: getattr(defaults, name) for name in _NOT_COMPILED})
 
 
-def _optimizer(optimizer: optax.GradientTransformation | None, gd: GDConfig,
-               hyperparams: dict | None) -> tuple[optax.GradientTransformation, dict]:
+def _optimizer(
+    optimizer: optax.GradientTransformation | None, gd: GDConfig, hyperparams: dict | None
+) -> tuple[optax.GradientTransformation, dict]:
     """(optimiser, the hyperparameters its state starts from) of a driver's arguments: the default
     optimiser starts from `gd`'s step sizes, overridden by `hyperparams`; another from `hyperparams`
     alone (its own numbers where none)."""
@@ -110,7 +113,8 @@ def _check_not_traced(name: str, *trees) -> None:
             "progress), so jax.jit and jax.vmap cannot trace it: for many seeds in one call use "
             "fit_seeds(keys, ...); for step sizes vmapped in one call, fit_seeds(keys, ..., "
             "hyperparams={'lr': lrs}); for a jittable, vmappable loop of your own, "
-            "posattn.theory.step.train_chunk")
+            "posattn.theory.step.train_chunk"
+        )
 
 
 def check_samples(samples, cfg: TheoryConfig, what: str, runs: int | None = None) -> None:
@@ -122,9 +126,11 @@ def check_samples(samples, cfg: TheoryConfig, what: str, runs: int | None = None
     lead, runs_ = ((), "") if runs is None else ((runs,), f"{runs}, ")
     X, y = jnp.shape(samples[0]), jnp.shape(samples[1])
     k = len(lead)
-    if len(X) != k + 3 or X[:k] != lead or X[k + 1:] != (cfg.D, cfg.d) or y != X[:k + 1]:
-        raise ConfigError(f"{what}: X {X} and y {y} must be ({runs_}n, D, d) = ({runs_}n, {cfg.D}, {cfg.d}) "
-                          f"and ({runs_}n{',' if runs is None else ''})")
+    if len(X) != k + 3 or X[:k] != lead or X[k + 1 :] != (cfg.D, cfg.d) or y != X[: k + 1]:
+        raise ConfigError(
+            f"{what}: X {X} and y {y} must be ({runs_}n, D, d) = ({runs_}n, {cfg.D}, {cfg.d}) "
+            f"and ({runs_}n{',' if runs is None else ''})"
+        )
     check_sign_labels(samples[1], f"{what}'s y")
 
 
@@ -143,12 +149,14 @@ def _check_callers_data(cfg: TheoryConfig, train, test, task, runs: int | None =
     if train is not None:
         check_samples(train, cfg, "train", runs)
         if task is None and test is None:
-            raise ConfigError("train= without task= or test=: the test set would come from the task of the "
-                              "run's key, not the one that made X: pass task= (the Task that made X) or "
-                              "test= (its test set, or a sampler(key, n))"
-                              if runs is None else
-                              "train= without test=: the test sets would come from the tasks of the keys, "
-                              "not the ones that made X: pass test= (arrays, or a sampler(key, n))")
+            raise ConfigError(
+                "train= without task= or test=: the test set would come from the task of the "
+                "run's key, not the one that made X: pass task= (the Task that made X) or "
+                "test= (its test set, or a sampler(key, n))"
+                if runs is None
+                else "train= without test=: the test sets would come from the tasks of the keys, "
+                "not the ones that made X: pass test= (arrays, or a sampler(key, n))"
+            )
     if test is not None and not callable(test):
         check_samples(test, cfg, "test", runs)
 
@@ -161,8 +169,18 @@ def draw_start(key, cfg: TheoryConfig, gd: GDConfig, task: Task | None = None, p
     return task, params
 
 
-def draw_run(key, cfg: TheoryConfig, gd: GDConfig, *, n_train: int | None = None, shards: int = 1,
-             task: Task | None = None, params=None, train=None, test=None):
+def draw_run(
+    key,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    *,
+    n_train: int | None = None,
+    shards: int = 1,
+    task: Task | None = None,
+    params=None,
+    train=None,
+    test=None,
+):
     """Everything a run draws from its key: (params, train, test, sample key, task).
 
     `task` and `params` default to draws from `key` (pass them for transfer or a shared start). The
@@ -176,8 +194,10 @@ def draw_run(key, cfg: TheoryConfig, gd: GDConfig, *, n_train: int | None = None
     task, params = draw_start(key, cfg, gd, task, params)
     if train is not None:
         if gd.risk != "empirical":
-            raise ConfigError(f"train= is the training set of the empirical risk (E); risk={gd.risk!r} "
-                              "draws its own samples: pass risk='empirical'")
+            raise ConfigError(
+                f"train= is the training set of the empirical risk (E); risk={gd.risk!r} "
+                "draws its own samples: pass risk='empirical'"
+            )
         train = _samples(*train, cfg, "train")
     else:
         n_train = (gd.N if gd.risk == "empirical" else 0) if n_train is None else n_train
@@ -214,8 +234,16 @@ def _draw(key, task, params, train, test, *, cfg: TheoryConfig, gd: GDConfig, me
     to compile at the paper preset (docs/benchmarks.md). The draws are the same bits on any mesh (JAX's
     threefry is partitionable)."""
     shards = mesh.devices.size
-    run = draw_run(key, cfg, gd, shards=shards, task=task, params=params, train=train,
-                   test=test_sampler or test)
+    run = draw_run(
+        key,
+        cfg,
+        gd,
+        shards=shards,
+        task=task,
+        params=params,
+        train=train,
+        test=test_sampler or test,
+    )
     return jax.lax.with_sharding_constraint(_laid_out(run, gd, shards), _shardings(mesh))
 
 
@@ -231,11 +259,25 @@ def make_chunk_fn(cfg: TheoryConfig, gd: GDConfig, mesh, optimizer) -> Callable:
     rep = mesh_lib.replicated(mesh)
 
     def chunk(state, num_steps, train, test, key, task):
-        return train_chunk(state, num_steps, train, test, key, task, cfg=cfg, gd=gd, optimizer=optimizer,
-                           sharding=sharding)
+        return train_chunk(
+            state,
+            num_steps,
+            train,
+            test,
+            key,
+            task,
+            cfg=cfg,
+            gd=gd,
+            optimizer=optimizer,
+            sharding=sharding,
+        )
 
-    return jax.jit(chunk, in_shardings=(rep, rep, sharding, sharding, rep, rep), out_shardings=(rep, rep),
-                   donate_argnums=0)
+    return jax.jit(
+        chunk,
+        in_shardings=(rep, rep, sharding, sharding, rep, rep),
+        out_shardings=(rep, rep),
+        donate_argnums=0,
+    )
 
 
 def _evaluate_fn(cfg: TheoryConfig, gd: GDConfig) -> Callable:
@@ -259,7 +301,9 @@ def _result(state, start, task, history: dict, t0: float, key) -> FitResult:
     process of a multi-process run: `posattn.mesh.gathered`)."""
     state, start, task = mesh_lib.gathered((state, start, task))
     state = jax.device_get(state)
-    return FitResult(state["params"], start, task, history, time.perf_counter() - t0, state["opt_state"], key)
+    return FitResult(
+        state["params"], start, task, history, time.perf_counter() - t0, state["opt_state"], key
+    )
 
 
 def _nonfinite_runs(entry: dict) -> np.ndarray:
@@ -280,19 +324,34 @@ def _first_nonfinite_step(chunk, state, step: int, n: int, args) -> tuple[int, d
         entry = _to_host(entry)
         if _nonfinite_runs(entry).size:
             return t + 1, entry
-    return step + n, entry  # the replay stayed finite (rounding differs from the loop): the chunk's end
+    return (
+        step + n,
+        entry,
+    )  # the replay stayed finite (rounding differs from the loop): the chunk's end
 
 
 def _stop(step: int, entry: dict, hint: str) -> NonFiniteLoss:
     runs = _nonfinite_runs(entry)
     which = f" (runs {runs.tolist()} of the seeds)" if np.ndim(entry["loss"]) else ""
     loss = np.ravel(entry["loss"])[runs[0]]
-    return NonFiniteLoss(f"non-finite loss ({loss}) at GD step {step}{which}: {hint}; the run stopped there "
-                         "(its history ends at the last finite evaluation)")
+    return NonFiniteLoss(
+        f"non-finite loss ({loss}) at GD step {step}{which}: {hint}; the run stopped there "
+        "(its history ends at the last finite evaluation)"
+    )
 
 
-def _run_chunks(chunk, evaluate_fn, state, args, steps, eval_every, on_eval, hint,
-                compiling: concurrent.futures.Future | None = None, history: dict | None = None):
+def _run_chunks(
+    chunk,
+    evaluate_fn,
+    state,
+    args,
+    steps,
+    eval_every,
+    on_eval,
+    hint,
+    compiling: concurrent.futures.Future | None = None,
+    history: dict | None = None,
+):
     """The host loop: an evaluation at the start (unless `history`, a run's so far, goes on), then
     compiled chunks of `eval_every` steps up to `steps` more; a non-finite loss raises NonFiniteLoss
     naming the first step that has one (`hint`: its likely cause). Returns (state, history).
@@ -355,25 +414,47 @@ def _check_start(cfg: TheoryConfig, task: Task | None, params, runs: int | None 
 def _check_continues(init: FitResult, key, optimizer) -> None:
     """A ConfigError unless `init` (a `fit` or `fit_seeds` result) is the run of `key` and `optimizer`."""
     if not np.array_equal(jax.random.key_data(key), jax.random.key_data(init.key)):
-        raise ConfigError("init= continues the run of its own key (init.key): pass that key, or start "
-                          "a new run from its parameters with params= and task=")
-    if jax.tree.structure(jax.eval_shape(optimizer.init, init.params)) != jax.tree.structure(init.opt_state):
-        raise ConfigError("init= carries the state of another optimiser: pass the optimizer= it ran with")
+        raise ConfigError(
+            "init= continues the run of its own key (init.key): pass that key, or start "
+            "a new run from its parameters with params= and task="
+        )
+    if jax.tree.structure(jax.eval_shape(optimizer.init, init.params)) != jax.tree.structure(
+        init.opt_state
+    ):
+        raise ConfigError(
+            "init= carries the state of another optimiser: pass the optimizer= it ran with"
+        )
 
 
 def _continued(init: FitResult, key, hyper: dict | None, mesh=None):
     """The training state that `init` (checked by `_check_continues`) ended in, with its step sizes,
     unless `hyper` (the caller's `hyperparams`) sets some."""
-    step = jnp.full(jnp.shape(key), init.history["step"][-1], jnp.int32)  # one per seed in `fit_seeds`
-    state = {"params": init.params, "opt_state": optim.with_hyperparameters(init.opt_state, hyper),
-             "step": step}
+    step = jnp.full(
+        jnp.shape(key), init.history["step"][-1], jnp.int32
+    )  # one per seed in `fit_seeds`
+    state = {
+        "params": init.params,
+        "opt_state": optim.with_hyperparameters(init.opt_state, hyper),
+        "step": step,
+    }
     return state if mesh is None else jax.device_put(state, mesh_lib.replicated(mesh))
 
 
-def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransformation | None = None,
-        hyperparams: dict | None = None, init: FitResult | None = None, task: Task | None = None,
-        params=None, train=None, test=None, devices=None,
-        on_eval: Callable[[dict], None] | None = None) -> FitResult:
+def fit(
+    key,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    *,
+    optimizer: optax.GradientTransformation | None = None,
+    hyperparams: dict | None = None,
+    init: FitResult | None = None,
+    task: Task | None = None,
+    params=None,
+    train=None,
+    test=None,
+    devices=None,
+    on_eval: Callable[[dict], None] | None = None,
+) -> FitResult:
     """Train Eq. (T) from `key` for `gd.steps` steps; the final parameters, optimiser state and history.
 
     optimizer: any optax GradientTransformation (e.g. `optax.adam(1e-3)`); None is GD with step sizes
@@ -403,16 +484,18 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransf
     optimizer, hyper = _optimizer(optimizer, gd, hyperparams)
     if init is not None:
         if task is not None or params is not None:
-            raise ConfigError("init= continues a run from its own task and parameters: drop task= and "
-                              "params=")
+            raise ConfigError(
+                "init= continues a run from its own task and parameters: drop task= and params="
+            )
         _check_continues(init, key, optimizer)
         task, params = init.task, init.params
     _check_callers_data(cfg, train, test, task)
     _check_start(cfg, task, params)
     mesh = mesh_lib.data_mesh(devices)
     compiled = _compiled(gd)
-    draw = compile_options.jit_run_once(_draw, cfg=cfg, gd=compiled, mesh=mesh,
-                                        test_sampler=test if callable(test) else None)
+    draw = compile_options.jit_run_once(
+        _draw, cfg=cfg, gd=compiled, mesh=mesh, test_sampler=test if callable(test) else None
+    )
     # The optimiser's state starts in a program of its own: the draw serves every optimiser.
     init_state_fn = compile_options.jit_run_once(init_state, optimizer=optimizer)
     chunk = make_chunk_fn(cfg, compiled, mesh, optimizer)
@@ -420,10 +503,14 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransf
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         # The chunk needs only the shapes of the draw, so its compile starts before the draw runs.
         shapes = jax.eval_shape(draw, key, task, params, train, test)
-        shapes = _placed((jax.eval_shape(init_state_fn, shapes[0], hyperparams=hyper), *shapes[1:]), mesh)
+        shapes = _placed(
+            (jax.eval_shape(init_state_fn, shapes[0], hyperparams=hyper), *shapes[1:]), mesh
+        )
         compiling = _compile_ahead(pool, chunk, shapes[0], shapes[1:])
         params, *data = draw(key, task, params, train, test)
-        if gd.risk == "population_exact":  # a start the chosen enumeration would get wrong ends here
+        if (
+            gd.risk == "population_exact"
+        ):  # a start the chosen enumeration would get wrong ends here
             population.check_start(params, cfg, data[-1], gd.population_method)
         if init is None:
             start, state = _copy(params), init_state_fn(params, hyperparams=hyper)
@@ -434,9 +521,18 @@ def fit(key, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransf
         state, *args = _placed((state, *data), mesh)
 
         t0 = time.perf_counter()
-        state, history = _run_chunks(chunk, _evaluate_fn(cfg, compiled), state, args, gd.steps,
-                                     gd.eval_every, on_eval, hint, compiling,
-                                     None if init is None else init.history)
+        state, history = _run_chunks(
+            chunk,
+            _evaluate_fn(cfg, compiled),
+            state,
+            args,
+            gd.steps,
+            gd.eval_every,
+            on_eval,
+            hint,
+            compiling,
+            None if init is None else init.history,
+        )
     return _result(state, start, args[-1], history, t0, key)
 
 
@@ -452,8 +548,13 @@ def _placed(run, mesh):
     given their shapes (`jax.ShapeDtypeStruct`), their shapes with those shardings, so that a compile
     from shapes serves the calls on the arrays."""
     put = lambda tree, sharding: jax.tree.map(
-        lambda a: (jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
-                   if isinstance(a, jax.ShapeDtypeStruct) else jax.device_put(a, sharding)), tree)
+        lambda a: (
+            jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+            if isinstance(a, jax.ShapeDtypeStruct)
+            else jax.device_put(a, sharding)
+        ),
+        tree,
+    )
     return tuple(put(part, sharding) for part, sharding in zip(run, _shardings(mesh)))
 
 
@@ -463,8 +564,10 @@ def _per_run(hyper: dict, runs: int) -> dict:
     for name, value in hyper.items():
         value = jnp.asarray(value)
         if value.ndim and value.shape[0] != runs:
-            raise ConfigError(f"hyperparams[{name!r}] has shape {value.shape}: give a scalar or one value "
-                              f"per run ({runs},)")
+            raise ConfigError(
+                f"hyperparams[{name!r}] has shape {value.shape}: give a scalar or one value "
+                f"per run ({runs},)"
+            )
         out[name] = value if value.ndim else jnp.broadcast_to(value, (runs,))
     return out
 
@@ -477,9 +580,12 @@ _OVER_SEEDS = (0, None, 0, 0, 0, 0)
 def _seed_fns(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler) -> tuple[Callable, ...]:
     """`fit_seeds`'s compiled (draw, chunk, evaluation), kept, so that calls that differ only in
     numbers that are not compiled in (`_NOT_COMPILED`, hyperparameters) reuse them."""
+
     def draw_one(run):
         key, hyper, train, test, task, params = run
-        run = draw_run(key, cfg, gd, task=task, params=params, train=train, test=test_sampler or test)
+        run = draw_run(
+            key, cfg, gd, task=task, params=params, train=train, test=test_sampler or test
+        )
         return _started(_laid_out(run, gd), optimizer, hyper)
 
     draw = jax.jit(lambda runs: mesh_lib.map_runs(draw_one, runs))
@@ -498,9 +604,18 @@ def _seed_fns(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler) -> tuple
     return draw, chunk, evaluate_fn
 
 
-def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.GradientTransformation | None = None,
-              hyperparams: dict | None = None, init: FitResult | None = None, train=None, test=None,
-              on_eval: Callable[[dict], None] | None = None) -> FitResult:
+def fit_seeds(
+    keys,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    *,
+    optimizer: optax.GradientTransformation | None = None,
+    hyperparams: dict | None = None,
+    init: FitResult | None = None,
+    train=None,
+    test=None,
+    on_eval: Callable[[dict], None] | None = None,
+) -> FitResult:
     """`fit` for many runs at once: every run is vmapped inside the same compiled chunks.
 
     keys: (S,) keys, one run each (its own task, start and samples, as `fit(keys[s], ...)` draws them).
@@ -527,8 +642,12 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.Gradien
     state, *args = draw((keys, hyper, train, None if sampler else test, *start_of))
     if gd.risk == "population_exact":
         for s in range(len(keys)):
-            population.check_start(jax.tree.map(lambda a: a[s], state["params"]), cfg,
-                                   jax.tree.map(lambda a: a[s], args[-1]), gd.population_method)
+            population.check_start(
+                jax.tree.map(lambda a: a[s], state["params"]),
+                cfg,
+                jax.tree.map(lambda a: a[s], args[-1]),
+                gd.population_method,
+            )
     history = None
     if init is not None:
         state = _continued(init, keys, hyperparams and _per_run(hyperparams, len(keys)))
@@ -537,15 +656,34 @@ def fit_seeds(keys, cfg: TheoryConfig, gd: GDConfig, *, optimizer: optax.Gradien
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         compiling = _compile_ahead(pool, chunk, state, args)
-        state, history = _run_chunks(chunk, evaluate_fn, state, args, gd.steps, gd.eval_every, on_eval,
-                                     hint, compiling, history)
+        state, history = _run_chunks(
+            chunk,
+            evaluate_fn,
+            state,
+            args,
+            gd.steps,
+            gd.eval_every,
+            on_eval,
+            hint,
+            compiling,
+            history,
+        )
     history["step"] = history["step"][:, 0]  # the same for every run
     return _result(state, start, args[-1], history, t0, keys)
 
 
-def fit_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, gd: GDConfig,
-             sizes: Sequence[int], train_A: bool = True,
-             optimizer: optax.GradientTransformation | None = None, hyperparams: dict | None = None):
+def fit_grid(
+    keys,
+    task: Task | None = None,
+    A_init=None,
+    *,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    sizes: Sequence[int],
+    train_A: bool = True,
+    optimizer: optax.GradientTransformation | None = None,
+    hyperparams: dict | None = None,
+):
     """Train every (size, seed) pair for `gd.steps` on (E); returns the final history entries, each of
     shape (sizes, seeds).
 
@@ -560,11 +698,26 @@ def fit_grid(keys, task: Task | None = None, A_init=None, *, cfg: TheoryConfig, 
     """
     optimizer, hyper = _optimizer(optimizer, gd, hyperparams)
     _check_start(cfg, task, None)
-    if A_init is not None and jnp.shape(A_init) != (cfg.D, cfg.D):  # broadcast to every run's A below
-        raise ConfigError(f"A_init has shape {jnp.shape(A_init)}: give one D x D = ({cfg.D}, {cfg.D}) "
-                          "matrix, the initial A of every run")
-    return _grid(keys, task, A_init, _per_run(hyper, len(keys)), _steps(gd.steps), cfg=cfg, gd=_compiled(gd),
-                 sizes=_sizes(sizes), train_A=train_A, optimizer=optimizer)
+    if A_init is not None and jnp.shape(A_init) != (
+        cfg.D,
+        cfg.D,
+    ):  # broadcast to every run's A below
+        raise ConfigError(
+            f"A_init has shape {jnp.shape(A_init)}: give one D x D = ({cfg.D}, {cfg.D}) "
+            "matrix, the initial A of every run"
+        )
+    return _grid(
+        keys,
+        task,
+        A_init,
+        _per_run(hyper, len(keys)),
+        _steps(gd.steps),
+        cfg=cfg,
+        gd=_compiled(gd),
+        sizes=_sizes(sizes),
+        train_A=train_A,
+        optimizer=optimizer,
+    )
 
 
 def _sizes(sizes: Sequence[int]) -> tuple[int, ...]:
@@ -577,9 +730,21 @@ def _sizes(sizes: Sequence[int]) -> tuple[int, ...]:
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "gd", "sizes", "train_A", "optimizer"))
-def _grid(keys, task, A_init, hyper, steps, *, cfg: TheoryConfig, gd: GDConfig, sizes: tuple[int, ...],
-          train_A: bool, optimizer):
+def _grid(
+    keys,
+    task,
+    A_init,
+    hyper,
+    steps,
+    *,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    sizes: tuple[int, ...],
+    train_A: bool,
+    optimizer,
+):
     """`fit_grid` as one compiled program (its arguments)."""
+
     def draw(run, task):
         key, hyper = run
         params, *data = _laid_out(draw_run(key, cfg, gd, n_train=max(sizes), task=task), gd)
@@ -588,20 +753,36 @@ def _grid(keys, task, A_init, hyper, steps, *, cfg: TheoryConfig, gd: GDConfig, 
         return _started((params, *data), optimizer, hyper)
 
     state, train, test, train_keys, tasks = mesh_lib.map_runs(draw, (keys, hyper), task)
-    weights = (jnp.arange(max(sizes))[None, :] < jnp.asarray(sizes)[:, None]).astype(train.weight.dtype)
+    weights = (jnp.arange(max(sizes))[None, :] < jnp.asarray(sizes)[:, None]).astype(
+        train.weight.dtype
+    )
 
     def one(state, X, y, test, key, task, weight):
-        return train_chunk(state, steps, type(train)(X, y, weight), test, key, task, cfg=cfg, gd=gd,
-                           optimizer=optimizer, train_A=train_A)[1]
+        return train_chunk(
+            state,
+            steps,
+            type(train)(X, y, weight),
+            test,
+            key,
+            task,
+            cfg=cfg,
+            gd=gd,
+            optimizer=optimizer,
+            train_A=train_A,
+        )[1]
 
     over_seeds = jax.vmap(one, in_axes=(0, 0, 0, 0, 0, 0, None))
 
     def local(runs, weights):  # a device's seeds, with every size: entries (seeds, sizes)
-        if len(sizes) == 1:  # a size axis of length 1 still batches the weights, and costs time on a CPU
+        if (
+            len(sizes) == 1
+        ):  # a size axis of length 1 still batches the weights, and costs time on a CPU
             return jax.tree.map(lambda a: a[:, None], over_seeds(*runs, weights[0]))
         return jax.vmap(over_seeds, in_axes=(None,) * 6 + (0,), out_axes=1)(*runs, weights)
 
-    entries = mesh_lib.split_runs(local, (state, train.X, train.y, test, train_keys, tasks), weights)
+    entries = mesh_lib.split_runs(
+        local, (state, train.X, train.y, test, train_keys, tasks), weights
+    )
     return jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), entries)  # (sizes, seeds)
 
 
@@ -616,15 +797,36 @@ def size_groups(sizes: Sequence[int], spread: float = 4.0) -> list[tuple[int, ..
     return groups
 
 
-def fit_sizes(keys, task=None, A_init=None, *, cfg: TheoryConfig, gd: GDConfig, sizes: Sequence[int],
-              train_A: bool = True, spread: float = 4.0,
-              optimizer: optax.GradientTransformation | None = None, hyperparams: dict | None = None) -> dict:
+def fit_sizes(
+    keys,
+    task=None,
+    A_init=None,
+    *,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    sizes: Sequence[int],
+    train_A: bool = True,
+    spread: float = 4.0,
+    optimizer: optax.GradientTransformation | None = None,
+    hyperparams: dict | None = None,
+) -> dict:
     """`fit_grid` over a wide log grid of sizes, one compiled call per `size_groups` group (so no run
     computes on more than `spread` x its own samples); entries concatenated in the order of `sizes`."""
     sizes = _sizes(sizes)  # before `size_groups` rounds them
-    parts = [fit_grid(keys, task, A_init, cfg=cfg, gd=gd, sizes=group, train_A=train_A, optimizer=optimizer,
-                      hyperparams=hyperparams)
-             for group in size_groups(sizes, spread)]
+    parts = [
+        fit_grid(
+            keys,
+            task,
+            A_init,
+            cfg=cfg,
+            gd=gd,
+            sizes=group,
+            train_A=train_A,
+            optimizer=optimizer,
+            hyperparams=hyperparams,
+        )
+        for group in size_groups(sizes, spread)
+    ]
     entries = {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
     order = np.argsort(np.argsort(np.asarray(sizes)))
     return {k: v[order] for k, v in entries.items()}

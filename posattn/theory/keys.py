@@ -20,12 +20,17 @@ largest size, of which a run at size N takes the first N); "population_mc" draws
 samples from `fold_in(streams["train"], t)`; the final test error, `evaluation.test_errors` on
 `streams["final_test"]`.
 """
+
 import jax
 
 from posattn.errors import check_seed
 
-FINAL_TEST = 7  # fold_in index of a run's final test set: the fresh samples of `evaluation.test_errors`
-GLM_REFERENCE = 8  # fold_in index of the samples of the phase-I GLM reference (`glm.phase_one_reference`)
+FINAL_TEST = (
+    7  # fold_in index of a run's final test set: the fresh samples of `evaluation.test_errors`
+)
+GLM_REFERENCE = (
+    8  # fold_in index of the samples of the phase-I GLM reference (`glm.phase_one_reference`)
+)
 
 
 def seed_key(seed: int) -> jax.Array:
@@ -48,9 +53,14 @@ def run_keys(key: jax.Array) -> dict[str, jax.Array]:
     the samples of the GLM error that phase I is measured against.
     """
     task, init, train, test = jax.random.split(key, 4)
-    return {"task": task, "init": init, "train": train, "test": test,
-            "final_test": jax.random.fold_in(key, FINAL_TEST),
-            "glm_reference": jax.random.fold_in(key, GLM_REFERENCE)}
+    return {
+        "task": task,
+        "init": init,
+        "train": train,
+        "test": test,
+        "final_test": jax.random.fold_in(key, FINAL_TEST),
+        "glm_reference": jax.random.fold_in(key, GLM_REFERENCE),
+    }
 
 
 def claim_keys(key: jax.Array, names) -> dict[str, jax.Array]:
@@ -66,7 +76,11 @@ def construction_keys(key: jax.Array) -> dict[str, jax.Array]:
 def transfer_keys(key: jax.Array) -> dict[str, jax.Array]:
     """Theorem 5.1's transfer: the pre-training run is `key`'s; the downstream feature w' folds in 1 and
     the integer seed of the downstream runs folds in 2."""
-    return {"pretrain": key, "downstream": jax.random.fold_in(key, 1), "seeds": jax.random.fold_in(key, 2)}
+    return {
+        "pretrain": key,
+        "downstream": jax.random.fold_in(key, 1),
+        "seeds": jax.random.fold_in(key, 2),
+    }
 
 
 def glm_keys(key: jax.Array) -> dict[str, jax.Array]:

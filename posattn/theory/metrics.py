@@ -2,6 +2,7 @@
 
 All functions are pure and jittable; they take the task because S_1..S_L and w* define them.
 """
+
 import jax
 import jax.numpy as jnp
 
@@ -14,8 +15,10 @@ def check_attention_matrix(A: jax.Array, task: Task) -> None:
     """ConfigError unless A is the D x D attention matrix of Eq. (T) for `task`'s D patches."""
     D = task.sets.size
     if jnp.shape(A) != (D, D):
-        raise ConfigError(f"A has shape {jnp.shape(A)}: the attention matrix of Eq. (T) is D x D = ({D}, {D}) "
-                          f"for this task's {D} patches")
+        raise ConfigError(
+            f"A has shape {jnp.shape(A)}: the attention matrix of Eq. (T) is D x D = ({D}, {D}) "
+            f"for this task's {D} patches"
+        )
 
 
 def patch_association(A: jax.Array, task: Task):
@@ -52,7 +55,7 @@ def off_diagonal_overlap(A: jax.Array, task: Task) -> jax.Array:
     check_attention_matrix(A, task)
     D, C = A.shape[0], task.sets.shape[1]
     eye = jnp.eye(D, dtype=bool)
-    top = jnp.argsort(-jnp.where(eye, -jnp.inf, A), axis=1)[:, :C - 1]
+    top = jnp.argsort(-jnp.where(eye, -jnp.inf, A), axis=1)[:, : C - 1]
     return jnp.take_along_axis(same_set_mask(task.sets) & ~eye, top, axis=1).mean()
 
 
@@ -63,7 +66,10 @@ def within_across_means(A: jax.Array, task: Task):
     off_diagonal = ~jnp.eye(A.shape[0], dtype=bool)
     within = mask & off_diagonal
     across = ~mask
-    return (jnp.where(within, A, 0).sum() / within.sum(), jnp.where(across, A, 0).sum() / across.sum())
+    return (
+        jnp.where(within, A, 0).sum() / within.sum(),
+        jnp.where(across, A, 0).sum() / across.sum(),
+    )
 
 
 def value_alignment(v: jax.Array, w_star: jax.Array):
@@ -88,4 +94,3 @@ def parameter_metrics(params, task: Task) -> dict:
         "A_across": across,
         "patch_association_share": rows.mean(),
     }
-

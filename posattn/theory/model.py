@@ -5,6 +5,7 @@
 Parameters are a plain dict {"A": (D, D), "v": (d,)}; the diagonal of A is frozen by the optimiser
 (`posattn.theory.gd`), not here.
 """
+
 import jax
 import jax.numpy as jnp
 
@@ -15,10 +16,14 @@ from posattn.theory.data import check_patches
 
 def check_params(params, D: int, d: int) -> None:
     """ConfigError unless `params` is Eq. (T)'s {"A": (D, D), "v": (d,)} (shapes only: free under jit)."""
-    shapes = {k: tuple(jnp.shape(a)) for k, a in params.items()} if isinstance(params, dict) else None
+    shapes = (
+        {k: tuple(jnp.shape(a)) for k, a in params.items()} if isinstance(params, dict) else None
+    )
     if shapes != {"A": (D, D), "v": (d,)}:
-        raise ConfigError(f"params {shapes or type(params).__name__}: Eq. (T) here needs {{'A': ({D}, {D}), "
-                          f"'v': ({d},)}} (D={D}, d={d}): give parameters of this config (init_params)")
+        raise ConfigError(
+            f"params {shapes or type(params).__name__}: Eq. (T) here needs {{'A': ({D}, {D}), "
+            f"'v': ({d},)}} (D={D}, d={d}): give parameters of this config (init_params)"
+        )
 
 
 def sigma(z: jax.Array, activation: str) -> jax.Array:
@@ -33,8 +38,10 @@ def attention(A: jax.Array, cfg: TheoryConfig) -> jax.Array:
     """Score matrix S = softmax_j(A_ij / sqrt(d)) (Definition 3.2; temperature optional); ConfigError
     unless A is D x D."""
     if jnp.shape(A) != (cfg.D, cfg.D):
-        raise ConfigError(f"A has shape {jnp.shape(A)}: the attention matrix of Eq. (T) is D x D = "
-                          f"({cfg.D}, {cfg.D})")
+        raise ConfigError(
+            f"A has shape {jnp.shape(A)}: the attention matrix of Eq. (T) is D x D = "
+            f"({cfg.D}, {cfg.D})"
+        )
     logits = A / jnp.sqrt(cfg.d) if cfg.temperature else A
     return jax.nn.softmax(logits, axis=-1)
 
@@ -71,8 +78,11 @@ def empirical_risk(params, X, y, cfg: TheoryConfig, weight=None) -> jax.Array:
     """
     n = jnp.shape(X)[:1]
     if jnp.shape(y) != n or (weight is not None and jnp.shape(weight) != n):
-        raise ConfigError(f"y {jnp.shape(y)}" + ("" if weight is None else f", weight {jnp.shape(weight)}")
-                          + f": give one per sample of X {jnp.shape(X)}, shape {n}")
+        raise ConfigError(
+            f"y {jnp.shape(y)}"
+            + ("" if weight is None else f", weight {jnp.shape(weight)}")
+            + f": give one per sample of X {jnp.shape(X)}, shape {n}"
+        )
     check_sign_labels(y, "empirical_risk")
     losses = logistic_loss(y * forward(params, X, cfg))
     if weight is None:
@@ -89,13 +99,17 @@ def init_params(key: jax.Array, cfg: TheoryConfig, gd: GDConfig = GDConfig(), w_
     (v_std = 0) with the cubic sigma, where every gradient of Eq. (T) vanishes (sigma'(0) = 0).
     """
     if gd.v_std == 0 and cfg.activation == "cubic":
-        raise ConfigError("v_std=0 starts GD at v = 0, where every gradient of Eq. (T) with sigma = z^3 "
-                          "vanishes and nothing trains: give v_std > 0")
+        raise ConfigError(
+            "v_std=0 starts GD at v = 0, where every gradient of Eq. (T) with sigma = z^3 "
+            "vanishes and nothing trains: give v_std > 0"
+        )
     A = gd.a0 * jnp.eye(cfg.D)
     if gd.v_init == "aligned":
         if w_star is None or jnp.shape(w_star) != (cfg.d,):
-            raise ConfigError(f"v_init='aligned' needs w_star of shape ({cfg.d},), got "
-                              f"{None if w_star is None else jnp.shape(w_star)}: pass task.w_star")
+            raise ConfigError(
+                f"v_init='aligned' needs w_star of shape ({cfg.d},), got "
+                f"{None if w_star is None else jnp.shape(w_star)}: pass task.w_star"
+            )
         v = gd.v_std * jnp.sqrt(cfg.d) * w_star
     else:
         v = gd.v_std * jax.random.normal(key, (cfg.d,))

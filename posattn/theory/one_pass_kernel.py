@@ -17,6 +17,7 @@ built (no compiler, an unsupported platform) `available()` is False, one warning
 POSATTN_CPU_KERNEL=baseline keeps an x86-64 CPU with AVX2 to the kernel's instance for CPUs without it
 (read once per process, by the kernel: to test that instance).
 """
+
 import ctypes
 import functools
 import hashlib
@@ -50,16 +51,30 @@ def _build() -> pathlib.Path:
     """The shared library, compiled unless a process has already compiled this source with these flags."""
     compiler = os.environ.get("CXX", "c++")
     source = SOURCE.read_bytes()
-    key = hashlib.sha256(b"\0".join([source, " ".join((compiler, *COMPILE_FLAGS)).encode(),
-                                     jaxlib.__version__.encode()])).hexdigest()[:16]
+    key = hashlib.sha256(
+        b"\0".join(
+            [source, " ".join((compiler, *COMPILE_FLAGS)).encode(), jaxlib.__version__.encode()]
+        )
+    ).hexdigest()[:16]
     path = _cache_dir() / f"one_pass_{key}.so"
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         obj, lib = pathlib.Path(tmp, "one_pass.o"), pathlib.Path(tmp, "one_pass.so")
-        for command in ([compiler, *COMPILE_FLAGS, "-isystem", jax.ffi.include_dir(), "-c", str(SOURCE),
-                         "-o", str(obj)], [compiler, "-shared", str(obj), "-o", str(lib)]):
+        for command in (
+            [
+                compiler,
+                *COMPILE_FLAGS,
+                "-isystem",
+                jax.ffi.include_dir(),
+                "-c",
+                str(SOURCE),
+                "-o",
+                str(obj),
+            ],
+            [compiler, "-shared", str(obj), "-o", str(lib)],
+        ):
             subprocess.run(command, check=True, capture_output=True, text=True)
         os.replace(lib, path)  # atomic: processes that build it at once each put a whole file
     return path
@@ -84,12 +99,18 @@ def available() -> bool:
         library = _library()
     except subprocess.CalledProcessError as e:
         reason = (e.stderr or "").strip().splitlines()[-1:] or [f"exit status {e.returncode}"]
-        logging.warning("posattn: the CPU kernel of the one-pass step did not compile (%s); "
-                        "XLA's tile loop is used instead.", reason[0])
+        logging.warning(
+            "posattn: the CPU kernel of the one-pass step did not compile (%s); "
+            "XLA's tile loop is used instead.",
+            reason[0],
+        )
         return False
     except OSError as e:  # no compiler, or a library the loader refuses
-        logging.warning("posattn: the CPU kernel of the one-pass step is not available (%s); "
-                        "XLA's tile loop is used instead.", e)
+        logging.warning(
+            "posattn: the CPU kernel of the one-pass step is not available (%s); "
+            "XLA's tile loop is used instead.",
+            e,
+        )
         return False
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(library.PosattnOnePass), platform="cpu")
     return True

@@ -12,6 +12,7 @@ state; any other's are constants of the compiled program (a new value compiles a
 
 The reduced dynamics (`posattn.theory.population.reduced`) are GD in closed form and take no optimiser.
 """
+
 import functools
 
 import jax.numpy as jnp
@@ -45,8 +46,10 @@ def with_hyperparameters(opt_state, hyperparams: dict | None):
         return opt_state
     known = getattr(opt_state, "hyperparams", None)
     if not isinstance(known, dict) or not set(hyperparams) <= set(known):
-        raise ConfigError(f"hyperparameters {sorted(hyperparams)}: the optimiser's state holds "
-                          f"{sorted(known) if isinstance(known, dict) else 'none'}; set only those, or "
-                          "build the optimiser with optax.inject_hyperparams so that its state holds them")
+        raise ConfigError(
+            f"hyperparameters {sorted(hyperparams)}: the optimiser's state holds "
+            f"{sorted(known) if isinstance(known, dict) else 'none'}; set only those, or "
+            "build the optimiser with optax.inject_hyperparams so that its state holds them"
+        )
     new = {k: jnp.asarray(v, jnp.result_type(known[k])) for k, v in hyperparams.items()}
     return opt_state._replace(hyperparams={**known, **new})

@@ -21,6 +21,7 @@ Decisions beyond the paper (docs/decisions.md, Optimisation), each made so that 
   of A gets the same gradient on any data and the rows stay equal off the diagonal: A could then never
   match the blocks, and "structure not learnt" would hold by construction.
 """
+
 import dataclasses
 import math
 
@@ -71,10 +72,16 @@ def preset_config(name: str = DEFAULT) -> config_dict.ConfigDict:
     (`GDConfig`), each overridable as `--config.FIELD=VALUE`, e.g. `--config.theory.D=36`.
     """
     theory, gd = get_preset(name)
-    return config_dict.ConfigDict({
-        "preset": name, "seed": 0, "seeds": 1, "overlay_N": DEFAULT_NS,
-        "theory": configs.dataclass_section(theory), "gd": configs.dataclass_section(gd),
-    })
+    return config_dict.ConfigDict(
+        {
+            "preset": name,
+            "seed": 0,
+            "seeds": 1,
+            "overlay_N": DEFAULT_NS,
+            "theory": configs.dataclass_section(theory),
+            "gd": configs.dataclass_section(gd),
+        }
+    )
 
 
 def smoke(config: config_dict.ConfigDict) -> None:
@@ -84,25 +91,35 @@ def smoke(config: config_dict.ConfigDict) -> None:
 
 
 # A theory config file names its preset (`preset`) and the fields it changes; the preset gives the rest.
-SCHEMA = configs.Schema("a theory config (posattn.theory.presets.preset_config)",
-                    lambda fields: preset_config(fields.get("preset") or DEFAULT), smoke, "theory")
+SCHEMA = configs.Schema(
+    "a theory config (posattn.theory.presets.preset_config)",
+    lambda fields: preset_config(fields.get("preset") or DEFAULT),
+    smoke,
+    "theory",
+)
 
 
 def configs_from(config: config_dict.ConfigDict) -> tuple[TheoryConfig, GDConfig]:
     """The (TheoryConfig, GDConfig) of a config of `preset_config`, validated on construction; ConfigError
     for a config of another shape (e.g. an image config file given to the theory binary)."""
-    missing = [k for k in ("preset", "seed", "seeds", "overlay_N", "theory", "gd") if k not in config]
+    missing = [
+        k for k in ("preset", "seed", "seeds", "overlay_N", "theory", "gd") if k not in config
+    ]
     if missing:
-        raise ConfigError(f"the config has no {', '.join(missing)}: a theory config comes from "
-                          f"tpu_configs/theory.py[:PRESET] (fields preset, seed, seeds, overlay_N, theory.*, "
-                          f"gd.*), not from a file with fields {', '.join(sorted(config.keys()))}")
+        raise ConfigError(
+            f"the config has no {', '.join(missing)}: a theory config comes from "
+            f"tpu_configs/theory.py[:PRESET] (fields preset, seed, seeds, overlay_N, theory.*, "
+            f"gd.*), not from a file with fields {', '.join(sorted(config.keys()))}"
+        )
     sections = {}
     for name, cls in (("theory", TheoryConfig), ("gd", GDConfig)):
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(config[name].keys()) - fields)
         if unknown:
-            raise ConfigError(f"{name}.{unknown[0]} is not a field of {cls.__name__} (its fields: "
-                              f"{', '.join(sorted(fields))})")
+            raise ConfigError(
+                f"{name}.{unknown[0]} is not a field of {cls.__name__} (its fields: "
+                f"{', '.join(sorted(fields))})"
+            )
         sections[name] = cls(**config[name].to_dict())
     return sections["theory"], sections["gd"]
 
@@ -111,6 +128,8 @@ def overlay_sizes(config: config_dict.ConfigDict) -> list[int]:
     """overlay_N of a config of `preset_config` as positive integers, or a ConfigError."""
     sizes = list(config.overlay_N)
     if any(not isinstance(n, int) or n < 1 for n in sizes):
-        raise ConfigError(f"overlay_N={config.overlay_N}: give positive integers, e.g. "
-                          f"--config.overlay_N='(100, 1000)'")
+        raise ConfigError(
+            f"overlay_N={config.overlay_N}: give positive integers, e.g. "
+            f"--config.overlay_N='(100, 1000)'"
+        )
     return sizes

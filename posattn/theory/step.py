@@ -10,6 +10,7 @@ a traced number of steps in one loop and is pure: the run driver (`posattn.theor
 shardings, vmaps it over seeds, or over seeds and sizes, and every number it reads (the step count,
 the optimiser's step sizes in its state) is an argument, so runs that differ in them share one program.
 """
+
 from typing import NamedTuple
 
 import jax
@@ -55,7 +56,9 @@ def _trained(tree: dict, train_A: bool) -> dict:
     return freeze_diagonal(tree) if train_A else {**tree, "A": jnp.zeros_like(tree["A"])}
 
 
-def descend(state: dict, grads: dict, optimizer: optax.GradientTransformation, train_A: bool = True) -> dict:
+def descend(
+    state: dict, grads: dict, optimizer: optax.GradientTransformation, train_A: bool = True
+) -> dict:
     """One optimiser step from `state` along `grads` (the risk's full gradient).
 
     Only A's off-diagonal and v are trained (with `train_A=False`, v alone: transfer with A frozen,
@@ -66,23 +69,38 @@ def descend(state: dict, grads: dict, optimizer: optax.GradientTransformation, t
     params = state["params"]
     shapes = lambda tree: jax.tree.map(jnp.shape, tree)
     if shapes(grads) != shapes(params):
-        raise ConfigError(f"grads {shapes(grads)} do not match the parameters {shapes(params)}: give the "
-                          "gradient of the risk in params (jax.grad of it)")
+        raise ConfigError(
+            f"grads {shapes(grads)} do not match the parameters {shapes(params)}: give the "
+            "gradient of the risk in params (jax.grad of it)"
+        )
     updates, opt_state = optimizer.update(_trained(grads, train_A), state["opt_state"], params)
-    return {"params": optax.apply_updates(params, _trained(updates, train_A)), "opt_state": opt_state,
-            "step": state["step"] + 1}
+    return {
+        "params": optax.apply_updates(params, _trained(updates, train_A)),
+        "opt_state": opt_state,
+        "step": state["step"] + 1,
+    }
 
 
-def init_state(params: dict, optimizer: optax.GradientTransformation, hyperparams: dict | None = None,
-               step=0) -> dict:
+def init_state(
+    params: dict, optimizer: optax.GradientTransformation, hyperparams: dict | None = None, step=0
+) -> dict:
     """The training state at `step` from `params`: {"params", "opt_state", "step"} (int32), the
     optimiser's injected hyperparameters set from `hyperparams` (`optim.with_hyperparameters`)."""
     opt_state = optim.with_hyperparameters(optimizer.init(params), hyperparams)
     return {"params": params, "opt_state": opt_state, "step": jnp.asarray(step, jnp.int32)}
 
 
-def training_risk(params, step, train: Batch | fused.Tiles, key, task: Task, *, cfg: TheoryConfig,
-                  gd: GDConfig, sharding=None):
+def training_risk(
+    params,
+    step,
+    train: Batch | fused.Tiles,
+    key,
+    task: Task,
+    *,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    sharding=None,
+):
     """The risk that GD descends at `step`: (E) on `train`, or (P) by fresh samples or exactly."""
     if gd.risk == "empirical":
         if isinstance(train, fused.Tiles):
@@ -93,12 +111,22 @@ def training_risk(params, step, train: Batch | fused.Tiles, key, task: Task, *, 
         if sharding is not None:
             X = jax.lax.with_sharding_constraint(X, sharding)
         return empirical_risk(params, X, y, cfg)
-    return exact_risk(params, cfg, task, gd.population_method,
-                      mesh=None if sharding is None else sharding.mesh)
+    return exact_risk(
+        params, cfg, task, gd.population_method, mesh=None if sharding is None else sharding.mesh
+    )
 
 
-def risk_and_grad(params, step, train: Batch | fused.Tiles, key, task: Task, *, cfg: TheoryConfig,
-                  gd: GDConfig, sharding=None):
+def risk_and_grad(
+    params,
+    step,
+    train: Batch | fused.Tiles,
+    key,
+    task: Task,
+    *,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    sharding=None,
+):
     """(risk, gradient) of `training_risk`: for (E) in one pass over the samples
     (`posattn.theory.fused`, by `gd.implementation`), otherwise by `jax.value_and_grad`. With
     `sharding` (the data's, over a "data" mesh), (E) and the exact (P) split their sums over the mesh's
@@ -107,14 +135,25 @@ def risk_and_grad(params, step, train: Batch | fused.Tiles, key, task: Task, *, 
     if gd.risk == "empirical":
         if isinstance(train, fused.Tiles):
             return fused.tiled_risk_and_grad(params, train, cfg, mesh=mesh)
-        return fused.empirical_risk_and_grad(params, train.X, train.y, cfg, train.weight, mesh=mesh,
-                                             implementation=gd.implementation)
-    return jax.value_and_grad(training_risk)(params, step, train, key, task, cfg=cfg, gd=gd,
-                                             sharding=sharding)
+        return fused.empirical_risk_and_grad(
+            params, train.X, train.y, cfg, train.weight, mesh=mesh, implementation=gd.implementation
+        )
+    return jax.value_and_grad(training_risk)(
+        params, step, train, key, task, cfg=cfg, gd=gd, sharding=sharding
+    )
 
 
-def evaluate(params, step, train: Batch | fused.Tiles, test: Batch, key, task: Task, *,
-             cfg: TheoryConfig, gd: GDConfig):
+def evaluate(
+    params,
+    step,
+    train: Batch | fused.Tiles,
+    test: Batch,
+    key,
+    task: Task,
+    *,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+):
     """The history entry at `step`: risks, test error and the parameter scalars of the proof sketch."""
     scores = forward(params, test.X, cfg)
     test_loss = empirical_risk(params, test.X, test.y, cfg, test.weight)
@@ -126,14 +165,27 @@ def evaluate(params, step, train: Batch | fused.Tiles, test: Batch, key, task: T
         "step": step,
         "loss": loss,
         "test_loss": test_loss,
-        "test_error": classification_error(scores, test.y, test.weight),  # NaN (divergence) is wrong
+        "test_error": classification_error(
+            scores, test.y, test.weight
+        ),  # NaN (divergence) is wrong
         **metrics.parameter_metrics(params, task),
     }
 
 
-def train_chunk(state: dict, num_steps, train: Batch | fused.Tiles, test: Batch, key, task: Task, *,
-                cfg: TheoryConfig, gd: GDConfig, optimizer: optax.GradientTransformation,
-                train_A: bool = True, sharding=None):
+def train_chunk(
+    state: dict,
+    num_steps,
+    train: Batch | fused.Tiles,
+    test: Batch,
+    key,
+    task: Task,
+    *,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    optimizer: optax.GradientTransformation,
+    train_A: bool = True,
+    sharding=None,
+):
     """`num_steps` optimiser steps from `state` (`init_state`) in one loop, then (state, the history
     entry at their end).
 
@@ -147,18 +199,23 @@ def train_chunk(state: dict, num_steps, train: Batch | fused.Tiles, test: Batch,
     check_params(state["params"], cfg.D, cfg.d)
     check_task(cfg, task)
     for name, batch in (("train", train), ("test", test)):
-        if isinstance(batch, Batch):  # `fused.Tiles` are laid out by the driver from checked samples
+        if isinstance(
+            batch, Batch
+        ):  # `fused.Tiles` are laid out by the driver from checked samples
             check_patches(batch.X, cfg)
             if jnp.shape(batch.y) != jnp.shape(batch.X)[:1]:
-                raise ConfigError(f"{name}.y has shape {jnp.shape(batch.y)}: give one label per sample "
-                                  f"of {name}.X {jnp.shape(batch.X)}")
+                raise ConfigError(
+                    f"{name}.y has shape {jnp.shape(batch.y)}: give one label per sample "
+                    f"of {name}.X {jnp.shape(batch.X)}"
+                )
             check_sign_labels(batch.y, f"{name}.y")
     if not isinstance(num_steps, jax.core.Tracer) and int(num_steps) < 0:
         raise ConfigError(f"num_steps={num_steps}: give a number of steps >= 0")
 
     def one_step(_, state):
-        _, grads = risk_and_grad(state["params"], state["step"], train, key, task, cfg=cfg, gd=gd,
-                                 sharding=sharding)
+        _, grads = risk_and_grad(
+            state["params"], state["step"], train, key, task, cfg=cfg, gd=gd, sharding=sharding
+        )
         return descend(state, grads, optimizer, train_A)
 
     state = jax.lax.fori_loop(0, num_steps, one_step, state)

@@ -4,6 +4,7 @@ Definition 2.1 and the feature w* of Assumption 1), and the partition's index ma
 A leaf of the theory package: the datasets (`posattn.theory.datasets`) and `posattn.theory.data`, which
 dispatches to them, both build on it, so neither imports the other's importer.
 """
+
 import math
 from typing import Any, NamedTuple
 
@@ -38,9 +39,13 @@ def grid_sets(D: int, C: int) -> jax.Array:
     """
     side, k = math.isqrt(D), math.isqrt(C)
     if side * side != D or k * k != C or k < 1 or side % k:
-        raise ConfigError(f"grid_sets(D={D}, C={C}): k x k blocks of a sqrt(D) x sqrt(D) grid need D and C "
-                          "square and sqrt(C) dividing sqrt(D)")
-    idx = jnp.arange(D).reshape(side // k, k, side // k, k)  # (block row, in-row, block col, in-col)
+        raise ConfigError(
+            f"grid_sets(D={D}, C={C}): k x k blocks of a sqrt(D) x sqrt(D) grid need D and C "
+            "square and sqrt(C) dividing sqrt(D)"
+        )
+    idx = jnp.arange(D).reshape(
+        side // k, k, side // k, k
+    )  # (block row, in-row, block col, in-col)
     return jnp.transpose(idx, (0, 2, 1, 3)).reshape(D // C, C)
 
 
@@ -48,14 +53,18 @@ def check_partition(sets) -> None:
     """ConfigError unless `sets` (L, C) is a partition of the patches 0..D-1 (D = L C), 0-based. Values
     are read only where `sets` is concrete (under jit it is traced: its shape alone is checked)."""
     if jnp.ndim(sets) != 2:
-        raise ConfigError(f"sets has shape {jnp.shape(sets)}: give (L, C), row l the patches of S_l")
+        raise ConfigError(
+            f"sets has shape {jnp.shape(sets)}: give (L, C), row l the patches of S_l"
+        )
     if isinstance(sets, jax.core.Tracer) or not getattr(sets, "is_fully_addressable", True):
         return  # traced, or spread over processes (a multi-host run's): its values are not here
     values = np.sort(np.asarray(sets).ravel())
     if not np.array_equal(values, np.arange(values.size)):
         repeats = values.size - np.unique(values).size
-        raise ConfigError(f"sets must list each patch 0..{values.size - 1} once (0-based), got values "
-                          f"{values.min()}..{values.max()} with {repeats} repeats")
+        raise ConfigError(
+            f"sets must list each patch 0..{values.size - 1} once (0-based), got values "
+            f"{values.min()}..{values.max()} with {repeats} repeats"
+        )
 
 
 def set_index(sets: jax.Array) -> jax.Array:
@@ -63,7 +72,11 @@ def set_index(sets: jax.Array) -> jax.Array:
     (`check_partition`): a 1-based or repeated index was dropped or overwritten silently."""
     check_partition(sets)
     L, C = sets.shape
-    return jnp.zeros(L * C, jnp.int32).at[sets.reshape(-1)].set(jnp.repeat(jnp.arange(L, dtype=jnp.int32), C))
+    return (
+        jnp.zeros(L * C, jnp.int32)
+        .at[sets.reshape(-1)]
+        .set(jnp.repeat(jnp.arange(L, dtype=jnp.int32), C))
+    )
 
 
 def same_set_mask(sets: jax.Array) -> jax.Array:

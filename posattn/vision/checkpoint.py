@@ -19,6 +19,7 @@ land directly with the shardings of the current mesh, whatever the mesh of the r
 
 A finished run is loaded back from its workdir by `posattn.vision.runs` (`load_run`).
 """
+
 import dataclasses
 import hashlib
 import json
@@ -55,7 +56,9 @@ def manager(workdir: str, *, keep: int = 0, read_only: bool = False) -> ocp.Chec
     writing to the same directory, and its save in flight is a temporary directory that the
     cleanup of a writing manager would remove."""
     if read_only:
-        options = ocp.CheckpointManagerOptions(read_only=True, create=False, cleanup_tmp_directories=False)
+        options = ocp.CheckpointManagerOptions(
+            read_only=True, create=False, cleanup_tmp_directories=False
+        )
     else:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep if keep > 0 else None,
@@ -93,7 +96,9 @@ def _why_incomplete(step_dir: epath.Path) -> str | None:
     if not any(step_dir.iterdir()):
         return "is an empty folder"
     try:
-        committed = json.loads((step_dir / _STEP_METADATA).read_text()).get("commit_timestamp_nsecs")
+        committed = json.loads((step_dir / _STEP_METADATA).read_text()).get(
+            "commit_timestamp_nsecs"
+        )
     except (OSError, ValueError, AttributeError):
         committed = None
     if not committed:
@@ -118,7 +123,9 @@ def survey(directory) -> Survey:
                 complete.append(int(path.name))
             else:
                 incomplete[int(path.name)] = why
-    return Survey(tuple(sorted(complete)), dict(sorted(incomplete.items())), tuple(sorted(temporary)))
+    return Survey(
+        tuple(sorted(complete)), dict(sorted(incomplete.items())), tuple(sorted(temporary))
+    )
 
 
 def digest(host_state) -> str:
@@ -141,16 +148,24 @@ def save(mngr: ocp.CheckpointManager, state: dict) -> None:
     replicated array across the devices, compiling a slicing program per array and device.
     """
     host_state = jax.device_get(state)
-    mngr.save(int(host_state["step"]), args=ocp.args.StandardSave(host_state), force=True,
-              custom_metadata={"sha256": digest(host_state)})
+    mngr.save(
+        int(host_state["step"]),
+        args=ocp.args.StandardSave(host_state),
+        force=True,
+        custom_metadata={"sha256": digest(host_state)},
+    )
 
 
 def short_error(e: BaseException) -> str:
     """`TYPE: first line` of an exception, without tensorstore's long details."""
     first = (str(e).strip().splitlines() or [""])[0]
     # tensorstore's details, however its version spells them (0.1.71 adds a "[source locations=...]" part)
-    first = re.split(r"\. See full TensorStore details| \[tensorstore_spec=| \[source loc", first)[0]
-    first = re.sub(r' in OCDBT database at [^"]*"[^"]*"', "", first)  # the step's folder, named by the caller
+    first = re.split(r"\. See full TensorStore details| \[tensorstore_spec=| \[source loc", first)[
+        0
+    ]
+    first = re.sub(
+        r' in OCDBT database at [^"]*"[^"]*"', "", first
+    )  # the step's folder, named by the caller
     return f"{type(e).__name__}: {first[:160]}" if first else type(e).__name__
 
 
@@ -166,19 +181,31 @@ def _unreadable_array(item_dir: epath.Path) -> str | None:
     orbax reads it. It costs one more read of the checkpoint, on a restart only.
     """
     base = str(item_dir) if "://" in str(item_dir) else f"file://{item_dir}"
-    kvstore = ({"driver": "ocdbt", "base": f"{base}/"} if (item_dir / "manifest.ocdbt").exists()
-               else f"{base}/")
+    kvstore = (
+        {"driver": "ocdbt", "base": f"{base}/"}
+        if (item_dir / "manifest.ocdbt").exists()
+        else f"{base}/"
+    )
     context = ts.Context()  # one cache of the database's index for every array
     name = "its index"
     try:
         keys = ts.KvStore.open(kvstore, context=context).result().list().result()
-        arrays = [(key[:-len(suffix)].decode(), driver) for key in keys
-                  for suffix, driver in _ZARR_DRIVERS.items() if key.endswith(suffix)]
+        arrays = [
+            (key[: -len(suffix)].decode(), driver)
+            for key in keys
+            for suffix, driver in _ZARR_DRIVERS.items()
+            if key.endswith(suffix)
+        ]
         for name, driver in arrays:
-            spec = {"driver": driver, "kvstore": {**ts.KvStore.Spec(kvstore).to_json(), "path": f"{name}/"},
-                    "fill_missing_data_reads": False}  # a chunk that is missing is damage, as orbax reads it
+            spec = {
+                "driver": driver,
+                "kvstore": {**ts.KvStore.Spec(kvstore).to_json(), "path": f"{name}/"},
+                "fill_missing_data_reads": False,
+            }  # a chunk that is missing is damage, as orbax reads it
             ts.open(spec, read=True, context=context).result().read().result()
-    except Exception as e:  # TensorStore raises ValueError (and others) with the file and byte range
+    except (
+        Exception
+    ) as e:  # TensorStore raises ValueError (and others) with the file and byte range
         return f"{name}: {short_error(e)}"
     return None
 
@@ -194,11 +221,16 @@ def _restore_checked(mngr, abstract_state: dict, step: int) -> tuple[dict | None
     except Exception as e:  # orbax and tensorstore raise many types for a damaged file
         return None, f"does not restore ({short_error(e)})"
     if saved is not None and digest(jax.device_get(state)) != saved:
-        return None, "restores other arrays than were saved (SHA-256 mismatch: files altered after the save)"
+        return (
+            None,
+            "restores other arrays than were saved (SHA-256 mismatch: files altered after the save)",
+        )
     return state, None
 
 
-def restore(mngr: ocp.CheckpointManager, abstract_state: dict, step: int | None = None) -> dict | None:
+def restore(
+    mngr: ocp.CheckpointManager, abstract_state: dict, step: int | None = None
+) -> dict | None:
     """Checkpoint `step` (default: the most recent committed one, `survey`), placed as `abstract_state`
     says and checked against its digest.
 
@@ -227,7 +259,9 @@ class Unreadable:
     moved_to: str | None = None
 
 
-def latest_good(mngr: ocp.CheckpointManager, abstract_state: dict) -> tuple[dict | None, list[Unreadable]]:
+def latest_good(
+    mngr: ocp.CheckpointManager, abstract_state: dict
+) -> tuple[dict | None, list[Unreadable]]:
     """(state of the newest committed checkpoint that restores and matches its digest, [the step
     folders newer than it, and every step folder that is not a committed checkpoint, with why]).
 
@@ -242,13 +276,17 @@ def latest_good(mngr: ocp.CheckpointManager, abstract_state: dict) -> tuple[dict
     for step in reversed(found.complete):
         state, why = _restore_checked(mngr, abstract_state, step)
         if why is None:
-            return state, sorted(skipped + [Unreadable(s, w) for s, w in failures], key=lambda u: -u.step)
+            return state, sorted(
+                skipped + [Unreadable(s, w) for s, w in failures], key=lambda u: -u.step
+            )
         failures.append((step, why))
     if failures:
-        raise CheckpointError(f"no checkpoint in {mngr.directory} restores ("
-                              + "; ".join(f"step {s} {why}" for s, why in failures)
-                              + "); nothing was changed: resume with the code that saved them (a changed "
-                              "model or optimiser cannot read them), or start afresh in a new --workdir")
+        raise CheckpointError(
+            f"no checkpoint in {mngr.directory} restores ("
+            + "; ".join(f"step {s} {why}" for s, why in failures)
+            + "); nothing was changed: resume with the code that saved them (a changed "
+            "model or optimiser cannot read them), or start afresh in a new --workdir"
+        )
     return None, skipped
 
 
@@ -258,11 +296,15 @@ def set_aside(directory, skipped: list[Unreadable]) -> list[Unreadable]:
     not collide with them. The same records, with where each now lies."""
     directory = epath.Path(directory)
     dest_dir = directory.parent / UNREADABLE_DIR
-    return [dataclasses.replace(u, moved_to=str(io.move_aside(directory / str(u.step), dest_dir)))
-            for u in skipped]
+    return [
+        dataclasses.replace(u, moved_to=str(io.move_aside(directory / str(u.step), dest_dir)))
+        for u in skipped
+    ]
 
 
-def restore_latest_good(mngr: ocp.CheckpointManager, abstract_state: dict) -> tuple[dict | None, list]:
+def restore_latest_good(
+    mngr: ocp.CheckpointManager, abstract_state: dict
+) -> tuple[dict | None, list]:
     """`latest_good`, then the skipped folders `set_aside` and the manager reloaded: (state or None,
     [Unreadable, each with where it was moved])."""
     state, skipped = latest_good(mngr, abstract_state)
@@ -274,4 +316,6 @@ def restore_latest_good(mngr: ocp.CheckpointManager, abstract_state: dict) -> tu
 
 def abstract_like(state_shapes, sharding) -> dict:
     """`jax.ShapeDtypeStruct`s of the given shapes, every leaf with `sharding` (the replicated state)."""
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), state_shapes)
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), state_shapes
+    )

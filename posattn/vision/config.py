@@ -8,12 +8,12 @@ can still be overridden on the command line (`--config.model.attention=vanilla`)
 
 How a workdir's recorded config may change when the run resumes is `posattn.vision.resume`'s concern.
 """
+
 import ml_collections
 
 from posattn import configs
 from posattn.errors import ConfigError
 from posattn.vision.data import datasets
-
 
 AUTO_CROP = -1  # augment.crop_padding's "scaled to the image" (`setup.resolve`)
 
@@ -65,7 +65,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.attention_options = ""
     c.model.pos_shared = True
     c.model.pos_add = False
-    c.model.pos_init_std = 0.02  # std of the initial P: ViT's, DeiT's and timm's (posattn.vision.models.vit)
+    c.model.pos_init_std = (
+        0.02  # std of the initial P: ViT's, DeiT's and timm's (posattn.vision.models.vit)
+    )
     c.model.pool = "gap"
     c.model.dropout = 0.0
 
@@ -93,18 +95,23 @@ def base_config() -> ml_collections.ConfigDict:
 def check_schema(config) -> None:
     """ConfigError unless `config` has the sections and fields of `base_config()` (e.g. a theory config
     file given to an image binary), naming the missing ones."""
+
     def missing(c, base, prefix=""):
         for key, value in base.items():
             if key not in c:
                 yield f"{prefix}{key}"
-            elif isinstance(value, ml_collections.ConfigDict) and isinstance(c[key], ml_collections.ConfigDict):
+            elif isinstance(value, ml_collections.ConfigDict) and isinstance(
+                c[key], ml_collections.ConfigDict
+            ):
                 yield from missing(c[key], value, f"{prefix}{key}.")
 
     absent = list(missing(config, base_config()))
     if absent:
         shown = ", ".join(absent[:6]) + (f" and {len(absent) - 6} more" if len(absent) > 6 else "")
-        raise ConfigError(f"the config has no {shown}: an image config builds on posattn.vision.config.base_config() "
-                          "(e.g. tpu_configs/digits.py)")
+        raise ConfigError(
+            f"the config has no {shown}: an image config builds on posattn.vision.config.base_config() "
+            "(e.g. tpu_configs/digits.py)"
+        )
 
 
 def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -129,5 +136,8 @@ def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return c
 
 
-SCHEMA = configs.Schema("an image config (posattn.vision.config.base_config)", lambda fields: base_config(),
-                    shrink_to_local)
+SCHEMA = configs.Schema(
+    "an image config (posattn.vision.config.base_config)",
+    lambda fields: base_config(),
+    shrink_to_local,
+)

@@ -4,6 +4,7 @@
 compiled step; `evaluate` runs it over the splits of `Setup.eval_splits` (the validation examples a run
 holds out, the test set unless it is not read) and gives `split_metrics` of each.
 """
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -22,12 +23,18 @@ def make_eval_step(setup: Setup):
     """
 
     def step(state, batch, totals):
-        logits = setup.model.apply(model_variables(state), setup.eval_inputs(batch["image"]), train=False)
+        logits = setup.model.apply(
+            model_variables(state), setup.eval_inputs(batch["image"]), train=False
+        )
         labels = jax.nn.one_hot(batch["label"], setup.info.num_classes, dtype=jnp.float32)
         mask = batch["mask"].astype(jnp.float32)
         correct = (jnp.argmax(logits, -1) == batch["label"]).astype(jnp.float32)
         loss = optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
-        sums = {"correct": jnp.sum(correct * mask), "count": jnp.sum(mask), "loss_sum": jnp.sum(loss * mask)}
+        sums = {
+            "correct": jnp.sum(correct * mask),
+            "count": jnp.sum(mask),
+            "loss_sum": jnp.sum(loss * mask),
+        }
         return jax.tree.map(jnp.add, totals, sums)
 
     return step
@@ -40,8 +47,11 @@ def _zero_totals() -> dict:
 def split_metrics(split: str, correct, count, loss_sum) -> dict:
     """{split}_accuracy = correct / count, {split}_loss (mean) and {split}_examples of one evaluation."""
     count = int(count)
-    return {f"{split}_accuracy": float(correct) / count, f"{split}_loss": float(loss_sum) / count,
-            f"{split}_examples": count}
+    return {
+        f"{split}_accuracy": float(correct) / count,
+        f"{split}_loss": float(loss_sum) / count,
+        f"{split}_examples": count,
+    }
 
 
 def evaluate(eval_step, state, setup: Setup, mesh) -> dict:
@@ -52,7 +62,9 @@ def evaluate(eval_step, state, setup: Setup, mesh) -> dict:
         # Made where it lives (no host transfer); a module-level function, so every evaluation reuses one
         # compiled program.
         totals = jax.jit(_zero_totals, out_shardings=replicated(mesh))()
-        for local in setup.eval_batches(split):  # the split is decoded once per Setup, not per evaluation
+        for local in setup.eval_batches(
+            split
+        ):  # the split is decoded once per Setup, not per evaluation
             totals = eval_step(state, global_batch(local, mesh), totals)
         out.update(split_metrics(split, **jax.device_get(totals)))
     return out
@@ -60,5 +72,8 @@ def evaluate(eval_step, state, setup: Setup, mesh) -> dict:
 
 def evaluation_line(evals: dict) -> str:
     """'validation accuracy 0.9012 loss 0.3101  test accuracy ...' of the splits `evals` holds."""
-    return "  ".join(f"{split} accuracy {evals[f'{split}_accuracy']:.4f} loss {evals[f'{split}_loss']:.4f}"
-                     for split in ("validation", "test") if f"{split}_accuracy" in evals)
+    return "  ".join(
+        f"{split} accuracy {evals[f'{split}_accuracy']:.4f} loss {evals[f'{split}_loss']:.4f}"
+        for split in ("validation", "test")
+        if f"{split}_accuracy" in evals
+    )

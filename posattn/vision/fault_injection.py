@@ -8,6 +8,7 @@ one of the two points where it does: when the save starts and creates the step's
 the error raised by the save call), or while the arrays are written in the background (`at="background"`,
 an extra write of the save that fails, so orbax's background commit raises it when the save completes).
 """
+
 import concurrent.futures
 import contextlib
 import errno as errno_lib
@@ -32,7 +33,10 @@ def failing_saves(code: int = errno_lib.ENOSPC, *, from_step: int = 0, at: str =
     (ENOSPC: a full disk; EROFS: a read-only one) `at` "start" or in the "background"."""
     if at not in WHEN:
         raise ValueError(f"at={at!r}: one of {WHEN}")
-    manager_save, handler_save = ocp.CheckpointManager.save, ocp.StandardCheckpointHandler.async_save
+    manager_save, handler_save = (
+        ocp.CheckpointManager.save,
+        ocp.StandardCheckpointHandler.async_save,
+    )
     failing = []  # the step folder whose save is under way and must fail (the handler runs in its thread)
 
     def save(self, step, *args, **kwargs):
@@ -59,7 +63,10 @@ def failing_saves(code: int = errno_lib.ENOSPC, *, from_step: int = 0, at: str =
     try:
         yield
     finally:
-        ocp.CheckpointManager.save, ocp.StandardCheckpointHandler.async_save = manager_save, handler_save
+        ocp.CheckpointManager.save, ocp.StandardCheckpointHandler.async_save = (
+            manager_save,
+            handler_save,
+        )
 
 
 def damage_checkpoint(step_dir, kind: str) -> str:
@@ -74,7 +81,9 @@ def damage_checkpoint(step_dir, kind: str) -> str:
     """
     step_dir = pathlib.Path(step_dir)
     if kind == "truncate":
-        files = sorted((p for p in step_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+        files = sorted(
+            (p for p in step_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size
+        )
         data = files[-1].read_bytes()
         files[-1].write_bytes(data[: len(data) // 2])
         return str(files[-1])

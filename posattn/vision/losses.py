@@ -3,6 +3,7 @@
 `classification_loss` is the loss the train step differentiates; analysis tools (Hessian spectra, loss
 landscapes) call the same function, bound to a run by `posattn.vision.setup.Setup.loss_fn`.
 """
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -10,7 +11,9 @@ import optax
 from posattn.errors import ConfigError
 
 
-def smoothed_cross_entropy(logits_BxK: jax.Array, labels_BxK: jax.Array, smoothing: float) -> jax.Array:
+def smoothed_cross_entropy(
+    logits_BxK: jax.Array, labels_BxK: jax.Array, smoothing: float
+) -> jax.Array:
     """Per-example cross-entropy against (1 - eps) y + eps / K (label smoothing, Szegedy et al. 2016)."""
     num_classes = labels_BxK.shape[-1]
     targets_BxK = labels_BxK * (1.0 - smoothing) + smoothing / num_classes
@@ -23,17 +26,30 @@ def _check_labels(labels, batch: int, num_classes: int) -> None:
     one_hot makes an index out of range a zero target, a loss of the smoothing term alone."""
     want = f"({batch},) class indices or ({batch}, {num_classes}) targets"
     if tuple(labels.shape) not in ((batch,), (batch, num_classes)):
-        raise ConfigError(f"labels of shape {tuple(labels.shape)} for {batch} images of {num_classes} "
-                          f"classes: give {want}")
+        raise ConfigError(
+            f"labels of shape {tuple(labels.shape)} for {batch} images of {num_classes} "
+            f"classes: give {want}"
+        )
     if labels.ndim == 1 and not isinstance(labels, jax.core.Tracer) and batch:
         low, high = int(jnp.min(labels)), int(jnp.max(labels))
         if low < 0 or high >= num_classes:
-            raise ConfigError(f"labels in [{low}, {high}]: class indices lie in [0, {num_classes}) (labels "
-                              "counted from 1: subtract 1)")
+            raise ConfigError(
+                f"labels in [{low}, {high}]: class indices lie in [0, {num_classes}) (labels "
+                "counted from 1: subtract 1)"
+            )
 
 
-def classification_loss(model, params, batch_stats, images_BxHxWxC, labels, rng, train: bool, *,
-                        label_smoothing: float = 0.0):
+def classification_loss(
+    model,
+    params,
+    batch_stats,
+    images_BxHxWxC,
+    labels,
+    rng,
+    train: bool,
+    *,
+    label_smoothing: float = 0.0,
+):
     """(mean loss, (logits_BxK, batch_stats after the pass)) of `model` on normalised images.
 
     labels: int class indices (B,) in [0, K) or targets (B, K) (one-hot, or mixed by mixup); ConfigError
@@ -41,7 +57,9 @@ def classification_loss(model, params, batch_stats, images_BxHxWxC, labels, rng,
     (may be None when `train` is False or the model has none). Models with batch norm update their running
     statistics when `train`; the returned batch_stats are the input ones otherwise (and {} for a ViT).
     """
-    variables = {"params": params, "batch_stats": batch_stats} if batch_stats else {"params": params}
+    variables = (
+        {"params": params, "batch_stats": batch_stats} if batch_stats else {"params": params}
+    )
     mutable = ["batch_stats"] if batch_stats and train else False
     rngs = {} if rng is None else {"dropout": rng}
     out = model.apply(variables, images_BxHxWxC, train=train, rngs=rngs, mutable=mutable)

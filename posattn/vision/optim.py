@@ -10,6 +10,7 @@ runs that differ only in them (a resume with a longer schedule, an lr sweep, the
 compiled program and the persistent compilation cache. Adam's b1 and b2 stay Python constants: traced,
 (1 - b1) would be rounded from float32 instead of float64 and change every update's last bits.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,9 +21,13 @@ from flax import traverse_util
 def hyperparameters(opt_cfg, total_steps: int) -> dict[str, np.ndarray]:
     """{"lr", "warmup_steps", "total_steps", "weight_decay", "grad_clip"}: `opt_cfg`'s numbers as scalars
     (float32; the step counts int32), the traced arguments of `make_optimizer` and `learning_rate`."""
-    return {"lr": np.float32(opt_cfg.lr), "warmup_steps": np.int32(opt_cfg.warmup_steps),
-            "total_steps": np.int32(total_steps), "weight_decay": np.float32(opt_cfg.weight_decay),
-            "grad_clip": np.float32(opt_cfg.grad_clip or 0)}
+    return {
+        "lr": np.float32(opt_cfg.lr),
+        "warmup_steps": np.int32(opt_cfg.warmup_steps),
+        "total_steps": np.int32(total_steps),
+        "weight_decay": np.float32(opt_cfg.weight_decay),
+        "grad_clip": np.float32(opt_cfg.grad_clip or 0),
+    }
 
 
 def learning_rate(hyper: dict, step: jax.Array) -> jax.Array:

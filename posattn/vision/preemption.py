@@ -16,6 +16,7 @@ Exit status of a stopped run: 128 + the signal (143 for SIGTERM, 130 for SIGINT)
 for a process the signal ended, so a scheduler or a retry loop sees an unfinished run (not 0: done; not
 2: bad input).
 """
+
 import signal
 import threading
 
@@ -70,7 +71,9 @@ class Watcher:
             signal.signal(s, previous)
         unanswered = bool(self._previous) and self.signum is not None and not self._acted_on
         self._previous = {}
-        if unanswered and exc_type is None:  # (an exception on its way out says more than the signal)
+        if (
+            unanswered and exc_type is None
+        ):  # (an exception on its way out says more than the signal)
             signal.raise_signal(self.signum)
         return False
 
@@ -83,5 +86,8 @@ class Watcher:
     def stopped(self, step: int, saved_in) -> Preempted:
         """The exception that ends the run at `step`, saved in checkpoints folder `saved_in`."""
         self._acted_on = True
-        return Preempted(f"{SIGNALS[self.signum]} at step {step}: saved checkpoint {step} in {saved_in}; "
-                         f"rerun the same command to resume from step {step}", self.signum)
+        return Preempted(
+            f"{SIGNALS[self.signum]} at step {step}: saved checkpoint {step} in {saved_in}; "
+            f"rerun the same command to resume from step {step}",
+            self.signum,
+        )

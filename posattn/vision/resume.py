@@ -6,6 +6,7 @@ first checkpoint (out of memory, a diverged first step) trained nothing that a r
 another config may then start afresh in the same workdir, once what the failed launch wrote is set aside
 in WORKDIR/failed-<its start time>/ (`set_aside_failed_launch`), kept, not deleted.
 """
+
 import datetime
 import json
 import math
@@ -16,8 +17,16 @@ from posattn import io
 from posattn.errors import ConfigError
 
 # What a run writes in its workdir (experiments/train_images.py adds curves.png).
-RUN_OUTPUTS = ("config.json", "run.json", "metrics.jsonl", "summary.json", "curves.png", "tensorboard",
-               "checkpoints", "checkpoints_unreadable")
+RUN_OUTPUTS = (
+    "config.json",
+    "run.json",
+    "metrics.jsonl",
+    "summary.json",
+    "curves.png",
+    "tensorboard",
+    "checkpoints",
+    "checkpoints_unreadable",
+)
 FAILED_PREFIX = "failed-"
 _ABSENT = "(absent)"
 
@@ -43,11 +52,26 @@ def _stays_at(default):
 # since it only says which splits the evaluations read. init_from only names the start of a run,
 # recorded as "" or absent (older workdirs) when it had none; validation_examples (the training examples
 # held out) stays, absent in the workdirs from before it, which held out none.
-RESUMABLE = {"total_steps", "log_every", "eval_every", "checkpoint_every", "keep_checkpoints",
-             "eval_batch_size", "evaluate_test", "data_dir", "idx_dir", "optimizer.lr", "optimizer.grad_clip",
-             "init_from", "validation_examples"}
-RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off, "init_from": _stays_at(""),
-                     "validation_examples": _stays_at(0)}
+RESUMABLE = {
+    "total_steps",
+    "log_every",
+    "eval_every",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "eval_batch_size",
+    "evaluate_test",
+    "data_dir",
+    "idx_dir",
+    "optimizer.lr",
+    "optimizer.grad_clip",
+    "init_from",
+    "validation_examples",
+}
+RESUME_CONDITIONS = {
+    "optimizer.grad_clip": _clipping_stays_on_or_off,
+    "init_from": _stays_at(""),
+    "validation_examples": _stays_at(0),
+}
 
 
 def record(config) -> dict:
@@ -83,7 +107,9 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
 
 def _same(a, b) -> bool:
     # NaN is a value a config can hold (a diverging learning rate) and compares unequal to itself
-    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+    return a == b or (
+        isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+    )
 
 
 def differing_fields(old: dict, new: dict) -> dict:
@@ -92,8 +118,11 @@ def differing_fields(old: dict, new: dict) -> dict:
     A field present in only one record differs, with "(absent)" for the missing value.
     """
     a, b = _flatten(old), _flatten(new)
-    return {k: (a.get(k, _ABSENT), b.get(k, _ABSENT)) for k in sorted(a.keys() | b.keys())
-            if not (k in a and k in b and _same(a[k], b[k]))}
+    return {
+        k: (a.get(k, _ABSENT), b.get(k, _ABSENT))
+        for k in sorted(a.keys() | b.keys())
+        if not (k in a and k in b and _same(a[k], b[k]))
+    }
 
 
 def failed_launch(stored: dict | None, config, checkpoint_step: int | None) -> bool:
@@ -101,14 +130,20 @@ def failed_launch(stored: dict | None, config, checkpoint_step: int | None) -> b
     differs) that stopped before its first checkpoint: nothing trained is at stake, so `config` may
     start afresh there once `set_aside_failed_launch` has moved what it left (its metrics record of
     what went wrong included)."""
-    return stored is not None and checkpoint_step is None and bool(differing_fields(stored, record(config)))
+    return (
+        stored is not None
+        and checkpoint_step is None
+        and bool(differing_fields(stored, record(config)))
+    )
 
 
 def set_aside_failed_launch(workdir) -> epath.Path:
     """Move the `RUN_OUTPUTS` of a failed launch into WORKDIR/failed-<UTC time its config.json was
     written>/ (the same name on every process of a multi-process run); where they went."""
     workdir = epath.Path(workdir)
-    launched = datetime.datetime.fromtimestamp((workdir / "config.json").stat().mtime, datetime.timezone.utc)
+    launched = datetime.datetime.fromtimestamp(
+        (workdir / "config.json").stat().mtime, datetime.timezone.utc
+    )
     dest = io.unused_path(workdir / f"{FAILED_PREFIX}{launched:%Y%m%d-%H%M%S}")
     for name in RUN_OUTPUTS:
         if (workdir / name).exists():
@@ -127,13 +162,20 @@ def check_resume(stored: dict | None, config, checkpoint_step: int | None, workd
     "field old -> new", for the resume message.
     """
     if checkpoint_step is not None and checkpoint_step > config.total_steps:
-        raise ConfigError(f"{workdir} holds a checkpoint at step {checkpoint_step}, beyond "
-                          f"total_steps={config.total_steps}: resume with --config.total_steps="
-                          f"{checkpoint_step} or more, or use a new --workdir")
+        raise ConfigError(
+            f"{workdir} holds a checkpoint at step {checkpoint_step}, beyond "
+            f"total_steps={config.total_steps}: resume with --config.total_steps="
+            f"{checkpoint_step} or more, or use a new --workdir"
+        )
     diffs = {} if stored is None else differing_fields(stored, record(config))
-    refused = [f"{k} {old!r} -> {new!r}" for k, (old, new) in diffs.items()
-               if k not in RESUMABLE or (k in RESUME_CONDITIONS and not RESUME_CONDITIONS[k](old, new))]
+    refused = [
+        f"{k} {old!r} -> {new!r}"
+        for k, (old, new) in diffs.items()
+        if k not in RESUMABLE or (k in RESUME_CONDITIONS and not RESUME_CONDITIONS[k](old, new))
+    ]
     if refused:
-        raise ConfigError(f"{workdir} holds a run with another config ({'; '.join(refused)}): rerun with "
-                          "the values of its config.json to resume it, or use a new --workdir")
+        raise ConfigError(
+            f"{workdir} holds a run with another config ({'; '.join(refused)}): rerun with "
+            "the values of its config.json to resume it, or use a new --workdir"
+        )
     return [f"{k} {old!r} -> {new!r}" for k, (old, new) in diffs.items()]

@@ -7,6 +7,7 @@ sizes and the channel statistics that normalised its inputs, written at train ti
 no prepared dataset, and a run trained on arrays of your own loads in a process that has none of them.
 The checkpoints themselves are `posattn.vision.checkpoint`'s.
 """
+
 import dataclasses
 import json
 from typing import NamedTuple
@@ -18,7 +19,8 @@ from etils import epath
 from posattn import io
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, replicated
-from posattn.vision import config as vision_config, optim
+from posattn.vision import config as vision_config
+from posattn.vision import optim
 from posattn.vision.checkpoint import abstract_like, manager, restore
 from posattn.vision.data import datasets
 from posattn.vision.data.permutation import BlockPermutation
@@ -33,17 +35,25 @@ def write_run_record(workdir, setup: Setup) -> None:
     statistics, the pixel scale its images were given on), what building and feeding the model needs
     beyond config.json, so that `load_run` needs no data; and "augment", the training augmentation as
     resolved (`setup.resolve_augment`: the config's "auto" values made numbers)."""
-    io.write_json(epath.Path(workdir) / RUN_FILE,
-                  {**dataclasses.asdict(setup.info), "augment": dataclasses.asdict(setup.augment)})
+    io.write_json(
+        epath.Path(workdir) / RUN_FILE,
+        {**dataclasses.asdict(setup.info), "augment": dataclasses.asdict(setup.augment)},
+    )
 
 
 def abstract_state(model, image_shape, config, sharding) -> dict:
     """The shapes, dtypes and `sharding` of the train state of `config` (nothing is computed)."""
-    tx = optim.make_optimizer(config.optimizer, optim.hyperparameters(config.optimizer, config.total_steps))
-    return abstract_like(jax.eval_shape(lambda: init_state(model, image_shape, config.seed, tx)), sharding)
+    tx = optim.make_optimizer(
+        config.optimizer, optim.hyperparameters(config.optimizer, config.total_steps)
+    )
+    return abstract_like(
+        jax.eval_shape(lambda: init_state(model, image_shape, config.seed, tx)), sharding
+    )
 
 
-def restore_state(workdir, model, image_shape, config, *, step: int | None = None, devices=None) -> dict:
+def restore_state(
+    workdir, model, image_shape, config, *, step: int | None = None, devices=None
+) -> dict:
     """The train state saved in `workdir` (its latest checkpoint, or `step`), replicated over `devices`."""
     abstract = abstract_state(model, image_shape, config, replicated(data_mesh(devices)))
     with manager(str(workdir), read_only=True) as mngr:
@@ -73,7 +83,9 @@ def _with_later_fields(recorded: ml_collections.ConfigDict, base: ml_collections
         if key not in recorded:
             with recorded.unlocked():
                 recorded[key] = value
-        elif isinstance(value, ml_collections.ConfigDict) and isinstance(recorded[key], ml_collections.ConfigDict):
+        elif isinstance(value, ml_collections.ConfigDict) and isinstance(
+            recorded[key], ml_collections.ConfigDict
+        ):
             _with_later_fields(recorded[key], value)
     return recorded
 
@@ -86,9 +98,14 @@ def _run_record(workdir, config) -> dict:
     """run.json of `workdir`; for a workdir written before it existed, the dataset's classes and image
     shape, known without its data."""
     run_path = epath.Path(workdir) / RUN_FILE
-    run = json.loads(run_path.read_text()) if run_path.exists() else {
-        "num_classes": datasets.num_classes(config.dataset),
-        "image_shape": datasets.image_shape(config.dataset, config.get("image_size", 0))}
+    run = (
+        json.loads(run_path.read_text())
+        if run_path.exists()
+        else {
+            "num_classes": datasets.num_classes(config.dataset),
+            "image_shape": datasets.image_shape(config.dataset, config.get("image_size", 0)),
+        }
+    )
     return {**run, "image_shape": tuple(run["image_shape"])}
 
 
@@ -107,18 +124,42 @@ def run_preprocess(workdir) -> Preprocess:
     permutation and normalisation as recorded; no data needed)."""
     config = run_config(workdir)
     run = _run_record(workdir, config)
-    if "mean" not in run:  # recorded before the statistics were: the dataset's, where it is available
+    if (
+        "mean" not in run
+    ):  # recorded before the statistics were: the dataset's, where it is available
         try:
-            run = {**dataclasses.asdict(datasets.dataset_info(
-                config.dataset, config.get("data_dir"), config.get("image_size", 0))), **run}
+            run = {
+                **dataclasses.asdict(
+                    datasets.dataset_info(
+                        config.dataset, config.get("data_dir"), config.get("image_size", 0)
+                    )
+                ),
+                **run,
+            }
         except ConfigError:
-            run = {"name": config.dataset, "num_train": 0, "num_test": 0, "mean": None, "std": None, **run}
+            run = {
+                "name": config.dataset,
+                "num_train": 0,
+                "num_test": 0,
+                "mean": None,
+                "std": None,
+                **run,
+            }
     # (a run.json written before the pixel scale was recorded has none: its images were held, and are
     # taken again, as uint8 pixels 0..255, the DatasetInfo default)
-    info = datasets.DatasetInfo(**{f.name: tuple(run[f.name]) if isinstance(run[f.name], list) else run[f.name]
-                                   for f in dataclasses.fields(datasets.DatasetInfo) if f.name in run})
-    return Preprocess(info, BlockPermutation.of(info.image_shape[:2], config.get("permute_block", 0),
-                                                config.get("permute_seed", 0)))
+    info = datasets.DatasetInfo(
+        **{
+            f.name: tuple(run[f.name]) if isinstance(run[f.name], list) else run[f.name]
+            for f in dataclasses.fields(datasets.DatasetInfo)
+            if f.name in run
+        }
+    )
+    return Preprocess(
+        info,
+        BlockPermutation.of(
+            info.image_shape[:2], config.get("permute_block", 0), config.get("permute_seed", 0)
+        ),
+    )
 
 
 class Run(NamedTuple):
@@ -127,7 +168,9 @@ class Run(NamedTuple):
     model: object  # flax Module: model.apply(variables, preprocess(images), train=False) -> logits
     variables: dict
     config: ml_collections.ConfigDict
-    preprocess: Preprocess  # natural images (B, H, W, C) on the run's pixel scale -> the model's inputs
+    preprocess: (
+        Preprocess  # natural images (B, H, W, C) on the run's pixel scale -> the model's inputs
+    )
 
 
 def load_run(workdir, step: int | None = None) -> Run:

@@ -7,6 +7,7 @@ one `SaveFailed` line naming the last complete checkpoint to resume from; `close
 every way out of a run, also after a failed save; `orbax_errors_reported` leaves out orbax's own
 tracebacks of a failure that the run reports in its one line.
 """
+
 import contextlib
 import errno
 import logging
@@ -34,9 +35,13 @@ def _errno(e: BaseException) -> int | None:
 
 
 # What to do about a failed save, by errno (else: both).
-_REMEDY = {errno.ENOSPC: "free space on the disk of {}", errno.EDQUOT: "free space in your quota for {}",
-           errno.EROFS: "make {} writable again", errno.EACCES: "make {} writable again",
-           errno.EPERM: "make {} writable again"}
+_REMEDY = {
+    errno.ENOSPC: "free space on the disk of {}",
+    errno.EDQUOT: "free space in your quota for {}",
+    errno.EROFS: "make {} writable again",
+    errno.EACCES: "make {} writable again",
+    errno.EPERM: "make {} writable again",
+}
 
 
 class Saver:
@@ -63,7 +68,11 @@ class Saver:
         self.pending = step
 
     def poll(self, step: int) -> None:
-        if self.pending is not None and jax.process_count() == 1 and not self.mngr.is_saving_in_progress():
+        if (
+            self.pending is not None
+            and jax.process_count() == 1
+            and not self.mngr.is_saving_in_progress()
+        ):
             self.wait(step)
 
     def wait(self, step: int) -> None:
@@ -79,15 +88,25 @@ class Saver:
 
     def _failed(self, saving: int, step: int, e: BaseException | None) -> SaveFailed:
         code = None if e is None else _errno(e)
-        reason = ("orbax did not commit it" if e is None else
-                  f"{os.strerror(code)}, errno {code}" if code else checkpoint.short_error(e))
+        reason = (
+            "orbax did not commit it"
+            if e is None
+            else f"{os.strerror(code)}, errno {code}"
+            if code
+            else checkpoint.short_error(e)
+        )
         last = checkpoint.survey(self.mngr.directory).latest
-        where = (f"the last complete checkpoint, step {last}, stays in {self.mngr.directory}" if last is not None
-                 else "no checkpoint was saved before it")
+        where = (
+            f"the last complete checkpoint, step {last}, stays in {self.mngr.directory}"
+            if last is not None
+            else "no checkpoint was saved before it"
+        )
         resume = f"resume from step {last}" if last is not None else "start again"
-        return SaveFailed(f"saving checkpoint {saving} failed ({reason}); the run stopped at step {step}, {where}: "
-                          f"{_REMEDY.get(code, 'make {} writable, with free space').format(self.workdir)}, then "
-                          f"rerun the same command to {resume}")
+        return SaveFailed(
+            f"saving checkpoint {saving} failed ({reason}); the run stopped at step {step}, {where}: "
+            f"{_REMEDY.get(code, 'make {} writable, with free space').format(self.workdir)}, then "
+            f"rerun the same command to {resume}"
+        )
 
 
 def close(mngr: ocp.CheckpointManager) -> None:

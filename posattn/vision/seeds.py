@@ -28,6 +28,7 @@ cannot run the seeds: their workdirs hold checkpoints of different steps, or the
 not fit the devices' memory (`Footprint`, XLA's buffer assignment of the compiled programs against the
 memory free). `posattn.vision.sweep.run_seeds` then trains them one after another.
 """
+
 import contextlib
 import dataclasses
 import json
@@ -38,13 +39,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from posattn import compile_options, io, workdir as workdir_lib
+from posattn import compile_options, io
+from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import DATA, batch_sharding, data_mesh, global_batch, replicated
 from posattn.metric_log import MetricLog, paired_test_metrics
-from posattn.vision import checkpoint, evaluation, models, optim, preemption, resume, runs, saving, train, warm_start
+from posattn.vision import (
+    checkpoint,
+    evaluation,
+    models,
+    optim,
+    preemption,
+    resume,
+    runs,
+    saving,
+    train,
+    warm_start,
+)
 from posattn.vision.data import pipeline
 from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
@@ -60,21 +74,26 @@ def check_seed_configs(configs, workdirs) -> None:
     distinct and the configs agree in every field but `seed` (one program trains one model and recipe)."""
     configs, workdirs = list(configs), [os.path.realpath(str(w)) for w in workdirs]
     if not configs or len(configs) != len(workdirs):
-        raise ConfigError(f"{len(configs)} configs and {len(workdirs)} workdirs: give one workdir per seed's "
-                          "config")
+        raise ConfigError(
+            f"{len(configs)} configs and {len(workdirs)} workdirs: give one workdir per seed's "
+            "config"
+        )
     if len(set(workdirs)) < len(workdirs):
         raise ConfigError(f"workdirs {workdirs}: give each seed a workdir of its own")
     seeds = [c.seed for c in configs]
     if len(set(seeds)) < len(seeds):
-        raise ConfigError(f"seeds {seeds}: a seed given twice would train the same run twice; give distinct "
-                          "seeds")
+        raise ConfigError(
+            f"seeds {seeds}: a seed given twice would train the same run twice; give distinct seeds"
+        )
     first = {**resume.record(configs[0]), "seed": None}
     for i, c in enumerate(configs[1:], 1):
         diffs = resume.differing_fields(first, {**resume.record(c), "seed": None})
         if diffs:
             shown = "; ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in diffs.items())
-            raise ConfigError(f"configs[{i}] differs from configs[0] in more than the seed ({shown}): seeds "
-                              "trained in one program share every other field; train it separately")
+            raise ConfigError(
+                f"configs[{i}] differs from configs[0] in more than the seed ({shown}): seeds "
+                "trained in one program share every other field; train it separately"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,17 +121,23 @@ class Footprint:
         if self.program_bytes is None:
             return f"{self.seeds} seeds, train state {mib(self.state_bytes)} per seed, program size unknown"
         free = "unknown" if self.free_bytes is None else mib(self.free_bytes)
-        return (f"{self.seeds} seeds, {mib(self.program_bytes / self.seeds)} per seed and device (train "
-                f"state {mib(self.state_bytes)}, the rest batches and activations): "
-                f"{mib(self.program_bytes)} of {free} free per device")
+        return (
+            f"{self.seeds} seeds, {mib(self.program_bytes / self.seeds)} per seed and device (train "
+            f"state {mib(self.state_bytes)}, the rest batches and activations): "
+            f"{mib(self.program_bytes)} of {free} free per device"
+        )
 
 
 def _program_bytes(compiled) -> int | None:
     m = compiled.memory_analysis()
     if m is None:
         return None
-    return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-               - m.alias_size_in_bytes)
+    return int(
+        m.argument_size_in_bytes
+        + m.output_size_in_bytes
+        + m.temp_size_in_bytes
+        - m.alias_size_in_bytes
+    )
 
 
 def free_bytes(device) -> int | None:
@@ -154,20 +179,30 @@ def _compile(setup, mesh, state_S, batch_S, hyper_S, eval_batch):
     """The vmapped train step (state, batch and hyperparameters with a seed axis) and eval step (the
     seeds' states on one shared evaluation batch), compiled for these arguments."""
     repl = replicated(mesh)
-    train_step = jax.jit(jax.vmap(train.make_train_step(setup)),
-                         in_shardings=(repl, NamedSharding(mesh, P(None, DATA)), repl),
-                         out_shardings=(repl, repl), donate_argnums=(0,))
-    eval_step = jax.jit(jax.vmap(evaluation.make_eval_step(setup), in_axes=(0, None, 0)),
-                        in_shardings=(repl, batch_sharding(mesh), repl), out_shardings=repl,
-                        donate_argnums=(2,))
+    train_step = jax.jit(
+        jax.vmap(train.make_train_step(setup)),
+        in_shardings=(repl, NamedSharding(mesh, P(None, DATA)), repl),
+        out_shardings=(repl, repl),
+        donate_argnums=(0,),
+    )
+    eval_step = jax.jit(
+        jax.vmap(evaluation.make_eval_step(setup), in_axes=(0, None, 0)),
+        in_shardings=(repl, batch_sharding(mesh), repl),
+        out_shardings=repl,
+        donate_argnums=(2,),
+    )
     totals = _zero_totals_S(len(hyper_S["seed"]), mesh)
-    return (train_step.lower(state_S, batch_S, hyper_S).compile(),
-            eval_step.lower(state_S, eval_batch, totals).compile())
+    return (
+        train_step.lower(state_S, batch_S, hyper_S).compile(),
+        eval_step.lower(state_S, eval_batch, totals).compile(),
+    )
 
 
 def _replicated(host_tree, mesh):
     """Host arrays that every process holds alike -> replicated global arrays."""
-    return jax.tree.map(lambda v: jax.make_array_from_process_local_data(replicated(mesh), v), host_tree)
+    return jax.tree.map(
+        lambda v: jax.make_array_from_process_local_data(replicated(mesh), v), host_tree
+    )
 
 
 def _zero_totals_S(num_seeds: int, mesh) -> dict:
@@ -215,8 +250,11 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
     hyper_S = _replicated(jax.tree.map(lambda *v: np.stack(v), *host_hypers), mesh)
     tx = optim.make_optimizer(config.optimizer, hypers[0])
     # The program of a separate run's initial state (train.train's), so each seed starts from its bits.
-    init_fn = jax.jit(lambda seed: init_state(setup.model, setup.image_shape, seed, tx), out_shardings=repl,
-                      compiler_options=compile_options.run_once(mesh.devices.flat[0].platform))
+    init_fn = jax.jit(
+        lambda seed: init_state(setup.model, setup.image_shape, seed, tx),
+        out_shardings=repl,
+        compiler_options=compile_options.run_once(mesh.devices.flat[0].platform),
+    )
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hypers[0]["seed"]), repl)
     pretrained = warm_start.load(config.init_from) if config.get("init_from") else None
     if pretrained is not None:
@@ -225,44 +263,72 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
     state_bytes = workdir_lib.checkpoint_bytes(abstract_state)
     saves = 1 + (config.total_steps // config.checkpoint_every if config.checkpoint_every else 0)
     for i, w in enumerate(workdirs):
-        copies = workdir_lib.checkpoint_copies(config.keep_checkpoints, saves,
-                                               workdir_lib.saved_checkpoints(w))
+        copies = workdir_lib.checkpoint_copies(
+            config.keep_checkpoints, saves, workdir_lib.saved_checkpoints(w)
+        )
         workdirs[i] = workdir_lib.check(w, copies * state_bytes, f"{copies} checkpoint(s)")
-    with (preemption.Watcher() as watcher, saving.orbax_errors_reported(),
-          train._out_of_memory_stops(config, mesh, workdirs[0]), contextlib.ExitStack() as closing):
+    with (
+        preemption.Watcher() as watcher,
+        saving.orbax_errors_reported(),
+        train._out_of_memory_stops(config, mesh, workdirs[0]),
+        contextlib.ExitStack() as closing,
+    ):
         plans = [train._preflight(c, w, abstract_state) for c, w in zip(configs, workdirs)]
-        starts = [0 if p["state"] is None else int(jax.device_get(p["state"]["step"])) for p in plans]
+        starts = [
+            0 if p["state"] is None else int(jax.device_get(p["state"]["step"])) for p in plans
+        ]
         if len(set(starts)) > 1:
-            raise NotVmapped(f"the seeds' checkpoints are at steps {starts} "
-                             f"({', '.join(map(str, workdirs))}): "
-                             "one program trains seeds at one step; train them separately")
+            raise NotVmapped(
+                f"the seeds' checkpoints are at steps {starts} "
+                f"({', '.join(map(str, workdirs))}): "
+                "one program trains seeds at one step; train them separately"
+            )
         start, total = starts[0], config.total_steps
-        t_run = time.perf_counter()  # as train.train's: the run's seconds include compiling its step
+        t_run = (
+            time.perf_counter()
+        )  # as train.train's: the run's seconds include compiling its step
         # The programs, compiled before any file changes: their buffer sizes decide whether they fit.
-        batches = [pipeline.train_batches(setup.split("train"), seed=c.seed,
-                                          global_batch_size=config.global_batch_size, start_step=start)
-                   for c in configs]
+        batches = [
+            pipeline.train_batches(
+                setup.split("train"),
+                seed=c.seed,
+                global_batch_size=config.global_batch_size,
+                start_step=start,
+            )
+            for c in configs
+        ]
         first = _seed_batch([next(b) for b in batches], mesh)
         eval_first = global_batch(next(setup.eval_batches("test")), mesh)
-        state_S = jax.tree.map(lambda x: jax.ShapeDtypeStruct((num_seeds, *x.shape), x.dtype, sharding=repl),
-                               abstract_state)
+        state_S = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct((num_seeds, *x.shape), x.dtype, sharding=repl),
+            abstract_state,
+        )
         train_step, eval_step = _compile(setup, mesh, state_S, first, hyper_S, eval_first)
-        sizes = [b for b in (_program_bytes(train_step), _program_bytes(eval_step)) if b is not None]
-        footprint = Footprint(num_seeds, state_bytes, max(sizes) if sizes else None,
-                              free_bytes(mesh.devices.flat[0]))
+        sizes = [
+            b for b in (_program_bytes(train_step), _program_bytes(eval_step)) if b is not None
+        ]
+        footprint = Footprint(
+            num_seeds, state_bytes, max(sizes) if sizes else None, free_bytes(mesh.devices.flat[0])
+        )
         fits = footprint.fits
-        if jax.process_count() > 1:  # every host takes the same path (hosts' free memory may differ)
+        if (
+            jax.process_count() > 1
+        ):  # every host takes the same path (hosts' free memory may differ)
             fits = bool(multihost_utils.broadcast_one_to_all(np.int32(fits)))
         if not fits:
-            raise NotVmapped(f"the vmapped programs do not fit: {footprint}; train the seeds separately "
-                             "(or fewer at once)")
+            raise NotVmapped(
+                f"the vmapped programs do not fit: {footprint}; train the seeds separately "
+                "(or fewer at once)"
+            )
         # From here files change, as in train.train, for every seed.
         mngrs, savers, logs, states, moved = [], [], [], [], []
         for c, w, plan, h in zip(configs, workdirs, plans, hypers):
             if plan["failed_launch"]:
                 where = resume.set_aside_failed_launch(w)
-                train._say(f"{w} held a launch of another config that stopped before its first checkpoint: "
-                           f"its files are set aside in {where}; starting afresh")
+                train._say(
+                    f"{w} held a launch of another config that stopped before its first checkpoint: "
+                    f"its files are set aside in {where}; starting afresh"
+                )
             moved.append(checkpoint.set_aside(checkpoint.checkpoints_dir(w), plan["skipped"]))
             for bad in moved[-1]:
                 train._say(f"checkpoint {bad.step} of {w} {bad.reason}: moved to {bad.moved_to}")
@@ -284,15 +350,19 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
             states.append(state)
         state = jax.jit(lambda *s: _stack(s), out_shardings=repl)(*states)
         resumed_from = None if plans[0]["state"] is None else start
-        changes = plans[0]["changes"]  # the same for every seed: their configs differ only in the seed
+        changes = plans[0][
+            "changes"
+        ]  # the same for every seed: their configs differ only in the seed
         del states, plans
         model_name = config.model.name
         if model_name == "vit":
             model_name = f"ViT {config.model.variant} ({config.model.attention} attention)"
-        train._say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
-                   f"{jax.process_count()} processes; vmapped: {footprint}"
-                   + ("" if resumed_from is None else f"; resumed from step {start}")
-                   + (f"; changed from its config.json: {', '.join(changes)}" if changes else ""))
+        train._say(
+            f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
+            f"{jax.process_count()} processes; vmapped: {footprint}"
+            + ("" if resumed_from is None else f"; resumed from step {start}")
+            + (f"; changed from its config.json: {', '.join(changes)}" if changes else "")
+        )
         train._say(f"augmentation: {setup.augment_note}")
 
         batch_size = config.global_batch_size
@@ -305,8 +375,10 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
             if t_go is None:
                 jax.block_until_ready(metrics)
                 t_go = time.perf_counter()
-                train._say(f"step {step}/{total}  compiled and ran the first step of {num_seeds} seeds in "
-                           f"{t_go - t_run:.1f}s")
+                train._say(
+                    f"step {step}/{total}  compiled and ran the first step of {num_seeds} seeds in "
+                    f"{t_go - t_run:.1f}s"
+                )
             else:
                 log_steps += 1
             for saver in savers:
@@ -314,30 +386,50 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
             is_last = step == total
             stop = not is_last and watcher.reached(step, mngrs[0])
             do_log = step % config.log_every == 0 or is_last
-            do_eval = not stop and (is_last or (config.eval_every and step % config.eval_every == 0))
-            do_ckpt = stop or is_last or (config.checkpoint_every and step % config.checkpoint_every == 0)
+            do_eval = not stop and (
+                is_last or (config.eval_every and step % config.eval_every == 0)
+            )
+            do_ckpt = (
+                stop or is_last or (config.checkpoint_every and step % config.checkpoint_every == 0)
+            )
             if not (do_log or do_eval or do_ckpt):
                 continue
             pulled = jax.device_get(pending)  # waits for the pending steps to finish
             pending = []
-            window.append([train._check_finite([(t, _seed(m, s)) for t, m in pulled], savers[s], workdirs[s])
-                           for s in range(num_seeds)])
+            window.append(
+                [
+                    train._check_finite(
+                        [(t, _seed(m, s)) for t, m in pulled], savers[s], workdirs[s]
+                    )
+                    for s in range(num_seeds)
+                ]
+            )
             dt = time.perf_counter() - t_go
             timed_seconds, log_seconds = timed_seconds + dt, log_seconds + dt
             if do_log:
-                train_metrics = [train._mean([m for chunk in window for m in chunk[s]])
-                                 for s in range(num_seeds)]
+                train_metrics = [
+                    train._mean([m for chunk in window for m in chunk[s]]) for s in range(num_seeds)
+                ]
                 window = []
                 images_per_second = log_steps * batch_size / log_seconds if log_steps else None
                 for log, m in zip(logs, train_metrics):
-                    log.write({"step": step, **{f"train_{k}": v for k, v in m.items()},
-                               "images_per_second": images_per_second})
+                    log.write(
+                        {
+                            "step": step,
+                            **{f"train_{k}": v for k, v in m.items()},
+                            "images_per_second": images_per_second,
+                        }
+                    )
                 eta = train._eta((total - step) * log_seconds / log_steps) if log_steps else "?"
                 log_seconds, log_steps = 0.0, 0
                 losses = " ".join(f"{m['loss']:.4f}" for m in train_metrics)
-                shown = "?" if images_per_second is None else f"{num_seeds * images_per_second:,.0f}"
-                train._say(f"step {step}/{total}  loss {losses}  lr {train_metrics[0]['lr']:.2e}  "
-                           f"{shown} img/s ({num_seeds} seeds)  ETA {eta}")
+                shown = (
+                    "?" if images_per_second is None else f"{num_seeds * images_per_second:,.0f}"
+                )
+                train._say(
+                    f"step {step}/{total}  loss {losses}  lr {train_metrics[0]['lr']:.2e}  "
+                    f"{shown} img/s ({num_seeds} seeds)  ETA {eta}"
+                )
             if do_ckpt:
                 host = jax.device_get(state)
                 for s, saver in enumerate(savers):
@@ -347,7 +439,9 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                 for log, e in zip(logs, evals):
                     log.write(paired_test_metrics({"step": step, **e}))
                 for s, e in enumerate(evals):
-                    train._say(f"step {step}/{total}  seed {configs[s].seed}  {evaluation.evaluation_line(e)}")
+                    train._say(
+                        f"step {step}/{total}  seed {configs[s].seed}  {evaluation.evaluation_line(e)}"
+                    )
             if stop:
                 for saver, log in zip(savers, logs):
                     saver.wait(step)
@@ -361,10 +455,22 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         seconds = time.perf_counter() - t_run
         summaries = []
         for s, w in enumerate(workdirs):
-            summary = {**train.run_summary(evals[s], train_metrics[s], setup, mesh, steps=total, start=start,
-                                           resumed_from=resumed_from, moved_aside=moved[s], seconds=seconds,
-                                           timed_seconds=timed_seconds, num_params=num_params),
-                       "vmapped_seeds": num_seeds}
+            summary = {
+                **train.run_summary(
+                    evals[s],
+                    train_metrics[s],
+                    setup,
+                    mesh,
+                    steps=total,
+                    start=start,
+                    resumed_from=resumed_from,
+                    moved_aside=moved[s],
+                    seconds=seconds,
+                    timed_seconds=timed_seconds,
+                    num_params=num_params,
+                ),
+                "vmapped_seeds": num_seeds,
+            }
             io.write_json(w / "summary.json", summary)
             train._say(f"summary of {w}: " + json.dumps(summary, sort_keys=True))
             summaries.append(summary)

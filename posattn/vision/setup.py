@@ -10,6 +10,7 @@ statistics included) are worked out once, on first use, and `loss_fn` is the tra
 run's model and label smoothing. `Preprocess` is what a run does to a batch of images before its model,
 as a function a loaded run carries (`posattn.vision.runs.load_run`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,10 @@ import ml_collections
 import numpy as np
 
 from posattn.errors import INT32_MAX, ConfigError, check_choice
-from posattn.vision import config as config_lib, losses, models
-from posattn.vision.data import arrays, augment, datasets, pipeline, split as split_lib
+from posattn.vision import config as config_lib
+from posattn.vision import losses, models
+from posattn.vision.data import arrays, augment, datasets, pipeline
+from posattn.vision.data import split as split_lib
 from posattn.vision.data.permutation import BlockPermutation
 
 COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -35,8 +38,13 @@ def build_model(config, num_classes: int, image_shape: tuple[int, int, int]) -> 
     """The classifier of `config` for `num_classes` classes of images of `image_shape`; needs no data
     (used to load a run)."""
     dtype = COMPUTE_DTYPES[check_choice(config.compute_dtype, COMPUTE_DTYPES, "compute_dtype")]
-    return models.create_model(config.model, num_classes=num_classes, image_size=image_shape[0],
-                               channels=image_shape[2], dtype=dtype)
+    return models.create_model(
+        config.model,
+        num_classes=num_classes,
+        image_size=image_shape[0],
+        channels=image_shape[2],
+        dtype=dtype,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +69,10 @@ class Preprocess:
 
     def __call__(self, images_BxHxWxC):
         if self.info.mean is None:
-            raise ConfigError(f"the run records no channel statistics (its run.json predates them) and its "
-                              f"dataset {self.info.name} is not available to compute them")
+            raise ConfigError(
+                f"the run records no channel statistics (its run.json predates them) and its "
+                f"dataset {self.info.name} is not available to compute them"
+            )
         images_BxHxWxC = self._batch(images_BxHxWxC)
         return augment.preprocess_eval(self.permutation(self._levels(images_BxHxWxC)), self.info)
 
@@ -81,8 +91,11 @@ class Preprocess:
             hint = "resize them with datasets.resize_and_center_crop"
         else:
             hint = f"give a (B, {', '.join(map(str, want))}) batch" + (
-                f" or (B, {want[0]}, {want[1]})" if want[2] == 1 else "")
-        raise ConfigError(f"images of shape {shape}: the run takes batches (B, H, W, C) of {want}; {hint}")
+                f" or (B, {want[0]}, {want[1]})" if want[2] == 1 else ""
+            )
+        raise ConfigError(
+            f"images of shape {shape}: the run takes batches (B, H, W, C) of {want}; {hint}"
+        )
 
     def _levels(self, images):
         """The images on the 0..255 scale the statistics normalise: a "float" run's rounded to its levels
@@ -93,8 +106,10 @@ class Preprocess:
         x = np.asarray(images)
         if scale == "float":
             if not np.issubdtype(x.dtype, np.floating):
-                raise ConfigError(f"images of dtype {x.dtype}: the run was trained on float pixels in [0, 1] "
-                                  "(arrays.from_arrays): give them as such, e.g. images / 255")
+                raise ConfigError(
+                    f"images of dtype {x.dtype}: the run was trained on float pixels in [0, 1] "
+                    "(arrays.from_arrays): give them as such, e.g. images / 255"
+                )
             return arrays.pixel_levels(x, "images")[0]
         if x.dtype == np.uint8:
             return images
@@ -104,9 +119,11 @@ class Preprocess:
             raise ConfigError("images hold NaN or infinite values: give pixels 0..255 (uint8)")
         low, high = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
         if low < 0 or high > 255 or (np.issubdtype(x.dtype, np.floating) and 0 < high <= 1):
-            raise ConfigError(f"images in [{low}, {high}]: the run was trained on pixels 0..255 (uint8); "
-                              "give them on that scale (e.g. np.round(images * 255).astype(np.uint8) for "
-                              "floats in [0, 1])")
+            raise ConfigError(
+                f"images in [{low}, {high}]: the run was trained on pixels 0..255 (uint8); "
+                "give them on that scale (e.g. np.round(images * 255).astype(np.uint8) for "
+                "floats in [0, 1])"
+            )
         return images
 
 
@@ -123,7 +140,9 @@ class Setup:
     model: nn.Module
     permutation: BlockPermutation
     augment: augment.Settings
-    augment_note: str = ""  # what `augment` applies and where each value came from (`resolve_augment`)
+    augment_note: str = (
+        ""  # what `augment` applies and where each value came from (`resolve_augment`)
+    )
     _splits: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def split(self, name: str) -> datasets.Split:
@@ -132,12 +151,16 @@ class Setup:
         if name not in self._splits:
             held_out = self.config.validation_examples
             if name == "validation" and not held_out:
-                raise ConfigError("this run holds out no validation split: set config.validation_examples")
+                raise ConfigError(
+                    "this run holds out no validation split: set config.validation_examples"
+                )
             if name == "validation" or (name == "train" and held_out):
                 full = self.dataset.open_split("train", self.config.image_size)
                 val_M = split_lib.validation_indices(full.num_examples, held_out)
                 self._splits["validation"] = split_lib.subset(full, val_M)
-                self._splits["train"] = split_lib.subset(full, np.setdiff1d(np.arange(full.num_examples), val_M))
+                self._splits["train"] = split_lib.subset(
+                    full, np.setdiff1d(np.arange(full.num_examples), val_M)
+                )
             else:
                 datasets.check_split(name)
                 self._splits[name] = self.dataset.open_split(name, self.config.image_size)
@@ -148,16 +171,20 @@ class Setup:
         """The splits every evaluation reads: "validation" where the run holds one out, "test" unless
         config.evaluate_test is off (a recipe chosen on validation reads no test image)."""
         return (("validation",) if self.config.validation_examples else ()) + (
-            ("test",) if self.config.evaluate_test else ())
+            ("test",) if self.config.evaluate_test else ()
+        )
 
     @functools.cached_property
     def info(self) -> datasets.DatasetInfo:
         """The dataset as the run reads it: classes, image shape, split sizes, and the channel statistics
         of config.channel_mean/std, else the dataset's known ones, else computed from the training split."""
         c = self.config
-        stats = datasets.check_stats(c.get("channel_mean"), c.get("channel_std"), self.image_shape[2])
-        return datasets.describe(self.dataset, c.get("image_size", 0), stats=stats,
-                                 train=lambda: self.split("train"))
+        stats = datasets.check_stats(
+            c.get("channel_mean"), c.get("channel_std"), self.image_shape[2]
+        )
+        return datasets.describe(
+            self.dataset, c.get("image_size", 0), stats=stats, train=lambda: self.split("train")
+        )
 
     @property
     def preprocess(self) -> Preprocess:
@@ -166,21 +193,31 @@ class Setup:
 
     def train_batches(self, start_step: int = 0, **processes):
         """This process's natural training batches from `start_step` (`pipeline.train_batches`)."""
-        return pipeline.train_batches(self.split("train"), seed=self.config.seed,
-                                      global_batch_size=self.config.global_batch_size,
-                                      start_step=start_step, **processes)
+        return pipeline.train_batches(
+            self.split("train"),
+            seed=self.config.seed,
+            global_batch_size=self.config.global_batch_size,
+            start_step=start_step,
+            **processes,
+        )
 
     def eval_batches(self, split: str = "test", **processes):
         """This process's block-permuted, masked batches of `split` (`pipeline.eval_batches`)."""
-        return pipeline.eval_batches(self.split(split), eval_batch_size=self.config.eval_batch_size,
-                                     permute=self.permutation, **processes)
+        return pipeline.eval_batches(
+            self.split(split),
+            eval_batch_size=self.config.eval_batch_size,
+            permute=self.permutation,
+            **processes,
+        )
 
     def training_inputs(self, key, images_BxHxWxC):
         """The model's inputs for a uint8 batch of natural images: augmented, then pixel blocks permuted
         (JSL22 Figure 5). In this order a permuted run sees exactly the permuted images of the augmented
         natural ones; a crop or flip of an already permuted image would move pixels across blocks,
         which no fixed block permutation of natural images does. ConfigError for another dtype."""
-        return self.permutation(augment.augment(key, _uint8(images_BxHxWxC), self.augment, self.info))
+        return self.permutation(
+            augment.augment(key, _uint8(images_BxHxWxC), self.augment, self.info)
+        )
 
     def eval_inputs(self, images_BxHxWxC):
         """The model's inputs for a uint8 evaluation batch (already permuted by `eval_batches`);
@@ -191,29 +228,43 @@ class Setup:
     def loss_fn(self):
         """loss_fn(params, batch_stats, images, labels, rng, train) -> (loss, (logits, batch_stats)):
         `losses.classification_loss` of this run's model and label smoothing."""
-        return functools.partial(losses.classification_loss, self.model,
-                                 label_smoothing=float(self.config.label_smoothing))
+        return functools.partial(
+            losses.classification_loss,
+            self.model,
+            label_smoothing=float(self.config.label_smoothing),
+        )
 
 
 def _uint8(images):
     """`images` if uint8, the dtype of every split's batches, else ConfigError: floats in [0, 1] would be
     divided by 255 again (the dtype is known when traced, so jitted callers are checked too)."""
     if images.dtype != jnp.uint8:
-        raise ConfigError(f"a batch of dtype {images.dtype}: the run's batches are uint8 pixels 0..255 (as "
-                          "its splits read them); Setup.preprocess takes images on the scale they were given")
+        raise ConfigError(
+            f"a batch of dtype {images.dtype}: the run's batches are uint8 pixels 0..255 (as "
+            "its splits read them); Setup.preprocess takes images on the scale they were given"
+        )
     return images
 
 
 def _check_count(config, field: str, low: int, what: str, prefix: str = "") -> None:
     value = config[field]
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= INT32_MAX:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or not low <= value <= INT32_MAX
+    ):
         # step counts, the seed and batch sizes enter the compiled programs as int32
         raise ConfigError(f"{prefix}{field}={value!r} must be {what} below 2**31")
 
 
 def _check_number(opt, field: str, ok, what: str) -> None:
     value = opt[field]
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not ok(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or not ok(value)
+    ):
         raise ConfigError(f"optimizer.{field}={value!r} must be {what}")
 
 
@@ -225,15 +276,21 @@ def _check_loop_fields(config, num_devices: int) -> None:
     for field in ("global_batch_size", "eval_batch_size"):
         _check_count(config, field, 1, f"a positive multiple of the {num_devices} devices")
         if config[field] % num_devices:
-            raise ConfigError(f"{field}={config[field]} does not divide by the {num_devices} devices; "
-                              f"use a positive multiple of {num_devices}")
-    _check_count(config, "seed", 0, "an integer >= 0")  # the train step takes it as an int32 argument
+            raise ConfigError(
+                f"{field}={config[field]} does not divide by the {num_devices} devices; "
+                f"use a positive multiple of {num_devices}"
+            )
+    _check_count(
+        config, "seed", 0, "an integer >= 0"
+    )  # the train step takes it as an int32 argument
     _check_count(config, "validation_examples", 0, "an integer >= 0")
     if not isinstance(config.evaluate_test, bool):
         raise ConfigError(f"evaluate_test={config.evaluate_test!r} must be True or False")
     if not (config.validation_examples or config.evaluate_test):
-        raise ConfigError("evaluate_test=False and validation_examples=0 leave nothing to evaluate: hold out a "
-                          "validation split (e.g. --config.validation_examples=10000)")
+        raise ConfigError(
+            "evaluate_test=False and validation_examples=0 leave nothing to evaluate: hold out a "
+            "validation split (e.g. --config.validation_examples=10000)"
+        )
     if not 0.0 <= config.label_smoothing < 1.0:
         raise ConfigError(f"label_smoothing={config.label_smoothing} must lie in [0, 1)")
     opt = config.optimizer
@@ -243,7 +300,9 @@ def _check_loop_fields(config, num_devices: int) -> None:
     if opt.grad_clip is not None:
         _check_number(opt, "grad_clip", lambda v: v >= 0, "a finite number >= 0 (0 = no clipping)")
     for field in ("b1", "b2"):
-        _check_number(opt, field, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (Adam's decay rate)")
+        _check_number(
+            opt, field, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (Adam's decay rate)"
+        )
 
 
 def resolve_augment(aug_cfg, dataset: datasets.Dataset, side: int) -> tuple[augment.Settings, str]:
@@ -259,21 +318,33 @@ def resolve_augment(aug_cfg, dataset: datasets.Dataset, side: int) -> tuple[augm
         # (4 px would be half of an 8 px digit)
         crop, crop_why = int(side / 8 + 0.5), f"auto: 1/8 of the {side} px side"
     elif isinstance(crop, numbers.Integral) and not isinstance(crop, bool) and crop < 0:
-        raise ConfigError(f"augment.crop_padding={crop}: give {config_lib.AUTO_CROP} (1/8 of the image side) "
-                          "or a padding in pixels >= 0 (0: no crop)")
+        raise ConfigError(
+            f"augment.crop_padding={crop}: give {config_lib.AUTO_CROP} (1/8 of the image side) "
+            "or a padding in pixels >= 0 (0: no crop)"
+        )
     if flip is None:
         declared = datasets.flip_preserves_label(dataset)
         flip = bool(declared)
-        flip_why = {True: f"auto: {name} declares that a mirror image keeps its label",
-                    False: f"auto: {name} declares that a mirror image does not keep its label",
-                    None: f"auto: {name} does not declare whether a mirror image keeps its label; set "
-                          "augment.flip=True if it does"}[declared]
+        flip_why = {
+            True: f"auto: {name} declares that a mirror image keeps its label",
+            False: f"auto: {name} declares that a mirror image does not keep its label",
+            None: f"auto: {name} does not declare whether a mirror image keeps its label; set "
+            "augment.flip=True if it does",
+        }[declared]
     settings = augment.Settings.from_config({**aug_cfg, "crop_padding": crop, "flip": flip})
-    extras = [f"RandAugment({settings.randaugment_layers}, {settings.randaugment_magnitude})"
-              if settings.randaugment_layers else "",
-              f"mixup {settings.mixup_alpha}" if settings.mixup_alpha else ""]
-    note = "; ".join([f"crop after {crop} px of padding ({crop_why})" if crop else f"no crop ({crop_why})",
-                      f"{'flip' if flip else 'no flip'} ({flip_why})", *filter(None, extras)])
+    extras = [
+        f"RandAugment({settings.randaugment_layers}, {settings.randaugment_magnitude})"
+        if settings.randaugment_layers
+        else "",
+        f"mixup {settings.mixup_alpha}" if settings.mixup_alpha else "",
+    ]
+    note = "; ".join(
+        [
+            f"crop after {crop} px of padding ({crop_why})" if crop else f"no crop ({crop_why})",
+            f"{'flip' if flip else 'no flip'} ({flip_why})",
+            *filter(None, extras),
+        ]
+    )
     return settings, note
 
 
@@ -296,18 +367,31 @@ def resolve(config, num_devices: int = 1, dataset: datasets.Dataset | None = Non
     check_choice(config.compute_dtype, COMPUTE_DTYPES, "compute_dtype")
     _check_loop_fields(config, num_devices)
     if dataset is None:
-        dataset = datasets.get(config.dataset, data_dir=config.get("data_dir"), idx_dir=config.get("idx_dir"))
+        dataset = datasets.get(
+            config.dataset, data_dir=config.get("data_dir"), idx_dir=config.get("idx_dir")
+        )
     elif config.dataset != dataset.name:
-        raise ConfigError(f"config.dataset={config.dataset!r} but the dataset passed is {dataset.name!r}: set "
-                          f"config.dataset = {dataset.name!r} (the name the run records)")
-    num_train, _ = dataset.sizes()  # the data are there (a dataset not prepared says how to prepare it)
+        raise ConfigError(
+            f"config.dataset={config.dataset!r} but the dataset passed is {dataset.name!r}: set "
+            f"config.dataset = {dataset.name!r} (the name the run records)"
+        )
+    num_train, _ = (
+        dataset.sizes()
+    )  # the data are there (a dataset not prepared says how to prepare it)
     if config.validation_examples:
         split_lib.validation_indices(num_train, config.validation_examples)  # (checks the count)
     shape = datasets.shape_at(dataset, config.get("image_size", 0))
     datasets.check_stats(config.get("channel_mean"), config.get("channel_std"), shape[2])
     settings, note = resolve_augment(config.augment, dataset, shape[0])
-    permutation = BlockPermutation.of(shape[:2], config.get("permute_block", 0),
-                                      config.get("permute_seed", 0))
-    return Setup(config=config, dataset=dataset, image_shape=shape,
-                 model=build_model(config, dataset.num_classes, shape), permutation=permutation,
-                 augment=settings, augment_note=note)
+    permutation = BlockPermutation.of(
+        shape[:2], config.get("permute_block", 0), config.get("permute_seed", 0)
+    )
+    return Setup(
+        config=config,
+        dataset=dataset,
+        image_shape=shape,
+        model=build_model(config, dataset.num_classes, shape),
+        permutation=permutation,
+        augment=settings,
+        augment_note=note,
+    )

@@ -1,12 +1,14 @@
 """The train state of the image regime: a plain dict {"step", "params", "batch_stats", "opt_state"}."""
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 
 
-def init_state(model: nn.Module, image_shape: tuple[int, int, int], seed: int,
-               tx: optax.GradientTransformation) -> dict:
+def init_state(
+    model: nn.Module, image_shape: tuple[int, int, int], seed: int, tx: optax.GradientTransformation
+) -> dict:
     """The initial train state (to be run under `jax.jit` with replicated `out_shardings`).
 
     The init key is fold_in(key(seed), 0); step t's key is fold_in(key(seed), t + 1) (`train`).

@@ -6,6 +6,7 @@ Each cell is an ordinary `posattn.vision.train.train_and_evaluate` run, so a swe
 resumes: a finished cell of the same config is read back from its `summary.json`, one with a checkpoint
 continues from it.
 """
+
 import copy
 import json
 import os
@@ -15,7 +16,8 @@ import numpy as np
 from posattn import configs
 from posattn.analysis import bootstrap
 from posattn.errors import ConfigError
-from posattn.vision import config as config_lib, resume, seeds, train
+from posattn.vision import config as config_lib
+from posattn.vision import resume, seeds, train
 
 
 def finished_summary(config, workdir: str) -> dict | None:
@@ -25,8 +27,9 @@ def finished_summary(config, workdir: str) -> dict | None:
     if os.path.exists(path) and stored is not None:
         with open(path) as f:
             summary = json.load(f)
-        if (summary.get("steps") == config.total_steps
-                and not resume.differing_fields(stored, resume.record(config))):
+        if summary.get("steps") == config.total_steps and not resume.differing_fields(
+            stored, resume.record(config)
+        ):
             return summary
     return None
 
@@ -56,10 +59,16 @@ def run_seeds(configs, workdirs, say=print, *, vmap: bool = True, dataset=None) 
     summaries = [finished_summary(c, w) for c, w in zip(configs, workdirs)]
     todo = [i for i, s in enumerate(summaries) if s is None]
     if vmap and len(todo) > 1:
-        say(f"== {len(todo)} seeds in one vmapped program: {', '.join(str(workdirs[i]) for i in todo)}")
+        say(
+            f"== {len(todo)} seeds in one vmapped program: {', '.join(str(workdirs[i]) for i in todo)}"
+        )
         try:
-            for i, s in zip(todo, seeds.train_seeds([configs[i] for i in todo], [workdirs[i] for i in todo],
-                                                    dataset=dataset)):
+            for i, s in zip(
+                todo,
+                seeds.train_seeds(
+                    [configs[i] for i in todo], [workdirs[i] for i in todo], dataset=dataset
+                ),
+            ):
                 summaries[i] = s
             return summaries
         except (seeds.NotVmapped, train.OutOfMemory) as e:
@@ -69,9 +78,20 @@ def run_seeds(configs, workdirs, say=print, *, vmap: bool = True, dataset=None) 
     return summaries
 
 
-def permuted_cell_config(dataset: str, config_file: str, model: str, g: int, seed: int, *, local: bool,
-                         data_dir: str | None = None, steps: int = 0, batch: int = 0, permutation: int = 0,
-                         validation_examples: int = 0):
+def permuted_cell_config(
+    dataset: str,
+    config_file: str,
+    model: str,
+    g: int,
+    seed: int,
+    *,
+    local: bool,
+    data_dir: str | None = None,
+    steps: int = 0,
+    batch: int = 0,
+    permutation: int = 0,
+    validation_examples: int = 0,
+):
     """The train_images config of one cell of the Figure 5 sweep (`experiments.permuted`).
 
     digits: tpu_configs/digits.py with no random crop and the block permutation set here, evaluated
@@ -103,7 +123,9 @@ def attention_cell_configs(base, seeds: int, attentions=("vanilla", "positional"
     """{(attention, seed): config}: a ViT config with model.attention and seed set (Figures 6/7)."""
     config_lib.check_schema(base)
     if base.model.name != "vit":
-        raise ConfigError(f"model.name={base.model.name!r}: compare_attention compares ViTs; use a ViT config")
+        raise ConfigError(
+            f"model.name={base.model.name!r}: compare_attention compares ViTs; use a ViT config"
+        )
     out = {}
     for attention in attentions:
         for seed in range(seeds):
@@ -118,9 +140,15 @@ def spread(values) -> dict:
     v = 100.0 * np.asarray(values, dtype=np.float64)
     q1, med, q3 = np.percentile(v, [25, 50, 75])
     return {
-        "values": v.round(4).tolist(), "n": int(v.size), "mean": float(v.mean()),
-        "std": float(v.std(ddof=1)) if v.size > 1 else 0.0, "median": float(med),
-        "q1": float(q1), "q3": float(q3), "iqr": float(q3 - q1), "min": float(v.min()),
+        "values": v.round(4).tolist(),
+        "n": int(v.size),
+        "mean": float(v.mean()),
+        "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+        "median": float(med),
+        "q1": float(q1),
+        "q3": float(q3),
+        "iqr": float(q3 - q1),
+        "min": float(v.min()),
         "max": float(v.max()),
     }
 
@@ -132,8 +160,11 @@ def gap(values_a, values_b) -> dict:
     (Welch's t, "welch_95", and the bootstrap, "bootstrap_95")."""
     a, b = (100.0 * np.asarray(v, dtype=np.float64) for v in (values_a, values_b))
     var = sum(v.var(ddof=1) / v.size for v in (a, b) if v.size > 1)
-    out = {"mean": float(b.mean() - a.mean()), "stderr": float(np.sqrt(var)),
-           "median": float(np.median(b) - np.median(a))}
+    out = {
+        "mean": float(b.mean() - a.mean()),
+        "stderr": float(np.sqrt(var)),
+        "median": float(np.median(b) - np.median(a)),
+    }
     if min(a.size, b.size) > 1:  # 95% intervals over the seeds (bootstrap.difference_of_means)
         diff = bootstrap.difference_of_means(a, b)
         out.update(welch_95=list(diff["welch"]), bootstrap_95=list(diff["bootstrap"]))
@@ -151,8 +182,12 @@ def permuted_table(summary: dict) -> str:
     distribution, so its difference from the unpermuted cell is seed noise by construction."""
     gs = sorted({g for per in summary["accuracy"].values() for g in per}, key=int)
     paper = summary.get("paper") or {}
-    lines = [f"| model ({summary.get('split', 'test')} accuracy, %) | " + " | ".join(f"g={g}" for g in gs) + " |",
-             "|---" * (len(gs) + 1) + "|"]
+    lines = [
+        f"| model ({summary.get('split', 'test')} accuracy, %) | "
+        + " | ".join(f"g={g}" for g in gs)
+        + " |",
+        "|---" * (len(gs) + 1) + "|",
+    ]
     for model, per in summary["accuracy"].items():
         cells = []
         for g in gs:
@@ -164,12 +199,19 @@ def permuted_table(summary: dict) -> str:
                 cell = f"{per[g]['mean']:.2f} ± {per[g]['std']:.2f}"
             ref = paper.get(model, {}).get(g)
             patch = summary.get("patch_size", {}).get(model)
-            whole = bool(patch) and g in per and int(g) < summary["image_side"] and int(g) % patch == 0
-            cells.append(cell + (" (*)" if whole else "") + (f" (paper {ref})" if ref is not None else ""))
+            whole = (
+                bool(patch) and g in per and int(g) < summary["image_side"] and int(g) % patch == 0
+            )
+            cells.append(
+                cell + (" (*)" if whole else "") + (f" (paper {ref})" if ref is not None else "")
+            )
         lines.append(f"| {LABELS.get(model, model)} | " + " | ".join(cells) + " |")
     if any("(*)" in line for line in lines):
-        lines += ["", "(*) blocks of whole tokens: with P drawn per position, the permuted problem is the "
-                  "unpermuted one with P's rows relabelled (the same in distribution): no test of the ViT."]
+        lines += [
+            "",
+            "(*) blocks of whole tokens: with P drawn per position, the permuted problem is the "
+            "unpermuted one with P's rows relabelled (the same in distribution): no test of the ViT.",
+        ]
     return "\n".join(lines)
 
 
@@ -189,16 +231,25 @@ def compare_table(summary: dict) -> str:
     for name, ref in summary["paper"].items():
         if name == summary["dataset"]:
             continue
-        command = (f"`python -m posattn.experiments.compare_attention --config={ref['config']} "
-                   f"--seeds={ref['seeds']} --workdir=DIR --config.data_dir=$TFDS_DATA_DIR`")
-        lines.append(f"| {name} | needs data: {command} | needs data | {ref['vanilla']} | "
-                     f"{ref['positional']} |")
+        command = (
+            f"`python -m posattn.experiments.compare_attention --config={ref['config']} "
+            f"--seeds={ref['seeds']} --workdir=DIR --config.data_dir=$TFDS_DATA_DIR`"
+        )
+        lines.append(
+            f"| {name} | needs data: {command} | needs data | {ref['vanilla']} | "
+            f"{ref['positional']} |"
+        )
     if "gap" in summary:
         g = summary["gap"]
-        lines += ["", f"positional - vanilla ({summary['dataset']}): {g['mean']:+.2f} ± {g['stderr']:.2f} points "
-                  f"(difference of the means ± its standard error over the seeds; of the medians "
-                  f"{g['median']:+.2f})"]
+        lines += [
+            "",
+            f"positional - vanilla ({summary['dataset']}): {g['mean']:+.2f} ± {g['stderr']:.2f} points "
+            f"(difference of the means ± its standard error over the seeds; of the medians "
+            f"{g['median']:+.2f})",
+        ]
         if "welch_95" in g:
-            lines[-1] += (f"; 95% intervals over the seeds: Welch [{g['welch_95'][0]:+.2f}, {g['welch_95'][1]:+.2f}], "
-                          f"bootstrap [{g['bootstrap_95'][0]:+.2f}, {g['bootstrap_95'][1]:+.2f}]")
+            lines[-1] += (
+                f"; 95% intervals over the seeds: Welch [{g['welch_95'][0]:+.2f}, {g['welch_95'][1]:+.2f}], "
+                f"bootstrap [{g['bootstrap_95'][0]:+.2f}, {g['bootstrap_95'][1]:+.2f}]"
+            )
     return "\n".join(lines)

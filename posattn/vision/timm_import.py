@@ -34,6 +34,7 @@ What maps (and is refused with the reason otherwise):
   Not representable: Bottleneck blocks (resnet50 and up), deep stems, squeeze-excitation, average-pool
   downsampling, different block counts per stage (resnet34), a stem width other than the first stage's.
 """
+
 import json
 import math
 import os
@@ -133,14 +134,22 @@ _IGNORED_SUFFIXES = ("num_batches_tracked",)
 # timm ViT keys that name a part posattn's ViT does not have -> what that part is.
 _VIT_UNSUPPORTED = {
     "reg_token": "register tokens (reg_tokens > 0)",
-    ".ls1.": "LayerScale (init_values)", ".ls2.": "LayerScale (init_values)",
-    ".q_norm.": "qk_norm", ".k_norm.": "qk_norm", "norm_pre.": "pre_norm",
-    "fc_norm.": "a LayerNorm after the pooling (fc_norm, global_pool='avg')", "attn_pool.": "attention pooling",
-    "attn.norm.": "scale_attn_norm", "mlp.norm.": "scale_mlp_norm", "pre_logits.": "a pre-logits layer",
+    ".ls1.": "LayerScale (init_values)",
+    ".ls2.": "LayerScale (init_values)",
+    ".q_norm.": "qk_norm",
+    ".k_norm.": "qk_norm",
+    "norm_pre.": "pre_norm",
+    "fc_norm.": "a LayerNorm after the pooling (fc_norm, global_pool='avg')",
+    "attn_pool.": "attention pooling",
+    "attn.norm.": "scale_attn_norm",
+    "mlp.norm.": "scale_mlp_norm",
+    "pre_logits.": "a pre-logits layer",
 }
 _RESNET_UNSUPPORTED = {
-    ".conv3.": "Bottleneck blocks (resnet50 and up)", "conv1.0.": "a deep stem (stem_type='deep')",
-    ".se.": "squeeze-excitation", "downsample.2.": "average-pool downsampling (avg_down)",
+    ".conv3.": "Bottleneck blocks (resnet50 and up)",
+    "conv1.0.": "a deep stem (stem_type='deep')",
+    ".se.": "squeeze-excitation",
+    "downsample.2.": "average-pool downsampling (avg_down)",
 }
 
 
@@ -158,16 +167,22 @@ def load_state_dict(path: str) -> dict[str, np.ndarray]:
         try:
             import torch
         except ImportError:
-            raise ConfigError(f"{path}: reading a PyTorch state dict needs torch (pip install torch); a "
-                              ".safetensors file needs none") from None
+            raise ConfigError(
+                f"{path}: reading a PyTorch state dict needs torch (pip install torch); a "
+                ".safetensors file needs none"
+            ) from None
         obj = torch.load(path, map_location="cpu", weights_only=True)
         for wrapper in ("state_dict", "model"):
             if isinstance(obj.get(wrapper), dict):
                 obj = obj[wrapper]
-        tensors = {k.removeprefix("module."): (v.float() if v.is_floating_point() else v).numpy()
-                   for k, v in obj.items()}
+        tensors = {
+            k.removeprefix("module."): (v.float() if v.is_floating_point() else v).numpy()
+            for k, v in obj.items()
+        }
     else:
-        raise ConfigError(f"{path}: not a checkpoint this reads: give a .safetensors, .pth, .pt or .bin file")
+        raise ConfigError(
+            f"{path}: not a checkpoint this reads: give a .safetensors, .pth, .pt or .bin file"
+        )
     integral = lambda v: np.issubdtype(v.dtype, np.integer) or v.dtype == bool  # noqa: E731
     return {k: v if integral(v) else v.astype(np.float32) for k, v in tensors.items()}
 
@@ -184,8 +199,10 @@ def _refuse_unsupported(state_dict, unsupported: dict, what: str) -> None:
     for key in state_dict:
         for marker, part in unsupported.items():
             if marker in key:
-                raise ConfigError(f"{key!r}: the {what} has {part}, which posattn's {what} does not represent "
-                                  "(posattn.vision.timm_import lists what maps)")
+                raise ConfigError(
+                    f"{key!r}: the {what} has {part}, which posattn's {what} does not represent "
+                    "(posattn.vision.timm_import lists what maps)"
+                )
 
 
 class _Mapping:
@@ -201,14 +218,18 @@ class _Mapping:
             return self.left.pop(key)
         if default is not None:
             return default
-        raise ConfigError(f"the {self.what} state dict has no {key!r}: not a timm {self.what} this maps "
-                          "(posattn.vision.timm_import lists what maps)")
+        raise ConfigError(
+            f"the {self.what} state dict has no {key!r}: not a timm {self.what} this maps "
+            "(posattn.vision.timm_import lists what maps)"
+        )
 
     def done(self) -> None:
         if self.left:
             keys = sorted(self.left)
-            raise ConfigError(f"the {self.what} state dict has {len(keys)} tensors posattn's model has no place "
-                              f"for, e.g. {', '.join(keys[:3])}: not a timm {self.what} this maps")
+            raise ConfigError(
+                f"the {self.what} state dict has {len(keys)} tensors posattn's model has no place "
+                f"for, e.g. {', '.join(keys[:3])}: not a timm {self.what} this maps"
+            )
 
 
 def _check_shapes(model, variables, images_shape) -> None:
@@ -227,9 +248,13 @@ def vit(state_dict: dict, *, num_heads: int) -> tuple[vit_lib.ViT, dict]:
     w_embed = m.take("patch_embed.proj.weight")
     D, C, p, p_w = w_embed.shape
     if p != p_w:
-        raise ConfigError(f"patch_embed.proj.weight has patches {p} x {p_w}: posattn's ViT takes square patches")
+        raise ConfigError(
+            f"patch_embed.proj.weight has patches {p} x {p_w}: posattn's ViT takes square patches"
+        )
     if int(num_heads) < 1 or D % int(num_heads):
-        raise ConfigError(f"num_heads={num_heads} must divide the width {D} (timm's ViT-Ti/S/B: 3/6/12)")
+        raise ConfigError(
+            f"num_heads={num_heads} must divide the width {D} (timm's ViT-Ti/S/B: 3/6/12)"
+        )
     H, K = int(num_heads), D // int(num_heads)
     has_cls = "cls_token" in m.left
     P_TxD = m.take("pos_embed").reshape(-1, D)
@@ -239,11 +264,15 @@ def vit(state_dict: dict, *, num_heads: int) -> tuple[vit_lib.ViT, dict]:
         P_TxD, N = np.concatenate([np.zeros((1, D), np.float32), P_TxD]), N + 1
     side = math.isqrt(N)
     if side * side != N:
-        raise ConfigError(f"pos_embed has {P_TxD.shape[0]} rows: not a square patch grid (posattn's ViT "
-                          "takes square images)")
+        raise ConfigError(
+            f"pos_embed has {P_TxD.shape[0]} rows: not a square patch grid (posattn's ViT "
+            "takes square images)"
+        )
     zeros = np.zeros((D,), np.float32)
-    params = {"embedding": {"kernel": _conv(w_embed), "bias": m.take("patch_embed.proj.bias", zeros)},
-              "pos_embedding": P_TxD}
+    params = {
+        "embedding": {"kernel": _conv(w_embed), "bias": m.take("patch_embed.proj.bias", zeros)},
+        "pos_embedding": P_TxD,
+    }
     if has_cls:
         params["cls"] = m.take("cls_token").reshape(1, 1, D)
     depth = 0
@@ -251,24 +280,51 @@ def vit(state_dict: dict, *, num_heads: int) -> tuple[vit_lib.ViT, dict]:
         b = f"blocks.{depth}."
         params[f"block_{depth}"] = {
             "norm1": {"scale": m.take(b + "norm1.weight"), "bias": m.take(b + "norm1.bias")},
-            "attn": {"qkv": {"kernel": _linear(m.take(b + "attn.qkv.weight")).reshape(D, 3, H, K),
-                             "bias": m.take(b + "attn.qkv.bias", np.zeros((3 * D,), np.float32)).reshape(3, H, K)},
-                     "out": {"kernel": _linear(m.take(b + "attn.proj.weight")).reshape(H, K, D),
-                             "bias": m.take(b + "attn.proj.bias", zeros)}},
+            "attn": {
+                "qkv": {
+                    "kernel": _linear(m.take(b + "attn.qkv.weight")).reshape(D, 3, H, K),
+                    "bias": m.take(b + "attn.qkv.bias", np.zeros((3 * D,), np.float32)).reshape(
+                        3, H, K
+                    ),
+                },
+                "out": {
+                    "kernel": _linear(m.take(b + "attn.proj.weight")).reshape(H, K, D),
+                    "bias": m.take(b + "attn.proj.bias", zeros),
+                },
+            },
             "norm2": {"scale": m.take(b + "norm2.weight"), "bias": m.take(b + "norm2.bias")},
-            "mlp": {"fc1": {"kernel": _linear(m.take(b + "mlp.fc1.weight")), "bias": m.take(b + "mlp.fc1.bias")},
-                    "fc2": {"kernel": _linear(m.take(b + "mlp.fc2.weight")), "bias": m.take(b + "mlp.fc2.bias")}},
+            "mlp": {
+                "fc1": {
+                    "kernel": _linear(m.take(b + "mlp.fc1.weight")),
+                    "bias": m.take(b + "mlp.fc1.bias"),
+                },
+                "fc2": {
+                    "kernel": _linear(m.take(b + "mlp.fc2.weight")),
+                    "bias": m.take(b + "mlp.fc2.bias"),
+                },
+            },
         }
         depth += 1
     if not depth:
-        raise ConfigError("the ViT state dict has no blocks.0.norm1.weight: not a timm VisionTransformer")
+        raise ConfigError(
+            "the ViT state dict has no blocks.0.norm1.weight: not a timm VisionTransformer"
+        )
     params["encoder_norm"] = {"scale": m.take("norm.weight"), "bias": m.take("norm.bias")}
     params["head"] = {"kernel": _linear(m.take("head.weight")), "bias": m.take("head.bias")}
     m.done()
-    model = vit_lib.ViT(num_classes=params["head"]["bias"].shape[0], image_size=side * p, patch_size=p, width=D,
-                        depth=depth, num_heads=H, mlp_dim=params["block_0"]["mlp"]["fc1"]["bias"].shape[0],
-                        attention="vanilla",
-                        pool="cls" if has_cls else "gap", gelu="erf", channels=C)
+    model = vit_lib.ViT(
+        num_classes=params["head"]["bias"].shape[0],
+        image_size=side * p,
+        patch_size=p,
+        width=D,
+        depth=depth,
+        num_heads=H,
+        mlp_dim=params["block_0"]["mlp"]["fc1"]["bias"].shape[0],
+        attention="vanilla",
+        pool="cls" if has_cls else "gap",
+        gelu="erf",
+        channels=C,
+    )
     variables = {"params": params}
     _check_shapes(model, variables, (1, side * p, side * p, C))
     return model, variables
@@ -276,8 +332,10 @@ def vit(state_dict: dict, *, num_heads: int) -> tuple[vit_lib.ViT, dict]:
 
 def _batch_norm(m: _Mapping, prefix: str) -> tuple[dict, dict]:
     """(params, batch_stats) of a BatchNorm2d."""
-    return ({"scale": m.take(prefix + ".weight"), "bias": m.take(prefix + ".bias")},
-            {"mean": m.take(prefix + ".running_mean"), "var": m.take(prefix + ".running_var")})
+    return (
+        {"scale": m.take(prefix + ".weight"), "bias": m.take(prefix + ".bias")},
+        {"mean": m.take(prefix + ".running_mean"), "var": m.take(prefix + ".running_var")},
+    )
 
 
 def resnet(state_dict: dict) -> tuple[resnet_lib.ResNet18, dict]:
@@ -287,19 +345,30 @@ def resnet(state_dict: dict) -> tuple[resnet_lib.ResNet18, dict]:
     m = _Mapping(state_dict, "ResNet")
     w_stem = m.take("conv1.weight")
     if w_stem.shape[2:] != (7, 7):
-        raise ConfigError(f"conv1.weight is {w_stem.shape[2]} x {w_stem.shape[3]}: posattn imports the 7x7 stem")
+        raise ConfigError(
+            f"conv1.weight is {w_stem.shape[2]} x {w_stem.shape[3]}: posattn imports the 7x7 stem"
+        )
     params, stats = {"stem_conv": {"kernel": _conv(w_stem)}}, {}
     params["stem_bn"], stats["stem_bn"] = _batch_norm(m, "bn1")
     blocks = []  # per stage: timm's layer{s}.{b}.
     while any(k.startswith(f"layer{len(blocks) + 1}.") for k in state_dict):
-        blocks.append(len({k.split(".")[1] for k in state_dict if k.startswith(f"layer{len(blocks) + 1}.")}))
+        blocks.append(
+            len({k.split(".")[1] for k in state_dict if k.startswith(f"layer{len(blocks) + 1}.")})
+        )
     if not blocks or len(set(blocks)) != 1:
-        raise ConfigError(f"blocks per stage {blocks}: posattn's ResNet has the same number in every stage")
+        raise ConfigError(
+            f"blocks per stage {blocks}: posattn's ResNet has the same number in every stage"
+        )
     for s in range(1, len(blocks) + 1):
         for b in range(blocks[0]):
             name, prefix = f"stage{s}_block{b + 1}", f"layer{s}.{b}."
-            p, st = {"conv1": {"kernel": _conv(m.take(prefix + "conv1.weight"))},
-                     "conv2": {"kernel": _conv(m.take(prefix + "conv2.weight"))}}, {}
+            p, st = (
+                {
+                    "conv1": {"kernel": _conv(m.take(prefix + "conv1.weight"))},
+                    "conv2": {"kernel": _conv(m.take(prefix + "conv2.weight"))},
+                },
+                {},
+            )
             p["bn1"], st["bn1"] = _batch_norm(m, prefix + "bn1")
             p["bn2"], st["bn2"] = _batch_norm(m, prefix + "bn2")
             if prefix + "downsample.0.weight" in m.left:
@@ -308,12 +377,21 @@ def resnet(state_dict: dict) -> tuple[resnet_lib.ResNet18, dict]:
             params[name], stats[name] = p, st
     params["head"] = {"kernel": _linear(m.take("fc.weight")), "bias": m.take("fc.bias")}
     m.done()
-    features = tuple(params[f"stage{s + 1}_block1"]["conv1"]["kernel"].shape[-1] for s in range(len(blocks)))
+    features = tuple(
+        params[f"stage{s + 1}_block1"]["conv1"]["kernel"].shape[-1] for s in range(len(blocks))
+    )
     if features[0] != w_stem.shape[0]:
-        raise ConfigError(f"the stem has {w_stem.shape[0]} channels and the first stage {features[0]}: posattn's "
-                          "ResNet needs them equal")
-    model = resnet_lib.ResNet18(num_classes=params["head"]["bias"].shape[0], stage_features=features,
-                                blocks_per_stage=blocks[0], channels=w_stem.shape[1], stem="imagenet")
+        raise ConfigError(
+            f"the stem has {w_stem.shape[0]} channels and the first stage {features[0]}: posattn's "
+            "ResNet needs them equal"
+        )
+    model = resnet_lib.ResNet18(
+        num_classes=params["head"]["bias"].shape[0],
+        stage_features=features,
+        blocks_per_stage=blocks[0],
+        channels=w_stem.shape[1],
+        stem="imagenet",
+    )
     variables = {"params": params, "batch_stats": stats}
     _check_shapes(model, variables, (1, 32, 32, w_stem.shape[1]))
     return model, variables
@@ -334,8 +412,10 @@ def heads_of(path: str, model_name: str | None = None) -> dict[str, int]:
     if model_name is not None:
         heads = _heads_of_name(model_name)
         if heads is None:
-            raise ConfigError(f"model_name={model_name!r} is not a timm ViT this knows (e.g. "
-                              "'vit_small_patch16_224'): give its num_heads instead")
+            raise ConfigError(
+                f"model_name={model_name!r} is not a timm ViT this knows (e.g. "
+                "'vit_small_patch16_224'): give its num_heads instead"
+            )
         found[f"model_name={model_name!r}"] = heads
     sources = []
     if path.endswith(".safetensors"):
@@ -367,20 +447,28 @@ def load(path: str, *, num_heads: int | None = None, model_name: str | None = No
         known = heads_of(path, model_name)
         if len(set(known.values())) > 1:
             said = ", ".join(f"{k}: {v}" for k, v in known.items())
-            raise ConfigError(f"{path}: its head counts disagree ({said}): fix the metadata or config.json, "
-                              "or give model_name")
+            raise ConfigError(
+                f"{path}: its head counts disagree ({said}): fix the metadata or config.json, "
+                "or give model_name"
+            )
         if known:
             where, heads = next(iter(known.items()))
             if num_heads is not None and int(num_heads) != heads:
-                raise ConfigError(f"num_heads={num_heads} contradicts {where}: {heads} heads; give "
-                                  f"num_heads={heads} or leave it out")
+                raise ConfigError(
+                    f"num_heads={num_heads} contradicts {where}: {heads} heads; give "
+                    f"num_heads={heads} or leave it out"
+                )
             num_heads = heads
         if num_heads is None:
-            raise ConfigError(f"{path} is a ViT: give num_heads or model_name (the head count is not in "
-                              "a state dict, its metadata or a config.json beside it; timm's ViT-Ti/S/B: "
-                              "3/6/12)")
+            raise ConfigError(
+                f"{path} is a ViT: give num_heads or model_name (the head count is not in "
+                "a state dict, its metadata or a config.json beside it; timm's ViT-Ti/S/B: "
+                "3/6/12)"
+            )
         return vit(state_dict, num_heads=num_heads)
     if "layer1.0.conv1.weight" in state_dict:
         return resnet(state_dict)
-    raise ConfigError(f"{path}: neither a timm ViT (patch_embed.proj.weight) nor a timm ResNet "
-                      "(layer1.0.conv1.weight)")
+    raise ConfigError(
+        f"{path}: neither a timm ViT (patch_embed.proj.weight) nor a timm ResNet "
+        "(layer1.0.conv1.weight)"
+    )

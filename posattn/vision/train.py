@@ -22,6 +22,7 @@ status 143 or 130 in the binary); a save that fails (full or read-only disk) sto
 The checkpoint manager is closed on every way out, so no save is left running into the interpreter's
 shutdown.
 """
+
 import contextlib
 import json
 import math
@@ -32,11 +33,22 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from posattn import compile_options, io, workdir as workdir_lib
+from posattn import compile_options, io
+from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
-from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
-from posattn.vision import checkpoint, evaluation, models, optim, preemption, resume, runs, saving, warm_start
+from posattn.metric_log import MetricLog, paired_test_metrics
+from posattn.vision import (
+    checkpoint,
+    evaluation,
+    models,
+    optim,
+    preemption,
+    resume,
+    runs,
+    saving,
+    warm_start,
+)
 from posattn.vision.data import augment
 from posattn.vision.setup import Setup, resolve
 from posattn.vision.state import init_state
@@ -59,12 +71,17 @@ def _out_of_memory_stops(config, mesh, workdir):
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
         last = checkpoint.survey(checkpoint.checkpoints_dir(workdir)).latest
-        kept = ("nothing was saved, so the corrected command may reuse this --workdir" if last is None else
-                f"the last checkpoint, step {last}, stays in {workdir}/checkpoints")
-        raise OutOfMemory(f"out of memory ({str(e).splitlines()[0][:160]}): global_batch_size="
-                          f"{config.global_batch_size} and eval_batch_size={config.eval_batch_size} over "
-                          f"{mesh.devices.size} devices do not fit; lower them (or use more devices, a smaller "
-                          f"model or compute_dtype='bfloat16'); {kept}") from e
+        kept = (
+            "nothing was saved, so the corrected command may reuse this --workdir"
+            if last is None
+            else f"the last checkpoint, step {last}, stays in {workdir}/checkpoints"
+        )
+        raise OutOfMemory(
+            f"out of memory ({str(e).splitlines()[0][:160]}): global_batch_size="
+            f"{config.global_batch_size} and eval_batch_size={config.eval_batch_size} over "
+            f"{mesh.devices.size} devices do not fit; lower them (or use more devices, a smaller "
+            f"model or compute_dtype='bfloat16'); {kept}"
+        ) from e
 
 
 def step_hyperparameters(config) -> dict[str, np.ndarray]:
@@ -75,7 +92,10 @@ def step_hyperparameters(config) -> dict[str, np.ndarray]:
     total_steps, an lr sweep) reuse one compiled step, in one process or through the persistent
     compilation cache.
     """
-    return {"seed": np.int32(config.seed), **optim.hyperparameters(config.optimizer, config.total_steps)}
+    return {
+        "seed": np.int32(config.seed),
+        **optim.hyperparameters(config.optimizer, config.total_steps),
+    }
 
 
 def make_train_step(setup: Setup):
@@ -95,8 +115,9 @@ def make_train_step(setup: Setup):
         labels = jax.nn.one_hot(batch["label"], num_classes, dtype=jnp.float32)
         if setup.augment.mixup_alpha > 0:
             images, labels = augment.mixup(mix_key, images, labels, setup.augment.mixup_alpha)
-        (loss, (logits, batch_stats)), grads = grad_fn(state["params"], state["batch_stats"], images, labels,
-                                                       drop_key, True)
+        (loss, (logits, batch_stats)), grads = grad_fn(
+            state["params"], state["batch_stats"], images, labels, drop_key, True
+        )
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         new_state = {
@@ -141,12 +162,17 @@ def _check_finite(pending: list, saver: saving.Saver, workdir) -> list:
         if not all(math.isfinite(m[k]) for k in ("loss", "grad_norm", "param_norm")):
             saver.wait(step)
             last = checkpoint.survey(saver.mngr.directory).latest
-            hint = ("no checkpoint was saved before it" if last is None else
-                    f"the last good checkpoint (step {last}) stays in {workdir}/checkpoints: rerun the "
-                    "same command with a lower --config.optimizer.lr (or a lower non-zero "
-                    "--config.optimizer.grad_clip) to resume from it")
-            raise NonFiniteLoss(f"non-finite loss {m['loss']} (gradient norm {m['grad_norm']}, parameter "
-                                f"norm {m['param_norm']}) at step {step}; the run stopped there, {hint}")
+            hint = (
+                "no checkpoint was saved before it"
+                if last is None
+                else f"the last good checkpoint (step {last}) stays in {workdir}/checkpoints: rerun the "
+                "same command with a lower --config.optimizer.lr (or a lower non-zero "
+                "--config.optimizer.grad_clip) to resume from it"
+            )
+            raise NonFiniteLoss(
+                f"non-finite loss {m['loss']} (gradient norm {m['grad_norm']}, parameter "
+                f"norm {m['param_norm']}) at step {step}; the run stopped there, {hint}"
+            )
     return [m for _, m in pulled]
 
 
@@ -165,9 +191,13 @@ def _preflight(config, workdir, abstract_state) -> dict:
     found = checkpoint.survey(checkpoint.checkpoints_dir(workdir))
     stored = resume.read_record(workdir)
     failed = resume.failed_launch(stored, config, found.latest)
-    plan = {"failed_launch": failed, "temporary": () if failed else found.temporary,
-            "changes": resume.check_resume(None if failed else stored, config, found.latest, workdir),
-            "state": None, "skipped": []}
+    plan = {
+        "failed_launch": failed,
+        "temporary": () if failed else found.temporary,
+        "changes": resume.check_resume(None if failed else stored, config, found.latest, workdir),
+        "state": None,
+        "skipped": [],
+    }
     if failed:  # what it left is set aside whole
         return plan
     if (workdir / "metrics.jsonl").exists():
@@ -200,10 +230,15 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     # Model, optimizer and the abstract state (shapes only: nothing is computed yet).
     repl, batch_shard = replicated(mesh), batch_sharding(mesh)
     # The seed and optimiser numbers, replicated arrays that every process holds (traced by the programs).
-    hyper = jax.tree.map(lambda v: jax.make_array_from_process_local_data(repl, v), step_hyperparameters(config))
+    hyper = jax.tree.map(
+        lambda v: jax.make_array_from_process_local_data(repl, v), step_hyperparameters(config)
+    )
     tx = optim.make_optimizer(config.optimizer, hyper)
-    init_fn = jax.jit(lambda seed: init_state(setup.model, setup.image_shape, seed, tx), out_shardings=repl,
-                      compiler_options=compile_options.run_once(mesh.devices.flat[0].platform))
+    init_fn = jax.jit(
+        lambda seed: init_state(setup.model, setup.image_shape, seed, tx),
+        out_shardings=repl,
+        compiler_options=compile_options.run_once(mesh.devices.flat[0].platform),
+    )
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hyper["seed"]), repl)
     # A pre-trained start (config.init_from), checked against this model before any file changes.
     pretrained = warm_start.load(config.init_from) if config.get("init_from") else None
@@ -212,22 +247,34 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     num_params = models.param_count(abstract_state["params"])
     # Before any work: a workdir that cannot take a checkpoint stops the run now, not at its first save.
     saves = 1 + (config.total_steps // config.checkpoint_every if config.checkpoint_every else 0)
-    copies = workdir_lib.checkpoint_copies(config.keep_checkpoints, saves, workdir_lib.saved_checkpoints(workdir))
+    copies = workdir_lib.checkpoint_copies(
+        config.keep_checkpoints, saves, workdir_lib.saved_checkpoints(workdir)
+    )
     need = "one checkpoint" if copies == 1 else f"{copies} checkpoints (those kept and the next)"
-    workdir = workdir_lib.check(workdir, copies * workdir_lib.checkpoint_bytes(abstract_state), need)
+    workdir = workdir_lib.check(
+        workdir, copies * workdir_lib.checkpoint_bytes(abstract_state), need
+    )
     # From here a stop request (SIGTERM, SIGINT) is recorded and honoured at the next step, with a save;
     # the caller's handlers are restored on the way out. The checkpoint manager and the metrics log are
     # closed on every way out (`closing`), so no save runs on into the interpreter's shutdown.
-    with (preemption.Watcher() as watcher, saving.orbax_errors_reported(),
-          _out_of_memory_stops(config, mesh, workdir), contextlib.ExitStack() as closing):
+    with (
+        preemption.Watcher() as watcher,
+        saving.orbax_errors_reported(),
+        _out_of_memory_stops(config, mesh, workdir),
+        contextlib.ExitStack() as closing,
+    ):
         # On every process, so all stop together; nothing in the workdir has changed if it raises.
         plan = _preflight(config, workdir, abstract_state)
         if plan["failed_launch"]:
             where = resume.set_aside_failed_launch(workdir)
-            _say(f"{workdir} held a launch of another config that stopped before its first checkpoint: its "
-                 f"files are set aside in {where}; starting afresh")
+            _say(
+                f"{workdir} held a launch of another config that stopped before its first checkpoint: its "
+                f"files are set aside in {where}; starting afresh"
+            )
         skipped = checkpoint.set_aside(checkpoint.checkpoints_dir(workdir), plan["skipped"])
-        mngr = checkpoint.manager(str(workdir), keep=config.keep_checkpoints)  # removes orbax's temporaries
+        mngr = checkpoint.manager(
+            str(workdir), keep=config.keep_checkpoints
+        )  # removes orbax's temporaries
         closing.callback(saving.close, mngr)
         io.write_json(workdir / "config.json", resume.record(config))
         runs.write_run_record(workdir, setup)
@@ -237,15 +284,27 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         state = plan["state"]
         resumed_from = None if state is None else int(jax.device_get(state["step"]))
         for bad in skipped:
-            _say(f"checkpoint {bad.step} {bad.reason}: moved to {bad.moved_to}, "
-                 + ("starting from step 0" if resumed_from is None else f"resuming from step {resumed_from}"))
+            _say(
+                f"checkpoint {bad.step} {bad.reason}: moved to {bad.moved_to}, "
+                + (
+                    "starting from step 0"
+                    if resumed_from is None
+                    else f"resuming from step {resumed_from}"
+                )
+            )
         if plan["temporary"]:
-            _say(f"removed {', '.join(plan['temporary'])} from {mngr.directory}: orbax's unfinished saves, "
-                 "left by a run stopped while saving")
+            _say(
+                f"removed {', '.join(plan['temporary'])} from {mngr.directory}: orbax's unfinished saves, "
+                "left by a run stopped while saving"
+            )
         if state is None:
             state = init_fn(hyper["seed"])
-            if pretrained is not None:  # a fresh start from the pre-trained parameters (Adam's moments are 0 alike)
-                state["params"] = jax.jit(warm_start.transfer, out_shardings=repl)(state["params"], pretrained)
+            if (
+                pretrained is not None
+            ):  # a fresh start from the pre-trained parameters (Adam's moments are 0 alike)
+                state["params"] = jax.jit(warm_start.transfer, out_shardings=repl)(
+                    state["params"], pretrained
+                )
         start = int(jax.device_get(state["step"]))
         # metrics.jsonl and TensorBoard, one schema with the theory regime; the records of steps after
         # `start` (run again now) are dropped
@@ -257,15 +316,31 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         resumed = "" if resumed_from is None else f"; resumed from step {start}"
         if pretrained is not None and resumed_from is None:
             resumed += f"; started from the parameters of {config.init_from}"
-        resumed += f"; changed from its config.json: {', '.join(plan['changes'])}" if plan["changes"] else ""
-        _say(f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
-             f"{jax.process_count()} processes{resumed}")
-        _say(f"augmentation: {setup.augment_note}")  # (the "auto" defaults resolved: setup.resolve_augment)
+        resumed += (
+            f"; changed from its config.json: {', '.join(plan['changes'])}"
+            if plan["changes"]
+            else ""
+        )
+        _say(
+            f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
+            f"{jax.process_count()} processes{resumed}"
+        )
+        _say(
+            f"augmentation: {setup.augment_note}"
+        )  # (the "auto" defaults resolved: setup.resolve_augment)
 
-        train_step = jax.jit(make_train_step(setup), in_shardings=(repl, batch_shard, repl),
-                             out_shardings=(repl, repl), donate_argnums=(0,))
-        eval_step = jax.jit(evaluation.make_eval_step(setup), in_shardings=(repl, batch_shard, repl), out_shardings=repl,
-                            donate_argnums=(2,))
+        train_step = jax.jit(
+            make_train_step(setup),
+            in_shardings=(repl, batch_shard, repl),
+            out_shardings=(repl, repl),
+            donate_argnums=(0,),
+        )
+        eval_step = jax.jit(
+            evaluation.make_eval_step(setup),
+            in_shardings=(repl, batch_shard, repl),
+            out_shardings=repl,
+            donate_argnums=(2,),
+        )
 
         saver = saving.Saver(mngr, workdir)
         total, batch_size = config.total_steps, config.global_batch_size
@@ -289,11 +364,17 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             # an evaluation or a save is honoured at the next step. The stop saves and skips the eval.
             stop = not is_last and watcher.reached(step, mngr)
             do_log = step % config.log_every == 0 or is_last
-            do_eval = not stop and (is_last or (config.eval_every and step % config.eval_every == 0))
-            do_ckpt = stop or is_last or (config.checkpoint_every and step % config.checkpoint_every == 0)
+            do_eval = not stop and (
+                is_last or (config.eval_every and step % config.eval_every == 0)
+            )
+            do_ckpt = (
+                stop or is_last or (config.checkpoint_every and step % config.checkpoint_every == 0)
+            )
             if not (do_log or do_eval or do_ckpt):
                 continue
-            window += _check_finite(pending, saver, workdir)  # waits for the pending steps to finish
+            window += _check_finite(
+                pending, saver, workdir
+            )  # waits for the pending steps to finish
             pending = []
             dt = time.perf_counter() - t_go
             timed_seconds, log_seconds = timed_seconds + dt, log_seconds + dt
@@ -302,11 +383,18 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
                 images_per_second = log_steps * batch_size / log_seconds if log_steps else None
                 eta = _eta((total - step) * log_seconds / log_steps) if log_steps else "?"
                 log_seconds, log_steps = 0.0, 0
-                log.write({"step": step, **{f"train_{k}": v for k, v in train_metrics.items()},
-                           "images_per_second": images_per_second})
-                _say(f"step {step}/{total}  loss {train_metrics['loss']:.4f}  "
-                     f"acc {train_metrics['accuracy']:.3f}  lr {train_metrics['lr']:.2e}  "
-                     f"{'?' if images_per_second is None else f'{images_per_second:,.0f}'} img/s  ETA {eta}")
+                log.write(
+                    {
+                        "step": step,
+                        **{f"train_{k}": v for k, v in train_metrics.items()},
+                        "images_per_second": images_per_second,
+                    }
+                )
+                _say(
+                    f"step {step}/{total}  loss {train_metrics['loss']:.4f}  "
+                    f"acc {train_metrics['accuracy']:.3f}  lr {train_metrics['lr']:.2e}  "
+                    f"{'?' if images_per_second is None else f'{images_per_second:,.0f}'} img/s  ETA {eta}"
+                )
             if do_ckpt:
                 saver.save(state, step)
             if do_eval:
@@ -321,17 +409,38 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         saver.wait(total)
         if not evals:  # nothing left to train (the checkpoint was already final): evaluate it
             evals = evaluation.evaluate(eval_step, state, setup, mesh)
-        summary = run_summary(evals, train_metrics, setup, mesh, steps=int(jax.device_get(state["step"])),
-                              start=start, resumed_from=resumed_from, moved_aside=skipped,
-                              seconds=time.perf_counter() - t_run, timed_seconds=timed_seconds,
-                              num_params=num_params)
+        summary = run_summary(
+            evals,
+            train_metrics,
+            setup,
+            mesh,
+            steps=int(jax.device_get(state["step"])),
+            start=start,
+            resumed_from=resumed_from,
+            moved_aside=skipped,
+            seconds=time.perf_counter() - t_run,
+            timed_seconds=timed_seconds,
+            num_params=num_params,
+        )
         io.write_json(workdir / "summary.json", summary)
         _say("summary: " + json.dumps(summary, sort_keys=True))
         return state, summary
 
 
-def run_summary(evals: dict, train_metrics: dict, setup, mesh, *, steps: int, start: int, resumed_from,
-                moved_aside, seconds: float, timed_seconds: float, num_params: int) -> dict:
+def run_summary(
+    evals: dict,
+    train_metrics: dict,
+    setup,
+    mesh,
+    *,
+    steps: int,
+    start: int,
+    resumed_from,
+    moved_aside,
+    seconds: float,
+    timed_seconds: float,
+    num_params: int,
+) -> dict:
     """summary.json of a run (docs/metrics.md): its evaluation, last training metrics, steps, the
     checkpoints it moved aside, time and throughput (the steps after the first, which compiles), and
     the augmentation as applied. One writer for a run and for each seed of a vmapped one."""
@@ -345,8 +454,9 @@ def run_summary(evals: dict, train_metrics: dict, setup, mesh, *, steps: int, st
         "resumed_from_step": resumed_from,
         "checkpoints_moved_aside": [vars(bad) for bad in moved_aside],
         "seconds": seconds,
-        "images_per_second": (timed_steps * setup.config.global_batch_size / timed_seconds
-                              if timed_steps else None),
+        "images_per_second": (
+            timed_steps * setup.config.global_batch_size / timed_seconds if timed_steps else None
+        ),
         "param_count": num_params,
         "augmentation": setup.augment_note,  # as applied (run.json records the settings)
         "devices": mesh.devices.size,

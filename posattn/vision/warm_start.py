@@ -11,6 +11,7 @@ Every parameter is copied, with two exceptions that a change of task or image si
   zero head).
 Any other difference (another architecture, width, depth or patch) is a ConfigError.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,10 @@ def resample_pos_embedding(P_xTxD: jax.Array, tokens: int) -> jax.Array:
     tokens: the grid bilinearly, the CLS row as it is. ValueError when either count is no such grid."""
     old, new = _grid_side(P_xTxD.shape[-2]), _grid_side(tokens)
     if old is None or new is None or old[0] != new[0]:
-        raise ValueError(f"cannot resample {P_xTxD.shape[-2]} position rows to {tokens}: not both a square "
-                         "patch grid with the same CLS rows")
+        raise ValueError(
+            f"cannot resample {P_xTxD.shape[-2]} position rows to {tokens}: not both a square "
+            "patch grid with the same CLS rows"
+        )
     lead, side = old
     grid = P_xTxD[..., lead:, :].reshape(*P_xTxD.shape[:-2], side, side, P_xTxD.shape[-1])
     shape = (*grid.shape[:-3], new[1], new[1], grid.shape[-1])
@@ -69,7 +72,11 @@ def transfer(fresh: dict, pretrained: dict) -> dict:
             return new
         if old.shape == new.shape:
             return jnp.asarray(old, new.dtype)
-        if path.split("/")[-1] == POS_EMBEDDING and old.shape[:-2] == new.shape[:-2] and old.shape[-1] == new.shape[-1]:
+        if (
+            path.split("/")[-1] == POS_EMBEDDING
+            and old.shape[:-2] == new.shape[:-2]
+            and old.shape[-1] == new.shape[-1]
+        ):
             try:
                 return resample_pos_embedding(jnp.asarray(old, new.dtype), new.shape[-2])
             except ValueError as e:
@@ -82,9 +89,13 @@ def transfer(fresh: dict, pretrained: dict) -> dict:
 
     out = jax.tree_util.tree_map_with_path(take, fresh)
     if problems:
-        shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
-        raise ConfigError(f"init_from: the pre-trained parameters do not fit this model: {shown}. Pre-train "
-                          "the same architecture (variant, patch, attention kind, pooling)")
+        shown = "; ".join(problems[:4]) + (
+            f"; and {len(problems) - 4} more" if len(problems) > 4 else ""
+        )
+        raise ConfigError(
+            f"init_from: the pre-trained parameters do not fit this model: {shown}. Pre-train "
+            "the same architecture (variant, patch, attention kind, pooling)"
+        )
     return out
 
 
@@ -93,7 +104,9 @@ def load(workdir) -> dict:
     ConfigError for a workdir that holds no finished run."""
     path = epath.Path(workdir)
     if not (path / "summary.json").exists():
-        raise ConfigError(f"init_from={workdir}: no finished run there (no summary.json): finish its run "
-                          "(rerun its command) or point init_from at the workdir of a finished image run")
+        raise ConfigError(
+            f"init_from={workdir}: no finished run there (no summary.json): finish its run "
+            "(rerun its command) or point init_from at the workdir of a finished image run"
+        )
     _, state, _ = runs.restore_run(path, devices=jax.local_devices())
     return state["params"]

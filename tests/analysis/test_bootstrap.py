@@ -1,4 +1,5 @@
 """Percentile bootstrap intervals on cases whose answer is known."""
+
 import itertools
 
 import numpy as np
@@ -42,7 +43,9 @@ def test_hessian_intervals_resample_whole_minibatches():
     # over 27 equally likely resamples: P(0) = P(1) = 1/27 > 2.5%, so the 95% interval is [0, 1]; and
     # P(NEP <= 1/6) = 4/27 > 10% > P(0), so the 80% interval is [1/6, 5/6] (by symmetry)
     eigs = np.array([[1.0, 2.0], [-1.0, 4.0], [-2.0, -3.0]])
-    shares = sorted(np.mean([[0, 0.5, 1][i] for i in pick]) for pick in itertools.product(range(3), repeat=3))
+    shares = sorted(
+        np.mean([[0, 0.5, 1][i] for i in pick]) for pick in itertools.product(range(3), repeat=3)
+    )
     assert shares[:4] == [0, 1 / 6, 1 / 6, 1 / 6] and shares[-1] == 1
     s = hessian.summaries(eigs, resamples=20000, seed=0)
     assert s["nep"] == 0.5 and s["nep_interval"] == [0.0, 1.0]
@@ -50,7 +53,9 @@ def test_hessian_intervals_resample_whole_minibatches():
     assert (lo, hi) == pytest.approx((1 / 6, 5 / 6))
     assert s["ape"] == pytest.approx(7 / 3) and s["batches"] == 3 and s["count"] == 6
     lo, hi = s["ape_interval"]
-    assert 1.5 <= lo < 7 / 3 < hi <= 4.0  # APE of a resample lies between its batches' extremes (1.5 .. 4)
+    assert (
+        1.5 <= lo < 7 / 3 < hi <= 4.0
+    )  # APE of a resample lies between its batches' extremes (1.5 .. 4)
     # a resample of the third batch alone has no positive eigenvalue: its NaN APE is left out
     assert np.isfinite(lo) and np.isfinite(hi)
 
@@ -59,7 +64,10 @@ def test_sign_and_compare_state_only_separated_intervals():
     est = lambda lo, hi: {"value": (lo + hi) / 2, "lo": lo, "hi": hi}  # noqa: E731
     assert bootstrap.sign(est(0.1, 0.3)) == 1 and bootstrap.sign(est(-0.3, -0.1)) == -1
     assert bootstrap.sign(est(-0.1, 0.3)) == 0 and bootstrap.sign(est(np.nan, np.nan)) == 0
-    assert bootstrap.compare(est(2, 3), est(0, 1)) == 1 and bootstrap.compare(est(0, 1), est(2, 3)) == -1
+    assert (
+        bootstrap.compare(est(2, 3), est(0, 1)) == 1
+        and bootstrap.compare(est(0, 1), est(2, 3)) == -1
+    )
     assert bootstrap.compare(est(0, 2), est(1, 3)) == 0
 
 
@@ -80,7 +88,7 @@ def test_difference_of_means_gives_welchs_interval_by_its_formula_and_a_bootstra
     a, b = np.array([81.2, 80.7, 81.9]), np.array([82.3, 81.5, 83.0, 82.6])
     out = difference_of_means(a, b)
     va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))  # Welch-Satterthwaite
+    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))  # Welch-Satterthwaite
     half = stats.t.ppf(0.975, df) * np.sqrt(va + vb)
     d = b.mean() - a.mean()
     np.testing.assert_allclose(out["welch"], (d - half, d + half), rtol=1e-10)

@@ -1,4 +1,5 @@
 """Fourier amplitude of known signals (PK22 Figure 4) and feature-map variance (PK22 Figure 6)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,7 +20,9 @@ def test_log_amplitude_of_known_signal():
     z = np.stack([_diagonal_wave(n, k, a, c)] * 2)[..., None].repeat(3, axis=-1)  # B=2, C=3
     A = np.array(fourier.log_amplitude(jnp.asarray(z)))
     centre = n // 2
-    np.testing.assert_allclose(A[centre, centre], np.log(c * n * n + 1e-6), rtol=1e-5)  # DC in the middle
+    np.testing.assert_allclose(
+        A[centre, centre], np.log(c * n * n + 1e-6), rtol=1e-5
+    )  # DC in the middle
     np.testing.assert_allclose(A[centre + k, centre + k], np.log(a * n * n / 2 + 1e-6), rtol=1e-5)
     np.testing.assert_allclose(A[centre - k, centre - k], np.log(a * n * n / 2 + 1e-6), rtol=1e-5)
     A[centre, centre] = A[centre + k, centre + k] = A[centre - k, centre - k] = np.log(1e-6)
@@ -37,7 +40,9 @@ def test_relative_profile_reads_the_half_diagonal():
 
 def test_low_pass_filter_lowers_the_high_frequency_value():
     z = np.random.default_rng(0).normal(size=(4, 8, 8, 5))
-    blurred = (z + np.roll(z, 1, 1) + np.roll(z, 1, 2) + np.roll(z, (1, 1), (1, 2))) / 4  # 2 x 2 box filter
+    blurred = (
+        z + np.roll(z, 1, 1) + np.roll(z, 1, 2) + np.roll(z, (1, 1), (1, 2))
+    ) / 4  # 2 x 2 box filter
     hf = jax.jit(fourier.high_frequency)
     assert hf(jnp.asarray(blurred)) < hf(jnp.asarray(z)) - 1.0
 
@@ -46,8 +51,10 @@ def _pk22_profile(z_BxCxHxW):
     """PK22's fourier_analysis.ipynb, in numpy: log(|FFT2| + 1e-6), rolled by int(h/2), mean over batch and
     channels, diag()[int(h/2):], minus its first point."""
     h, w = z_BxCxHxW.shape[2:]
-    A = np.roll(np.log(np.abs(np.fft.fft2(z_BxCxHxW)) + 1e-6), (int(h / 2), int(w / 2)), (2, 3)).mean((0, 1))
-    d = np.diag(A)[int(h / 2):]
+    A = np.roll(
+        np.log(np.abs(np.fft.fft2(z_BxCxHxW)) + 1e-6), (int(h / 2), int(w / 2)), (2, 3)
+    ).mean((0, 1))
+    d = np.diag(A)[int(h / 2) :]
     return d - d[0]
 
 
@@ -63,9 +70,13 @@ def test_profile_is_pk22s_indexing_for_odd_and_small_maps():
 
 
 def test_feature_variance_is_the_unbiased_spatial_variance():
-    z = np.random.default_rng(0).normal(size=(3, 4, 5, 6)) * np.arange(1, 7)  # channels of different scales
+    z = np.random.default_rng(0).normal(size=(3, 4, 5, 6)) * np.arange(
+        1, 7
+    )  # channels of different scales
     expected = np.mean([np.var(z[b, :, :, c], ddof=1) for b in range(3) for c in range(6)])
-    np.testing.assert_allclose(variance.feature_variance(jnp.asarray(z, jnp.float32)), expected, rtol=1e-5)
+    np.testing.assert_allclose(
+        variance.feature_variance(jnp.asarray(z, jnp.float32)), expected, rtol=1e-5
+    )
     # a constant map has none; a 1 x 1 map has no spatial variance at all
     assert variance.feature_variance(jnp.ones((2, 4, 4, 3))) == 0.0
     assert np.isnan(variance.feature_variance(jnp.ones((2, 1, 1, 3))))
@@ -88,13 +99,22 @@ def test_fourier_and_variance_compile_once_per_layer_shape():
 def test_per_image_profiles_and_variances_average_to_the_layers():
     # the bootstrap's units: their mean over images is the figure's value (the profile is linear in the
     # batch mean of the log amplitude; the variance is a batch mean)
-    feats = {"a": jax.random.normal(jax.random.key(0), (5, 7, 7, 3)),
-             "b": jax.random.normal(jax.random.key(1), (5, 4, 4, 2)) ** 2}
+    feats = {
+        "a": jax.random.normal(jax.random.key(0), (5, 7, 7, 3)),
+        "b": jax.random.normal(jax.random.key(1), (5, 4, 4, 2)) ** 2,
+    }
     for name in feats:
-        np.testing.assert_allclose(fourier.image_profiles(feats)[name].mean(0), fourier.layer_profiles(feats)[name],
-                                   rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(variance.image_variances(feats)[name].mean(0), variance.layer_variances(feats)[name],
-                                   rtol=1e-5)
+        np.testing.assert_allclose(
+            fourier.image_profiles(feats)[name].mean(0),
+            fourier.layer_profiles(feats)[name],
+            rtol=1e-5,
+            atol=1e-5,
+        )
+        np.testing.assert_allclose(
+            variance.image_variances(feats)[name].mean(0),
+            variance.layer_variances(feats)[name],
+            rtol=1e-5,
+        )
     assert fourier.image_profiles(feats)["a"].shape == (5, 4)
 
 
@@ -104,7 +124,11 @@ def test_tokens_not_on_their_grid_are_refused_by_the_fourier_and_variance_tools(
     for fn in (fourier.log_amplitude, fourier.relative_profile, variance.feature_variance):
         with pytest.raises(ConfigError, match=r"give a \(B, h, w, C\) map"):
             fn(tokens)
-    for fn in (fourier.image_profiles, fourier.layer_profiles, variance.image_variances,
-               variance.layer_variances):
+    for fn in (
+        fourier.image_profiles,
+        fourier.layer_profiles,
+        variance.image_variances,
+        variance.layer_variances,
+    ):
         with pytest.raises(ConfigError, match="feature 'block'"):
             fn({"block": tokens})

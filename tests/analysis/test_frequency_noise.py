@@ -1,4 +1,5 @@
 """Band-limited noise really is band-limited, and the accuracy drop is measured (PK22 Figure 5)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,8 +22,9 @@ def _pk22_fourier_mask(x_BxCxHxW, f, s=0.2):
     h = x_BxCxHxW.shape[2]
     shift = lambda a: np.roll(a, (int(h / 2), int(h / 2)), axis=(2, 3))  # noqa: E731
     X = shift(np.fft.fft2(x_BxCxHxW))
-    mask = (_pk22_center_mask(int(((f + s) * h) / (2 * np.pi)) * 2, h)
-            - _pk22_center_mask(int(((f - s) * h) / (2 * np.pi)) * 2, h))
+    mask = _pk22_center_mask(int(((f + s) * h) / (2 * np.pi)) * 2, h) - _pk22_center_mask(
+        int(((f - s) * h) / (2 * np.pi)) * 2, h
+    )
     return np.fft.ifft2(shift(mask * np.abs(X) * np.exp(1j * np.angle(X)))), mask
 
 
@@ -30,11 +32,17 @@ def test_band_and_noise_are_pk22s_fourier_mask():
     for h in (8, 16, 32):
         for f in fn.FREQUENCIES:
             _, mask = _pk22_fourier_mask(np.zeros((1, 1, h, h)), f)
-            np.testing.assert_array_equal(fn.band_mask(h, h, f), mask.astype(bool), err_msg=f"{h} {f}")
+            np.testing.assert_array_equal(
+                fn.band_mask(h, h, f), mask.astype(bool), err_msg=f"{h} {f}"
+            )
     _, mask = _pk22_fourier_mask(np.zeros((1, 1, 16, 16)), 0.1 * np.pi)
-    assert mask[8, 8] == 1 and mask[7, 7] == 1 and mask[9, 9] == 0  # DC kept at 0.1 pi; k = -1 but not +1
+    assert (
+        mask[8, 8] == 1 and mask[7, 7] == 1 and mask[9, 9] == 0
+    )  # DC kept at 0.1 pi; k = -1 but not +1
     key, shape = jax.random.key(3), (2, 16, 16, 3)
-    delta = 0.7 * np.sign(np.asarray(jax.random.normal(key, shape, jnp.float32)))  # PK22's Random, eps 0.7
+    delta = 0.7 * np.sign(
+        np.asarray(jax.random.normal(key, shape, jnp.float32))
+    )  # PK22's Random, eps 0.7
     for f in (0.1 * np.pi, 0.5 * np.pi, 0.9 * np.pi):
         expected, _ = _pk22_fourier_mask(delta.transpose(0, 3, 1, 2), f)
         ours = fn.band_limited_noise(key, shape, f, eps=fn.EPS)
@@ -80,11 +88,16 @@ def test_accuracy_drops_and_one_compilation_for_many_batches():
 
     def tool(x, k):
         traces.append(1)  # runs only while jax traces (compiles) the function
-        return {name: fn.accuracy_drops(m, x, jnp.argmax(m(x), -1), k, eps=3.0) for name, m in models.items()}
+        return {
+            name: fn.accuracy_drops(m, x, jnp.argmax(m(x), -1), k, eps=3.0)
+            for name, m in models.items()
+        }
 
     run = jax.jit(tool)
     for seed in (1, 2):
-        out = run(jax.random.normal(jax.random.key(seed), (64, 16, 16, 1)), jax.random.key(seed + 10))
+        out = run(
+            jax.random.normal(jax.random.key(seed), (64, 16, 16, 1)), jax.random.key(seed + 10)
+        )
         clean, drops = out["mean"]
         assert clean == 1.0 and drops.shape == (9,)
         assert drops[0] < -0.05
@@ -99,14 +112,18 @@ def test_empty_bands_of_8x8_images_are_nan_not_a_zero_drop():
     x = jax.random.normal(jax.random.key(0), (16, 8, 8, 1))
     model = lambda z: jnp.stack([z.mean((1, 2, 3)), -z.mean((1, 2, 3))], -1)  # noqa: E731
     clean, drops = fn.accuracy_drops(model, x, jnp.argmax(model(x), -1), jax.random.key(1))
-    empty = np.isin(np.asarray(fn.FREQUENCIES, np.float32), np.asarray(fn.empty_bands(8, 8), np.float32))
+    empty = np.isin(
+        np.asarray(fn.FREQUENCIES, np.float32), np.asarray(fn.empty_bands(8, 8), np.float32)
+    )
     assert empty.sum() == 4
     np.testing.assert_array_equal(np.isnan(np.asarray(drops)), empty)
     assert clean == 1.0
     # under_noise: the same for any measure, cast to float for the NaN (index 0 is the clean pass)
     correct = fn.under_noise(lambda z: jnp.argmax(model(z), -1) == 0, x, jax.random.key(1))
     assert correct.dtype == jnp.float32
-    np.testing.assert_array_equal(np.isnan(np.asarray(correct)).all(1), np.concatenate([[False], empty]))
+    np.testing.assert_array_equal(
+        np.isnan(np.asarray(correct)).all(1), np.concatenate([[False], empty])
+    )
 
 
 def test_images_and_labels_of_the_wrong_layout_or_range_are_refused():

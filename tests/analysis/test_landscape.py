@@ -1,4 +1,5 @@
 """Loss landscape on normalised random directions (PK22 Figure 1)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,29 +11,45 @@ from posattn.errors import ConfigError
 
 def _params():
     k = jax.random.split(jax.random.key(0), 5)
-    return {"dense": {"kernel": jax.random.normal(k[0], (3, 4)) * jnp.arange(1, 5), "bias": jnp.ones(4)},
-            "conv": {"kernel": jax.random.normal(k[1], (3, 3, 2, 5))},
-            "pos_embedding": jax.random.normal(k[2], (6, 4)),
-            # the attention's layouts: (in, 3, heads, head_dim) with a (3, heads, head_dim) bias, and
-            # (heads, head_dim, out)
-            "attn": {"qkv": {"kernel": jax.random.normal(k[3], (4, 3, 2, 2)), "bias": jnp.ones((3, 2, 2))},
-                     "out": {"kernel": jax.random.normal(k[4], (2, 2, 4)), "bias": jnp.ones(4)}},
-            "cls": jnp.arange(1.0, 5.0).reshape(1, 1, 4)}
+    return {
+        "dense": {
+            "kernel": jax.random.normal(k[0], (3, 4)) * jnp.arange(1, 5),
+            "bias": jnp.ones(4),
+        },
+        "conv": {"kernel": jax.random.normal(k[1], (3, 3, 2, 5))},
+        "pos_embedding": jax.random.normal(k[2], (6, 4)),
+        # the attention's layouts: (in, 3, heads, head_dim) with a (3, heads, head_dim) bias, and
+        # (heads, head_dim, out)
+        "attn": {
+            "qkv": {"kernel": jax.random.normal(k[3], (4, 3, 2, 2)), "bias": jnp.ones((3, 2, 2))},
+            "out": {"kernel": jax.random.normal(k[4], (2, 2, 4)), "bias": jnp.ones(4)},
+        },
+        "cls": jnp.arange(1.0, 5.0).reshape(1, 1, 4),
+    }
 
 
 def _unit_norms(kernel, output_axes):
     """The norm of each output unit (an index of `output_axes`) of a kernel."""
     inputs = [a for a in range(kernel.ndim) if a not in output_axes]
     moved = jnp.moveaxis(kernel, inputs, list(range(len(inputs))))
-    return jnp.linalg.norm(moved.reshape(-1, *moved.shape[len(inputs):]), axis=0).ravel()
+    return jnp.linalg.norm(moved.reshape(-1, *moved.shape[len(inputs) :]), axis=0).ravel()
 
 
 # each kernel of _params() in PyTorch's layout (out, in, ...), and back
 _TO_TORCH = {
     ("dense", "kernel"): (lambda k: k.T, lambda t, shape: t.T),
-    ("conv", "kernel"): (lambda k: k.transpose(3, 2, 0, 1), lambda t, shape: t.transpose(2, 3, 1, 0)),
-    ("attn", "qkv", "kernel"): (lambda k: k.reshape(k.shape[0], -1).T, lambda t, shape: t.T.reshape(shape)),
-    ("attn", "out", "kernel"): (lambda k: k.reshape(-1, k.shape[-1]).T, lambda t, shape: t.T.reshape(shape)),
+    ("conv", "kernel"): (
+        lambda k: k.transpose(3, 2, 0, 1),
+        lambda t, shape: t.transpose(2, 3, 1, 0),
+    ),
+    ("attn", "qkv", "kernel"): (
+        lambda k: k.reshape(k.shape[0], -1).T,
+        lambda t, shape: t.T.reshape(shape),
+    ),
+    ("attn", "out", "kernel"): (
+        lambda k: k.reshape(-1, k.shape[-1]).T,
+        lambda t, shape: t.T.reshape(shape),
+    ),
     ("cls",): (lambda k: k, lambda t, shape: t),  # timm's cls_token is (1, 1, width) too
 }
 
@@ -40,7 +57,11 @@ _TO_TORCH = {
 def _pk22_normalize_filter(b, w):
     """PK22's ops/loss_landscapes.py normalize_filter on one PyTorch tensor, in numpy:
     torch.norm(w, dim=0, keepdim=True) / (torch.norm(b, dim=0, keepdim=True) + 1e-7) * b."""
-    return np.linalg.norm(w, axis=0, keepdims=True) / (np.linalg.norm(b, axis=0, keepdims=True) + 1e-7) * b
+    return (
+        np.linalg.norm(w, axis=0, keepdims=True)
+        / (np.linalg.norm(b, axis=0, keepdims=True) + 1e-7)
+        * b
+    )
 
 
 def _get(tree, path):
@@ -51,14 +72,21 @@ def _get(tree, path):
 
 def test_default_normalisation_is_pk22s_normalize_filter():
     params = _params()
-    raw = jax.tree.map(lambda t: np.random.default_rng(t.size).normal(size=t.shape).astype(np.float32), params)
+    raw = jax.tree.map(
+        lambda t: np.random.default_rng(t.size).normal(size=t.shape).astype(np.float32), params
+    )
     d = landscape.normalise_direction(raw, params)
     for path, (to_torch, back) in _TO_TORCH.items():
         w, b = _get(params, path), _get(raw, path)
         expected = back(_pk22_normalize_filter(to_torch(b), to_torch(w)), w.shape)
         np.testing.assert_allclose(_get(d, path), expected, rtol=1e-5, err_msg=str(path))
     # PyTorch's 1-D tensors (biases) and the positional embedding do not move (ignore_bn, ignore_kw)
-    for zeroed in (d["dense"]["bias"], d["attn"]["qkv"]["bias"], d["attn"]["out"]["bias"], d["pos_embedding"]):
+    for zeroed in (
+        d["dense"]["bias"],
+        d["attn"]["qkv"]["bias"],
+        d["attn"]["out"]["bias"],
+        d["pos_embedding"],
+    ):
         assert not np.asarray(zeroed).any()
 
 
@@ -71,24 +99,35 @@ def test_random_direction_keeps_pk22s_slice_norms_by_default():
         slices = lambda tree: np.linalg.norm(to_torch(_get(tree, path)), axis=0)  # noqa: E731
         np.testing.assert_allclose(slices(d), slices(params), rtol=1e-5, err_msg=str(path))
     conv = _get(params, ("conv", "kernel"))
-    assert not np.allclose(_unit_norms(d["conv"]["kernel"], (3,)), _unit_norms(conv, (3,)), rtol=0.05)
+    assert not np.allclose(
+        _unit_norms(d["conv"]["kernel"], (3,)), _unit_norms(conv, (3,)), rtol=0.05
+    )
 
 
 def test_filter_normalisation_is_li_et_als_per_output_unit():
     params = _params()
     d = landscape.random_direction(jax.random.key(1), params, normalisation="filter")
     # each output unit (PyTorch's out-channel) of each kernel moves by its own norm
-    for kern, dk, outputs in ((params["dense"]["kernel"], d["dense"]["kernel"], (1,)),
-                              (params["conv"]["kernel"], d["conv"]["kernel"], (3,)),
-                              (params["attn"]["qkv"]["kernel"], d["attn"]["qkv"]["kernel"], (1, 2, 3)),
-                              (params["attn"]["out"]["kernel"], d["attn"]["out"]["kernel"], (2,))):
+    for kern, dk, outputs in (
+        (params["dense"]["kernel"], d["dense"]["kernel"], (1,)),
+        (params["conv"]["kernel"], d["conv"]["kernel"], (3,)),
+        (params["attn"]["qkv"]["kernel"], d["attn"]["qkv"]["kernel"], (1, 2, 3)),
+        (params["attn"]["out"]["kernel"], d["attn"]["out"]["kernel"], (2,)),
+    ):
         assert _unit_norms(dk, outputs).shape[0] == np.prod([kern.shape[a] for a in outputs])
         np.testing.assert_allclose(_unit_norms(dk, outputs), _unit_norms(kern, outputs), rtol=1e-5)
-        assert not np.allclose(dk / jnp.linalg.norm(dk), kern / jnp.linalg.norm(kern))  # random, not theta
+        assert not np.allclose(
+            dk / jnp.linalg.norm(dk), kern / jnp.linalg.norm(kern)
+        )  # random, not theta
     # the class token is one filter
     np.testing.assert_allclose(jnp.linalg.norm(d["cls"]), jnp.linalg.norm(params["cls"]), rtol=1e-5)
     assert not np.allclose(jnp.abs(d["cls"]), params["cls"])  # not one filter per element
-    for zeroed in (d["dense"]["bias"], d["attn"]["qkv"]["bias"], d["attn"]["out"]["bias"], d["pos_embedding"]):
+    for zeroed in (
+        d["dense"]["bias"],
+        d["attn"]["qkv"]["bias"],
+        d["attn"]["out"]["bias"],
+        d["pos_embedding"],
+    ):
         assert not zeroed.any()
 
 
@@ -98,11 +137,14 @@ def test_surface_at_origin_is_the_loss_and_matches_a_quadratic():
 
     def loss(p, b):
         return jnp.mean((b["x"] @ p["dense"]["kernel"] + p["dense"]["bias"]) ** 2) + jnp.sum(
-            p["conv"]["kernel"] ** 2)
+            p["conv"]["kernel"] ** 2
+        )
 
     d1 = landscape.random_direction(jax.random.key(1), params)
     d2 = landscape.random_direction(jax.random.key(2), params)
-    L = jax.jit(lambda p, b, u, v: landscape.surface(loss, p, b, u, v, chunk=8))(params, batch, d1, d2)
+    L = jax.jit(lambda p, b, u, v: landscape.surface(loss, p, b, u, v, chunk=8))(
+        params, batch, d1, d2
+    )
     assert L.shape == (21, 21)
     np.testing.assert_allclose(L[10, 10], loss(params, batch), rtol=1e-6)
     xs = landscape.grid()
@@ -110,8 +152,11 @@ def test_surface_at_origin_is_the_loss_and_matches_a_quadratic():
         moved = jax.tree.map(lambda t, a, b: t + xs[ix] * a + xs[iy] * b, params, d1, d2)
         np.testing.assert_allclose(L[iy, ix], loss(moved, batch), rtol=1e-5)
     # a coarser grid of 4k + 1 points (the PK22 suite's 9) holds the points the claims read, with the same values
-    coarse = jax.jit(lambda p, b, u, v: landscape.surface(loss, p, b, u, v, xs=landscape.grid(9),
-                                                          ys=landscape.grid(9)))(params, batch, d1, d2)
+    coarse = jax.jit(
+        lambda p, b, u, v: landscape.surface(
+            loss, p, b, u, v, xs=landscape.grid(9), ys=landscape.grid(9)
+        )
+    )(params, batch, d1, d2)
     # x, y in {-1, -0.5, 0, 0.5, 1}: every second point of 9, every fifth of 21
     np.testing.assert_allclose(coarse[::2, ::2], L[::5, ::5], rtol=1e-5)
     # the chunk is a matter of speed only: one point at a time (the CPU's default) gives the same surface
@@ -128,7 +173,9 @@ def test_surface_compiles_once_for_many_batches():
 
     def tool(p, b):
         traces.append(1)  # runs only while jax traces (compiles) the function
-        return landscape.surface(loss, p, b, d, d, xs=landscape.grid(5), ys=landscape.grid(5), chunk=4)
+        return landscape.surface(
+            loss, p, b, d, d, xs=landscape.grid(5), ys=landscape.grid(5), chunk=4
+        )
 
     params = _params()
     d = landscape.random_direction(jax.random.key(1), params)

@@ -1,10 +1,11 @@
 """The objective of PK22's Hessians and landscapes: NLL on mixed-up, smoothed targets + its L2 term."""
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from jax.flatten_util import ravel_pytree
 import numpy as np
 import pytest
+from jax.flatten_util import ravel_pytree
 
 from posattn.analysis import objective
 from posattn.errors import ConfigError
@@ -33,13 +34,16 @@ class _Linear(nn.Module):
 def test_l2_penalty_is_pk22s_sum_of_norms():
     params = {"w": jnp.full((2, 2), 3.0), "b": jnp.arange(4.0), "s": {"c": -jnp.ones((1, 1, 5))}}
     assert objective.WEIGHT_DECAY == 0.05  # PK22's configs/cifar100_vit.yaml
-    np.testing.assert_allclose(objective.l2_penalty(params, objective.WEIGHT_DECAY), 0.05 * _pk22_l2(params),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        objective.l2_penalty(params, objective.WEIGHT_DECAY), 0.05 * _pk22_l2(params), rtol=1e-6
+    )
     # a tensor at zero (a zero-initialised bias) leaves the Hessian finite
     zero = {"w": jnp.ones((2, 2)), "b": jnp.zeros(3)}
     assert np.isfinite(ravel_pytree(jax.hessian(objective.l2_penalty)(zero, 0.05))[0]).all()
     squares = sum(np.sum(np.asarray(t) ** 2) for t in jax.tree.leaves(params))
-    np.testing.assert_allclose(objective.l2_penalty(params, 0.1, "squared"), 0.05 * squares, rtol=1e-6)
+    np.testing.assert_allclose(
+        objective.l2_penalty(params, 0.1, "squared"), 0.05 * squares, rtol=1e-6
+    )
 
 
 def test_mixed_targets_are_timms_mixup_with_pk22s_alpha_and_smoothing():
@@ -59,9 +63,18 @@ def test_mixed_targets_are_timms_mixup_with_pk22s_alpha_and_smoothing():
 
 def test_suite_objective_is_pk22s_nll_plus_l2_on_mixed_minibatches():
     settings = suite.Settings()
-    assert (settings.weight_decay, settings.landscape_l2_form, settings.hessian_l2_form, settings.mixup_alpha,
-            settings.label_smoothing) == (0.05, "norms", "squared", 1.0, 0.1)
-    assert (settings.landscape_normalisation, settings.noise_band, settings.noise_eps) == ("pk22", "pk22", 0.7)
+    assert (
+        settings.weight_decay,
+        settings.landscape_l2_form,
+        settings.hessian_l2_form,
+        settings.mixup_alpha,
+        settings.label_smoothing,
+    ) == (0.05, "norms", "squared", 1.0, 0.1)
+    assert (settings.landscape_normalisation, settings.noise_band, settings.noise_eps) == (
+        "pk22",
+        "pk22",
+        0.7,
+    )
     model = _Linear()
     x = jax.random.normal(jax.random.key(2), (8, 2, 2, 1))
     y = jnp.array([0, 1, 2, 0, 1, 2, 0, 1])
@@ -69,7 +82,9 @@ def test_suite_objective_is_pk22s_nll_plus_l2_on_mixed_minibatches():
     xm, t = suite.mixed_minibatches(jax.random.key(4), x, y, 3, 4, settings)
     assert xm.shape == (2, 4, 2, 2, 1) and t.shape == (2, 4, 3)
     assert not np.allclose(t[0, 0, :], t[1, 0, :])  # one lambda per mini-batch of 4
-    loss = suite.objective_fn(model, variables, settings, "norms")(variables["params"], (xm[0], t[0]))
+    loss = suite.objective_fn(model, variables, settings, "norms")(
+        variables["params"], (xm[0], t[0])
+    )
     dense = jax.tree.map(lambda t: np.asarray(t, np.float64), variables["params"]["Dense_0"])
     logits = np.asarray(xm[0], np.float64).reshape(4, -1) @ dense["kernel"] + dense["bias"]
     log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))

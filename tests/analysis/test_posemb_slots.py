@@ -1,5 +1,6 @@
 """What JSL22's positional-embedding statistics (posattn.analysis.posemb) and LWLC23's slot metrics
 (posattn.analysis.slot_attention) refuse: inputs of another grid or layout, which today give numbers."""
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -27,9 +28,13 @@ def test_similarities_of_another_grid_or_with_the_cls_row_are_refused():
 def test_a_permutation_of_another_grid_is_refused():
     P = np.zeros((4, 4, 8))  # the 4 x 4 patch grid of 16 x 16 images, patch 4
     with pytest.raises(ConfigError, match="must be a permutation of the 4 blocks"):
-        posemb.unpermute_embedding(P, 8, 4, permutation.block_permutation((32, 32), 8, 0))  # 16 blocks
+        posemb.unpermute_embedding(
+            P, 8, 4, permutation.block_permutation((32, 32), 8, 0)
+        )  # 16 blocks
     with pytest.raises(ConfigError, match="must be a permutation"):
-        posemb.unpermute_embedding(P, 4, 4, np.zeros(16, int))  # repeats: today a grid of one patch's row
+        posemb.unpermute_embedding(
+            P, 4, 4, np.zeros(16, int)
+        )  # repeats: today a grid of one patch's row
 
 
 def test_slot_metrics_refuse_types_of_another_grid_and_pruning_every_slot():
@@ -41,4 +46,6 @@ def test_slot_metrics_refuse_types_of_another_grid_and_pruning_every_slot():
     with pytest.raises(ConfigError, match="k=9: give 0 <= k < 9"):
         slot_attention.prune_least_attended(jnp.zeros((2, 9)), 9)
     with pytest.raises(ConfigError, match="3 inputs, 2 labels and 2 slot types"):
-        slot_attention.evaluate(None, None, np.zeros((3, 6, 6, 1)), np.zeros(2), np.zeros((2, 9)), [1])
+        slot_attention.evaluate(
+            None, None, np.zeros((3, 6, 6, 1)), np.zeros(2), np.zeros((2, 9)), [1]
+        )

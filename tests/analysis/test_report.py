@@ -1,4 +1,5 @@
 """The summary rows, the settings' validation and the binary's handling of bad input."""
+
 import dataclasses
 import json
 import subprocess
@@ -12,8 +13,9 @@ import pytest
 from etils import epath
 from ml_collections import ConfigDict
 
-from posattn.papers.pk22 import claims, report as pk22_report, suite
 from posattn.errors import ConfigError
+from posattn.papers.pk22 import claims, suite
+from posattn.papers.pk22 import report as pk22_report
 from posattn.vision.models import features
 from posattn.vision.setup import resolve
 
@@ -24,7 +26,9 @@ def test_layer_changes_split_attention_from_other_layers_and_skip_subsampling():
     values = [-3.0, -1.0, -2.5, -4.0, -4.5]
     out = claims.layer_changes(names, sizes, values)
     assert out["attention"] == pytest.approx((-1.5 - 0.5) / 2) and out["attention_layers"] == 2
-    assert out["other"] == pytest.approx(2.0) and out["other_layers"] == 1  # 8 -> 4 is subsampling: left out
+    assert (
+        out["other"] == pytest.approx(2.0) and out["other_layers"] == 1
+    )  # 8 -> 4 is subsampling: left out
     assert out["attention_lowers"] == 1.0 and out["other_lowers"] == 0.0
     assert np.isnan(claims.layer_changes(["stem", "block_00/conv"], [4, 4], [np.nan, 1.0])["other"])
 
@@ -35,18 +39,29 @@ def test_model_keys_and_table_columns():
     assert key(name="alternet", attention="vanilla", variant="XS/0000") == "resnet"
     assert key(name="alternet", attention="positional", variant="XS") == "alternet_positional"
     assert key(name="resnet18", attention="positional", variant="Ti/4") == "resnet18"
-    rows = [{"claim": "c", "paper": "p", "ours": {"resnet": "1", "vit_positional": "2"}, "verdict": "holds",
-             "positional": "-"}]
+    rows = [
+        {
+            "claim": "c",
+            "paper": "p",
+            "ours": {"resnet": "1", "vit_positional": "2"},
+            "verdict": "holds",
+            "positional": "-",
+        }
+    ]
     table = claims.markdown(rows, ["resnet", "vit_positional"])
-    assert table.splitlines()[0] == ("| PK22's claim | PK22's number | ResNet | ViT (positional) * | "
-                                     "verdict (intervals) | positional ViT |")
+    assert table.splitlines()[0] == (
+        "| PK22's claim | PK22's number | ResNet | ViT (positional) * | "
+        "verdict (intervals) | positional ViT |"
+    )
     assert table.splitlines()[2] == "| c | p | 1 | 2 | holds | - |"
 
 
 def test_settings_are_validated():
     with pytest.raises(ConfigError, match="landscape_grid=20"):
         suite.Settings(landscape_grid=20)
-    with pytest.raises(ConfigError, match="landscape_grid=7 .* x = 0.5"):  # odd, but 0.5 is no grid point
+    with pytest.raises(
+        ConfigError, match="landscape_grid=7 .* x = 0.5"
+    ):  # odd, but 0.5 is no grid point
         suite.Settings(landscape_grid=7)
     with pytest.raises(ConfigError, match="hessian_batches"):
         suite.Settings(hessian_batches=0)
@@ -55,24 +70,37 @@ def test_settings_are_validated():
         suite.Settings(hessian_batches=1)
     with pytest.raises(ConfigError, match="at least 2 test images and 2 landscape batches"):
         suite.Settings(landscape_images=64)
-    with pytest.raises(ConfigError, match="landscape_images=20 must be a multiple of landscape_batch_size=64"):
+    with pytest.raises(
+        ConfigError, match="landscape_images=20 must be a multiple of landscape_batch_size=64"
+    ):
         suite.Settings(landscape_images=20)
-    with pytest.raises(ConfigError, match="landscape_batch_size=40 must be a multiple of hessian_batch_size=16"):
+    with pytest.raises(
+        ConfigError, match="landscape_batch_size=40 must be a multiple of hessian_batch_size=16"
+    ):
         suite.Settings(landscape_batch_size=40, landscape_images=0)
     with pytest.raises(ConfigError, match="landscape_images=-64 must be >= 0"):
         suite.Settings(landscape_images=-64)
     with pytest.raises(ConfigError, match="the training split has 100 images"):
         suite.landscape_image_count(suite.Settings(landscape_images=128), 100)
-    assert suite.landscape_image_count(suite.Settings(landscape_images=0), 1437) == 1408  # 22 batches of 64
-    for field, value in (("noise_band", "disc"), ("hessian_l2_form", "l1"), ("landscape_normalisation", "layer"),
-                         ("mixup_alpha", -1.0), ("label_smoothing", 1.0)):
+    assert (
+        suite.landscape_image_count(suite.Settings(landscape_images=0), 1437) == 1408
+    )  # 22 batches of 64
+    for field, value in (
+        ("noise_band", "disc"),
+        ("hessian_l2_form", "l1"),
+        ("landscape_normalisation", "layer"),
+        ("mixup_alpha", -1.0),
+        ("label_smoothing", 1.0),
+    ):
         with pytest.raises(ConfigError, match=field):
             suite.Settings(**{field: value})
     assert suite.QUICK.landscape_grid % 4 == 1
 
 
 def test_binary_without_workdir_exits_2_with_one_line():
-    proc = subprocess.run([sys.executable, "-m", "experiments.how_vits_work"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.how_vits_work"], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: --workdir=DIR is required"]
 
@@ -86,18 +114,32 @@ def test_unknown_model_stops_the_report_before_any_training(tmp_path):
 
 def test_pipelines_start_with_the_longest_training():
     # the ViTs train 1,350 steps, the CNNs 450: started last, a ViT would train alone at the end
-    configs = {m: pk22_report.training_config(m, quick=False) for m in pk22_report.DEFAULT_MODELS["digits"]}
-    assert pk22_report.start_order(configs) == ["vit_vanilla", "vit_positional", "resnet", "alternet"]
-    quick = {m: pk22_report.training_config(m, quick=True) for m in pk22_report.DEFAULT_MODELS["digits"]}
-    assert pk22_report.start_order(quick) == list(pk22_report.DEFAULT_MODELS["digits"])  # equal: as given
+    configs = {
+        m: pk22_report.training_config(m, quick=False) for m in pk22_report.DEFAULT_MODELS["digits"]
+    }
+    assert pk22_report.start_order(configs) == [
+        "vit_vanilla",
+        "vit_positional",
+        "resnet",
+        "alternet",
+    ]
+    quick = {
+        m: pk22_report.training_config(m, quick=True) for m in pk22_report.DEFAULT_MODELS["digits"]
+    }
+    assert pk22_report.start_order(quick) == list(
+        pk22_report.DEFAULT_MODELS["digits"]
+    )  # equal: as given
 
 
 def test_the_smoke_trains_smaller_models_of_the_same_kinds():
     def blocks(config):  # the sown features of the model: its stem and blocks, in order
         setup = resolve(config, 1)
         images = jnp.zeros((1, *setup.image_shape))
-        return list(jax.eval_shape(lambda: features(setup.model, setup.model.init(jax.random.key(0), images),
-                                                    images)))
+        return list(
+            jax.eval_shape(
+                lambda: features(setup.model, setup.model.init(jax.random.key(0), images), images)
+            )
+        )
 
     for model in pk22_report.DEFAULT_MODELS["digits"]:
         full, smoke = (pk22_report.training_config(model, quick) for quick in (False, True))
@@ -106,27 +148,57 @@ def test_the_smoke_trains_smaller_models_of_the_same_kinds():
         full_blocks, smoke_blocks = blocks(full), blocks(smoke)
         assert len(smoke_blocks) < len(full_blocks)
         # an attention block where the default model has one, so every tool sees every kind of layer
-        assert any(b.endswith("/attention") for b in smoke_blocks) == any(b.endswith("/attention")
-                                                                          for b in full_blocks)
+        assert any(b.endswith("/attention") for b in smoke_blocks) == any(
+            b.endswith("/attention") for b in full_blocks
+        )
 
 
 def _fake_results(attention: bool, shift: float = 0.0):
     """Results of a 3-layer model on 4 test images (2 noise bands), 2 Hessian mini-batches, 2 landscape
     batches; `shift` moves every per-unit value of the Fourier tool."""
     names = ["stem", "block_00/attention" if attention else "block_00/conv", "block_01/conv"]
-    hf = np.array([[-2.5, -3.0, np.nan], [-2.4, -3.1, np.nan], [-2.6, -2.9, np.nan], [-2.5, -3.0, np.nan]]) + shift
+    hf = (
+        np.array(
+            [[-2.5, -3.0, np.nan], [-2.4, -3.1, np.nan], [-2.6, -2.9, np.nan], [-2.5, -3.0, np.nan]]
+        )
+        + shift
+    )
     var = np.array([[1.0, 0.5, 2.0], [1.1, 0.4, 2.1], [0.9, 0.6, 1.9], [1.0, 0.5, 2.0]])
-    surfaces = np.array([[[3, 2, 3], [2, 1, 2], [3, 2, 3]], [[3.2, 2.2, 3.2], [2.2, 1.2, 2.2], [3.2, 2.2, 3.2]]])
-    return {"layers": names, "layer_sizes": [8, 8, 4], "fourier": {n: [0.0, -1.0, -2.0, -2.5] for n in names},
-            "high_frequency": list(hf.mean(0)), "variance": list(var.mean(0)),
-            "per_image": {"high_frequency": hf.tolist(), "variance": var.tolist()},
-            "noise": {"frequencies_pi": [0.1, 0.9], "drop_points": [-25.0, -50.0], "clean_accuracy": 0.75,
-                      "correct": [[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]]},
-            "hessian": {"eigenvalues": [[3.0, -1.0], [2.0, 1.0]], "nep": 0.25, "ape": 2.0, "min": -1.0,
-                        "nep_interval": [0.0, 0.5], "ape_interval": [1.5, 3.0]},
-            "landscape": {"axis": [-1.0, 0.0, 1.0], "loss": surfaces.mean(0).tolist(), "batch_loss": surfaces.tolist(),
-                          "penalty_at_optimum": 0.1, "loss_at_optimum": 1.1, "nll_at_optimum": 1.0,
-                          "delta_at_half": 1.0, "delta_at_one": 1.0}}
+    surfaces = np.array(
+        [[[3, 2, 3], [2, 1, 2], [3, 2, 3]], [[3.2, 2.2, 3.2], [2.2, 1.2, 2.2], [3.2, 2.2, 3.2]]]
+    )
+    return {
+        "layers": names,
+        "layer_sizes": [8, 8, 4],
+        "fourier": {n: [0.0, -1.0, -2.0, -2.5] for n in names},
+        "high_frequency": list(hf.mean(0)),
+        "variance": list(var.mean(0)),
+        "per_image": {"high_frequency": hf.tolist(), "variance": var.tolist()},
+        "noise": {
+            "frequencies_pi": [0.1, 0.9],
+            "drop_points": [-25.0, -50.0],
+            "clean_accuracy": 0.75,
+            "correct": [[1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]],
+        },
+        "hessian": {
+            "eigenvalues": [[3.0, -1.0], [2.0, 1.0]],
+            "nep": 0.25,
+            "ape": 2.0,
+            "min": -1.0,
+            "nep_interval": [0.0, 0.5],
+            "ape_interval": [1.5, 3.0],
+        },
+        "landscape": {
+            "axis": [-1.0, 0.0, 1.0],
+            "loss": surfaces.mean(0).tolist(),
+            "batch_loss": surfaces.tolist(),
+            "penalty_at_optimum": 0.1,
+            "loss_at_optimum": 1.1,
+            "nll_at_optimum": 1.0,
+            "delta_at_half": 1.0,
+            "delta_at_one": 1.0,
+        },
+    }
 
 
 def test_figures_and_rows_from_results(tmp_path):
@@ -134,7 +206,9 @@ def test_figures_and_rows_from_results(tmp_path):
 
     results = {"ResNet": _fake_results(False), "ViT": _fake_results(True)}
     for name in ("hessian_spectra", "fourier_profiles", "feature_variance", "loss_landscapes"):
-        assert len(getattr(plots, name)(results).axes) >= 2  # a panel per model (rendering is slow: not here)
+        assert (
+            len(getattr(plots, name)(results).axes) >= 2
+        )  # a panel per model (rendering is slow: not here)
     plots.save(plots.noise_robustness(results), str(tmp_path / "noise.png"))
     assert (tmp_path / "noise.png").stat().st_size > 1000
     rows = claims.rows({"resnet": _fake_results(False), "vit_positional": _fake_results(True)})
@@ -148,15 +222,22 @@ def test_figures_and_rows_from_results(tmp_path):
     assert by_key["fourier_attention"]["ours"]["resnet"] == "no attention"
     att = by_key["fourier_attention"]["estimates"]["vit_positional"]
     assert att["value"] == pytest.approx(-0.5) and att["lo"] <= -0.5 <= att["hi"] < 0
-    assert by_key["fourier_attention"]["verdict"] == "ViT (positional): holds"  # its interval lies below 0
+    assert (
+        by_key["fourier_attention"]["verdict"] == "ViT (positional): holds"
+    )  # its interval lies below 0
     assert by_key["hessian_nep"]["ours"]["resnet"] == "0.25 [0.00, 0.50]"
     # NLL at theta*: the batches' centre losses (1, 1.2) less the L2 term 0.1
     assert by_key["landscape_nll"]["estimates"]["resnet"]["value"] == pytest.approx(1.0)
     assert by_key["landscape_one"]["estimates"]["resnet"]["value"] == pytest.approx(1.0)
     # ResNet vs vanilla ViT decide the orders; without a vanilla ViT there is nothing to decide
     assert by_key["hessian_ape"]["verdict"] == "-" and by_key["landscape_nll"]["verdict"] == "-"
-    shifted = claims.rows({"resnet": _fake_results(False, shift=-5.0), "vit_vanilla": _fake_results(True),
-                           "vit_positional": _fake_results(True, shift=0.01)})
+    shifted = claims.rows(
+        {
+            "resnet": _fake_results(False, shift=-5.0),
+            "vit_vanilla": _fake_results(True),
+            "vit_positional": _fake_results(True, shift=0.01),
+        }
+    )
     fourier_min = next(r for r in shifted if r["key"] == "fourier_min")
     assert fourier_min["positional"] == "vs ViT (vanilla): not separated; vs ResNet: above"
     hessian_ape = next(r for r in shifted if r["key"] == "hessian_ape")
@@ -164,11 +245,18 @@ def test_figures_and_rows_from_results(tmp_path):
 
 
 def test_last_epoch_change_is_the_criterion_of_image_results(tmp_path):
-    logs = [{"step": s, "train_loss": loss} for s, loss in ((11, 2.0), (22, 1.0), (33, 0.70), (44, 0.69))]
-    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in logs + [{"step": 44, "test_loss": 1}]))
+    logs = [
+        {"step": s, "train_loss": loss}
+        for s, loss in ((11, 2.0), (22, 1.0), (33, 0.70), (44, 0.69))
+    ]
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join(json.dumps(m) for m in logs + [{"step": 44, "test_loss": 1}])
+    )
     # each log is the mean since the one before: the last epoch's are those whose steps all lie in it
     flat = pk22_report.last_epoch_change(tmp_path, 22.5)  # steps 21.5 .. 44: the logs at 33 and 44
-    assert (flat["first_loss"], flat["last_loss"], flat["logs"]) == (0.70, 0.69, 2) and flat["converged"]
+    assert (flat["first_loss"], flat["last_loss"], flat["logs"]) == (0.70, 0.69, 2) and flat[
+        "converged"
+    ]
     falling = pk22_report.last_epoch_change(tmp_path, 34)  # steps 10 .. 44: the logs at 22, 33, 44
     assert falling["change"] == pytest.approx(-0.31) and not falling["converged"]
 
@@ -176,7 +264,9 @@ def test_last_epoch_change_is_the_criterion_of_image_results(tmp_path):
 def test_two_runs_of_one_model_stop_the_report_before_any_training(tmp_path):
     # one model key is one results file and one column: the second would overwrite the first
     with pytest.raises(ConfigError, match=r"two runs of the same model \(resnet\)"):
-        pk22_report.run(str(tmp_path / "pk22"), models=["resnet", "vit_vanilla", "resnet"], quick=True)
+        pk22_report.run(
+            str(tmp_path / "pk22"), models=["resnet", "vit_vanilla", "resnet"], quick=True
+        )
     assert not (tmp_path / "pk22").exists()
 
 
@@ -194,12 +284,16 @@ def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monk
     monkeypatch.setattr(pk22_report, "training_summary", lambda run_dir, config: {})
     (tmp_path / "results").mkdir()
     one = lambda settings, seed, run_dir="run": pk22_report.measure_one(  # noqa: E731
-        epath.Path(tmp_path), run_dir, settings, seed, None, threading.Lock())
+        epath.Path(tmp_path), run_dir, settings, seed, None, threading.Lock()
+    )
     assert one(suite.QUICK, 0)[0] == "vit_positional" and len(measured) == 1
     one(suite.QUICK, 0)
     assert len(measured) == 1  # the same run, settings and seed: read back
-    for settings, seed, run_dir in ((suite.QUICK, 1, "run"), (suite.Settings(noise_eps=0.5), 1, "run"),
-                                    (suite.Settings(noise_eps=0.5), 1, "other_run")):
+    for settings, seed, run_dir in (
+        (suite.QUICK, 1, "run"),
+        (suite.Settings(noise_eps=0.5), 1, "run"),
+        (suite.Settings(noise_eps=0.5), 1, "other_run"),
+    ):
         one(settings, seed, run_dir)
     assert len(measured) == 4  # another seed, other settings, another run: each measured again
 
@@ -217,31 +311,58 @@ print(repr(suite.settings_from(config)), config.training_length, config.dataset)
 
 def test_every_measurement_knob_is_reachable_from_the_binary():
     # --config.F=V for each field of the issue-35 knobs: the binary's settings carry the value given
-    given = {"hessian_batches": 3, "landscape_images": 0, "landscape_batch_size": 32, "eval_batch_size": 50, "test_images": 100,
-             "feature_images": 40, "bootstrap_resamples": 300, "bootstrap_seed": 7, "weight_decay": 0.01,
-             "mixup_alpha": 0.0}
-    argv = ["x", "--config=tpu_configs/pk22.py"] + [f"--config.{k}={v}" for k, v in given.items()] + ["--config.training_length=2",
-                                                                       "--config.dataset=fashion_mnist"]
-    proc = subprocess.run([sys.executable, "-c", PARSE_SETTINGS, *argv[1:]], capture_output=True, text=True)
+    given = {
+        "hessian_batches": 3,
+        "landscape_images": 0,
+        "landscape_batch_size": 32,
+        "eval_batch_size": 50,
+        "test_images": 100,
+        "feature_images": 40,
+        "bootstrap_resamples": 300,
+        "bootstrap_seed": 7,
+        "weight_decay": 0.01,
+        "mixup_alpha": 0.0,
+    }
+    argv = (
+        ["x", "--config=tpu_configs/pk22.py"]
+        + [f"--config.{k}={v}" for k, v in given.items()]
+        + ["--config.training_length=2", "--config.dataset=fashion_mnist"]
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", PARSE_SETTINGS, *argv[1:]], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     settings_repr, length, dataset = proc.stdout.strip().rsplit(" ", 2)
-    expected = suite.Settings(**{k: type(getattr(suite.Settings(), k))(v) for k, v in given.items()})
+    expected = suite.Settings(
+        **{k: type(getattr(suite.Settings(), k))(v) for k, v in given.items()}
+    )
     assert settings_repr == repr(expected) and float(length) == 2.0 and dataset == "fashion_mnist"
     # every field of Settings has its --config field
     from experiments import how_vits_work as binary
+
     schema = binary._schema(None)
     missing = [f.name for f in dataclasses.fields(suite.Settings) if f.name not in schema]
-    assert set(missing) <= {"hessian_batch_size", "hessian_iterations", "hessian_tolerance", "top_k",
-                            "landscape_chunk"}, missing
+    assert set(missing) <= {
+        "hessian_batch_size",
+        "hessian_iterations",
+        "hessian_tolerance",
+        "top_k",
+        "landscape_chunk",
+    }, missing
 
 
 def test_positional_statements_are_kept_only_where_every_length_agrees():
     row = lambda positional: [{"claim": "c", "verdict": "holds", "positional": positional}]  # noqa: E731
-    table = claims.across_lengths({
-        "short": row("vs ViT (vanilla): above; vs ResNet: below"),
-        "long": row("vs ViT (vanilla): above; vs ResNet: not separated")})
+    table = claims.across_lengths(
+        {
+            "short": row("vs ViT (vanilla): above; vs ResNet: below"),
+            "long": row("vs ViT (vanilla): above; vs ResNet: not separated"),
+        }
+    )
     assert table.splitlines()[2].endswith("| vs ViT (vanilla): above |")
-    table = claims.across_lengths({"short": row("vs ViT (vanilla): below"), "long": row("vs ViT (vanilla): above")})
+    table = claims.across_lengths(
+        {"short": row("vs ViT (vanilla): below"), "long": row("vs ViT (vanilla): above")}
+    )
     assert table.splitlines()[2].endswith("| none |")
 
 
@@ -261,35 +382,57 @@ def test_a_measured_resnet18_run_plays_the_resnet_of_the_claims():
     # ResNet: the orders against "the ResNet" are decided on it (they were all "-" on Fashion-MNIST).
     est = lambda lo, hi: {"value": (lo + hi) / 2, "lo": lo, "hi": hi}  # noqa: E731
     ests = {"resnet18": est(300, 460), "vit_vanilla": est(40, 64), "vit_positional": est(70, 90)}
-    assert claims.verdict(("order", [("resnet", "vit_vanilla")]), ests) == "holds (ResNet-18 vs ViT (vanilla): above)"
+    assert (
+        claims.verdict(("order", [("resnet", "vit_vanilla")]), ests)
+        == "holds (ResNet-18 vs ViT (vanilla): above)"
+    )
     assert claims.positional_comparison(ests) == "vs ViT (vanilla): above; vs ResNet-18: below"
     both = {**ests, "resnet": est(0, 1)}  # the study's own ResNet, where present, keeps the role
-    assert claims.verdict(("order", [("resnet", "vit_vanilla")]), both) == "fails (ResNet vs ViT (vanilla): below)"
+    assert (
+        claims.verdict(("order", [("resnet", "vit_vanilla")]), both)
+        == "fails (ResNet vs ViT (vanilla): below)"
+    )
 
 
 def test_rows_mark_empty_noise_bands_and_unconverged_hessians():
     # 8 x 8 digits: the bands at 0.1 and 0.9 pi hold no frequency; their passes equal the clean one
     def results(converged):
         r = _fake_results(False)
-        r["noise"] = {**r["noise"], "empty_bands_pi": [0.1, 0.9], "drop_points": [float("nan")] * 2,
-                      "correct": [[1, 1, 1, 0], [None] * 4, [None] * 4]}
+        r["noise"] = {
+            **r["noise"],
+            "empty_bands_pi": [0.1, 0.9],
+            "drop_points": [float("nan")] * 2,
+            "correct": [[1, 1, 1, 0], [None] * 4, [None] * 4],
+        }
         r["hessian"] = {**r["hessian"], "converged": converged}
         return r
 
-    rows = {r["key"]: r for r in claims.rows({"resnet": results([[True, True], [True, False]]),
-                                              "vit_vanilla": results([[True, True], [True, True]])})}
+    rows = {
+        r["key"]: r
+        for r in claims.rows(
+            {
+                "resnet": results([[True, True], [True, False]]),
+                "vit_vanilla": results([[True, True], [True, True]]),
+            }
+        )
+    }
     for key in ("noise_low", "noise_high"):
         assert set(rows[key]["ours"].values()) == {"no frequency at this size"}
     # the order claim of PK22 is not judged (today's code read the empty band as a drop of 0 for both models)
     assert rows["noise_high"]["verdict"].startswith("not measured: no frequency in this band")
-    assert rows["hessian_nep"]["ours"]["resnet"] == "0.25 [0.00, 0.50] (1 of 4 eigenvalues NOT converged)"
+    assert (
+        rows["hessian_nep"]["ours"]["resnet"]
+        == "0.25 [0.00, 0.50] (1 of 4 eigenvalues NOT converged)"
+    )
     assert rows["hessian_nep"]["ours"]["vit_vanilla"] == "0.25 [0.00, 0.50]"
     assert rows["hessian_nep"]["verdict"].startswith("NOT CONVERGED (ResNet): ")
     # results written before the flags: a run whose iterations reached settings.hessian_iterations
     old = {**_fake_results(False), "settings": {"hessian_iterations": 5}}
     old["hessian"] = {**old["hessian"], "iterations": [[5, 5], [3, 5]]}
     assert claims.hessian_not_converged(old) == 3
-    assert claims.hessian_not_converged(_fake_results(False)) is None  # neither flags nor a cap: unknown
+    assert (
+        claims.hessian_not_converged(_fake_results(False)) is None
+    )  # neither flags nor a cap: unknown
 
 
 def test_the_noise_figure_leaves_empty_bands_out():

@@ -1,4 +1,5 @@
 """The suite's splits go through the measurements in batches: the answer does not depend on the batch size."""
+
 import functools
 
 import jax
@@ -34,18 +35,24 @@ def test_test_split_in_batches_equals_one_batch(tiny_vit):
     for batch in (23, 7):  # one batch, then 4 batches with a padded last one
         settings = suite.Settings(eval_batch_size=batch, feature_images=10, noise_eps=2.0)
         run = jax.jit(functools.partial(suite.forward_measures, setup.model, layers, settings))
-        answers.append(suite.stream_forward(functools.partial(run, variables), setup, settings, key, limit=n))
+        answers.append(
+            suite.stream_forward(functools.partial(run, variables), setup, settings, key, limit=n)
+        )
     one, many = answers
     assert one["correct"].shape == (10, n) and one["profiles"]["stem"].shape[0] == 10
     np.testing.assert_array_equal(one["correct"], many["correct"])
     for name in layers:
-        np.testing.assert_allclose(one["profiles"][name], many["profiles"][name], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            one["profiles"][name], many["profiles"][name], rtol=1e-5, atol=1e-5
+        )
         np.testing.assert_allclose(one["variances"][name], many["variances"][name], rtol=1e-5)
 
 
 def test_noise_drawn_per_image_does_not_depend_on_the_batch():
     keys_B = jax.vmap(jax.random.fold_in, (None, 0))(jax.random.key(0), jnp.arange(6))
-    draw = lambda keys: frequency_noise.band_limited_noise(keys, (keys.shape[0], 16, 16, 1), 0.5 * np.pi, 1.0)  # noqa: E731
+    draw = lambda keys: frequency_noise.band_limited_noise(
+        keys, (keys.shape[0], 16, 16, 1), 0.5 * np.pi, 1.0
+    )  # noqa: E731
     np.testing.assert_allclose(draw(keys_B)[2:5], draw(keys_B[2:5]), atol=1e-6)
     assert np.abs(draw(keys_B)[2]).max() > 0.1 and not np.allclose(draw(keys_B)[2], draw(keys_B)[3])
 

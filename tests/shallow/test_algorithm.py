@@ -1,5 +1,6 @@
 """The paper's SGD by default: one step size, T = ceil(t_scale / (alpha_* eta)), a traced T, the fixed
 per-token output weights a_(l), and token sparsification at training time."""
+
 import dataclasses
 import math
 
@@ -14,7 +15,9 @@ from posattn.shallow.data import IRRELEVANT, sample, sample_at
 from posattn.shallow.init import init_params
 from posattn.shallow.model import forward, hinge_loss
 
-TOK = TokenConfig(d=6, M=4, L=12, alpha_star=0.5, alpha_conf=1 / 12, tau=0.3, noisy_tokens=3, noisy_tau=0.9)
+TOK = TokenConfig(
+    d=6, M=4, L=12, alpha_star=0.5, alpha_conf=1 / 12, tau=0.3, noisy_tokens=3, noisy_tau=0.9
+)
 MODEL = ModelConfig(m_a=6, m_b=6, m=8, w_o_std=0.5)
 SGD = SGDConfig(N=40, batch=4, n_test=32)
 
@@ -26,7 +29,9 @@ def test_defaults_are_the_papers_sgd():
     T = train.iterations(SGD, jnp.array([0.5, 0.25]))  # traced: one T per grid cell
     np.testing.assert_array_equal(T, [math.ceil(12 / 0.1), math.ceil(12 / 0.05)])
     cells, _ = grid.product_cells(TOK, MODEL, SGD, n_star=[3, 6])
-    np.testing.assert_array_equal(cells.T, [train.iterations(SGD, 3 / 12), train.iterations(SGD, 6 / 12)])
+    np.testing.assert_array_equal(
+        cells.T, [train.iterations(SGD, 3 / 12), train.iterations(SGD, 6 / 12)]
+    )
 
 
 @pytest.mark.slow  # (seconds of training: `pytest -m slow`, as .ci/run)
@@ -38,7 +43,9 @@ def test_one_step_size_for_every_matrix_and_a_stays_fixed():
     new = jax.jit(lambda p: train.sgd_step(p, jax.random.PRNGKey(2), batches, model, SGD))(params)
     grads = jax.grad(hinge_loss)(params, batch.x_BxLxd, batch.y_B, model)
     for name in ("W_Q", "W_K", "W_V", "W_O"):
-        np.testing.assert_allclose(new[name], params[name] - SGD.eta * grads[name], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            new[name], params[name] - SGD.eta * grads[name], rtol=1e-5, atol=1e-6
+        )
         assert np.abs(grads[name]).max() > 1e-4, name
     np.testing.assert_array_equal(new["a"], params["a"])
     split = dataclasses.replace(SGD, eta_attention=1.0)  # the option: W_Q, W_K take their own step
@@ -50,8 +57,13 @@ def test_per_token_output_weights_follow_eq_1():
     model = dataclasses.replace(MODEL, per_token_output=True)
     params = init_params(jax.random.PRNGKey(3), TOK, model)
     a = np.asarray(params["a"])
-    assert a.shape == (TOK.L, MODEL.m) and set(np.round(np.unique(a) * math.sqrt(MODEL.m), 6)) == {-1.0, 1.0}
-    x = np.asarray(jax.jit(sample, static_argnums=(1, 2))(jax.random.PRNGKey(4), TOK, 3).x_BxLxd, np.float64)
+    assert a.shape == (TOK.L, MODEL.m) and set(np.round(np.unique(a) * math.sqrt(MODEL.m), 6)) == {
+        -1.0,
+        1.0,
+    }
+    x = np.asarray(
+        jax.jit(sample, static_argnums=(1, 2))(jax.random.PRNGKey(4), TOK, 3).x_BxLxd, np.float64
+    )
     P = {k: np.asarray(v, np.float64) for k, v in params.items()}
     expected = []
     for X in x:  # Eq. (1) written out: F(X) = 1/L sum_l a_l^T relu(W_O sum_s W_V x_s softmax_s(x_s^T W_K^T W_Q x_l))
@@ -59,8 +71,12 @@ def test_per_token_output_weights_follow_eq_1():
         att = np.exp(logits - logits.max(0)) / np.exp(logits - logits.max(0)).sum(0)
         z = (X @ P["W_V"].T).T @ att  # column l: sum_s W_V x_s att[s, l]
         expected.append(np.mean([a[l] @ np.maximum(P["W_O"] @ z[:, l], 0) for l in range(TOK.L)]))
-    np.testing.assert_allclose(forward(params, jnp.asarray(x, jnp.float32), model), expected, rtol=1e-4, atol=1e-6)
-    shared = forward({k: v for k, v in params.items() if k != "a"}, jnp.asarray(x, jnp.float32), MODEL)
+    np.testing.assert_allclose(
+        forward(params, jnp.asarray(x, jnp.float32), model), expected, rtol=1e-4, atol=1e-6
+    )
+    shared = forward(
+        {k: v for k, v in params.items() if k != "a"}, jnp.asarray(x, jnp.float32), MODEL
+    )
     assert not np.allclose(shared, expected, atol=1e-4)  # per-token weights change the output
 
 
@@ -70,7 +86,9 @@ def test_a_traced_T_equals_the_same_run_of_static_T():
     batches = train.drawn_batches(jax.random.PRNGKey(6), 40, SGD.batch, TOK)
     run = jax.jit(lambda T: train.train(params, jax.random.PRNGKey(7), batches, T, MODEL, SGD))
     static = jax.jit(lambda: train.train(params, jax.random.PRNGKey(7), batches, 9, MODEL, SGD))()
-    both = jax.vmap(run)(jnp.array([9, 15]))  # vmapped: the loop runs to 15, the first run stops at 9
+    both = jax.vmap(run)(
+        jnp.array([9, 15])
+    )  # vmapped: the loop runs to 15, the first run stops at 9
     for name in static:
         np.testing.assert_allclose(both[name][0], static[name], rtol=1e-5, atol=1e-6)
     assert not np.allclose(both["W_O"][1], static["W_O"])
@@ -92,10 +110,16 @@ def test_training_time_sparsification_trains_on_the_kept_tokens():
     key = jax.random.PRNGKey(11)
     new = jax.jit(lambda p: train.sgd_step(p, key, lambda k: batch, MODEL, sgd))(params)
     k_remove = jax.random.split(key)[1]
-    keep = removal.keep_mask(removal.removal_scores(k_remove, "irrelevant", batch, params, MODEL), 4)
-    assert (np.asarray(~keep) <= np.asarray(batch.kind_BxL == IRRELEVANT)).all()  # only irrelevant tokens go
+    keep = removal.keep_mask(
+        removal.removal_scores(k_remove, "irrelevant", batch, params, MODEL), 4
+    )
+    assert (
+        np.asarray(~keep) <= np.asarray(batch.kind_BxL == IRRELEVANT)
+    ).all()  # only irrelevant tokens go
     grads = jax.grad(hinge_loss)(params, batch.x_BxLxd, batch.y_B, MODEL, keep)
-    np.testing.assert_allclose(new["W_V"], params["W_V"] - SGD.eta * grads["W_V"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        new["W_V"], params["W_V"] - SGD.eta * grads["W_V"], rtol=1e-5, atol=1e-6
+    )
     full = jax.jit(lambda p: train.sgd_step(p, key, lambda k: batch, MODEL, SGD))(params)
     assert not np.allclose(new["W_V"], full["W_V"], atol=1e-6)
 
@@ -105,7 +129,9 @@ def test_noisy_tokens_of_irrelevant_kind_only():
     t = jax.jit(sample, static_argnums=(1, 2))(jax.random.PRNGKey(12), tok, 64)
     noisy = np.asarray(t.noisy_BxL)
     assert (noisy.sum(1) == 4).all() and (np.asarray(t.kind_BxL)[noisy] == IRRELEVANT).all()
-    cells, _ = grid.product_cells(TOK, MODEL, SGD, noisy_irrelevant=[0, 1])  # the same as a traced grid knob
+    cells, _ = grid.product_cells(
+        TOK, MODEL, SGD, noisy_irrelevant=[0, 1]
+    )  # the same as a traced grid knob
     assert cells.noisy_irrelevant.tolist() == [0, 1]
 
 

@@ -1,4 +1,5 @@
 """Runs vmapped over seeds and grid cells equal the same runs alone; training learns; boundary fits."""
+
 import math
 
 import jax
@@ -23,17 +24,25 @@ def test_a_vmapped_grid_cell_equals_the_same_run_alone():
     together = grid.run_cells(keys, cells, tokens=TOK, model=MODEL, sgd=SGD, cells_per_batch=2)
     assert together["test_hinge"].shape == (4, 3)
     c, s = 2, 1  # n_* = 6, N = 8, seed 1, run on its own, unbatched
-    run_alone = jax.jit(lambda key, cell: grid.run_cell(key, cell, tokens=TOK, model=MODEL, sgd=SGD))
+    run_alone = jax.jit(
+        lambda key, cell: grid.run_cell(key, cell, tokens=TOK, model=MODEL, sgd=SGD)
+    )
     alone = run_alone(keys[s], jax.tree.map(lambda a: a[c], cells))
     for name in ("test_hinge", "test_error", "attention_mass"):
-        np.testing.assert_allclose(together[name][c, s], alone[name], rtol=2e-4, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            together[name][c, s], alone[name], rtol=2e-4, atol=1e-6, err_msg=name
+        )
     # the cells really differ: a different N (same seed) trains a different model
     assert together["test_hinge"][2, 1] != together["test_hinge"][3, 1]
 
 
 def test_training_lowers_the_test_loss_and_concentrates_attention():
-    _, history = dynamics.seed_histories(grid.seed_keys(1, 2), tokens=TOK, model=MODEL,
-                                         sgd=SGDConfig(**{**SGD.__dict__, "N": 200, "steps": 60, "eval_every": 30}))
+    _, history = dynamics.seed_histories(
+        grid.seed_keys(1, 2),
+        tokens=TOK,
+        model=MODEL,
+        sgd=SGDConfig(**{**SGD.__dict__, "N": 200, "steps": 60, "eval_every": 30}),
+    )
     hinge, mass = np.asarray(history["test_hinge"]), np.asarray(history["attention_mass"])
     assert hinge.shape == (2, 3)
     assert (hinge[:, -1] < 0.5 * hinge[:, 0]).all()
@@ -55,9 +64,11 @@ def test_fit_boundary_tells_alpha_squared_from_alpha_fourth():
     alphas = np.array([0.2, 0.25, 0.3, 0.4, 0.5])
     Ns = np.geomspace(5, 5000, 61)
     for power in (2, 4):
-        n_true = 3 * alphas ** -power + 20
+        n_true = 3 * alphas**-power + 20
         rate = (Ns[None, :] >= n_true[:, None]).astype(float)
-        fit = phase_map.fit_boundary({"alpha_star": alphas.tolist(), "N": Ns.tolist(), "success_rate": rate})
+        fit = phase_map.fit_boundary(
+            {"alpha_star": alphas.tolist(), "N": Ns.tolist(), "success_rate": rate}
+        )
         r2, r4 = fit["fit_alpha_m2"]["r2"], fit["fit_alpha_m4"]["r2"]
         assert (r2 > r4) == (power == 2), (power, r2, r4)
         assert fit["fit_alpha_m2" if power == 2 else "fit_alpha_m4"]["r2"] > 0.99

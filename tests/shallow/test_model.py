@@ -1,4 +1,5 @@
 """Eq. (1): the mask removes tokens, the attention-free network, the initial model, hinge gradients."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,7 +26,9 @@ def test_mask_equals_model_on_the_shortened_token_list():
     run = jax.jit(forward, static_argnums=2)
     for cfg in (VIT, FREE):
         masked = np.asarray(run(params, t.x_BxLxd, cfg, keep))
-        short = [float(run(params, t.x_BxLxd[b][np.asarray(keep[b])][None], cfg)[0]) for b in range(3)]
+        short = [
+            float(run(params, t.x_BxLxd[b][np.asarray(keep[b])][None], cfg)[0]) for b in range(3)
+        ]
         np.testing.assert_allclose(masked, short, rtol=1e-5, atol=1e-6)
         assert not np.allclose(masked, run(params, t.x_BxLxd, cfg), atol=1e-4)  # removal mattered
 
@@ -37,21 +40,29 @@ def test_attention_free_is_the_vit_with_uniform_attention_on_one_token():
     t = SAMPLE(jax.random.PRNGKey(3), TOK, 16)
     params = {**init_params(jax.random.PRNGKey(4), TOK, VIT), "W_Q": jnp.zeros((8, 6))}
     uniform = forward(params, t.x_BxLxd, VIT)
-    np.testing.assert_allclose(uniform, forward(params, t.x_BxLxd.mean(1, keepdims=True), FREE), rtol=1e-5)
+    np.testing.assert_allclose(
+        uniform, forward(params, t.x_BxLxd.mean(1, keepdims=True), FREE), rtol=1e-5
+    )
     assert not np.allclose(uniform, forward(params, t.x_BxLxd, FREE), atol=1e-4)
     one_token = t.x_BxLxd[:, :1]  # a single token attends to itself: both networks agree
-    np.testing.assert_allclose(forward(params, one_token, VIT), forward(params, one_token, FREE), rtol=1e-5)
+    np.testing.assert_allclose(
+        forward(params, one_token, VIT), forward(params, one_token, FREE), rtol=1e-5
+    )
 
 
 def test_proper_initial_model():
     cfg = ModelConfig(m_a=7, m_b=9, m=10, sigma=0.2, delta=0.3)
     p = init_params(jax.random.PRNGKey(5), TOK, cfg)
-    exact = init_params(jax.random.PRNGKey(5), TOK, ModelConfig(m_a=7, m_b=9, m=10, sigma=0.0, delta=0.0))
+    exact = init_params(
+        jax.random.PRNGKey(5), TOK, ModelConfig(m_a=7, m_b=9, m=10, sigma=0.0, delta=0.0)
+    )
     for name, size in (("W_V", 0.2), ("W_K", 0.3), ("W_Q", 0.3)):
         np.testing.assert_allclose(np.linalg.norm(p[name] - exact[name], axis=0), size, rtol=1e-5)
         gram = np.asarray(exact[name].T @ exact[name])
         np.testing.assert_allclose(gram, np.eye(TOK.d), atol=1e-5)  # orthonormal embeddings
-    np.testing.assert_allclose(exact["W_Q"][:, :2], exact["W_K"][:, :2], atol=1e-6)  # q_1 = r_1, q_2 = r_2
+    np.testing.assert_allclose(
+        exact["W_Q"][:, :2], exact["W_K"][:, :2], atol=1e-6
+    )  # q_1 = r_1, q_2 = r_2
     cross = np.asarray(exact["W_Q"][:, 2:].T @ exact["W_K"][:, :2])
     np.testing.assert_allclose(cross, 0, atol=1e-5)  # r_j, j >= 3, orthogonal to q_1, q_2
 
@@ -67,7 +78,10 @@ def test_hinge_gradient_matches_finite_differences():
     for i, name in enumerate(sorted(params)):
         v = jax.random.normal(jax.random.PRNGKey(10 + i), params[name].shape)
         h = 1e-3
-        fd = (loss({**params, name: params[name] + h * v}) - loss({**params, name: params[name] - h * v})) / (2 * h)
+        fd = (
+            loss({**params, name: params[name] + h * v})
+            - loss({**params, name: params[name] - h * v})
+        ) / (2 * h)
         np.testing.assert_allclose(fd, jnp.vdot(grads[name], v), rtol=2e-2, atol=1e-4, err_msg=name)
         assert abs(float(jnp.vdot(grads[name], v))) > 1e-3, name
 
@@ -88,7 +102,9 @@ def test_forward_refuses_parameters_of_another_config_and_samples_with_no_token_
     with pytest.raises(ConfigError, match=r"needs \{.*'a': \(12, 10\)\}"):
         forward(params, t.x_BxLxd, per_token)  # was a KeyError
     with pytest.raises(ConfigError, match="Eq. \\(1\\) of this ModelConfig"):
-        forward(init_params(jax.random.PRNGKey(7), TOK, per_token), t.x_BxLxd, VIT)  # "a" was ignored
+        forward(
+            init_params(jax.random.PRNGKey(7), TOK, per_token), t.x_BxLxd, VIT
+        )  # "a" was ignored
     keep = jnp.ones((4, 12), bool).at[2].set(False)
     with pytest.raises(ConfigError, match="removes every token of some sample"):
         forward(params, t.x_BxLxd, VIT, keep)  # F was NaN

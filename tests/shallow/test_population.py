@@ -1,4 +1,5 @@
 """The exact noiseless population against sampled estimates."""
+
 import math
 
 import jax
@@ -29,13 +30,17 @@ def test_table_enumerates_every_composition_with_multinomial_weights():
 
 
 # The second has a confusion token (n_* = 6, n_# = 1), the other pattern's, in every sample.
-@pytest.mark.parametrize("tokens", [TOK, TokenConfig(d=5, M=5, L=10, alpha_star=0.6, alpha_conf=0.1, tau=0.0)])
+@pytest.mark.parametrize(
+    "tokens", [TOK, TokenConfig(d=5, M=5, L=10, alpha_star=0.6, alpha_conf=0.1, tau=0.0)]
+)
 def test_exact_population_matches_a_large_sample(tokens):
     params = init_params(jax.random.PRNGKey(0), tokens, MODEL)
     exact = population_metrics(params, tokens, MODEL)
     big = SAMPLE(jax.random.PRNGKey(1), tokens, 40_000)
     est = jax.jit(metrics.evaluate, static_argnames="cfg")(params, big, cfg=MODEL)
-    assert 0.02 < float(exact["test_error"]) < 0.98  # a model that is neither right nor wrong everywhere
+    assert (
+        0.02 < float(exact["test_error"]) < 0.98
+    )  # a model that is neither right nor wrong everywhere
     for name in ("test_hinge", "test_error", "attention_mass"):
         np.testing.assert_allclose(est[name], exact[name], atol=0.01, err_msg=name)
 
@@ -50,15 +55,20 @@ def test_exact_population_equals_brute_force_over_every_token_sequence():
     # model (types at uniformly random positions, irrelevant patterns i.i.d. uniform), for both labels.
     import itertools
 
-    tokens = TokenConfig(d=4, M=4, L=5, alpha_star=0.4, alpha_conf=0.2, tau=0.0,
-                         theorem_margin=False)  # n_* = 2, n_# = 1, 2 irrelevant
+    tokens = TokenConfig(
+        d=4, M=4, L=5, alpha_star=0.4, alpha_conf=0.2, tau=0.0, theorem_margin=False
+    )  # n_* = 2, n_# = 1, 2 irrelevant
     params = init_params(jax.random.PRNGKey(2), tokens, MODEL)
     seqs = np.array(list(itertools.product(range(tokens.M), repeat=tokens.L)))
     hinge = error = 0.0
     for y, own in ((1.0, 0), (-1.0, 1)):
         ok = ((seqs == own).sum(1) == 2) & ((seqs == 1 - own).sum(1) == 1)
-        prob = 1 / (math.factorial(5) / (2 * 1 * 2)) * (1 / (tokens.M - 2)) ** 2  # one arrangement of the types
-        F = np.asarray(jax.jit(forward, static_argnums=2)(params, jax.nn.one_hot(seqs[ok], tokens.d), MODEL))
+        prob = (
+            1 / (math.factorial(5) / (2 * 1 * 2)) * (1 / (tokens.M - 2)) ** 2
+        )  # one arrangement of the types
+        F = np.asarray(
+            jax.jit(forward, static_argnums=2)(params, jax.nn.one_hot(seqs[ok], tokens.d), MODEL)
+        )
         hinge += 0.5 * prob * np.maximum(0, 1 - y * F).sum()
         error += 0.5 * prob * (y * F <= 0).sum()
     exact = population_metrics(params, tokens, MODEL)

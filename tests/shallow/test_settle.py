@@ -1,5 +1,6 @@
 """The settling runs' analysis (posattn.papers.lwlc23.settle): fits recover known boundaries, bootstrap
 intervals cover them, and the verdicts and summary follow the intervals."""
+
 import math
 
 import ml_collections
@@ -44,8 +45,12 @@ def test_windows_follow_the_coarse_boundary_and_pad_with_repeats():
     coarse[:, 0, 1:] = 1  # row 0 crosses between 4 and 16; row 1 never; row 2 already at 4
     coarse[:, 2, :] = 1
     windows = settle.windows_from_coarse(coarse, [4, 16, 64], 0.5, 1.5, 1.2)
-    assert windows[0][0] <= 8 <= windows[0][-1] and windows[1][0] > 16  # row 0 about sqrt(4 * 16); row 1 at the end
-    assert windows[2][0] < 4 < windows[2][-1] < 16  # a row at the coarse floor gets a window at the floor
+    assert (
+        windows[0][0] <= 8 <= windows[0][-1] and windows[1][0] > 16
+    )  # row 0 about sqrt(4 * 16); row 1 at the end
+    assert (
+        windows[2][0] < 4 < windows[2][-1] < 16
+    )  # a row at the coarse floor gets a window at the floor
     assert np.isnan(settle.boundaries(coarse, [[4, 16, 64]] * 3, 0.5)[2])  # and is censored there
     padded = settle.pad_rows([[1, 2, 3], [5, 6]])
     assert padded.tolist() == [[1, 2, 3], [5, 6, 6]]
@@ -56,22 +61,43 @@ def test_direction_and_margin_verdicts():
     assert settle.direction({"value": -3, "lo": -5, "hi": -1}) == "falls"
     assert settle.direction({"value": 1, "lo": -1, "hi": 5}).startswith("flat")
     assert settle.direction({"value": math.nan, "lo": 1, "hi": 5}).startswith("not measured")
-    assert settle_report.margin_verdict({"value": 0.18, "lo": 0.15, "hi": 0.2}, 1 / 30) == "interval contains 2e alpha_#"
-    assert settle_report.margin_verdict({"value": 0.0, "lo": -0.05, "hi": 0.05}, 1 / 30) == "interval contains 0"
-    assert settle_report.exponent_verdict({"value": 4.0, "lo": 3.0, "hi": 5.0}, 2, 4) == "above 2, consistent with 4"
-    assert settle_report.exponent_verdict({"value": math.nan, "lo": 1.0, "hi": 5.0}, 2, 4).startswith("not measured")
+    assert (
+        settle_report.margin_verdict({"value": 0.18, "lo": 0.15, "hi": 0.2}, 1 / 30)
+        == "interval contains 2e alpha_#"
+    )
+    assert (
+        settle_report.margin_verdict({"value": 0.0, "lo": -0.05, "hi": 0.05}, 1 / 30)
+        == "interval contains 0"
+    )
+    assert (
+        settle_report.exponent_verdict({"value": 4.0, "lo": 3.0, "hi": 5.0}, 2, 4)
+        == "above 2, consistent with 4"
+    )
+    assert settle_report.exponent_verdict(
+        {"value": math.nan, "lo": 1.0, "hi": 5.0}, 2, 4
+    ).startswith("not measured")
 
 
 def test_sparsify_setting_reads_flat_random_and_each_policy():
     R, K = 16, 3
     rng = np.random.default_rng(1)
-    part = {"random/test_hinge": (0.05 + 0.002 * rng.normal(size=(1, R, K))),
-            "irrelevant/test_hinge": np.stack([np.linspace(0.05, 0.005, K)] * R)[None] + 0.001 * rng.random((1, R, K))}
+    part = {
+        "random/test_hinge": (0.05 + 0.002 * rng.normal(size=(1, R, K))),
+        "irrelevant/test_hinge": np.stack([np.linspace(0.05, 0.005, K)] * R)[None]
+        + 0.001 * rng.random((1, R, K)),
+    }
     s = settle._setting(part, 0, ("random", "irrelevant"), settle.seed_resamples(R, 200), L=60)
     assert s["policies"]["random"]["flat"] and s["policies"]["random"]["verdict"] == "no change"
     assert s["policies"]["irrelevant"]["verdict"] == "lowers"
-    config = ml_collections.ConfigDict({"sgd": {"n_test": 500}, "level": 0.5, "seeds": R, "boot": 200,
-                                        "policies": ("random", "irrelevant")})
+    config = ml_collections.ConfigDict(
+        {
+            "sgd": {"n_test": 500},
+            "level": 0.5,
+            "seeds": R,
+            "boot": 200,
+            "policies": ("random", "irrelevant"),
+        }
+    )
     s.update(at="test", n=10, kind="any", bound=2.0, far=0.2, ks=[0, 5, 10])
     md = settle_report.summary_markdown("sparsify", {"settings": [s], "seconds": 1.0}, config)
     assert "| test | 60 | 10 | any | 2 (20%) |" in md and "| yes |" in md
@@ -79,6 +105,9 @@ def test_sparsify_setting_reads_flat_random_and_each_policy():
 
 def test_far_share_is_zero_inside_half_the_separation_and_positive_beyond():
     from posattn.shallow.config import TokenConfig
+
     tok = TokenConfig()
-    assert settle._far_share(tok, 0.7) == 0.0  # ||z|| <= 0.7 < sqrt(2)/2: always nearest its own pattern
+    assert (
+        settle._far_share(tok, 0.7) == 0.0
+    )  # ||z|| <= 0.7 < sqrt(2)/2: always nearest its own pattern
     assert settle._far_share(tok, 2.0) > 0.05

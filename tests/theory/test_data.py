@@ -1,4 +1,5 @@
 """Samplers of Assumption 1 and Figure 2: statistics that would fail on a wrong generator."""
+
 import dataclasses
 import math
 
@@ -7,12 +8,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posattn.theory import (TheoryConfig, grid_sets, labelling_function, make_task, same_set_mask, sample,
-                            set_index)
 from posattn.errors import ConfigError
-from posattn.theory import evaluation
-from posattn.theory.model import forward
+from posattn.theory import (
+    TheoryConfig,
+    evaluation,
+    grid_sets,
+    labelling_function,
+    make_task,
+    same_set_mask,
+    sample,
+    set_index,
+)
 from posattn.theory.datasets.structured import sample_coefficients
+from posattn.theory.model import forward
 
 CFG = TheoryConfig(D=16, C=4, d=32, q=0.4)
 
@@ -20,7 +28,8 @@ CFG = TheoryConfig(D=16, C=4, d=32, q=0.4)
 def test_grid_sets_match_figure_1b():
     # JSL22's example, 1-based: S_1={1,2,5,6}, S_2={3,4,7,8}, S_3={9,10,13,14}, S_4={11,12,15,16}.
     np.testing.assert_array_equal(
-        grid_sets(16, 4) + 1, [[1, 2, 5, 6], [3, 4, 7, 8], [9, 10, 13, 14], [11, 12, 15, 16]])
+        grid_sets(16, 4) + 1, [[1, 2, 5, 6], [3, 4, 7, 8], [9, 10, 13, 14], [11, 12, 15, 16]]
+    )
     sets = np.asarray(grid_sets(36, 4))
     assert sorted(sets.ravel().tolist()) == list(range(36))
     rows, cols = sets // 6, sets % 6  # every block is a 2x2 square of the 6x6 grid
@@ -82,7 +91,9 @@ def test_labelling_function_is_yC_without_full_random_sets():
     full = (np.abs(per_set) == 4).sum(-1)  # the signal set plus any all-+1 / all--1 random set
     np.testing.assert_allclose(f[full == 1], 4 * np.asarray(y)[full == 1], atol=1e-4)
     assert (full > 1).any()  # q = 0.4 makes some random sets full: f* != yC there
-    np.testing.assert_allclose(f, np.where(np.abs(per_set) > 0.9 * 4, per_set, 0).sum(-1), atol=1e-4)
+    np.testing.assert_allclose(
+        f, np.where(np.abs(per_set) > 0.9 * 4, per_set, 0).sum(-1), atol=1e-4
+    )
 
 
 def test_label_noise_counts_every_tie_and_matches_its_exact_rate():
@@ -90,9 +101,14 @@ def test_label_noise_counts_every_tie_and_matches_its_exact_rate():
     # set being all +1 (or all -1) with probability p = (q/2)^C.
     cfg = TheoryConfig(D=16, C=4, d=32, q=0.8)  # p = 0.0256 per set: many ties in few samples
     p, m = (cfg.q / 2) ** cfg.C, cfg.L - 1
-    exact = sum(math.factorial(m) / (math.factorial(a) * math.factorial(b) * math.factorial(m - a - b))
-                * p ** (a + b) * (1 - 2 * p) ** (m - a - b)
-                for a in range(m + 1) for b in range(a + 1, m + 1 - a))
+    exact = sum(
+        math.factorial(m)
+        / (math.factorial(a) * math.factorial(b) * math.factorial(m - a - b))
+        * p ** (a + b)
+        * (1 - 2 * p) ** (m - a - b)
+        for a in range(m + 1)
+        for b in range(a + 1, m + 1 - a)
+    )
     task = make_task(jax.random.key(0), cfg)
     X, y = sample(jax.random.key(4), cfg, task, 200_000)
     coef = np.round(np.asarray(X @ task.w_star))  # the integer coefficients, rounding removed
@@ -100,8 +116,9 @@ def test_label_noise_counts_every_tie_and_matches_its_exact_rate():
     f_exact = np.where(np.abs(per_set) > 0.9 * cfg.C, per_set, 0).sum(-1)
     disagrees = np.asarray(evaluation.label_disagrees(X, y, cfg, task))
     np.testing.assert_array_equal(disagrees, np.asarray(y) * f_exact <= 0)
-    np.testing.assert_array_equal(np.asarray(evaluation.f_star_is_not_yC(X, y, cfg, task)),
-                                  f_exact != np.asarray(y) * cfg.C)
+    np.testing.assert_array_equal(
+        np.asarray(evaluation.f_star_is_not_yC(X, y, cfg, task)), f_exact != np.asarray(y) * cfg.C
+    )
     assert (f_exact == 0).sum() > 1000  # the ties that rounding used to decide
     se = math.sqrt(exact * (1 - exact) / len(y))
     assert abs(disagrees.mean() - exact) < 3 * se, (disagrees.mean(), exact)
@@ -116,14 +133,18 @@ def test_final_test_error_is_taken_on_exactly_the_samples_asked_for():
     # v off w*: the scores carry Gaussian noise, so none is a tie at 0 that rounding could decide
     params = {"A": jnp.zeros((16, 16)), "v": task.w_star + 0.5 * jax.random.normal(key, (cfg.d,))}
     got = evaluation.test_errors(key, params, cfg, task, 300)
-    assert float(got["label_noise_rate"]) == float(evaluation.label_disagrees(X, y, cfg, task).mean())
+    assert float(got["label_noise_rate"]) == float(
+        evaluation.label_disagrees(X, y, cfg, task).mean()
+    )
     assert float(got["test_error"]) == float((~(y * forward(params, X, cfg) > 0)).mean())
     assert 0 < float(got["f_star_not_yC_rate"]) < 0.5
     with pytest.raises(ConfigError, match="multiple"):
         evaluation.test_errors(key, {"A": jnp.zeros((16, 16)), "v": task.w_star}, cfg, task, 15_000)
     # isotropic noise moves every <w*, X_i> off the integers: f* = yC is no event there
     iso = dataclasses.replace(cfg, noise="isotropic")
-    assert math.isnan(float(evaluation.test_errors(key, params, iso, task, 300)["f_star_not_yC_rate"]))
+    assert math.isnan(
+        float(evaluation.test_errors(key, params, iso, task, 300)["f_star_not_yC_rate"])
+    )
 
 
 def test_sample_is_jittable_and_vmappable_over_keys():
@@ -141,8 +162,11 @@ def test_sample_refuses_a_count_that_is_no_positive_integer_and_another_configs_
     with pytest.raises(ConfigError, match="n=-5: draw an integer number of samples >= 0"):
         sample(jax.random.key(1), CFG, task, -5)
     other = make_task(jax.random.key(0), TheoryConfig(D=36, C=4, d=32))
-    with pytest.raises(ConfigError, match=r"the task has sets \(9, 4\) and w\* \(32,\), but the config needs "
-                                          r"sets \(4, 4\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"the task has sets \(9, 4\) and w\* \(32,\), but the config needs "
+        r"sets \(4, 4\)",
+    ):
         sample(jax.random.key(1), CFG, other, 5)
 
 
@@ -162,7 +186,11 @@ def test_figure2_gaussian_data_is_labelled_by_the_cnn():
 
 
 def test_grid_sets_refuses_sizes_with_no_k_by_k_blocks():
-    for D, C in ((16, 2), (15, 4), (36, 16)):  # (16, 2) returned row pairs {0,1}, {2,3}, ... silently
+    for D, C in (
+        (16, 2),
+        (15, 4),
+        (36, 16),
+    ):  # (16, 2) returned row pairs {0,1}, {2,3}, ... silently
         with pytest.raises(ConfigError, match=rf"grid_sets\(D={D}, C={C}\): k x k blocks"):
             grid_sets(D, C)
 

@@ -1,5 +1,6 @@
 """The dataset registry: a synthetic dataset is its module plus one registry line, or one
 `register_dataset` call."""
+
 import types
 
 import jax
@@ -23,8 +24,12 @@ def _majority_flip_module():
         return X, jnp.where(flip, -y, y)
 
     return types.SimpleNamespace(
-        integer_labelling=structured.integer_labelling, check=lambda cfg: None, make_labeller=lambda key, cfg: None,
-        labelling_function=structured.labelling_function, sample=sample)
+        integer_labelling=structured.integer_labelling,
+        check=lambda cfg: None,
+        make_labeller=lambda key, cfg: None,
+        labelling_function=structured.labelling_function,
+        sample=sample,
+    )
 
 
 FLIPPED = _majority_flip_module()

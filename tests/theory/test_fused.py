@@ -1,5 +1,6 @@
 """The one-pass risk and gradient of (E), on X (by the CPU kernel and by XLA's tile loop) or on its tiled
 layout, against `jax.value_and_grad` of the plain model, and its derivatives through JAX's transforms."""
+
 import dataclasses
 import functools
 import math
@@ -14,8 +15,13 @@ import pytest
 from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.theory import TheoryConfig, fused, make_task, one_pass_kernel, sample
-from posattn.theory.fused import (empirical_risk_and_grad, tile_count, tiled, tiled_risk,
-                                  tiled_risk_and_grad)
+from posattn.theory.fused import (
+    empirical_risk_and_grad,
+    tile_count,
+    tiled,
+    tiled_risk,
+    tiled_risk_and_grad,
+)
 from posattn.theory.model import empirical_risk
 from tests import envs
 
@@ -25,7 +31,10 @@ CFG = TheoryConfig(D=16, C=4, d=8, q=0.4)
 def _problem(cfg=CFG, n=96, seed=0):
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     task = make_task(k1, cfg)
-    params = {"A": jax.random.normal(k2, (cfg.D, cfg.D)), "v": 0.3 * jax.random.normal(k3, (cfg.d,))}
+    params = {
+        "A": jax.random.normal(k2, (cfg.D, cfg.D)),
+        "v": 0.3 * jax.random.normal(k3, (cfg.d,)),
+    }
     X, y = sample(jax.random.key(seed + 1), cfg, task, n)
     weight = (jnp.arange(n) < n - 7).astype(jnp.float32)  # padding of weight 0, as in `step.Batch`
     return params, X, y, weight
@@ -35,7 +44,9 @@ def _assert_round_off(got, want):
     """Equal up to float32 round-off of the sums, relative to the largest entry."""
     for name in ("A", "v"):
         scale = float(jnp.abs(want[1][name]).max())
-        np.testing.assert_allclose(got[1][name], want[1][name], rtol=0, atol=2e-5 * scale, err_msg=name)
+        np.testing.assert_allclose(
+            got[1][name], want[1][name], rtol=0, atol=2e-5 * scale, err_msg=name
+        )
     np.testing.assert_allclose(got[0], want[0], rtol=2e-6)
 
 
@@ -66,8 +77,11 @@ def test_matches_autodiff_of_the_plain_model(n, num_tiles, path):
     params, X, y, weight = _problem(n=n)
     weight = weight if n > 7 else jnp.ones(n)
     want = jax.value_and_grad(empirical_risk)(params, X, y, CFG, weight)
-    got = jax.jit(lambda p: empirical_risk_and_grad(p, X, y, CFG, weight, num_tiles=num_tiles,
-                                                    implementation=path))(params)
+    got = jax.jit(
+        lambda p: empirical_risk_and_grad(
+            p, X, y, CFG, weight, num_tiles=num_tiles, implementation=path
+        )
+    )(params)
     _assert_round_off(got, want)
     assert float(jnp.abs(got[1]["A"]).max()) > 0 and float(jnp.abs(got[1]["v"]).max()) > 0
 
@@ -75,18 +89,27 @@ def test_matches_autodiff_of_the_plain_model(n, num_tiles, path):
 # D = 9 and 21: the kernel's odd last row of the mix and its padding of D x D to whole register tiles;
 # d = 7 and 3: rows of patches shorter than, and not a multiple of, its vector lanes; n = 77: a partial
 # last block of samples.
-@pytest.mark.parametrize("change", [dict(activation="quintic"), dict(temperature=False),
-                                    dict(scale_by_D=False), dict(D=9, C=3, partition="random"),
-                                    dict(D=21, C=3, partition="random"),
-                                    dict(D=9, C=3, d=7, partition="random"),
-                                    dict(D=21, C=3, d=3, partition="random")])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(activation="quintic"),
+        dict(temperature=False),
+        dict(scale_by_D=False),
+        dict(D=9, C=3, partition="random"),
+        dict(D=21, C=3, partition="random"),
+        dict(D=9, C=3, d=7, partition="random"),
+        dict(D=21, C=3, d=3, partition="random"),
+    ],
+)
 @pytest.mark.slow
 def test_matches_autodiff_under_the_model_options(change, path):
     cfg = dataclasses.replace(CFG, **change)
     params, X, y, _ = _problem(cfg, n=77)
     params = {**params, "v": params["v"] / 3}  # keep the quintic's margins moderate
     want = jax.value_and_grad(empirical_risk)(params, X, y, cfg)
-    _assert_round_off(empirical_risk_and_grad(params, X, y, cfg, num_tiles=7, implementation=path), want)
+    _assert_round_off(
+        empirical_risk_and_grad(params, X, y, cfg, num_tiles=7, implementation=path), want
+    )
 
 
 @pytest.mark.slow
@@ -105,8 +128,13 @@ for cfg in [t.CFG, dataclasses.replace(t.CFG, D=9, C=3, d=5, partition="random",
     t._assert_round_off(fused.empirical_risk_and_grad(params, X, y, cfg, weight), want)
 print("same")
 """
-    out = subprocess.run([sys.executable, "-c", script], env=envs.devices(1, POSATTN_CPU_KERNEL="baseline"),
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        env=envs.devices(1, POSATTN_CPU_KERNEL="baseline"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "same", out.stderr[-2000:]
 
 
@@ -116,8 +144,11 @@ def test_sample_axis_sharded_over_devices_gives_the_same(path):
     params, X, y, weight = _problem(n=16 * mesh.devices.size)
     want = jax.value_and_grad(empirical_risk)(params, X, y, CFG, weight)
     X, y, weight = jax.device_put((X, y, weight), mesh_lib.batch_sharding(mesh))
-    got = jax.jit(lambda p, X, y, w: empirical_risk_and_grad(p, X, y, CFG, w, num_tiles=4, mesh=mesh,
-                                                             implementation=path))(params, X, y, weight)
+    got = jax.jit(
+        lambda p, X, y, w: empirical_risk_and_grad(
+            p, X, y, CFG, w, num_tiles=4, mesh=mesh, implementation=path
+        )
+    )(params, X, y, weight)
     _assert_round_off(got, want)
 
 
@@ -146,15 +177,21 @@ def test_the_one_pass_risk_is_an_ordinary_jax_function(path):
         risk, grad_of = fns
         at_v = lambda v: risk({**params, "v": v}, X)
         tangent = jax.tree.map(jnp.cos, params)
-        return {"value_and_grad": jax.value_and_grad(risk)(params, X),
-                "jvp": jax.jvp(lambda p: risk(p, X), (params,), (tangent,))[1],
-                "dX": jax.grad(risk, argnums=1)(params, X),
-                "vmap": jax.vmap(at_v)(jnp.stack([params["v"], -0.5 * params["v"]])),
-                "hessian": jax.hessian(at_v)(params["v"]),
-                "d_step": jax.grad(lambda p: grad_of(p, X)["v"].sum())(params)}  # a GD step's derivative
+        return {
+            "value_and_grad": jax.value_and_grad(risk)(params, X),
+            "jvp": jax.jvp(lambda p: risk(p, X), (params,), (tangent,))[1],
+            "dX": jax.grad(risk, argnums=1)(params, X),
+            "vmap": jax.vmap(at_v)(jnp.stack([params["v"], -0.5 * params["v"]])),
+            "hessian": jax.hessian(at_v)(params["v"]),
+            "d_step": jax.grad(lambda p: grad_of(p, X)["v"].sum())(params),
+        }  # a GD step's derivative
 
-    one_pass = functools.partial(fused.empirical_risk, y=y, cfg=CFG, weight=weight, implementation=path)
-    one_pass_grad = lambda p, X: fused.empirical_risk_and_grad(p, X, y, CFG, weight, implementation=path)[1]
+    one_pass = functools.partial(
+        fused.empirical_risk, y=y, cfg=CFG, weight=weight, implementation=path
+    )
+    one_pass_grad = lambda p, X: fused.empirical_risk_and_grad(
+        p, X, y, CFG, weight, implementation=path
+    )[1]
     plain = lambda p, X: empirical_risk(p, X, y, CFG, weight)
     got = derivatives((one_pass, one_pass_grad), params, X)
     want = derivatives((plain, jax.grad(plain)), params, X)
@@ -181,7 +218,9 @@ def test_the_tiled_layout_gives_the_same(tile_bytes):
     want = jax.value_and_grad(empirical_risk)(params, X, y, CFG, weight)
     tiles = tiled(X, y, weight, tile_bytes=tile_bytes)
     k, m = tiles.X.shape[0], X.shape[0] // tiles.X.shape[0]
-    np.testing.assert_array_equal(tiles.X[k - 1, :, (m - 1) * CFG.D + 3], X[-1, 3])  # last sample, patch 3
+    np.testing.assert_array_equal(
+        tiles.X[k - 1, :, (m - 1) * CFG.D + 3], X[-1, 3]
+    )  # last sample, patch 3
     np.testing.assert_array_equal(tiles.X.transpose(0, 2, 1).reshape(X.shape), X)
     _assert_round_off(jax.jit(lambda p: tiled_risk_and_grad(p, tiles, CFG))(params), want)
     np.testing.assert_allclose(tiled_risk(params, tiles, CFG), want[0], rtol=2e-6)
@@ -192,15 +231,18 @@ def test_the_tiled_layout_sharded_over_devices_gives_the_same():
     mesh = mesh_lib.data_mesh()
     params, X, y, weight = _problem(n=16 * mesh.devices.size)
     want = jax.value_and_grad(empirical_risk)(params, X, y, CFG, weight)
-    tiles = jax.device_put(tiled(X, y, weight, mesh.devices.size, tile_bytes=2048),
-                           mesh_lib.batch_sharding(mesh))
+    tiles = jax.device_put(
+        tiled(X, y, weight, mesh.devices.size, tile_bytes=2048), mesh_lib.batch_sharding(mesh)
+    )
     got = jax.jit(lambda p, t: tiled_risk_and_grad(p, t, CFG, mesh=mesh))(params, tiles)
     _assert_round_off(got, want)
 
 
 def test_tile_count():
     assert tile_count(50_000, 4_000, tile_bytes=4_000_000) == 50
-    assert tile_count(20_000, 9_216, tile_bytes=1 << 20) == 160  # 125 samples a tile (113.8 fit 1 MiB)
+    assert (
+        tile_count(20_000, 9_216, tile_bytes=1 << 20) == 160
+    )  # 125 samples a tile (113.8 fit 1 MiB)
     assert tile_count(96, 512, tile_bytes=2048) == 24
     assert tile_count(20_011, 4_000) == 1  # a prime count: one tile, the plain two reads
     assert tile_count(50_000, 4_000) == 100  # the CPU's 2 MiB tiles where none are given

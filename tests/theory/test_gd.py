@@ -1,5 +1,6 @@
 """The run drivers: frozen diagonal, optax optimisers, numbers that are not compiled in, continuing a run,
 the caller's data, sharding over devices, symmetry at a0 = 0, and learning."""
+
 import dataclasses
 import logging
 import os
@@ -10,19 +11,18 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 import optax
 import pytest
 
 from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.metrics import classification_error
-from posattn.theory import GDConfig, TheoryConfig, fit, make_task, sample, same_set_mask
-from posattn.theory import gd as gd_lib, optim
+from posattn.theory import GDConfig, TheoryConfig, fit, make_task, optim, same_set_mask, sample
+from posattn.theory import gd as gd_lib
 from posattn.theory.gd import fit_grid, fit_seeds, make_chunk_fn
 from posattn.theory.keys import run_keys
-from posattn.theory.step import descend, freeze_diagonal, init_state, make_batch, train_chunk
 from posattn.theory.model import empirical_risk, forward, init_params
+from posattn.theory.step import descend, freeze_diagonal, init_state, make_batch, train_chunk
 
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
 GD = GDConfig(N=1000, steps=40, lr=0.01, lr_A=30.0, a0=4.0, eval_every=20, n_test=1000)
@@ -32,10 +32,24 @@ GD = GDConfig(N=1000, steps=40, lr=0.01, lr_A=30.0, a0=4.0, eval_every=20, n_tes
 # suite's 8 devices: the default optimiser must give the same numbers up to float32 round-off.
 GOLDEN_LOSS = [0.6768479347229004, 0.13364210724830627, 0.12529811263084412]
 GOLDEN_ALPHA = [0.012659280560910702, 0.19833706319332123, 0.20369163155555725]
-GOLDEN_V = [-0.0950562134385109, -0.06885501742362976, -0.03730148449540138, 0.050100263208150864,
-            -0.05787806957960129, 0.00979805737733841, 0.055127572268247604, -0.025235287845134735,
-            -0.09889387339353561, 0.027400095015764236, -0.10653199255466461, -0.03751989081501961,
-            0.02234255149960518, -0.020768383517861366, 0.025186413899064064, 0.006078410428017378]
+GOLDEN_V = [
+    -0.0950562134385109,
+    -0.06885501742362976,
+    -0.03730148449540138,
+    0.050100263208150864,
+    -0.05787806957960129,
+    0.00979805737733841,
+    0.055127572268247604,
+    -0.025235287845134735,
+    -0.09889387339353561,
+    0.027400095015764236,
+    -0.10653199255466461,
+    -0.03751989081501961,
+    0.02234255149960518,
+    -0.020768383517861366,
+    0.025186413899064064,
+    0.006078410428017378,
+]
 
 
 @pytest.mark.slow
@@ -50,8 +64,16 @@ def test_diagonal_never_moves_and_history_is_complete_and_golden():
     assert np.abs(result.params["A"] - result.init_params["A"])[off].max() > 1e-3  # A did move
     h = result.history
     np.testing.assert_array_equal(h["step"], [0, 20, 40])
-    for name in ("loss", "test_error", "alpha", "cos_v_wstar", "v_perp_norm", "A_within",
-                 "A_across", "patch_association_share"):
+    for name in (
+        "loss",
+        "test_error",
+        "alpha",
+        "cos_v_wstar",
+        "v_perp_norm",
+        "A_within",
+        "A_across",
+        "patch_association_share",
+    ):
         assert h[name].shape == (3,) and np.isfinite(h[name]).all(), name
 
 
@@ -76,8 +98,11 @@ def test_the_chunk_compiled_ahead_from_shapes_serves_the_run(caplog):
             fit(jax.random.key(3), CFG, gd)
     finally:
         jax.config.update("jax_log_compiles", logged)
-    compiled = [r.getMessage().split(" in ")[0] for r in caplog.records
-                if "Finished XLA compilation of" in r.getMessage()]
+    compiled = [
+        r.getMessage().split(" in ")[0]
+        for r in caplog.records
+        if "Finished XLA compilation of" in r.getMessage()
+    ]
     assert compiled.count("Finished XLA compilation of jit(chunk)") == 1
     assert not [c for c in compiled if "_multi_slice" in c or "copy" in c], compiled
 
@@ -108,11 +133,16 @@ def _compiles(caplog, run) -> list[str]:
             run()
     finally:
         jax.config.update("jax_log_compiles", logged)
-    return [r.getMessage().split(" in ")[0].removeprefix("Finished XLA compilation of ")
-            for r in caplog.records if "Finished XLA compilation of" in r.getMessage()]
+    return [
+        r.getMessage().split(" in ")[0].removeprefix("Finished XLA compilation of ")
+        for r in caplog.records
+        if "Finished XLA compilation of" in r.getMessage()
+    ]
 
 
-SWEEP_GD = GDConfig(N=72, steps=6, eval_every=3, n_test=64, a0=4.0)  # a problem no other test compiles
+SWEEP_GD = GDConfig(
+    N=72, steps=6, eval_every=3, n_test=64, a0=4.0
+)  # a problem no other test compiles
 LRS = (0.003, 0.01, 0.03, 0.1)
 
 
@@ -120,22 +150,42 @@ LRS = (0.003, 0.01, 0.03, 0.1)
 def test_a_sweep_over_learning_rates_compiles_once_and_vmaps_in_one_call(caplog):
     key = jax.random.key(4)
     runs = {}
-    compiled = _compiles(caplog, lambda: runs.update(
-        {lr: fit(key, CFG, dataclasses.replace(SWEEP_GD, lr=lr, steps=4 + i)) for i, lr in enumerate(LRS)}))
+    compiled = _compiles(
+        caplog,
+        lambda: runs.update(
+            {
+                lr: fit(key, CFG, dataclasses.replace(SWEEP_GD, lr=lr, steps=4 + i))
+                for i, lr in enumerate(LRS)
+            }
+        ),
+    )
     assert compiled.count("jit(chunk)") == 1, compiled  # step sizes and step counts are arguments
     assert len(compiled) == len(set(compiled)), compiled  # nor is any other program compiled twice
     finals = [runs[lr].history["loss"][-1] for lr in LRS]
-    assert len(set(finals)) == 4 and [int(runs[lr].history["step"][-1]) for lr in LRS] == [4, 5, 6, 7]
+    assert len(set(finals)) == 4 and [int(runs[lr].history["step"][-1]) for lr in LRS] == [
+        4,
+        5,
+        6,
+        7,
+    ]
     # The same four step sizes vmapped in one call: each run is the one `fit` made.
-    many = fit_seeds(jnp.stack([key] * 4), CFG, dataclasses.replace(SWEEP_GD, steps=4),
-                     hyperparams={"lr": jnp.array(LRS)})
+    many = fit_seeds(
+        jnp.stack([key] * 4),
+        CFG,
+        dataclasses.replace(SWEEP_GD, steps=4),
+        hyperparams={"lr": jnp.array(LRS)},
+    )
     for i, lr in enumerate(LRS):
-        np.testing.assert_allclose(many.history["loss"][:2, i], runs[lr].history["loss"][:2], rtol=1e-4)
+        np.testing.assert_allclose(
+            many.history["loss"][:2, i], runs[lr].history["loss"][:2], rtol=1e-4
+        )
     np.testing.assert_allclose(many.params["v"][0], runs[LRS[0]].params["v"], rtol=1e-4, atol=1e-6)
     # Continued for 2 more steps, each run at its own step size still: at step 6, the 6-step run's.
     more = fit_seeds(jnp.stack([key] * 4), CFG, dataclasses.replace(SWEEP_GD, steps=2), init=many)
     np.testing.assert_array_equal(more.history["step"], [0, 3, 4, 6])
-    np.testing.assert_allclose(more.history["loss"][-1, 2], runs[LRS[2]].history["loss"][-1], rtol=1e-4)
+    np.testing.assert_allclose(
+        more.history["loss"][-1, 2], runs[LRS[2]].history["loss"][-1], rtol=1e-4
+    )
 
 
 @pytest.mark.slow
@@ -149,7 +199,9 @@ def test_adam_is_one_argument_and_a_run_continues_from_its_result():
 
     def adam_step(carry, _):
         params, opt_state = carry
-        grads = freeze_diagonal(jax.grad(empirical_risk)(params, train.X, train.y, CFG, train.weight))
+        grads = freeze_diagonal(
+            jax.grad(empirical_risk)(params, train.X, train.y, CFG, train.weight)
+        )
         updates, opt_state = adam.update(grads, opt_state, params)
         return (optax.apply_updates(params, freeze_diagonal(updates)), opt_state), None
 
@@ -183,11 +235,20 @@ def test_fit_on_the_callers_arrays_is_fit_on_the_same_arrays_drawn():
     for name in ("loss", "test_loss", "test_error", "alpha"):
         np.testing.assert_array_equal(own.history[name], drawn.history[name], err_msg=name)
     # Runs vmapped together, each with its own training set (a leading run axis) and a test sampler.
-    many = fit_seeds(jnp.stack([key] * 4), CFG, gd, train=jax.tree.map(lambda a: jnp.stack([a] * 4), train),
-                     test=lambda k, n: sample(k, CFG, drawn.task, n))
+    many = fit_seeds(
+        jnp.stack([key] * 4),
+        CFG,
+        gd,
+        train=jax.tree.map(lambda a: jnp.stack([a] * 4), train),
+        test=lambda k, n: sample(k, CFG, drawn.task, n),
+    )
     np.testing.assert_allclose(many.history["loss"][:, 3], drawn.history["loss"], rtol=1e-5)
-    np.testing.assert_allclose(many.history["test_loss"][:, 3], drawn.history["test_loss"], rtol=1e-5)
-    flipped = fit(key, CFG, gd, train=(train[0], -train[1]), test=test)  # the arrays are what it trains on
+    np.testing.assert_allclose(
+        many.history["test_loss"][:, 3], drawn.history["test_loss"], rtol=1e-5
+    )
+    flipped = fit(
+        key, CFG, gd, train=(train[0], -train[1]), test=test
+    )  # the arrays are what it trains on
     assert not np.allclose(flipped.history["loss"][1:], drawn.history["loss"][1:])
     with pytest.raises(ConfigError, match=r"must be \(n, D, d\) = \(n, 16, 16\)"):
         fit(key, CFG, gd, train=(train[0][:, :4], train[1]))
@@ -211,8 +272,12 @@ def test_fit_on_the_callers_arrays_tests_on_the_task_that_made_them():
     X, y = sample(jax.random.key(1), CFG, task, gd.N)
     mine = fit(key, CFG, gd, train=(X, y), task=task)
     np.testing.assert_array_equal(mine.task.w_star, task.w_star)
-    X_test, y_test = sample(run_keys(key)["test"], CFG, task, gd.n_test)  # the history's test set: task's
-    assert mine.history["test_error"][-1] == classification_error(forward(mine.params, X_test, CFG), y_test)
+    X_test, y_test = sample(
+        run_keys(key)["test"], CFG, task, gd.n_test
+    )  # the history's test set: task's
+    assert mine.history["test_error"][-1] == classification_error(
+        forward(mine.params, X_test, CFG), y_test
+    )
 
 
 def test_fit_refuses_labels_shapes_and_starts_of_another_problem():
@@ -253,8 +318,17 @@ def test_a_step_refuses_gradients_samples_and_counts_that_do_not_fit_the_run():
     state = init_state(init_params(jax.random.key(2), CFG, GD), optim.gradient_descent())
     with pytest.raises(ConfigError, match=r"grads .* do not match the parameters"):
         descend(state, {"A": jnp.zeros((16, 16)), "v": jnp.zeros(8)}, optim.gradient_descent())
-    chunk = lambda steps, y: train_chunk(state, steps, make_batch(X, y), make_batch(X, y), jax.random.key(3),
-                                         task, cfg=CFG, gd=GD, optimizer=optim.gradient_descent())
+    chunk = lambda steps, y: train_chunk(
+        state,
+        steps,
+        make_batch(X, y),
+        make_batch(X, y),
+        jax.random.key(3),
+        task,
+        cfg=CFG,
+        gd=GD,
+        optimizer=optim.gradient_descent(),
+    )
     with pytest.raises(ConfigError, match=r"train.y: labels must be -1 or \+1"):
         chunk(1, (y + 1) / 2)
     with pytest.raises(ConfigError, match="num_steps=-1"):
@@ -302,11 +376,15 @@ def test_uniform_attention_moves_every_row_alike_on_any_data():
     task = make_task(jax.random.key(0), cfg)
     X, y = sample(jax.random.key(1), cfg, task, 2000)
     v = jax.random.normal(jax.random.key(2), (cfg.d,))
-    grad_A = lambda A: np.asarray(jax.grad(lambda A: empirical_risk({"A": A, "v": v}, X, y, cfg))(A))
+    grad_A = lambda A: np.asarray(
+        jax.grad(lambda A: empirical_risk({"A": A, "v": v}, X, y, cfg))(A)
+    )
     uniform, broken = grad_A(jnp.zeros((16, 16))), grad_A(4.0 * jnp.eye(16))
     scale = np.abs(uniform).max()
     assert scale > 0
-    np.testing.assert_allclose(uniform, np.broadcast_to(uniform[0], uniform.shape), atol=1e-5 * scale)
+    np.testing.assert_allclose(
+        uniform, np.broadcast_to(uniform[0], uniform.shape), atol=1e-5 * scale
+    )
     assert np.abs(broken - broken[0]).max() > 1e-2 * np.abs(broken).max()
 
 
@@ -336,7 +414,9 @@ def test_a_sweep_split_over_devices_needs_no_communication():
     for sizes in [(GD.N,), (GD.N // 2, GD.N)]:
         grid = jax.jit(lambda keys: fit_grid(keys, cfg=CFG, gd=gd, sizes=sizes))
         text = grid.lower(keys).compile().as_text()
-        assert not re.findall(r"all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter", text)
+        assert not re.findall(
+            r"all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter", text
+        )
 
 
 def test_use_cpu_cores_gives_devices_only_where_nothing_was_chosen():
@@ -344,12 +424,21 @@ def test_use_cpu_cores_gives_devices_only_where_nothing_was_chosen():
     the tests' XLA_FLAGS count (8 here) wins over the call."""
     mesh_lib.use_cpu_cores(3)
     assert jax.device_count() == 8
-    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", ""))
+    flags = re.sub(
+        r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")
+    )
     env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     env.pop("JAX_NUM_CPU_DEVICES", None)
-    count = ("import jax, jax.numpy as jnp; from posattn import mesh; {} mesh.use_cpu_cores(3); "
-             "print(jax.device_count())")
+    count = (
+        "import jax, jax.numpy as jnp; from posattn import mesh; {} mesh.use_cpu_cores(3); "
+        "print(jax.device_count())"
+    )
     for started, want in (("", "3"), ("jnp.zeros(1);", "1")):
-        out = subprocess.run([sys.executable, "-c", count.format(started)], env=env, capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", count.format(started)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert out.stdout.split()[-1] == want, out.stderr

@@ -1,5 +1,6 @@
 """The named key streams derive the bits every committed result was drawn with (the legacy
 `PRNGKey(0)` streams, written out), and one run's streams are independent of each other."""
+
 import jax
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ def test_streams_are_typed_and_distinct():
     assert BITS(seeds[0]) == BITS(keys.seed_key(3)) and BITS(seeds[1]) == BITS(keys.seed_key(4))
 
 
-@pytest.mark.parametrize("seed", [2**63, -2**63 - 1, 1.5, True])
+@pytest.mark.parametrize("seed", [2**63, -(2**63) - 1, 1.5, True])
 def test_a_seed_jax_cannot_take_is_refused_in_one_line(seed):
     with pytest.raises(ConfigError, match=r"give an integer in \[-2\*\*63, 2\*\*63\)"):
         keys.seed_key(seed)

@@ -1,4 +1,5 @@
 """Eq. (T): symmetries that a wrong implementation breaks, and its gradient."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,8 +15,10 @@ CFG = TheoryConfig(D=16, C=4, d=8, q=0.4)
 def _point(seed, cfg=CFG):
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     task = make_task(k1, cfg)
-    params = {"A": jax.random.normal(k2, (cfg.D, cfg.D)),
-              "v": 0.2 * jax.random.normal(k3, (cfg.d,))}
+    params = {
+        "A": jax.random.normal(k2, (cfg.D, cfg.D)),
+        "v": 0.2 * jax.random.normal(k3, (cfg.d,)),
+    }
     X, y = sample(jax.random.key(seed + 100), cfg, task, 64)
     return params, X, y
 
@@ -49,8 +52,9 @@ def test_permuting_patches_with_rows_and_columns_of_A_leaves_F_unchanged():
     params, X, _ = _point(3)
     perm = np.random.default_rng(0).permutation(CFG.D)
     permuted = {"A": params["A"][perm][:, perm], "v": params["v"]}
-    np.testing.assert_allclose(forward(permuted, X[:, perm], CFG), forward(params, X, CFG),
-                               rtol=1e-4)
+    np.testing.assert_allclose(
+        forward(permuted, X[:, perm], CFG), forward(params, X, CFG), rtol=1e-4
+    )
     # ...while permuting the patches alone does change F (A is not permutation invariant).
     assert not np.allclose(forward(params, X[:, perm], CFG), forward(params, X, CFG), rtol=1e-3)
 
@@ -70,8 +74,9 @@ def test_grad_matches_central_finite_differences():
                 plus = {**params, name: params[name] + eps * direction}
                 minus = {**params, name: params[name] - eps * direction}
                 fd = (risk(plus) - risk(minus)) / (2 * eps)
-                np.testing.assert_allclose(float((grads[name] * direction).sum()), float(fd),
-                                           rtol=1e-6, atol=1e-10)
+                np.testing.assert_allclose(
+                    float((grads[name] * direction).sum()), float(fd), rtol=1e-6, atol=1e-10
+                )
 
 
 def test_init_params():
@@ -80,21 +85,27 @@ def test_init_params():
     np.testing.assert_array_equal(np.asarray(p["A"]), 2.0 * np.eye(16))
     assert p["v"].shape == (8,)
     q = init_params(jax.random.key(1), CFG, GDConfig(v_init="aligned", v_std=0.1), task.w_star)
-    np.testing.assert_allclose(np.asarray(q["v"]), 0.1 * np.sqrt(8) * np.asarray(task.w_star),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(q["v"]), 0.1 * np.sqrt(8) * np.asarray(task.w_star), rtol=1e-6
+    )
 
 
 def test_the_risk_refuses_labels_in_0_1_and_labels_of_another_shape():
     params, X, y = _point(0)
-    with pytest.raises(ConfigError, match=r"labels must be -1 or \+1, got values \[0.0, 1.0\].*2 \* y - 1"):
+    with pytest.raises(
+        ConfigError, match=r"labels must be -1 or \+1, got values \[0.0, 1.0\].*2 \* y - 1"
+    ):
         empirical_risk(params, X, (y + 1) / 2, CFG)  # y = 0 gave a constant log 2 with no gradient
     with pytest.raises(ConfigError, match=r"y \(64, 1\): give one per sample of X"):
         empirical_risk(params, X, y[:, None], CFG)  # broadcast to a (64, 64) loss
     with pytest.raises(ConfigError, match=r"weight \(3,\)"):
         empirical_risk(params, X, y, CFG, jnp.ones(3))
     # Under jit the labels are traced: shapes only, no host sync.
-    np.testing.assert_allclose(jax.jit(lambda y: empirical_risk(params, X, y, CFG))(y),
-                               empirical_risk(params, X, y, CFG), rtol=1e-6)
+    np.testing.assert_allclose(
+        jax.jit(lambda y: empirical_risk(params, X, y, CFG))(y),
+        empirical_risk(params, X, y, CFG),
+        rtol=1e-6,
+    )
 
 
 def test_the_model_refuses_parameters_and_samples_of_another_config():
@@ -102,7 +113,9 @@ def test_the_model_refuses_parameters_and_samples_of_another_config():
     other = TheoryConfig(D=16, C=4, d=16)
     with pytest.raises(ConfigError, match=r"X has shape \(64, 16, 8\): .* \(n, 16, 16\)"):
         forward(init_params(jax.random.key(0), other), X, other)
-    with pytest.raises(ConfigError, match=r"Eq. \(T\) here needs \{'A': \(16, 16\), 'v': \(16,\)\}"):
+    with pytest.raises(
+        ConfigError, match=r"Eq. \(T\) here needs \{'A': \(16, 16\), 'v': \(16,\)\}"
+    ):
         forward(params, jnp.zeros((2, 16, 16)), other)
     with pytest.raises(ConfigError, match=r"A has shape \(4, 4\)"):
         attention(jnp.eye(4), CFG)  # a softmax of any square matrix ran

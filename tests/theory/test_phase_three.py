@@ -1,4 +1,5 @@
 """The split of alpha's drift on the exact population dynamics (docs/theory_results.md, "Phase III")."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,9 +15,13 @@ CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
 @pytest.mark.parametrize("alpha,gamma,rho", [(0.2, 0.0, 0.0), (0.15, 6.0, -1.0)])
 def test_the_split_adds_up_to_minus_the_gradient_in_alpha(alpha, gamma, rho):
     split = alpha_drift_split(alpha, gamma, rho, CFG, a=4.0)
-    grad = jax.grad(lambda al: reduced_risk(al, jnp.float32(gamma), jnp.float32(rho), CFG, 4.0))(jnp.float32(alpha))
+    grad = jax.grad(lambda al: reduced_risk(al, jnp.float32(gamma), jnp.float32(rho), CFG, 4.0))(
+        jnp.float32(alpha)
+    )
     np.testing.assert_allclose(split["total"], -float(grad), rtol=1e-3, atol=1e-6)
-    np.testing.assert_allclose(split["classified"] + split["misclassified"], split["total"], rtol=1e-5)
+    np.testing.assert_allclose(
+        split["classified"] + split["misclassified"], split["total"], rtol=1e-5
+    )
     # Correctly classified patterns push alpha up, misclassified ones pull it down (cubic sigma).
     assert split["classified"] > 0 > split["misclassified"]
     # A set besides the signal set all +1 or all -1: 1 - (1 - 2 (q/2)^C)^(L-1).

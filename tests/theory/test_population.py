@@ -1,5 +1,6 @@
 """Exact population risk (P): against Monte Carlo, finite differences, brute-force
 quadrature, the general-A path, and the invariance that reduces GD to three scalars."""
+
 import dataclasses
 import itertools
 import math
@@ -14,20 +15,42 @@ from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.papers.jsl22.overlay import deviations, overlay
 from posattn.plots import theory as figures
-from posattn.theory import (GDConfig, TheoryConfig, Task, fit, make_task, patch_association, same_set_mask,
-                            sample)
+from posattn.theory import (
+    GDConfig,
+    Task,
+    TheoryConfig,
+    fit,
+    make_task,
+    patch_association,
+    same_set_mask,
+    sample,
+)
 from posattn.theory.model import attention, sigma
-from posattn.theory.population import (check_config, check_start, choose_method, exact_risk, heat,
-                                       population_grad, population_risk)
-from posattn.theory.population.multiset import count_types, multiset_tables, n_multisets, three_value_form
+from posattn.theory.optim import gradient_descent
+from posattn.theory.population import (
+    check_config,
+    check_start,
+    choose_method,
+    exact_risk,
+    heat,
+    population_grad,
+    population_risk,
+)
+from posattn.theory.population.multiset import (
+    count_types,
+    multiset_tables,
+    n_multisets,
+    three_value_form,
+)
 from posattn.theory.population.reduced import ReducedState, reduced_state, reduced_trajectory
 from posattn.theory.presets import get_preset
-from posattn.theory.optim import gradient_descent
 from posattn.theory.step import descend, init_state
 
 SMALL = TheoryConfig(D=16, C=4, d=8, q=0.4)  # the `small` preset with a small d (cheap sampling)
 PAPER = get_preset("paper")[0]
-CHEAP = TheoryConfig(D=16, C=8, d=8, q=0.4, partition="random")  # general path with 2 * 3^8 patterns
+CHEAP = TheoryConfig(
+    D=16, C=8, d=8, q=0.4, partition="random"
+)  # general path with 2 * 3^8 patterns
 
 
 def three_value_A(cfg, task, a, gamma, rho):
@@ -44,6 +67,7 @@ def unit_perp(key, w):
 # ---------------------------------------------------------------------------------------------------
 # The enumeration tables and the heat expansion, on their own.
 
+
 def test_multiset_tables_match_brute_force():
     assert n_multisets(4, 9) == 319_770 and len(count_types(4)) == 15
     # C=2, L=3: every delta of the 4 non-signal patches, grouped by the multiset of set types.
@@ -53,7 +77,7 @@ def test_multiset_tables_match_brute_force():
     brute = {}
     for delta in itertools.product((1, -1, 0), repeat=(cfg_L - 1) * cfg_C):
         p = math.prod(q / 2 if x else 1 - q for x in delta)
-        sets = [delta[i * cfg_C:(i + 1) * cfg_C] for i in range(cfg_L - 1)]
+        sets = [delta[i * cfg_C : (i + 1) * cfg_C] for i in range(cfg_L - 1)]
         key = tuple(sorted(types.index((s.count(1), s.count(-1), s.count(0))) for s in sets))
         brute[key] = brute.get(key, 0) + p
     got = {}
@@ -111,12 +135,15 @@ def test_heat_expansion_error_is_third_order():
 # ---------------------------------------------------------------------------------------------------
 # The two enumerations agree, and the multiset path's full-matrix gradient is the general one.
 
+
 @pytest.mark.slow
 def test_three_value_path_matches_general_path_at_D16():
     with jax.enable_x64(True):
         task = make_task(jax.random.key(0), SMALL)
         A = three_value_A(SMALL, task, 3.0, 1.0, -0.5)
-        v = 0.12 * task.w_star + 0.02 * math.sqrt(SMALL.d) * unit_perp(jax.random.key(1), task.w_star)
+        v = 0.12 * task.w_star + 0.02 * math.sqrt(SMALL.d) * unit_perp(
+            jax.random.key(1), task.w_star
+        )
         params = {"A": A, "v": v}
         assert choose_method(params, SMALL, task) == "multiset"
         r3, g3 = population_grad(params, SMALL, task, "multiset")
@@ -133,26 +160,39 @@ def test_three_value_path_matches_general_path_at_D16():
 # ---------------------------------------------------------------------------------------------------
 # Against Monte Carlo from the vmapped sampler: 10^6 samples, risk and gradient within 3 standard errors.
 
+
 def monte_carlo(cfg, task, points, directions, n=1_000_000, chunk=50_000):
     """Mean and standard error over n samples of the loss and of its directional derivatives.
 
     One matmul per chunk gives every <v, X_j> and <dv, X_j> needed; the derivative along (dA, dv) is
     the jvp of the loss as a function of (A, <v, X_j>) with tangent (dA, <dv, X_j>).
     """
-    V = jnp.stack([x for params, dirs in zip(points, directions)
-                   for x in [params["v"]] + [d["v"] for d in dirs]], -1)
+    V = jnp.stack(
+        [
+            x
+            for params, dirs in zip(points, directions)
+            for x in [params["v"]] + [d["v"] for d in dirs]
+        ],
+        -1,
+    )
 
     def stats(key):
         X, y = sample(key, cfg, task, chunk)
         XV = X @ V  # (chunk, D, n_vectors)
         out, col = [], 0
         for params, dirs in zip(points, directions):
+
             def loss(A, xv):
                 u = xv @ attention(A, cfg).T
-                return jax.nn.softplus(-y * sigma(cfg.D * u if cfg.scale_by_D else u, cfg.activation).sum(-1))
+                return jax.nn.softplus(
+                    -y * sigma(cfg.D * u if cfg.scale_by_D else u, cfg.activation).sum(-1)
+                )
+
             xv = XV[..., col]
-            values = [jax.jvp(loss, (params["A"], xv), (d["A"], XV[..., col + 1 + i]))[1]
-                      for i, d in enumerate(dirs)]
+            values = [
+                jax.jvp(loss, (params["A"], xv), (d["A"], XV[..., col + 1 + i]))[1]
+                for i, d in enumerate(dirs)
+            ]
             col += 1 + len(dirs)
             per_sample = jnp.stack([loss(params["A"], xv), *values])  # (1 + n_dirs, chunk)
             out.append(jnp.stack([per_sample.sum(1), (per_sample**2).sum(1)]))
@@ -178,14 +218,20 @@ def check_against_monte_carlo(cfg, task, points, method):
             dA = jnp.where(same, 1.0, -0.4) * (1 - jnp.eye(cfg.D))
         dv = jax.random.normal(keys[1], params["v"].shape)
         zero_A = jnp.zeros_like(dA)
-        directions.append([{"A": dA, "v": jnp.zeros_like(dv)}, {"A": zero_A, "v": dv},
-                           {"A": zero_A, "v": task.w_star}])
+        directions.append(
+            [
+                {"A": dA, "v": jnp.zeros_like(dv)},
+                {"A": zero_A, "v": dv},
+                {"A": zero_A, "v": task.w_star},
+            ]
+        )
     mc = monte_carlo(cfg, task, points, directions)
     with jax.enable_x64(True):
         for params, dirs, (mean, se) in zip(points, directions, mc):
             p64 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), params)
-            risk, grads = population_grad(p64, cfg, task._replace(w_star=task.w_star.astype(float)),
-                                          method)
+            risk, grads = population_grad(
+                p64, cfg, task._replace(w_star=task.w_star.astype(float)), method
+            )
             exact = [risk] + [sum((grads[k] * d[k]).sum() for k in grads) for d in dirs]
             z = (np.array([float(e) for e in exact]) - mean) / se
             assert np.all(np.abs(z) < 3), (z, mean, se)
@@ -213,10 +259,12 @@ def test_three_value_path_against_monte_carlo_paper_preset():
     cfg = dataclasses.replace(PAPER, d=8)
     task = make_task(jax.random.key(4), cfg)
     points = []
-    for i, (a, gamma, rho, alpha, noise) in enumerate([(8.0, 2.0, -1.0, 0.05, 0.25),
-                                                       (8.0, 12.0, 0.5, 0.035, 0.0)]):
+    for i, (a, gamma, rho, alpha, noise) in enumerate(
+        [(8.0, 2.0, -1.0, 0.05, 0.25), (8.0, 12.0, 0.5, 0.035, 0.0)]
+    ):
         v = alpha * task.w_star + noise * alpha * math.sqrt(cfg.d) * unit_perp(
-            jax.random.key(20 + i), task.w_star)
+            jax.random.key(20 + i), task.w_star
+        )
         points.append({"A": three_value_A(cfg, task, a, gamma, rho).astype(jnp.float32), "v": v})
     check_against_monte_carlo(cfg, task, points, method="multiset")
 
@@ -224,9 +272,15 @@ def test_three_value_path_against_monte_carlo_paper_preset():
 # ---------------------------------------------------------------------------------------------------
 # Derivatives.
 
-@pytest.mark.parametrize("cfg, method", [(CHEAP, "general"), (SMALL, "multiset"),
-                                         (TheoryConfig(D=16, C=4, d=8, q=0.3, activation="quintic",
-                                                       noise="isotropic"), "multiset")])
+
+@pytest.mark.parametrize(
+    "cfg, method",
+    [
+        (CHEAP, "general"),
+        (SMALL, "multiset"),
+        (TheoryConfig(D=16, C=4, d=8, q=0.3, activation="quintic", noise="isotropic"), "multiset"),
+    ],
+)
 def test_gradient_matches_central_differences(cfg, method):
     with jax.enable_x64(True):
         task = make_task(jax.random.key(5), cfg)
@@ -244,8 +298,10 @@ def test_gradient_matches_central_differences(cfg, method):
         for direction in ({"A": dA, "v": 0 * v}, {"A": 0 * A, "v": jax.random.normal(k3, v.shape)}):
             h = 1e-5
             shift = lambda e: jax.tree.map(lambda p, d: p + e * d, params, direction)
-            fd = (population_risk(shift(h), cfg, task, method)
-                  - population_risk(shift(-h), cfg, task, method)) / (2 * h)
+            fd = (
+                population_risk(shift(h), cfg, task, method)
+                - population_risk(shift(-h), cfg, task, method)
+            ) / (2 * h)
             exact = sum((grads[k] * direction[k]).sum() for k in grads)
             np.testing.assert_allclose(exact, fd, rtol=1e-6)
 
@@ -257,8 +313,11 @@ def test_gradient_along_v_perp_is_exactly_zero_at_v_perp_zero(cfg, method):
         task = make_task(jax.random.key(7), cfg)
         # w* = e_1, so v = alpha w* has v_perp = 0 exactly in floating point.
         task = Task(task.sets, jnp.zeros(cfg.d).at[0].set(1.0))
-        A = three_value_A(cfg, task, 4.0, 1.0, 0.5) if method == "multiset" else (
-            4.0 * jnp.eye(cfg.D) + jax.random.normal(jax.random.key(8), (cfg.D, cfg.D)))
+        A = (
+            three_value_A(cfg, task, 4.0, 1.0, 0.5)
+            if method == "multiset"
+            else (4.0 * jnp.eye(cfg.D) + jax.random.normal(jax.random.key(8), (cfg.D, cfg.D)))
+        )
         params = {"A": A, "v": 0.1 * task.w_star}
         _, grads = population_grad(params, cfg, task, method)
         assert np.all(np.asarray(grads["v"])[1:] == 0.0)
@@ -273,6 +332,7 @@ def test_gradient_along_v_perp_is_exactly_zero_at_v_perp_zero(cfg, method):
 # ---------------------------------------------------------------------------------------------------
 # The invariance that keeps A three-valued under GD on (P), and the scalar recursions.
 
+
 @pytest.mark.slow
 def test_population_gd_keeps_three_values_and_follows_the_scalar_recursions():
     cfg, lr, lr_A, steps = CHEAP, 0.002, 2000.0, 200
@@ -286,13 +346,18 @@ def test_population_gd_keeps_three_values_and_follows_the_scalar_recursions():
         @jax.jit
         def run(params):
             def step(state, _):
-                grads = jax.grad(population_risk)(state["params"], cfg, task, "general")  # full matrix, any A
+                grads = jax.grad(population_risk)(
+                    state["params"], cfg, task, "general"
+                )  # full matrix, any A
                 state = descend(state, grads, gd)
                 p = state["params"]
                 a, gamma, rho, dev = three_value_form(p["A"], task.sets)
                 perp = jnp.linalg.norm(p["v"] - (p["v"] @ task.w_star) * task.w_star)
                 return state, (p["v"] @ task.w_star, gamma, rho, dev, perp)
-            return jax.lax.scan(step, init_state(params, gd, {"lr": lr, "lr_A": lr_A}), None, length=steps)
+
+            return jax.lax.scan(
+                step, init_state(params, gd, {"lr": lr, "lr_A": lr_A}), None, length=steps
+            )
 
         final, (alpha, gamma, rho, dev, perp) = run(params)
         scale = float(jnp.abs(final["params"]["A"]).max())
@@ -342,6 +407,7 @@ def test_patch_association_iff_min_diagonal_gamma_above_rho():
 # ---------------------------------------------------------------------------------------------------
 # The method is the caller's, static; starts and problems it would get wrong are refused.
 
+
 @pytest.mark.slow
 def test_method_is_static_and_wrong_starts_are_refused():
     task = make_task(jax.random.key(0), PAPER)
@@ -371,7 +437,9 @@ def test_method_is_static_and_wrong_starts_are_refused():
     risks = {}
     for method in ("multiset", "general"):
         risks[method] = float(population_risk(params, SMALL, small_task, method))
-        np.testing.assert_allclose(traced(params, SMALL, small_task, method), risks[method], rtol=1e-5)
+        np.testing.assert_allclose(
+            traced(params, SMALL, small_task, method), risks[method], rtol=1e-5
+        )
     assert abs(risks["multiset"] - risks["general"]) > 1e-3 * risks["general"]
 
 
@@ -403,14 +471,22 @@ def test_patterns_split_over_devices_give_the_same_risk_and_gradient():
     10 chunks at L=7, padded to 16 over 8 devices), the sums are added over the devices."""
     cfg = TheoryConfig(D=28, C=4, d=8, q=0.4, partition="random")
     task = make_task(jax.random.key(0), cfg)
-    params = {"A": three_value_A(cfg, task, 3.0, 1.0, -0.5),
-              "v": 0.3 * task.w_star + 0.05 * unit_perp(jax.random.key(1), task.w_star)}
+    params = {
+        "A": three_value_A(cfg, task, 3.0, 1.0, -0.5),
+        "v": 0.3 * task.w_star + 0.05 * unit_perp(jax.random.key(1), task.w_star),
+    }
     mesh = mesh_lib.data_mesh()
-    risk_and_grad = lambda mesh: jax.jit(jax.value_and_grad(
-        lambda p, task: exact_risk(p, cfg, task, "multiset", mesh=mesh)))
+    risk_and_grad = lambda mesh: jax.jit(
+        jax.value_and_grad(lambda p, task: exact_risk(p, cfg, task, "multiset", mesh=mesh))
+    )
     want = risk_and_grad(None)(params, task)
     got = risk_and_grad(mesh)(*jax.device_put((params, task), mesh_lib.replicated(mesh)))
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
     for name in ("A", "v"):
-        np.testing.assert_allclose(got[1][name], want[1][name], rtol=0,
-                                   atol=1e-5 * float(jnp.abs(want[1][name]).max()), err_msg=name)
+        np.testing.assert_allclose(
+            got[1][name],
+            want[1][name],
+            rtol=0,
+            atol=1e-5 * float(jnp.abs(want[1][name]).max()),
+            err_msg=name,
+        )

@@ -1,4 +1,5 @@
 """On-device augmentation (posattn.vision.data.augment): crop, flip, RandAugment, normalisation, mixup."""
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -9,13 +10,27 @@ from posattn.errors import ConfigError
 from posattn.vision.data import augment as A
 from posattn.vision.data.datasets import DatasetInfo
 
-INFO = DatasetInfo(name="toy", num_classes=10, image_shape=(8, 8, 3), num_train=1, num_test=1,
-                   mean=(0.5, 0.4, 0.3), std=(0.25, 0.2, 0.3))
+INFO = DatasetInfo(
+    name="toy",
+    num_classes=10,
+    image_shape=(8, 8, 3),
+    num_train=1,
+    num_test=1,
+    mean=(0.5, 0.4, 0.3),
+    std=(0.25, 0.2, 0.3),
+)
 
 
 def aug_cfg(**overrides):
-    c = ml_collections.ConfigDict(dict(crop_padding=0, flip=False, randaugment_layers=0,
-                                       randaugment_magnitude=9, mixup_alpha=0.0))
+    c = ml_collections.ConfigDict(
+        dict(
+            crop_padding=0,
+            flip=False,
+            randaugment_layers=0,
+            randaugment_magnitude=9,
+            mixup_alpha=0.0,
+        )
+    )
     c.update(overrides)
     return A.Settings.from_config(c)
 
@@ -77,8 +92,12 @@ def test_crop_is_a_window_of_the_zero_padded_image():
     padded = np.pad(np.asarray(x), ((0, 0), (p, p), (p, p), (0, 0)))
     offsets = []
     for i in range(len(x)):
-        matches = [(dy, dx) for dy in range(2 * p + 1) for dx in range(2 * p + 1)
-                   if np.allclose(out[i], normalised_np(padded[i, dy:dy + 8, dx:dx + 8]), atol=1e-5)]
+        matches = [
+            (dy, dx)
+            for dy in range(2 * p + 1)
+            for dx in range(2 * p + 1)
+            if np.allclose(out[i], normalised_np(padded[i, dy : dy + 8, dx : dx + 8]), atol=1e-5)
+        ]
         assert matches, f"example {i} is no window of its padded image"
         offsets.append(matches[0])
     assert len(set(offsets)) > 5  # the offsets really vary
@@ -88,8 +107,9 @@ def test_randaugment_ops_stay_in_range():
     x = images(b=1)[0].astype(jnp.float32)
     levels = jnp.array([0.0, 0.5, 1.0])
     # every op at every level in one compiled program (compiling them one by one is slow)
-    all_ops = jax.jit(lambda k, im: [jax.vmap(op, in_axes=(None, None, 0))(k, im, levels)
-                                     for op in A.OPS])
+    all_ops = jax.jit(
+        lambda k, im: [jax.vmap(op, in_axes=(None, None, 0))(k, im, levels) for op in A.OPS]
+    )
     for op, out in zip(A.OPS, all_ops(jax.random.key(5), x)):
         assert out.shape == (3, *x.shape) and bool(jnp.isfinite(out).all()), op.__name__
         assert 0.0 <= float(out.min()) and float(out.max()) <= 255.0, op.__name__

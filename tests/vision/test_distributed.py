@@ -1,4 +1,5 @@
 """Two processes with 4 CPU devices each, joined by jax.distributed on loopback, train like one with 8."""
+
 import json
 import os
 import pathlib
@@ -10,15 +11,21 @@ import numpy as np
 import pytest
 
 from posattn import cli
-from posattn.vision import config as config_lib, runs, train
+from posattn.vision import config as config_lib
+from posattn.vision import runs, train
 from tests import multiprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # 6 steps: the in-process run of 8 devices is then the program test_train.py compiles for its 8-device
 # run (the test run's compilation cache, tests/conftest.py).
 STEPS = 6
-FLAGS = ["--config=tpu_configs/digits.py:quick", f"--config.total_steps={STEPS}", "--config.log_every=3",
-         "--config.checkpoint_every=3", "--config.eval_every=0"]
+FLAGS = [
+    "--config=tpu_configs/digits.py:quick",
+    f"--config.total_steps={STEPS}",
+    "--config.log_every=3",
+    "--config.checkpoint_every=3",
+    "--config.eval_every=0",
+]
 
 
 def digits_quick():
@@ -29,16 +36,21 @@ def digits_quick():
 
 @pytest.mark.slow
 def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
-    outputs = multiprocess.run_two_processes("experiments.train_images", [*FLAGS, f"--workdir={tmp_path / 'two'}"],
-                                             tmp_path)
+    outputs = multiprocess.run_two_processes(
+        "experiments.train_images", [*FLAGS, f"--workdir={tmp_path / 'two'}"], tmp_path
+    )
     assert "2 processes" in outputs[0] and "summary:" in outputs[0]
-    assert "summary:" not in outputs[1] and f"step {STEPS}/{STEPS}" not in outputs[1]  # only process 0 reports
+    assert (
+        "summary:" not in outputs[1] and f"step {STEPS}/{STEPS}" not in outputs[1]
+    )  # only process 0 reports
 
     c = digits_quick()
     state8, summary8 = train.train(c, str(tmp_path / "one"))
     summary2 = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert (summary2["processes"], summary2["devices"], summary8["processes"]) == (2, 8, 1)
-    assert summary2["test_examples"] == summary8["test_examples"] == 360  # each test digit once over both
+    assert (
+        summary2["test_examples"] == summary8["test_examples"] == 360
+    )  # each test digit once over both
     assert abs(summary2["test_accuracy"] - summary8["test_accuracy"]) <= 1 / 360
     state2 = runs.restore_run(tmp_path / "two")[1]
     assert int(state2["step"]) == STEPS
@@ -52,13 +64,24 @@ def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
 def test_start_up_is_jax_s_own_detection_and_refuses_incomplete_arguments(monkeypatch):
     monkeypatch.delenv("JAX_COORDINATOR_ADDRESS", raising=False)
     # jax.distributed must start before the backend does: in a fresh process, as a binary would.
-    code = ("from posattn import mesh; import jax; from posattn.errors import ConfigError\n"
-            "mesh.initialize_distributed()\n"  # no cluster detected here: a single process
-            "assert not jax.distributed.is_initialized()\n"
-            "try:\n    mesh.initialize_distributed(num_processes=2, process_id=0)\n"
-            "except ConfigError as e:\n    print(e)\n"
-            "assert not jax.distributed.is_initialized() and jax.process_count() == 1\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT)))
+    code = (
+        "from posattn import mesh; import jax; from posattn.errors import ConfigError\n"
+        "mesh.initialize_distributed()\n"  # no cluster detected here: a single process
+        "assert not jax.distributed.is_initialized()\n"
+        "try:\n    mesh.initialize_distributed(num_processes=2, process_id=0)\n"
+        "except ConfigError as e:\n    print(e)\n"
+        "assert not jax.distributed.is_initialized() and jax.process_count() == 1\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT)),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "coordinator_address should be defined" in out.stdout and "docs/distributed.md" in out.stdout
+    assert (
+        "coordinator_address should be defined" in out.stdout
+        and "docs/distributed.md" in out.stdout
+    )

@@ -1,5 +1,6 @@
 """Issue 6's image experiments: positional-embedding analysis (JSL22 Figs. 1a, 5c) and tiny end-to-end
 runs of experiments.permuted, experiments.posemb_similarity and experiments.compare_attention."""
+
 import json
 import pathlib
 import subprocess
@@ -46,7 +47,9 @@ def test_neighbour_statistic_separates_smooth_from_random_embeddings():
     assert s["neighbour"] > s["non_neighbour"] + 0.2 and s["p_value"] < 0.01 and s["z"] > 3
     assert s["pairs"] == {"neighbour": 2 * 2 * 6 * 5, "non_neighbour": 36 * 35 - 120}
     across = posemb.neighbour_statistic(smooth, grid, shuffles=500, across_blocks=2)
-    assert across["pairs"]["neighbour"] == 2 * 2 * 6 * 2  # 2 block borders per axis, 6 lines, 2 ways
+    assert (
+        across["pairs"]["neighbour"] == 2 * 2 * 6 * 2
+    )  # 2 block borders per axis, 6 lines, 2 ways
     assert across["gap"] > 0.2 and across["non_neighbour"] == s["non_neighbour"]
     random = posemb.cosine_similarity(np.random.default_rng(0).normal(size=(36, 64)))
     r = posemb.neighbour_statistic(random, grid, shuffles=500)
@@ -96,8 +99,13 @@ def test_gap_is_the_difference_of_means_with_its_standard_error_in_points():
 
 
 def _run(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
-                          env=envs.devices(1, PYTHONPATH=str(ROOT)))
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=envs.devices(1, PYTHONPATH=str(ROOT)),
+    )
 
 
 @pytest.mark.slow
@@ -105,8 +113,14 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
     """permuted (ViT, g = 2, 4 and the unpermuted 8) -> posemb_similarity on its g = 2 and 4 runs. A few
     steps each: this checks the plumbing and the files, not the accuracies."""
     work = tmp_path / "permuted"
-    r = _run("experiments.permuted", "--config=tpu_configs/permuted.py:digits,quick", "--config.models=vit",
-             "--config.seeds=1", "--config.vit_steps=2", f"--workdir={work}")
+    r = _run(
+        "experiments.permuted",
+        "--config=tpu_configs/permuted.py:digits,quick",
+        "--config.models=vit",
+        "--config.seeds=1",
+        "--config.vit_steps=2",
+        f"--workdir={work}",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads((work / "summary.json").read_text())
     assert set(summary["accuracy"]["vit"]) == {"2", "4", "8"} and summary["unpermuted_g"] == 8
@@ -118,76 +132,149 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     result = json.loads((work / "vit-g2-seed0" / "posemb_similarity.json").read_text())
     # g = patch size: every neighbour pair straddles two blocks, so no separate across-block statistic
-    assert set(result["statistic"]) == {"at initialisation", "as trained", "un-permuted"} and result["grid"] == [4, 4]
+    assert set(result["statistic"]) == {
+        "at initialisation",
+        "as trained",
+        "un-permuted",
+    } and result["grid"] == [4, 4]
     assert all(-1 <= s["rank_correlation"] <= 1 for s in result["statistic"].values())
     assert result["permute_block"] == 2 and result["patch_size"] == 2
     assert (work / "vit-g2-seed0" / "posemb_similarity.png").stat().st_size > 0
-    r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g2-seed0'}", "--config.block=1")
-    assert r.returncode == 2 and "block=1: the run has one positional embedding P shared" in r.stderr
-    r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g4-seed0'}")  # blocks of 2 x 2 patches
+    r = _run(
+        "experiments.posemb_similarity", f"--workdir={work / 'vit-g2-seed0'}", "--config.block=1"
+    )
+    assert (
+        r.returncode == 2 and "block=1: the run has one positional embedding P shared" in r.stderr
+    )
+    r = _run(
+        "experiments.posemb_similarity", f"--workdir={work / 'vit-g4-seed0'}"
+    )  # blocks of 2 x 2 patches
     assert r.returncode == 0, r.stderr[-2000:]
     stats = json.loads((work / "vit-g4-seed0" / "posemb_similarity.json").read_text())["statistic"]
-    assert stats["un-permuted, across blocks"]["pairs"]["neighbour"] == 16  # 1 border x 4 lines x 2 ways x 2 axes
-
+    assert (
+        stats["un-permuted, across blocks"]["pairs"]["neighbour"] == 16
+    )  # 1 border x 4 lines x 2 ways x 2 axes
 
 
 @pytest.mark.slow
 def test_compare_attention_end_to_end_on_digits(tmp_path):
     """compare_attention with one seed, two steps: the plumbing and the files, not the accuracies."""
     cmp_dir = tmp_path / "compare"
-    r = _run("experiments.compare_attention", "--config=tpu_configs/digits.py:quick", "--seeds=1",
-             f"--workdir={cmp_dir}", "--config.total_steps=2", "--config.optimizer.warmup_steps=1",
-             "--config.checkpoint_every=0", "--config.eval_every=0")
+    r = _run(
+        "experiments.compare_attention",
+        "--config=tpu_configs/digits.py:quick",
+        "--seeds=1",
+        f"--workdir={cmp_dir}",
+        "--config.total_steps=2",
+        "--config.optimizer.warmup_steps=1",
+        "--config.checkpoint_every=0",
+        "--config.eval_every=0",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads((cmp_dir / "summary.json").read_text())
     assert set(summary["accuracy"]) == {"vanilla", "positional"}
     table = (cmp_dir / "summary.md").read_text()
-    assert "needs data" in table and "90.54" in table and (cmp_dir / "compare.png").stat().st_size > 0
-    assert "positional - vanilla (digits): " in table and summary["gap"]["stderr"] == 0.0  # one seed each
+    assert (
+        "needs data" in table and "90.54" in table and (cmp_dir / "compare.png").stat().st_size > 0
+    )
+    assert (
+        "positional - vanilla (digits): " in table and summary["gap"]["stderr"] == 0.0
+    )  # one seed each
 
 
-@pytest.mark.parametrize("args, message", [
-    (("experiments.permuted", "--config.block_sizes=3", "--workdir=/tmp/x"), "divide the image side"),
-    (("experiments.permuted", "--config.models=vit,mlp", "--workdir=/tmp/x"), "models='vit,mlp'"),
-    (("experiments.permuted", "--config=tpu_configs/permuted.py:mnist", "--workdir=/tmp/x"),
-     "unknown dataset 'mnist'"),
-    (("experiments.compare_attention", "--seeds=0", "--workdir=/tmp/x"), "--seeds"),
-    (("experiments.posemb_similarity", "--workdir=/nonexistent"), "config.json"),
-    (("experiments.train_images", "--config=tpu_configs/nope.py", "--workdir=/tmp/x"),
-     "config file 'tpu_configs/nope.py' not found (relative to the current directory"),
-    # with an override, ml_collections used to raise while the flags parsed
-    (("experiments.train_images", "--config=tpu_configs/nope.py:quick", "--config.seed=1",
-      "--workdir=/tmp/x"), "config file 'tpu_configs/nope.py' not found"),
-    # a ConfigError of the config file's get_config: its message alone, no flattened traceback
-    (("experiments.compare_attention", "--config=tpu_configs/digits.py:8", "--workdir=/tmp/x"),
-     "unknown config argument '8'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("experiments.permuted", "--config.block_sizes=3", "--workdir=/tmp/x"),
+            "divide the image side",
+        ),
+        (
+            ("experiments.permuted", "--config.models=vit,mlp", "--workdir=/tmp/x"),
+            "models='vit,mlp'",
+        ),
+        (
+            ("experiments.permuted", "--config=tpu_configs/permuted.py:mnist", "--workdir=/tmp/x"),
+            "unknown dataset 'mnist'",
+        ),
+        (("experiments.compare_attention", "--seeds=0", "--workdir=/tmp/x"), "--seeds"),
+        (("experiments.posemb_similarity", "--workdir=/nonexistent"), "config.json"),
+        (
+            ("experiments.train_images", "--config=tpu_configs/nope.py", "--workdir=/tmp/x"),
+            "config file 'tpu_configs/nope.py' not found (relative to the current directory",
+        ),
+        # with an override, ml_collections used to raise while the flags parsed
+        (
+            (
+                "experiments.train_images",
+                "--config=tpu_configs/nope.py:quick",
+                "--config.seed=1",
+                "--workdir=/tmp/x",
+            ),
+            "config file 'tpu_configs/nope.py' not found",
+        ),
+        # a ConfigError of the config file's get_config: its message alone, no flattened traceback
+        (
+            (
+                "experiments.compare_attention",
+                "--config=tpu_configs/digits.py:8",
+                "--workdir=/tmp/x",
+            ),
+            "unknown config argument '8'",
+        ),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(args, message):
     r = _run(*args)
-    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, (
+        r.stderr
+    )
 
 
 def test_compare_attention_finds_its_default_config_from_any_directory(tmp_path):
-    r = _run("experiments.compare_attention", "--config.total_steps=2", "--seeds=0", "--workdir=x",
-             cwd=tmp_path)
-    assert r.returncode == 2 and r.stderr.startswith("error: --seeds=0"), r.stderr  # the config loaded
+    r = _run(
+        "experiments.compare_attention",
+        "--config.total_steps=2",
+        "--seeds=0",
+        "--workdir=x",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and r.stderr.startswith("error: --seeds=0"), (
+        r.stderr
+    )  # the config loaded
 
 
 def test_the_permuted_table_marks_vit_cells_of_whole_tokens_and_says_why_they_test_nothing():
     acc = lambda *v: sweep.spread([x / 100 for x in v])  # noqa: E731
-    summary = {"image_side": 28, "patch_size": {"vit": 7}, "split": "validation", "accuracy": {
-        "vit": {"4": acc(80, 81), "7": acc(84, 84.5), "28": acc(84.2, 84.4)},
-        "vgg16": {"4": acc(70, 71), "7": acc(83, 83.5), "28": acc(86, 86.5)}}}
+    summary = {
+        "image_side": 28,
+        "patch_size": {"vit": 7},
+        "split": "validation",
+        "accuracy": {
+            "vit": {"4": acc(80, 81), "7": acc(84, 84.5), "28": acc(84.2, 84.4)},
+            "vgg16": {"4": acc(70, 71), "7": acc(83, 83.5), "28": acc(86, 86.5)},
+        },
+    }
     lines = sweep.permuted_table(summary).splitlines()
     assert lines[0].startswith("| model (validation accuracy, %) |")
     vit, vgg = lines[2], lines[3]
-    assert vit.count("(*)") == 1 and "84.25 ± 0.35 (*)" in vit  # g = 7: whole tokens; g = 4 cuts them
+    assert (
+        vit.count("(*)") == 1 and "84.25 ± 0.35 (*)" in vit
+    )  # g = 7: whole tokens; g = 4 cuts them
     assert "(*)" not in vgg and "no test of the ViT" in lines[-1]
 
 
 def test_permuted_cells_take_their_permutation_seed_and_held_out_examples():
-    c = sweep.permuted_cell_config("digits", "tpu_configs/digits.py", "vit", 4, 1, local=True, permutation=3,
-                                   validation_examples=100)
+    c = sweep.permuted_cell_config(
+        "digits",
+        "tpu_configs/digits.py",
+        "vit",
+        4,
+        1,
+        local=True,
+        permutation=3,
+        validation_examples=100,
+    )
     assert (c.permute_block, c.permute_seed, c.seed, c.validation_examples) == (4, 3, 1, 100)
 
 
@@ -200,32 +287,53 @@ def test_a_vit_on_whole_token_blocks_is_the_unpermuted_vit_with_the_rows_of_P_re
 
     from posattn.vision.models import create_model
 
-    model = create_model({"name": "vit", "variant": "test/2", "attention": attention}, num_classes=10,
-                         image_size=8, channels=1)
+    model = create_model(
+        {"name": "vit", "variant": "test/2", "attention": attention},
+        num_classes=10,
+        image_size=8,
+        channels=1,
+    )
     x = jax.random.normal(jax.random.key(0), (4, 8, 8, 1))
     variables = model.init(jax.random.key(1), x)
-    leaves, tree = jax.tree.flatten(variables)  # every weight random (the head starts at zero: logits 0)
+    leaves, tree = jax.tree.flatten(
+        variables
+    )  # every weight random (the head starts at zero: logits 0)
     keys = jax.random.split(jax.random.key(2), len(leaves))
-    variables = jax.tree.unflatten(tree, [a + 0.3 * jax.random.normal(k, a.shape) for a, k in zip(leaves, keys)])
+    variables = jax.tree.unflatten(
+        tree, [a + 0.3 * jax.random.normal(k, a.shape) for a, k in zip(leaves, keys)]
+    )
     perm = data.block_permutation((8, 8), 2, seed=3)
     relabelled = jax.tree.map(lambda a: a, variables)
     relabelled["params"]["pos_embedding"] = variables["params"]["pos_embedding"][perm]
-    np.testing.assert_allclose(model.apply(relabelled, data.permute_blocks(x, 2, perm)), model.apply(variables, x),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        model.apply(relabelled, data.permute_blocks(x, 2, perm)),
+        model.apply(variables, x),
+        rtol=1e-5,
+        atol=1e-5,
+    )
     # and blocks that cut tokens (g = 1 < patch 2) are no such relabelling: the logits differ
     cut = data.block_permutation((8, 8), 1, seed=3)
-    assert not np.allclose(model.apply(variables, data.permute_blocks(x, 1, cut)), model.apply(variables, x), atol=1e-3)
+    assert not np.allclose(
+        model.apply(variables, data.permute_blocks(x, 1, cut)), model.apply(variables, x), atol=1e-3
+    )
 
 
 def test_the_doubling_test_compares_the_move_with_the_seed_spread_or_half_a_point():
     from posattn.papers.jsl22.recipe_length import doubling
 
     # moved +1.0 with seeds 0.3 apart: too short
-    assert doubling([84.0, 84.3], [85.0, 85.3]) == {"moved": pytest.approx(1.0), "threshold": 0.5,
-                                                    "long_enough": False}
+    assert doubling([84.0, 84.3], [85.0, 85.3]) == {
+        "moved": pytest.approx(1.0),
+        "threshold": 0.5,
+        "long_enough": False,
+    }
     # moved +0.4, under half a point: long enough
     assert doubling([84.0, 84.3], [84.4, 84.7])["long_enough"]
     # noisy seeds (std 1.41) hide a move of 1.0: long enough by the spread, not by the mean alone
     out = doubling([83.0, 85.0], [85.0, 85.0])
     assert out["threshold"] == pytest.approx(np.sqrt(2)) and out["long_enough"]
-    assert doubling([84.0], [84.6]) == {"moved": pytest.approx(0.6), "threshold": 0.5, "long_enough": False}
+    assert doubling([84.0], [84.6]) == {
+        "moved": pytest.approx(0.6),
+        "threshold": 0.5,
+        "long_enough": False,
+    }

@@ -8,6 +8,7 @@ out of memory and a stopped run end the binary with one line.
 
 The tests that read damaged checkpoints or fail saves turn an unraisable exception (an orbax coroutine
 or thread left behind) into a failure."""
+
 import errno
 import json
 import logging
@@ -42,7 +43,9 @@ def run(config, workdir):
 
 
 def steps_in(workdir) -> list[int]:
-    return sorted(int(p.name) for p in (pathlib.Path(workdir) / "checkpoints").iterdir() if p.name.isdigit())
+    return sorted(
+        int(p.name) for p in (pathlib.Path(workdir) / "checkpoints").iterdir() if p.name.isdigit()
+    )
 
 
 def assert_bitwise_equal(a, b):
@@ -75,17 +78,23 @@ def signal_at_step(monkeypatch, signum: int, at: int) -> None:
 
 @pytest.mark.slow
 @no_leaks
-def test_sigterm_saves_at_the_current_step_and_the_restart_ends_bitwise_equal(straight, tmp_path, monkeypatch,
-                                                                            capsys):
+def test_sigterm_saves_at_the_current_step_and_the_restart_ends_bitwise_equal(
+    straight, tmp_path, monkeypatch, capsys
+):
     config = tiny_digits(total_steps=6, checkpoint_every=3, log_every=3)
     handler = signal.getsignal(signal.SIGTERM)
     signal_at_step(monkeypatch, signal.SIGTERM, 2)
-    with pytest.raises(preemption.Preempted, match=r"^preemption notice \(SIGTERM\) at step 2: saved checkpoint 2 "
-                                                   r".* rerun the same command to resume from step 2$") as err:
+    with pytest.raises(
+        preemption.Preempted,
+        match=r"^preemption notice \(SIGTERM\) at step 2: saved checkpoint 2 "
+        r".* rerun the same command to resume from step 2$",
+    ) as err:
         run(config, tmp_path)
     assert err.value.exit_status == 143
     assert signal.getsignal(signal.SIGTERM) is handler  # the caller's handler is back
-    assert steps_in(tmp_path) == [2] and not (tmp_path / "summary.json").exists()  # nothing looks done
+    assert (
+        steps_in(tmp_path) == [2] and not (tmp_path / "summary.json").exists()
+    )  # nothing looks done
     monkeypatch.undo()
 
     # One restart checks two faults (each restart compiles, so the suite stays fast): the newest
@@ -100,25 +109,35 @@ def test_sigterm_saves_at_the_current_step_and_the_restart_ends_bitwise_equal(st
     assert_bitwise_equal(jax.device_get(state), straight[1])
 
 
-def test_sigint_is_a_stop_request_too_it_saves_and_exits_130_not_a_keyboardinterrupt(tmp_path, monkeypatch):
+def test_sigint_is_a_stop_request_too_it_saves_and_exits_130_not_a_keyboardinterrupt(
+    tmp_path, monkeypatch
+):
     handler = signal.getsignal(signal.SIGINT)
     signal_at_step(monkeypatch, signal.SIGINT, 2)
-    with pytest.raises(preemption.Preempted, match=r"^interrupted \(SIGINT\) at step 2: saved checkpoint 2 .* "
-                                                   r"rerun the same command to resume from step 2$") as err:
+    with pytest.raises(
+        preemption.Preempted,
+        match=r"^interrupted \(SIGINT\) at step 2: saved checkpoint 2 .* "
+        r"rerun the same command to resume from step 2$",
+    ) as err:
         run(tiny_digits(total_steps=6, checkpoint_every=3, log_every=3), tmp_path)
     assert err.value.exit_status == 130 and steps_in(tmp_path) == [2]
-    assert signal.getsignal(signal.SIGINT) is handler  # Ctrl-C raises KeyboardInterrupt again outside the run
+    assert (
+        signal.getsignal(signal.SIGINT) is handler
+    )  # Ctrl-C raises KeyboardInterrupt again outside the run
 
 
 @no_leaks
 @pytest.mark.parametrize("damage", ["truncate", "bitflip"])
-def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_good_one_and_is_kept(straight, tmp_path,
-                                                                                  damage):
+def test_a_damaged_latest_checkpoint_falls_back_to_the_newest_good_one_and_is_kept(
+    straight, tmp_path, damage
+):
     workdir = pathlib.Path(shutil.copytree(straight[0], tmp_path / "run"))
     fault_injection.damage_checkpoint(workdir / "checkpoints" / "6", damage)
     mngr = checkpoint.manager(str(workdir), keep=3)
     abstract = checkpoint.abstract_like(jax.device_get(straight[1]), replicated(data_mesh(ONE)))
-    with pytest.raises(checkpoint.CheckpointError, match="checkpoint 6 .*(does not restore|SHA-256)"):
+    with pytest.raises(
+        checkpoint.CheckpointError, match="checkpoint 6 .*(does not restore|SHA-256)"
+    ):
         checkpoint.restore(mngr, abstract)  # an explicit load says why, in one line
     state, skipped = checkpoint.restore_latest_good(mngr, abstract)
     mngr.close()
@@ -146,12 +165,16 @@ def test_a_damaged_step_is_found_before_orbax_reads_it(straight, tmp_path, monke
     abstract = checkpoint.abstract_like(straight[1], replicated(data_mesh(ONE)))
     with checkpoint.manager(str(workdir), read_only=True) as reader:
         asked, restore = [], reader.restore
-        monkeypatch.setattr(reader, "restore", lambda step, **kw: asked.append(step) or restore(step, **kw))
+        monkeypatch.setattr(
+            reader, "restore", lambda step, **kw: asked.append(step) or restore(step, **kw)
+        )
         state, skipped = checkpoint.latest_good(reader, abstract)
     assert int(state["step"]) == 3 and asked == [3]  # orbax never read step 6
     assert [s.step for s in skipped] == [6] and "\n" not in skipped[0].reason
-    assert re.fullmatch(r"does not restore \([\w.]+: ValueError: OUT_OF_RANGE: .*value of size 100\)",
-                        skipped[0].reason), skipped[0].reason
+    assert re.fullmatch(
+        r"does not restore \([\w.]+: ValueError: OUT_OF_RANGE: .*value of size 100\)",
+        skipped[0].reason,
+    ), skipped[0].reason
 
 
 RESUMES = """
@@ -171,18 +194,33 @@ for i in range(int(sys.argv[2])):
 
 
 @pytest.mark.slow
-def test_a_restart_over_a_truncated_checkpoint_says_one_line_and_no_traceback_ten_times(straight, tmp_path):
+def test_a_restart_over_a_truncated_checkpoint_says_one_line_and_no_traceback_ten_times(
+    straight, tmp_path
+):
     damaged = pathlib.Path(shutil.copytree(straight[0], tmp_path / "damaged"))
     truncate_array_data(damaged / "checkpoints" / "6")
-    out = subprocess.run([sys.executable, "-c", RESUMES, str(damaged), "10"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [sys.executable, "-c", RESUMES, str(damaged), "10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     lines = (out.stdout + out.stderr).splitlines()
     assert out.returncode == 0, out.stderr[-3000:]
     fallbacks = [line for line in lines if line.startswith("checkpoint 6 does not restore (")]
-    assert len(fallbacks) == 10 and all(line.endswith(", resuming from step 3") for line in fallbacks)
+    assert len(fallbacks) == 10 and all(
+        line.endswith(", resuming from step 3") for line in fallbacks
+    )
     # nothing else but the run's own lines: no traceback of a read left behind
-    said = [line for line in lines
-            if not line.startswith(("checkpoint 6 ", "digits: ", "augmentation: ", "step ", "summary: "))]
+    said = [
+        line
+        for line in lines
+        if not line.startswith(
+            ("checkpoint 6 ", "digits: ", "augmentation: ", "step ", "summary: ")
+        )
+    ]
     assert said == [], "\n".join(said[:40])
     assert sum("; resumed from step 3" in line for line in lines) == 10
 
@@ -193,9 +231,14 @@ def test_no_checkpoint_restores_nothing_is_moved_and_the_error_lists_each(straig
     for step in (3, 6):
         fault_injection.damage_checkpoint(workdir / "checkpoints" / str(step), "truncate")
     mngr = checkpoint.manager(str(workdir), keep=3)
-    with pytest.raises(checkpoint.CheckpointError, match=r"no checkpoint .* restores \(step 6 does not "
-                                                         r"restore .*; step 3 does not restore") as err:
-        checkpoint.restore_latest_good(mngr, checkpoint.abstract_like(straight[1], replicated(data_mesh(ONE))))
+    with pytest.raises(
+        checkpoint.CheckpointError,
+        match=r"no checkpoint .* restores \(step 6 does not "
+        r"restore .*; step 3 does not restore",
+    ) as err:
+        checkpoint.restore_latest_good(
+            mngr, checkpoint.abstract_like(straight[1], replicated(data_mesh(ONE)))
+        )
     mngr.close()
     assert "\n" not in str(err.value) and steps_in(workdir) == [3, 6]
     assert not (workdir / "checkpoints_unreadable").exists()
@@ -216,54 +259,79 @@ def _uncommitted_copy(workdir: pathlib.Path, step: int, new: int) -> None:
 
 
 @no_leaks
-def test_step_folders_orbax_never_committed_are_skipped_not_counted_against_the_good_ones(straight, tmp_path):
+def test_step_folders_orbax_never_committed_are_skipped_not_counted_against_the_good_ones(
+    straight, tmp_path
+):
     workdir = pathlib.Path(shutil.copytree(straight[0], tmp_path / "run"))
     (workdir / "checkpoints" / "35").mkdir()  # a stray folder above the good steps 3 and 6
     _uncommitted_copy(workdir, 6, 9)
-    (workdir / "checkpoints" / "12.orbax-checkpoint-tmp-1").mkdir()  # a save in progress when killed
+    (
+        workdir / "checkpoints" / "12.orbax-checkpoint-tmp-1"
+    ).mkdir()  # a save in progress when killed
     found = checkpoint.survey(workdir / "checkpoints")
     assert found.complete == (3, 6) and found.temporary == ("12.orbax-checkpoint-tmp-1",)
-    assert found.incomplete == {9: "was never committed by orbax (a save that did not finish)",
-                                35: "is an empty folder"}
+    assert found.incomplete == {
+        9: "was never committed by orbax (a save that did not finish)",
+        35: "is an empty folder",
+    }
     abstract = checkpoint.abstract_like(straight[1], replicated(data_mesh(ONE)))
     with checkpoint.manager(str(workdir), read_only=True) as reader:
         assert int(checkpoint.restore(reader, abstract)["step"]) == 6  # the newest committed one
         with pytest.raises(checkpoint.CheckpointError, match="checkpoint 35 .* is an empty folder"):
             checkpoint.restore(reader, abstract, step=35)
         state, skipped = checkpoint.latest_good(reader, abstract)
-    assert int(state["step"]) == 6 and [(u.step, u.moved_to) for u in skipped] == [(35, None), (9, None)]
+    assert int(state["step"]) == 6 and [(u.step, u.moved_to) for u in skipped] == [
+        (35, None),
+        (9, None),
+    ]
     assert (workdir / "checkpoints" / "35").is_dir()  # reading moved nothing
 
 
 @no_leaks
-def test_a_restart_resumes_from_the_newest_committed_checkpoint_past_a_stray_folder(straight, tmp_path, capsys):
+def test_a_restart_resumes_from_the_newest_committed_checkpoint_past_a_stray_folder(
+    straight, tmp_path, capsys
+):
     workdir = pathlib.Path(shutil.copytree(straight[0], tmp_path / "run"))
     (workdir / "checkpoints" / "35").mkdir()
     (workdir / "checkpoints" / "12.orbax-checkpoint-tmp-1").mkdir()
     state, summary = run(tiny_digits(total_steps=6, checkpoint_every=3, log_every=3), workdir)
     out = capsys.readouterr().out
-    assert f"checkpoint 35 is an empty folder: moved to {workdir}/checkpoints_unreadable/35, resuming from " \
-           "step 6" in out
+    assert (
+        f"checkpoint 35 is an empty folder: moved to {workdir}/checkpoints_unreadable/35, resuming from "
+        "step 6" in out
+    )
     assert "removed 12.orbax-checkpoint-tmp-1 from" in out
-    assert summary["resumed_from_step"] == 6 and [m["step"] for m in summary["checkpoints_moved_aside"]] == [35]
+    assert summary["resumed_from_step"] == 6 and [
+        m["step"] for m in summary["checkpoints_moved_aside"]
+    ] == [35]
     assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["3", "6"]
     assert_bitwise_equal(jax.device_get(state), straight[1])
 
 
-def test_a_cut_line_in_the_middle_of_metrics_jsonl_stops_the_resume_before_any_file_changes(straight, tmp_path):
+def test_a_cut_line_in_the_middle_of_metrics_jsonl_stops_the_resume_before_any_file_changes(
+    straight, tmp_path
+):
     workdir = pathlib.Path(shutil.copytree(straight[0], tmp_path / "run"))
     lines = (workdir / "metrics.jsonl").read_text().splitlines(keepends=True)
     (workdir / "metrics.jsonl").write_text(lines[0][:30] + "\n" + "".join(lines[1:]))
     before = {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
-    with pytest.raises(ConfigError, match=rf"^{workdir}/metrics.jsonl line 1 \(of {len(lines)}\) is not a JSON "
-                                          r"record \(.*\): repair or delete that line, then rerun$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^{workdir}/metrics.jsonl line 1 \(of {len(lines)}\) is not a JSON "
+        r"record \(.*\): repair or delete that line, then rerun$",
+    ):
         run(tiny_digits(total_steps=9, checkpoint_every=3, log_every=3), workdir)
-    assert {p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()} == before  # summary.json too
+    assert {
+        p: p.read_bytes() for p in workdir.rglob("*") if p.is_file()
+    } == before  # summary.json too
 
 
 def test_a_launch_that_stopped_before_its_first_checkpoint_is_set_aside_for_the_corrected_one(
-        straight, tmp_path, capsys):
-    failing = tiny_digits(total_steps=6, checkpoint_every=3, log_every=1, seed=1, optimizer__lr=1e30)
+    straight, tmp_path, capsys
+):
+    failing = tiny_digits(
+        total_steps=6, checkpoint_every=3, log_every=1, seed=1, optimizer__lr=1e30
+    )
     with pytest.raises(train.NonFiniteLoss, match="at step 2; .*no checkpoint was saved"):
         run(failing, tmp_path)
     left = sorted(p.name for p in tmp_path.iterdir())
@@ -272,18 +340,26 @@ def test_a_launch_that_stopped_before_its_first_checkpoint_is_set_aside_for_the_
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("failed-")]
     assert len(aside) == 1 and sorted(p.name for p in aside[0].iterdir()) == left
     assert json.loads((aside[0] / "config.json").read_text())["seed"] == 1  # kept, not deleted
-    assert (aside[0] / "metrics.jsonl").read_text().count('"step": 1') == 1  # its record of what went wrong
+    assert (aside[0] / "metrics.jsonl").read_text().count(
+        '"step": 1'
+    ) == 1  # its record of what went wrong
     assert f"its files are set aside in {aside[0]}; starting afresh" in capsys.readouterr().out
     assert summary["resumed_from_step"] is None and steps_in(tmp_path) == [3, 6]
-    assert_bitwise_equal(jax.device_get(state), straight[1])  # nothing of the failed launch leaked in
+    assert_bitwise_equal(
+        jax.device_get(state), straight[1]
+    )  # nothing of the failed launch leaked in
 
 
 @no_leaks
 def test_a_save_that_fails_in_the_background_stops_the_run_at_the_first_step_that_learns_of_it(
-        tmp_path, caplog):
+    tmp_path, caplog
+):
     logging.getLogger("absl").setLevel(logging.ERROR)  # as the binaries run: quiet library logs
     try:
-        with fault_injection.failing_saves(errno.ENOSPC, at="background"), saving.orbax_errors_reported():
+        with (
+            fault_injection.failing_saves(errno.ENOSPC, at="background"),
+            saving.orbax_errors_reported(),
+        ):
             mngr = checkpoint.manager(str(tmp_path), keep=2)
             saver = saving.Saver(mngr, tmp_path)
             saver.save({"step": np.int32(3), "w": np.arange(4.0)}, 3)
@@ -291,26 +367,37 @@ def test_a_save_that_fails_in_the_background_stops_the_run_at_the_first_step_tha
                 if not mngr.is_saving_in_progress():
                     break
                 time.sleep(0.01)
-            with pytest.raises(saving.SaveFailed, match=re.escape(
+            with pytest.raises(
+                saving.SaveFailed,
+                match=re.escape(
                     "saving checkpoint 3 failed (No space left on device, errno 28); the run stopped at step 4, "
                     f"no checkpoint was saved before it: free space on the disk of {tmp_path}, then rerun the "
-                    "same command to start again")):
+                    "same command to start again"
+                ),
+            ):
                 saver.poll(4)
             saving.close(mngr)  # after the failure too, with no thread left running
     finally:
         logging.getLogger("absl").setLevel(logging.NOTSET)
     assert not [r for r in caplog.records if "orbax" in r.pathname and r.levelno >= logging.ERROR]
-    assert checkpoint.survey(tmp_path / "checkpoints").complete == ()  # the tmp folder is not a checkpoint
+    assert (
+        checkpoint.survey(tmp_path / "checkpoints").complete == ()
+    )  # the tmp folder is not a checkpoint
 
 
 @pytest.mark.slow
 @no_leaks
-def test_a_failed_final_save_stops_with_one_line_and_the_rerun_resumes_bitwise(straight, tmp_path, capsys):
+def test_a_failed_final_save_stops_with_one_line_and_the_rerun_resumes_bitwise(
+    straight, tmp_path, capsys
+):
     config = tiny_digits(total_steps=6, checkpoint_every=3, log_every=3)
     with fault_injection.failing_saves(errno.ENOSPC, from_step=6, at="background"):
-        with pytest.raises(saving.SaveFailed, match=r"^saving checkpoint 6 failed \(No space left on device, "
-                                                    r"errno 28\); the run stopped at step 6, the last complete "
-                                                    r"checkpoint, step 3, stays in .*resume from step 3$"):
+        with pytest.raises(
+            saving.SaveFailed,
+            match=r"^saving checkpoint 6 failed \(No space left on device, "
+            r"errno 28\); the run stopped at step 6, the last complete "
+            r"checkpoint, step 3, stays in .*resume from step 3$",
+        ):
             run(config, tmp_path)
     assert steps_in(tmp_path) == [3] and not (tmp_path / "summary.json").exists()
     state, summary = run(config, tmp_path)
@@ -323,36 +410,53 @@ def test_a_failed_final_save_stops_with_one_line_and_the_rerun_resumes_bitwise(s
 def test_a_save_refused_by_a_read_only_disk_stops_the_run_with_no_step_after_it(tmp_path):
     config = tiny_digits(total_steps=6, checkpoint_every=3, log_every=1)
     with fault_injection.failing_saves(errno.EROFS, from_step=3, at="start"):
-        with pytest.raises(saving.SaveFailed, match=r"^saving checkpoint 3 failed \(Read-only file system, "
-                                                    r"errno 30\); the run stopped at step 3, no checkpoint was "
-                                                    rf"saved before it: make {tmp_path} writable again"):
+        with pytest.raises(
+            saving.SaveFailed,
+            match=r"^saving checkpoint 3 failed \(Read-only file system, "
+            r"errno 30\); the run stopped at step 3, no checkpoint was "
+            rf"saved before it: make {tmp_path} writable again",
+        ):
             run(config, tmp_path)
-    logged = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = [
+        json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ]
     assert logged == [1, 2, 3] and steps_in(tmp_path) == []
 
 
 def test_out_of_memory_stops_the_run_with_one_line(tmp_path, monkeypatch):
     def make_train_step(setup):
         def step(state, batch, hyper):
-            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 9 bytes.\nmore")
+            raise jax.errors.JaxRuntimeError(
+                "RESOURCE_EXHAUSTED: Out of memory allocating 9 bytes.\nmore"
+            )
+
         return step
 
     monkeypatch.setattr(train, "make_train_step", make_train_step)
-    with pytest.raises(train.OutOfMemory, match=r"^out of memory \(RESOURCE_EXHAUSTED: Out of memory allocating 9 "
-                                                r"bytes.\): global_batch_size=16 and eval_batch_size=16 over 1 "
-                                                r"devices do not fit; .*nothing was saved, so the corrected command "
-                                                r"may reuse this --workdir$"):
+    with pytest.raises(
+        train.OutOfMemory,
+        match=r"^out of memory \(RESOURCE_EXHAUSTED: Out of memory allocating 9 "
+        r"bytes.\): global_batch_size=16 and eval_batch_size=16 over 1 "
+        r"devices do not fit; .*nothing was saved, so the corrected command "
+        r"may reuse this --workdir$",
+    ):
         run(tiny_digits(), tmp_path)
 
 
-def test_a_workdir_that_cannot_take_a_checkpoint_stops_the_run_before_any_work(tmp_path, monkeypatch):
+def test_a_workdir_that_cannot_take_a_checkpoint_stops_the_run_before_any_work(
+    tmp_path, monkeypatch
+):
     (tmp_path / "a_file").write_text("")
     with pytest.raises(ConfigError, match=r"cannot be written \(Not a directory\)"):
         run(tiny_digits(), tmp_path / "a_file" / "run")
     monkeypatch.setattr(workdir_lib, "free_bytes", lambda path: 1000)
-    with pytest.raises(ConfigError, match=r"has 0.0 MiB free, one checkpoint needs about 0.2 MiB") as err:
+    with pytest.raises(
+        ConfigError, match=r"has 0.0 MiB free, one checkpoint needs about 0.2 MiB"
+    ) as err:
         run(tiny_digits(), tmp_path / "full")
-    assert "\n" not in str(err.value) and list((tmp_path / "full").iterdir()) == []  # nothing written
+    assert (
+        "\n" not in str(err.value) and list((tmp_path / "full").iterdir()) == []
+    )  # nothing written
 
 
 def test_a_probe_that_fails_with_a_file_systems_own_error_is_one_line_too(tmp_path, monkeypatch):
@@ -363,45 +467,73 @@ def test_a_probe_that_fails_with_a_file_systems_own_error_is_one_line_too(tmp_pa
         raise PermissionDeniedError("no write access to bucket\nmore detail")
 
     monkeypatch.setattr(type(epath.Path(tmp_path)), "write_text", refuse)
-    with pytest.raises(ConfigError, match=r"cannot be written \(PermissionDeniedError: no write access to "
-                                          r"bucket\): choose a writable directory$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"cannot be written \(PermissionDeniedError: no write access to "
+        r"bucket\): choose a writable directory$",
+    ):
         workdir_lib.check(tmp_path / "run")
 
 
 def test_the_free_space_asked_for_is_the_checkpoints_kept_and_the_next(tmp_path):
-    assert workdir_lib.checkpoint_copies(keep=3, saves=10) == 4  # 3 kept, and the 4th while it is written
-    assert workdir_lib.checkpoint_copies(keep=3, saves=10, saved=3) == 1  # a resume: 3 are on the disk
+    assert (
+        workdir_lib.checkpoint_copies(keep=3, saves=10) == 4
+    )  # 3 kept, and the 4th while it is written
+    assert (
+        workdir_lib.checkpoint_copies(keep=3, saves=10, saved=3) == 1
+    )  # a resume: 3 are on the disk
     assert workdir_lib.checkpoint_copies(keep=0, saves=5) == 5  # every save kept
     assert workdir_lib.checkpoint_copies(keep=3, saves=1) == 1  # only the final one
     (tmp_path / "checkpoints" / "4").mkdir(parents=True)
     (tmp_path / "checkpoints" / "6.orbax-checkpoint-tmp-1").mkdir()
-    assert workdir_lib.saved_checkpoints(tmp_path) == 1 and workdir_lib.saved_checkpoints(tmp_path / "no") == 0
+    assert (
+        workdir_lib.saved_checkpoints(tmp_path) == 1
+        and workdir_lib.saved_checkpoints(tmp_path / "no") == 0
+    )
 
 
 def test_checkpoint_bytes_counts_every_array_of_the_state():
-    shapes = {"a": jax.ShapeDtypeStruct((10, 10), np.float32), "b": jax.ShapeDtypeStruct((5,), np.int8)}
+    shapes = {
+        "a": jax.ShapeDtypeStruct((10, 10), np.float32),
+        "b": jax.ShapeDtypeStruct((5,), np.int8),
+    }
     assert workdir_lib.tree_bytes(shapes) == 405
     assert workdir_lib.checkpoint_bytes(shapes) == int(405 * 1.1)
 
 
 @pytest.mark.slow
 def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(tmp_path, monkeypatch):
-    monkeypatch.setattr(train, "make_train_step", fault_injection.nan_at_step(train.make_train_step, 4))
-    with pytest.raises(train.NonFiniteLoss, match=r"non-finite loss nan .* at step 4; .*checkpoint "
-                                                  r"\(step 2\)"):
+    monkeypatch.setattr(
+        train, "make_train_step", fault_injection.nan_at_step(train.make_train_step, 4)
+    )
+    with pytest.raises(
+        train.NonFiniteLoss,
+        match=r"non-finite loss nan .* at step 4; .*checkpoint "
+        r"\(step 2\)",
+    ):
         run(tiny_digits(total_steps=6, checkpoint_every=2, log_every=1), tmp_path)
     assert steps_in(tmp_path) == [2] and not (tmp_path / "summary.json").exists()
-    logged = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = [
+        json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ]
     assert logged == [1, 2, 3]  # nothing is logged from the broken step on
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_stopped_run_ends_the_binary_with_one_line_and_its_exit_status(signum, status):
-    program = ("from posattn import cli\nfrom posattn.vision.preemption import Preempted\n"
-               f"def main(argv):\n    raise Preempted('notice at step 7: rerun to resume', {int(signum)})\n"
-               "cli.run(main)\n")
-    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    program = (
+        "from posattn import cli\nfrom posattn.vision.preemption import Preempted\n"
+        f"def main(argv):\n    raise Preempted('notice at step 7: rerun to resume', {int(signum)})\n"
+        "cli.run(main)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=120,
+    )
     assert done.returncode == status
     assert done.stderr == "stopped: notice at step 7: rerun to resume\n"
 
@@ -421,7 +553,10 @@ def test_a_stop_that_came_after_the_last_poll_is_passed_on_not_lost():
             signal.raise_signal(signal.SIGTERM)
             stopped = watcher.stopped(7, "/tmp/x")
         assert calls == [signal.SIGTERM] and stopped.exit_status == 143
-        with pytest.raises(ValueError), preemption.Watcher():  # a crash on its way out keeps its own story
+        with (
+            pytest.raises(ValueError),
+            preemption.Watcher(),
+        ):  # a crash on its way out keeps its own story
             signal.raise_signal(signal.SIGTERM)
             raise ValueError("boom")
         assert calls == [signal.SIGTERM]

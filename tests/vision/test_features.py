@@ -1,4 +1,5 @@
 """The models' named features and attention maps (the contract `posattn.vision.models` documents)."""
+
 import functools
 
 import jax
@@ -33,7 +34,13 @@ def test_vit_features_names_order_shapes_and_the_attention_branch(attention, poo
     model = _model(attention=attention, pool=pool)
     variables = _init(model)
     feats = jax.jit(functools.partial(features, model))(variables, _images())
-    assert list(feats) == ["stem", "block_00/attention", "block_00/mlp", "block_01/attention", "block_01/mlp"]
+    assert list(feats) == [
+        "stem",
+        "block_00/attention",
+        "block_00/mlp",
+        "block_01/attention",
+        "block_01/mlp",
+    ]
     assert all(f.shape == (3, 4, 4, 32) for f in feats.values())  # 4 x 4 patch grid, CLS dropped
     # block_00/attention - stem is the attention branch: Attn(LN(stem)), computed here from its modules
     params = variables["params"]
@@ -50,9 +57,15 @@ def test_vit_features_names_order_shapes_and_the_attention_branch(attention, poo
     drop = slice(1, None) if pool == "cls" else slice(None)
     branch = mid - stem_BxNxD
     assert float(jnp.abs(branch).max()) > 1e-3  # the branch does something
-    np.testing.assert_allclose((feats["block_00/attention"] - feats["stem"]).reshape(3, 16, 32),
-                               branch[:, drop], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(feats["block_00/mlp"].reshape(3, 16, 32), out[:, drop], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        (feats["block_00/attention"] - feats["stem"]).reshape(3, 16, 32),
+        branch[:, drop],
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    np.testing.assert_allclose(
+        feats["block_00/mlp"].reshape(3, 16, 32), out[:, drop], rtol=1e-5, atol=1e-5
+    )
 
 
 def test_attention_maps_names_shapes_and_softmax():
@@ -65,7 +78,9 @@ def test_attention_maps_names_shapes_and_softmax():
             np.testing.assert_allclose(att.sum(-1), 1.0, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name, blocks, stem", [("resnet18", 8, (3, 8, 8, 64)), ("vgg16", 12, (3, 8, 8, 64))])
+@pytest.mark.parametrize(
+    "name, blocks, stem", [("resnet18", 8, (3, 8, 8, 64)), ("vgg16", 12, (3, 8, 8, 64))]
+)
 def test_cnn_features(name, blocks, stem):
     model = _model(name=name)
     variables = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 8, 8, 1))))
@@ -78,7 +93,15 @@ def test_cnn_features(name, blocks, stem):
 
 def test_models_validate_fields_however_built():
     with pytest.raises(ConfigError, match="did you mean 'positional'"):
-        ViT(num_classes=10, image_size=8, patch_size=2, width=32, depth=1, num_heads=2, mlp_dim=8,
-            attention="posit")
+        ViT(
+            num_classes=10,
+            image_size=8,
+            patch_size=2,
+            width=32,
+            depth=1,
+            num_heads=2,
+            mlp_dim=8,
+            attention="posit",
+        )
     with pytest.raises(ConfigError, match="num_heads"):
         ViT(num_classes=10, image_size=8, patch_size=2, width=30, depth=1, num_heads=4, mlp_dim=8)

@@ -1,4 +1,5 @@
 """The analytic FLOP count of a ViT (posattn.vision.models.flops) against XLA's cost analysis."""
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -9,7 +10,9 @@ from posattn.vision.models.vit import ViT
 # Wide against its 64 tokens so that the elementwise work XLA also counts (LayerNorm, softmax, GELU:
 # O(T D) against the matmuls' O(T D^2)) stays near 2% of the total, while each attention matmul
 # (T^2 D) is about 5% of a block: a term left out of the count or counted twice shows.
-_SHAPE = dict(num_classes=10, image_size=16, patch_size=2, width=128, depth=1, num_heads=2, mlp_dim=256)
+_SHAPE = dict(
+    num_classes=10, image_size=16, patch_size=2, width=128, depth=1, num_heads=2, mlp_dim=256
+)
 _BATCH = 2
 
 
@@ -36,7 +39,6 @@ def test_positional_saves_the_query_key_work_of_every_example_but_one():
     saved = 2 * L * (2 * T * D**2 + T**2 * D) * (_BATCH - 1)  # Q, K projections and Q K^T, as FLOPs
     assert flops.forward_flops(vanilla, _BATCH) - flops.forward_flops(positional, _BATCH) == saved
     assert flops.training_flops(vanilla, _BATCH) == 3 * flops.forward_flops(vanilla, _BATCH)
-
 
 
 def test_the_patch_embedding_counts_the_models_own_channels():

@@ -1,4 +1,5 @@
 """Image models: published parameter counts, positional attention (JSL22 Definition 3.2), options, dtypes, errors."""
+
 import functools
 from typing import Any, ClassVar
 
@@ -15,11 +16,22 @@ from posattn.vision.models import attention, attention_maps, create_model, param
 
 
 def _model(image_size=8, channels=3, num_classes=10, dtype=jnp.float32, **fields):
-    cfg = ConfigDict(dict(name="vit", variant="test/2", attention="positional", pos_shared=True,
-                          pos_add=False, pool="gap", dropout=0.0, patch_size=0))
+    cfg = ConfigDict(
+        dict(
+            name="vit",
+            variant="test/2",
+            attention="positional",
+            pos_shared=True,
+            pos_add=False,
+            pool="gap",
+            dropout=0.0,
+            patch_size=0,
+        )
+    )
     cfg.update(fields)
-    return create_model(cfg, num_classes=num_classes, image_size=image_size, channels=channels,
-                        dtype=dtype)
+    return create_model(
+        cfg, num_classes=num_classes, image_size=image_size, channels=channels, dtype=dtype
+    )
 
 
 def _images(key, batch=4, size=8, channels=3):
@@ -71,7 +83,12 @@ def _shape_count(model, size, channels=3):
         (dict(name="vit", variant="S/16", attention="vanilla", pool="cls"), 1000, 224, 22_050_664),
         (dict(name="vit", variant="B/16", attention="vanilla", pool="cls"), 1000, 224, 86_567_656),
         # Positional attention with one shared P has the same parameters: W_Q, W_K act on P instead.
-        (dict(name="vit", variant="Ti/16", attention="positional", pool="cls"), 1000, 224, 5_717_416),
+        (
+            dict(name="vit", variant="Ti/16", attention="positional", pool="cls"),
+            1000,
+            224,
+            5_717_416,
+        ),
         (dict(name="resnet18"), 10, 32, 11_173_962),
         (dict(name="vgg16"), 10, 32, 14_728_266),
     ],
@@ -94,9 +111,13 @@ def test_parameter_count_of_options():
         assert len(counts) == 1
 
 
-@pytest.mark.parametrize("name, first, last", [("resnet18", "stem_conv", "stage4_block2"), ("vgg16", "conv1", "conv13")])
+@pytest.mark.parametrize(
+    "name, first, last", [("resnet18", "stem_conv", "stage4_block2"), ("vgg16", "conv1", "conv13")]
+)
 def test_cnn_width_scales_every_stage(name, first, last):
-    params = jax.eval_shape(lambda: _model(name=name, width=16).init(jax.random.key(0), jnp.zeros((1, 8, 8, 3))))
+    params = jax.eval_shape(
+        lambda: _model(name=name, width=16).init(jax.random.key(0), jnp.zeros((1, 8, 8, 3)))
+    )
     params = params["params"]
     assert params[first]["kernel"].shape[-1] == 16 and params["head"]["kernel"].shape == (128, 10)
     last_kernel = params[last]["conv2"]["kernel"] if name == "resnet18" else params[last]["kernel"]
@@ -132,7 +153,9 @@ def test_positional_attention_is_input_independent_and_follows_definition():
     for S_a, S_b in zip(maps_a, maps_b):
         assert S_a.shape == (4, 2, 17, 17)  # (batch, heads, N + CLS, N + CLS)
         np.testing.assert_array_equal(S_a, S_b)
-        np.testing.assert_array_equal(S_a, jnp.broadcast_to(S_a[:1], S_a.shape))  # one for the batch
+        np.testing.assert_array_equal(
+            S_a, jnp.broadcast_to(S_a[:1], S_a.shape)
+        )  # one for the batch
         np.testing.assert_allclose(S_a.sum(-1), 1.0, rtol=1e-5)
     # S = softmax((P W_Q + b_Q)(P W_K + b_K)^T / sqrt(d_head)), computed here from the parameters.
     params = variables["params"]
@@ -199,7 +222,9 @@ def test_positional_attention_does_no_per_example_token_to_token_work(attention)
     jaxpr = jax.make_jaxpr(jax.grad(loss))(variables, _images(10, batch=5, size=12)).jaxpr
     shapes = list(_intermediate_shapes(jaxpr))
     # any (..., 36, 36) array whose leading axes hold the batch of 5, however they are laid out
-    per_example = [s for s in shapes if len(s) >= 3 and s[-2:] == (36, 36) and np.prod(s[:-2]) % 5 == 0]
+    per_example = [
+        s for s in shapes if len(s) >= 3 and s[-2:] == (36, 36) and np.prod(s[:-2]) % 5 == 0
+    ]
     assert bool(per_example) == (attention == "vanilla")
     if attention == "positional":
         assert (2, 36, 36) in shapes
@@ -280,7 +305,10 @@ def test_cnn_on_digits_size_with_batch_norm(name):
     images = _images(7, channels=1)
     logits, updates = _apply(model, variables, images, train=True, mutable=["batch_stats"])
     assert logits.shape == (4, 10) and logits.dtype == jnp.float32
-    before, after = jax.tree.leaves(variables["batch_stats"]), jax.tree.leaves(updates["batch_stats"])
+    before, after = (
+        jax.tree.leaves(variables["batch_stats"]),
+        jax.tree.leaves(updates["batch_stats"]),
+    )
     assert any(not np.allclose(a, b) for a, b in zip(before, after))
     eval_logits = _apply(model, {**variables, **updates}, images)
     assert eval_logits.shape == (4, 10) and np.isfinite(eval_logits).all()
@@ -290,12 +318,15 @@ def test_dropout_uses_the_rng_only_in_training():
     model = _model(dropout=0.5)
     variables = _perturbed(_init(_model()))  # dropout has no parameters: reuse the cached init
     images = _images(8)
-    train = [_apply(model, variables, images, train=True, rngs={"dropout": jax.random.key(k)})
-             for k in (0, 1)]
+    train = [
+        _apply(model, variables, images, train=True, rngs={"dropout": jax.random.key(k)})
+        for k in (0, 1)
+    ]
     assert not np.allclose(train[0], train[1])
     # outside training dropout is off: the same logits as the model without dropout
-    np.testing.assert_allclose(_apply(model, variables, images), _apply(_model(), variables, images),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        _apply(model, variables, images), _apply(_model(), variables, images), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_patch_size_overrides_the_variant():
@@ -310,8 +341,11 @@ def test_a_shape_of_ones_own_overrides_the_variant_field_by_field():
     blocks = sorted(k for k in params if k.startswith("block"))
     assert len(blocks) == 3
     assert params["embedding"]["kernel"].shape[-1] == 48
-    mlp_kernels = [leaf.shape for path, leaf in jax.tree_util.tree_leaves_with_path(params[blocks[0]])
-                   if "kernel" in jax.tree_util.keystr(path) and 40 in leaf.shape]
+    mlp_kernels = [
+        leaf.shape
+        for path, leaf in jax.tree_util.tree_leaves_with_path(params[blocks[0]])
+        if "kernel" in jax.tree_util.keystr(path) and 40 in leaf.shape
+    ]
     assert mlp_kernels, "the MLP's hidden size is not 40"
     # depth alone: the variant's width stays
     assert _init(_model(depth=1))["params"]["embedding"]["kernel"].shape[-1] == 32
@@ -348,17 +382,28 @@ def test_invalid_configs_raise_config_error(fields, message):
         _model(**fields)
 
 
-@pytest.mark.parametrize("fields, num_classes, message", [
-    ({"patch_size": 2.5}, 10, r"model.patch_size must be an integer >= 0 \(0 = the variant's\), got 2.5"),
-    ({"pos_shared": "False"}, 10, "model.pos_shared='False': give True or False"),
-    ({"pos_add": 1}, 10, "model.pos_add=1: give True or False"),
-    ({}, 10.5, "num_classes must be a positive integer, got 10.5"),
-])
+@pytest.mark.parametrize(
+    "fields, num_classes, message",
+    [
+        (
+            {"patch_size": 2.5},
+            10,
+            r"model.patch_size must be an integer >= 0 \(0 = the variant's\), got 2.5",
+        ),
+        ({"pos_shared": "False"}, 10, "model.pos_shared='False': give True or False"),
+        ({"pos_add": 1}, 10, "model.pos_add=1: give True or False"),
+        ({}, 10.5, "num_classes must be a positive integer, got 10.5"),
+    ],
+)
 def test_fields_of_a_plain_dict_are_not_truncated_or_made_true(fields, num_classes, message):
     # a plain dict has no ConfigDict types: int() made a patch of 2.5 one of 2, bool("False") True
     with pytest.raises(ConfigError, match=message):
-        create_model({"name": "vit", "variant": "test/2", **fields}, num_classes=num_classes, image_size=8,
-                     channels=3)
+        create_model(
+            {"name": "vit", "variant": "test/2", **fields},
+            num_classes=num_classes,
+            image_size=8,
+            channels=3,
+        )
 
 
 def test_images_of_the_wrong_size_are_rejected():
@@ -372,10 +417,15 @@ def test_images_of_the_wrong_size_are_rejected():
 def test_images_of_other_channels_are_refused_in_one_line(name):
     model = _model(name=name, channels=1)
     variables = jax.eval_shape(lambda: model.init(jax.random.key(0), _images(6, channels=1)))
-    with pytest.raises(ConfigError, match=r"images of shape \(4, 8, 8, 3\) have 3 channels, the model was "
-                                          r"built for 1: convert the images, or build the model with "
-                                          r"channels=3") as err:
-        jax.eval_shape(lambda v: model.apply(v, _images(9)), variables)  # flax: a parameter shape error
+    with pytest.raises(
+        ConfigError,
+        match=r"images of shape \(4, 8, 8, 3\) have 3 channels, the model was "
+        r"built for 1: convert the images, or build the model with "
+        r"channels=3",
+    ) as err:
+        jax.eval_shape(
+            lambda v: model.apply(v, _images(9)), variables
+        )  # flax: a parameter shape error
     assert "\n" not in str(err.value)  # (pytest matches JAX's traceback note too)
 
 
@@ -383,15 +433,20 @@ def test_a_model_name_alone_builds_it_and_sizes_must_be_positive_integers():
     model = create_model("resnet18", num_classes=10, image_size=2, channels=3)
     assert (type(model).__name__, model.channels) == ("ResNet18", 3)
     for bad in (2.5, "8", 0):
-        with pytest.raises(ConfigError, match=f"image_size must be a positive integer, got {bad!r}$"):
+        with pytest.raises(
+            ConfigError, match=f"image_size must be a positive integer, got {bad!r}$"
+        ):
             create_model("resnet18", num_classes=10, image_size=bad, channels=3)
-    with pytest.raises(ConfigError, match="model_cfg=None: give a model name or a dict of model fields"):
+    with pytest.raises(
+        ConfigError, match="model_cfg=None: give a model name or a dict of model fields"
+    ):
         create_model(None, num_classes=10, image_size=8, channels=3)
 
 
 class _Scaled(nn.Module):
     """A kind of attention defined outside posattn with a knob of its own: vanilla attention, its branch
     scaled by `scale`."""
+
     num_heads: int
     dtype: Any = jnp.float32
     scale: float = 1.0
@@ -400,28 +455,56 @@ class _Scaled(nn.Module):
     @nn.compact
     def __call__(self, x_BxNxD, p_NxD, keep_BxN=None):
         y_BxNxD, att = attention.VanillaAttention(self.num_heads, dtype=self.dtype, name="inner")(
-            x_BxNxD, p_NxD, keep_BxN)
+            x_BxNxD, p_NxD, keep_BxN
+        )
         return self.scale * y_BxNxD, att
 
 
 def test_a_new_attention_kind_with_its_own_knob_is_its_class_and_one_registry_line(monkeypatch):
     monkeypatch.setitem(attention.ATTENTIONS, "scaled", _Scaled)  # the registry line
     make = lambda options, name="vit": create_model(  # noqa: E731
-        {"name": name, "variant": "test/2" if name == "vit" else "XS", "attention": "scaled",
-         "attention_options": options}, num_classes=3, image_size=8, channels=1)
+        {
+            "name": name,
+            "variant": "test/2" if name == "vit" else "XS",
+            "attention": "scaled",
+            "attention_options": options,
+        },
+        num_classes=3,
+        image_size=8,
+        channels=1,
+    )
     x = jax.random.normal(jax.random.key(0), (2, 8, 8, 1))
     variables = jax.tree_util.tree_map_with_path(  # a head that is not zero, as trained
-        lambda path, a: jax.random.normal(jax.random.key(2), a.shape) if "head" in jax.tree_util.keystr(path) else a,
-        make("").init(jax.random.key(1), x))
+        lambda path, a: (
+            jax.random.normal(jax.random.key(2), a.shape)
+            if "head" in jax.tree_util.keystr(path)
+            else a
+        ),
+        make("").init(jax.random.key(1), x),
+    )
     silenced = jax.tree_util.tree_map_with_path(  # W_O of every block zero: the attention branch adds nothing
-        lambda path, a: jnp.zeros_like(a) if "out" in jax.tree_util.keystr(path) and "inner" in
-        jax.tree_util.keystr(path) else a, variables)
-    np.testing.assert_allclose(make("scale=0.0").apply(variables, x), make("").apply(silenced, x), atol=1e-6)
-    assert not np.allclose(make("scale=0.0").apply(variables, x), make("scale=1.0").apply(variables, x))
-    assert make("scale=0.5", "alternet").attention_options == (("scale", 0.5),)  # AlterNet's blocks take it too
+        lambda path, a: (
+            jnp.zeros_like(a)
+            if "out" in jax.tree_util.keystr(path) and "inner" in jax.tree_util.keystr(path)
+            else a
+        ),
+        variables,
+    )
+    np.testing.assert_allclose(
+        make("scale=0.0").apply(variables, x), make("").apply(silenced, x), atol=1e-6
+    )
+    assert not np.allclose(
+        make("scale=0.0").apply(variables, x), make("scale=1.0").apply(variables, x)
+    )
+    assert make("scale=0.5", "alternet").attention_options == (
+        ("scale", 0.5),
+    )  # AlterNet's blocks take it too
     for name in ("vit", "alternet"):
-        with pytest.raises(ConfigError, match=r"'bogus=1' is not NAME=VALUE with NAME a field of the 'scaled' "
-                                              r"attention \(scale\)"):
+        with pytest.raises(
+            ConfigError,
+            match=r"'bogus=1' is not NAME=VALUE with NAME a field of the 'scaled' "
+            r"attention \(scale\)",
+        ):
             make("bogus=1", name)
     with pytest.raises(ConfigError, match="the value of scale is not a Python literal"):
         make("scale=abc")

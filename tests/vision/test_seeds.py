@@ -1,6 +1,7 @@
 """Seeds of an image config in one vmapped program (posattn.vision.seeds): the numbers of separate runs,
 checkpoints that resume bitwise and restore and resume as a separate run's, the refusals (nothing in
 the workdirs changed) and the fall-back to separate runs (sweep.run_seeds), on the 8 simulated devices."""
+
 import json
 import os
 import pathlib
@@ -15,7 +16,8 @@ import pytest
 
 from posattn import cli
 from posattn.errors import ConfigError
-from posattn.vision import config as config_lib, preemption, resume, runs, seeds, sweep, train
+from posattn.vision import config as config_lib
+from posattn.vision import preemption, resume, runs, seeds, sweep, train
 from posattn.vision.data import pipeline
 from tests import envs
 
@@ -39,8 +41,11 @@ def records(workdir, key: str) -> list[float]:
 def listing(root: pathlib.Path) -> dict:
     """Every file under `root` with its size and modification time (what a refusal must not change; the
     workdirs themselves are made and probed for writing first, as `train.train` does)."""
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
-            if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
 
 
 @pytest.mark.slow
@@ -54,8 +59,9 @@ def test_vmapped_seeds_give_the_losses_and_accuracies_of_separate_runs(tmp_path)
         alone = train.train_and_evaluate(c, str(tmp_path / f"s{s}"))
         for key in ("train_loss", "train_accuracy"):
             assert len(records(tmp_path / f"v{s}", key)) == 6
-            np.testing.assert_allclose(records(tmp_path / f"v{s}", key), records(tmp_path / f"s{s}", key),
-                                       rtol=1e-5)
+            np.testing.assert_allclose(
+                records(tmp_path / f"v{s}", key), records(tmp_path / f"s{s}", key), rtol=1e-5
+            )
         for key in ("test_accuracy", "test_loss", "train_loss"):
             np.testing.assert_allclose(vmapped[s][key], alone[key], rtol=1e-5)
         assert vmapped[s]["steps"] == alone["steps"] == 24 and vmapped[s]["vmapped_seeds"] == 3
@@ -65,22 +71,29 @@ def test_vmapped_seeds_give_the_losses_and_accuracies_of_separate_runs(tmp_path)
         # the workdir of a seed records its own run, as a separate run's does
         assert resume.read_record(tmp_path / f"v{s}") == resume.record(c)
         assert json.loads((tmp_path / f"v{s}" / "summary.json").read_text()) == vmapped[s]
-    assert len({v["test_loss"] for v in vmapped}) == 3  # each seed its own init and data, not one run thrice
+    assert (
+        len({v["test_loss"] for v in vmapped}) == 3
+    )  # each seed its own init and data, not one run thrice
 
 
 def steps_saved(workdir) -> list[int]:
-    return sorted(int(p.name) for p in (pathlib.Path(workdir) / "checkpoints").iterdir() if p.name.isdigit())
+    return sorted(
+        int(p.name) for p in (pathlib.Path(workdir) / "checkpoints").iterdir() if p.name.isdigit()
+    )
 
 
 @pytest.mark.slow
-def test_a_preempted_vmapped_run_saves_every_seed_resumes_bitwise_and_a_seed_resumes_alone(tmp_path,
-                                                                                          monkeypatch):
+def test_a_preempted_vmapped_run_saves_every_seed_resumes_bitwise_and_a_seed_resumes_alone(
+    tmp_path, monkeypatch
+):
     configs = [tiny(s, total_steps=16, checkpoint_every=8) for s in (0, 1)]
     straight, stopped = [tmp_path / f"a{s}" for s in (0, 1)], [tmp_path / f"b{s}" for s in (0, 1)]
     seeds.train_seeds(configs, straight)
     original = pipeline.train_batches
 
-    def with_a_signal(split, *, seed, start_step=0, **kwargs):  # SIGTERM as seed 1's batch of step 5 is drawn
+    def with_a_signal(
+        split, *, seed, start_step=0, **kwargs
+    ):  # SIGTERM as seed 1's batch of step 5 is drawn
         batches = original(split, seed=seed, start_step=start_step, **kwargs)
         for step, batch in enumerate(batches, start_step + 1):
             if step == 5 and seed == 1:
@@ -88,10 +101,15 @@ def test_a_preempted_vmapped_run_saves_every_seed_resumes_bitwise_and_a_seed_res
             yield batch
 
     monkeypatch.setattr(pipeline, "train_batches", with_a_signal)
-    with pytest.raises(preemption.Preempted, match=r"^preemption notice \(SIGTERM\) at step 5: saved "):
+    with pytest.raises(
+        preemption.Preempted, match=r"^preemption notice \(SIGTERM\) at step 5: saved "
+    ):
         seeds.train_seeds(configs, stopped)
     monkeypatch.undo()
-    assert [steps_saved(d) for d in stopped] == [[5], [5]]  # every seed saved at the step it stopped
+    assert [steps_saved(d) for d in stopped] == [
+        [5],
+        [5],
+    ]  # every seed saved at the step it stopped
     resumed = seeds.train_seeds(configs, stopped)
     assert [r["resumed_from_step"] for r in resumed] == [5, 5]
     for a, b in zip(straight, stopped):
@@ -100,10 +118,16 @@ def test_a_preempted_vmapped_run_saves_every_seed_resumes_bitwise_and_a_seed_res
         x, y = (jax.tree.leaves(runs.restore_run(d)[1]) for d in (a, b))
         assert len(x) == len(y) > 10
         for u, v in zip(x, y):
-            np.testing.assert_array_equal(np.asarray(u), np.asarray(v))  # bitwise: params, Adam moments, step
+            np.testing.assert_array_equal(
+                np.asarray(u), np.asarray(v)
+            )  # bitwise: params, Adam moments, step
     # a seed's workdir continues as a separate run (a longer schedule), from the vmapped run's checkpoint
     longer = train.train_and_evaluate(tiny(1, total_steps=20, checkpoint_every=8), str(stopped[1]))
-    assert longer["resumed_from_step"] == 16 and longer["steps"] == 20 and "vmapped_seeds" not in longer
+    assert (
+        longer["resumed_from_step"] == 16
+        and longer["steps"] == 20
+        and "vmapped_seeds" not in longer
+    )
 
 
 @pytest.mark.slow
@@ -112,18 +136,35 @@ def test_a_diverging_seed_stops_every_seed_naming_its_workdir_and_last_good_chec
     for c in configs:
         c.optimizer.lr = 1e30  # step 1 runs at lr 0 (the warm-up's start), step 2 diverges
     where = re.escape(str(tmp_path / "a"))
-    with pytest.raises(train.NonFiniteLoss, match=rf"at step 2; the run stopped there, the last good "
-                                                  rf"checkpoint \(step 1\) stays in {where}/checkpoints"):
+    with pytest.raises(
+        train.NonFiniteLoss,
+        match=rf"at step 2; the run stopped there, the last good "
+        rf"checkpoint \(step 1\) stays in {where}/checkpoints",
+    ):
         seeds.train_seeds(configs, [tmp_path / "a", tmp_path / "b"])
-    assert [steps_saved(tmp_path / d) for d in "ab"] == [[1], [1]]  # no checkpoint holds a broken state
-    assert not (tmp_path / "a" / "summary.json").exists() and not (tmp_path / "b" / "summary.json").exists()
+    assert [steps_saved(tmp_path / d) for d in "ab"] == [
+        [1],
+        [1],
+    ]  # no checkpoint holds a broken state
+    assert (
+        not (tmp_path / "a" / "summary.json").exists()
+        and not (tmp_path / "b" / "summary.json").exists()
+    )
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"model.attention": "vanilla"}, "differs from configs[0] in more than the seed (model.attention"),
-    ({"seed": 0}, "seeds [0, 0]: a seed given twice"),
-])
-def test_seeds_that_one_program_cannot_train_together_are_refused_in_one_line(tmp_path, change, message):
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"model.attention": "vanilla"},
+            "differs from configs[0] in more than the seed (model.attention",
+        ),
+        ({"seed": 0}, "seeds [0, 0]: a seed given twice"),
+    ],
+)
+def test_seeds_that_one_program_cannot_train_together_are_refused_in_one_line(
+    tmp_path, change, message
+):
     other = tiny(1)
     for key, value in change.items():
         node, *path = key.split(".")
@@ -144,41 +185,63 @@ def test_the_footprint_fits_within_nine_tenths_of_the_free_memory_and_says_its_n
     assert seeds.Footprint(2, 2**20, 9 * 2**20, 10 * 2**20).fits
     tight = seeds.Footprint(2, 2**20, 10 * 2**20, 10 * 2**20)
     assert not tight.fits
-    assert str(tight) == ("2 seeds, 5.0 MiB per seed and device (train state 1.0 MiB, the rest batches and "
-                          "activations): 10.0 MiB of 10.0 MiB free per device")
+    assert str(tight) == (
+        "2 seeds, 5.0 MiB per seed and device (train state 1.0 MiB, the rest batches and "
+        "activations): 10.0 MiB of 10.0 MiB free per device"
+    )
     assert seeds.Footprint(2, 2**20, None, 10).fits and seeds.Footprint(2, 2**20, 10, None).fits
 
 
-@pytest.mark.parametrize("error", [seeds.NotVmapped("the seeds' checkpoints are at steps [2, 0]"),
-                                   train.OutOfMemory("out of memory (RESOURCE_EXHAUSTED)")])
+@pytest.mark.parametrize(
+    "error",
+    [
+        seeds.NotVmapped("the seeds' checkpoints are at steps [2, 0]"),
+        train.OutOfMemory("out of memory (RESOURCE_EXHAUSTED)"),
+    ],
+)
 def test_the_sweep_trains_the_seeds_separately_where_the_vmapped_run_is_refused_or_runs_out_of_memory(
-        tmp_path, monkeypatch, error):
+    tmp_path, monkeypatch, error
+):
     def vmapped(configs, workdirs, dataset=None):
         raise error
 
     monkeypatch.setattr(seeds, "train_seeds", vmapped)
-    monkeypatch.setattr(train, "train_and_evaluate", lambda c, workdir, dataset=None: {"seed": c.seed})
+    monkeypatch.setattr(
+        train, "train_and_evaluate", lambda c, workdir, dataset=None: {"seed": c.seed}
+    )
     said = []
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
     assert sweep.run_seeds([tiny(0), tiny(1)], dirs, said.append) == [{"seed": 0}, {"seed": 1}]
-    assert said == [f"== 2 seeds in one vmapped program: {dirs[0]}, {dirs[1]}",
-                    f"== separate runs instead: {error}", f"== {dirs[0]}", f"== {dirs[1]}"]
-    with pytest.raises(ConfigError, match="2 configs and 1 workdirs"):  # zip would drop a seed unsaid
+    assert said == [
+        f"== 2 seeds in one vmapped program: {dirs[0]}, {dirs[1]}",
+        f"== separate runs instead: {error}",
+        f"== {dirs[0]}",
+        f"== {dirs[1]}",
+    ]
+    with pytest.raises(
+        ConfigError, match="2 configs and 1 workdirs"
+    ):  # zip would drop a seed unsaid
         sweep.run_seeds([tiny(0), tiny(1)], dirs[:1], said.append)
 
 
 @pytest.mark.slow
-def test_seeds_at_different_checkpoints_are_refused_unchanged_and_run_separately_by_the_sweep(tmp_path):
+def test_seeds_at_different_checkpoints_are_refused_unchanged_and_run_separately_by_the_sweep(
+    tmp_path,
+):
     configs = [tiny(s, total_steps=4) for s in (0, 1)]
     dirs = [str(tmp_path / f"seed{s}") for s in (0, 1)]
-    train.train_and_evaluate(tiny(0, total_steps=2), dirs[0])  # seed 0 holds checkpoint 2, seed 1 nothing
+    train.train_and_evaluate(
+        tiny(0, total_steps=2), dirs[0]
+    )  # seed 0 holds checkpoint 2, seed 1 nothing
     before = listing(tmp_path)
     with pytest.raises(seeds.NotVmapped, match=r"checkpoints are at steps \[2, 0\]"):
         seeds.train_seeds(configs, dirs)
     assert listing(tmp_path) == before
     said = []
     summaries = sweep.run_seeds(configs, dirs, said.append)
-    assert said[1].startswith("== separate runs instead: the seeds' checkpoints are at steps [2, 0]")
+    assert said[1].startswith(
+        "== separate runs instead: the seeds' checkpoints are at steps [2, 0]"
+    )
     assert [s["resumed_from_step"] for s in summaries] == [2, None]
     assert all(s["steps"] == 4 and "vmapped_seeds" not in s for s in summaries)
     said.clear()  # finished: read back, nothing trained
@@ -186,7 +249,9 @@ def test_seeds_at_different_checkpoints_are_refused_unchanged_and_run_separately
 
 
 @pytest.mark.slow
-def test_seeds_whose_programs_do_not_fit_in_memory_run_separately_and_the_log_says_why(tmp_path, monkeypatch):
+def test_seeds_whose_programs_do_not_fit_in_memory_run_separately_and_the_log_says_why(
+    tmp_path, monkeypatch
+):
     # 0.5 MiB free per device; the programs of 2 seeds take 0.8 MiB
     monkeypatch.setattr(seeds, "free_bytes", lambda device: 2**19)
     configs = [tiny(s, total_steps=2) for s in (0, 1)]
@@ -194,25 +259,53 @@ def test_seeds_whose_programs_do_not_fit_in_memory_run_separately_and_the_log_sa
     said = []
     summaries = sweep.run_seeds(configs, dirs, said.append)
     assert said[0] == f"== 2 seeds in one vmapped program: {dirs[0]}, {dirs[1]}"
-    assert said[1].startswith("== separate runs instead: the vmapped programs do not fit: 2 seeds, ")
-    assert said[1].endswith("of 0.5 MiB free per device; train the seeds separately (or fewer at once)")
-    assert [s["steps"] for s in summaries] == [2, 2] and not any("vmapped_seeds" in s for s in summaries)
+    assert said[1].startswith(
+        "== separate runs instead: the vmapped programs do not fit: 2 seeds, "
+    )
+    assert said[1].endswith(
+        "of 0.5 MiB free per device; train the seeds separately (or fewer at once)"
+    )
+    assert [s["steps"] for s in summaries] == [2, 2] and not any(
+        "vmapped_seeds" in s for s in summaries
+    )
 
 
 @pytest.mark.slow
 def test_compare_attention_vmaps_each_kinds_seeds_to_the_accuracies_of_separate_runs(tmp_path):
-    flags = ["--config=tpu_configs/digits.py:quick", "--seeds=2", "--config.total_steps=4",
-             "--config.optimizer.warmup_steps=1", "--config.checkpoint_every=0", "--config.eval_every=0"]
+    flags = [
+        "--config=tpu_configs/digits.py:quick",
+        "--seeds=2",
+        "--config.total_steps=4",
+        "--config.optimizer.warmup_steps=1",
+        "--config.checkpoint_every=0",
+        "--config.eval_every=0",
+    ]
     runs = {}
     for way in ("--vmap_seeds", "--novmap_seeds"):
-        r = subprocess.run([sys.executable, "-m", "experiments.compare_attention", *flags, way,
-                            f"--workdir={tmp_path / way}"], cwd=ROOT, capture_output=True, text=True,
-                           env=envs.devices(1, PYTHONPATH=str(ROOT)))
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "experiments.compare_attention",
+                *flags,
+                way,
+                f"--workdir={tmp_path / way}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=envs.devices(1, PYTHONPATH=str(ROOT)),
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         runs[way] = json.loads((tmp_path / way / "summary.json").read_text())["accuracy"]
         vmapped = r.stdout.count("== 2 seeds in one vmapped program: ")
-        assert vmapped == (2 if way == "--vmap_seeds" else 0), r.stdout  # one program per attention kind
+        assert vmapped == (2 if way == "--vmap_seeds" else 0), (
+            r.stdout
+        )  # one program per attention kind
         assert r.stdout.count("vmapped: 2 seeds, ") == vmapped
     for attention in ("vanilla", "positional"):
-        np.testing.assert_allclose(runs["--vmap_seeds"][attention]["values"],
-                                   runs["--novmap_seeds"][attention]["values"], rtol=1e-5)
+        np.testing.assert_allclose(
+            runs["--vmap_seeds"][attention]["values"],
+            runs["--novmap_seeds"][attention]["values"],
+            rtol=1e-5,
+        )

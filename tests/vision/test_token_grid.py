@@ -1,6 +1,7 @@
 """LWLC23's deeper-ViT experiment: the token-grid datasets ("digit_grid/R", "fashion_grid/R"), the dataset
 registry, the pre-trained start (`warm_start`), the experiment's config and plan, the ViT's token removal
 (keep_BxN) and a tiny end-to-end run of experiments.token_grid."""
+
 import json
 import os
 import subprocess
@@ -15,8 +16,10 @@ from posattn import cli
 from posattn.analysis.slot_attention import prune_least_attended, relevant_mass
 from posattn.errors import ConfigError
 from posattn.papers.lwlc23 import grid_experiment, grid_report
-from posattn.vision import config as config_lib, resume, train, warm_start
-from posattn.vision.data import datasets, split as split_lib, token_grid
+from posattn.vision import config as config_lib
+from posattn.vision import resume, train, warm_start
+from posattn.vision.data import datasets, token_grid
+from posattn.vision.data import split as split_lib
 from posattn.vision.models import vit
 from posattn.vision.setup import resolve
 from tests import envs
@@ -27,8 +30,15 @@ DISCRIMINATIVE = (3, 8)
 
 def _compose(R, seed=0, num_grids=60):
     images, labels = datasets.open_split("digits", "train").read(np.arange(200))
-    return token_grid.compose(images, labels, R=R, discriminative=DISCRIMINATIVE, num_classes=10,
-                              num_grids=num_grids, seed=seed), images
+    return token_grid.compose(
+        images,
+        labels,
+        R=R,
+        discriminative=DISCRIMINATIVE,
+        num_classes=10,
+        num_grids=num_grids,
+        seed=seed,
+    ), images
 
 
 @pytest.mark.parametrize("R", token_grid.R_VALUES)
@@ -50,13 +60,24 @@ def test_slot_fractions_and_majority_label(R):
     assert g.labels_N.sum() == len(g.labels_N) // 2
     # slot s of grid n (row-major) is a base image of its slot class
     n, s = 7, 5
-    tile = g.images_NxHxWxC[n, 8 * (s // 3):8 * (s // 3) + 8, 8 * (s % 3):8 * (s % 3) + 8]
-    assert any((tile == im).all() for im in base[np.asarray(
-        datasets.open_split("digits", "train").read(np.arange(200))[1]) == classes[n, s]])
+    tile = g.images_NxHxWxC[n, 8 * (s // 3) : 8 * (s // 3) + 8, 8 * (s % 3) : 8 * (s % 3) + 8]
+    assert any(
+        (tile == im).all()
+        for im in base[
+            np.asarray(datasets.open_split("digits", "train").read(np.arange(200))[1])
+            == classes[n, s]
+        ]
+    )
 
 
 def test_theorem_margin_holds_from_R_6():
-    assert [token_grid.meets_theorem_margin(R) for R in token_grid.R_VALUES] == [False, True, True, True, True]
+    assert [token_grid.meets_theorem_margin(R) for R in token_grid.R_VALUES] == [
+        False,
+        True,
+        True,
+        True,
+        True,
+    ]
 
 
 def test_grids_are_deterministic_in_the_seed():
@@ -77,8 +98,14 @@ def test_train_grids_use_only_train_digits_and_test_grids_only_test_digits():
     info = datasets.dataset_info("digit_grid/7")
     assert (info.num_classes, info.image_shape) == (2, (24, 24, 1))
     rows = lambda a: {r.tobytes() for r in a}
-    digits = {split: rows(datasets.open_split("digits", split).read(
-        np.arange(datasets.open_split("digits", split).num_examples))[0].reshape(-1, 64)) for split in ("train", "test")}
+    digits = {
+        split: rows(
+            datasets.open_split("digits", split)
+            .read(np.arange(datasets.open_split("digits", split).num_examples))[0]
+            .reshape(-1, 64)
+        )
+        for split in ("train", "test")
+    }
     for split, other in (("train", "test"), ("test", "train")):
         split_data = datasets.open_split("digit_grid/7", split)
         assert split_data.num_examples == getattr(info, f"num_{split}")
@@ -87,7 +114,9 @@ def test_train_grids_use_only_train_digits_and_test_grids_only_test_digits():
         assert not tiles & (digits[other] - digits[split])  # no image only the other split holds
     g = grid_experiment.slot_grids("digit_grid/7", "test")
     assert g.slot_types_NxS.shape == (info.num_test, 9)
-    np.testing.assert_array_equal(g.images_NxHxWxC, split_data.read(np.arange(info.num_test))[0])  # the grids read
+    np.testing.assert_array_equal(
+        g.images_NxHxWxC, split_data.read(np.arange(info.num_test))[0]
+    )  # the grids read
 
 
 def test_registry_serves_families_and_refuses_unknown_names():
@@ -97,7 +126,9 @@ def test_registry_serves_families_and_refuses_unknown_names():
     for bad in ("digit_grid/4", "digit_grid/x", "digit_grid"):
         with pytest.raises(ConfigError, match=r"digit_grid/R \(R = 5..9\)"):
             datasets.num_classes(bad)
-    with pytest.raises(ConfigError, match=r"unknown dataset 'no_such_set': expected one of digits, .*digit_grid/R"):
+    with pytest.raises(
+        ConfigError, match=r"unknown dataset 'no_such_set': expected one of digits, .*digit_grid/R"
+    ):
         datasets.dataset_info("no_such_set")
     with pytest.raises(ConfigError, match="not a dataset of token grids"):
         grid_experiment.slot_grids("digits", "test")
@@ -108,7 +139,10 @@ def test_grids_of_a_tfds_base_under_mock():
     try:
         with tfds.testing.mock_data(num_examples=120):
             g = grid_experiment.slot_grids("cifar10_grid/7", "test")
-            assert g.images_NxHxWxC.shape == (2_000, 96, 96, 3) and datasets.native_image_size("cifar10_grid/7") == 96
+            assert (
+                g.images_NxHxWxC.shape == (2_000, 96, 96, 3)
+                and datasets.native_image_size("cifar10_grid/7") == 96
+            )
             base = datasets.open_split("cifar10", "test")
             images, labels = base.read(np.arange(base.num_examples))
             n, s = 3, 4  # slot s of grid n is a base image of its class
@@ -129,19 +163,26 @@ class _SmallBase:
 
     def open_split(self, split, image_size):
         labels = np.repeat(np.arange(10, dtype=np.int32), 4)
-        images = np.broadcast_to((10 * labels + np.tile(np.arange(4), 10)).astype(np.uint8)[:, None, None, None],
-                                 (40, 28, 28, 1)).copy()
+        images = np.broadcast_to(
+            (10 * labels + np.tile(np.arange(4), 10)).astype(np.uint8)[:, None, None, None],
+            (40, 28, 28, 1),
+        ).copy()
         return split_lib.in_memory(images, labels)
 
 
 @pytest.mark.parametrize("R", [5, 6, 8])
 def test_fashion_grids_hold_the_slot_counts_and_the_majority_label(R):
     family = datasets.FAMILIES["fashion_grid"]
-    assert (family.base, family.discriminative) == ("fashion_mnist", (0, 6))  # T-shirt/top against shirt
+    assert (family.base, family.discriminative) == (
+        "fashion_mnist",
+        (0, 6),
+    )  # T-shirt/top against shirt
     g = family.grids(f"fashion_grid/{R}", "test", _SmallBase())
     assert g.images_NxHxWxC.shape == (family.num_test, 84, 84, 1)
     # each 28 x 28 tile is one item, uniform in value: its class is value // 10
-    tiles = g.images_NxHxWxC.reshape(-1, 3, 28, 3, 28).transpose(0, 1, 3, 2, 4).reshape(-1, 9, 28 * 28)
+    tiles = (
+        g.images_NxHxWxC.reshape(-1, 3, 28, 3, 28).transpose(0, 1, 3, 2, 4).reshape(-1, 9, 28 * 28)
+    )
     assert (tiles == tiles[..., :1]).all()
     np.testing.assert_array_equal(tiles[..., 0] // 10, g.slot_classes_NxS)
     rel, conf, irr = token_grid.slot_counts(R)
@@ -154,19 +195,25 @@ def test_fashion_grids_hold_the_slot_counts_and_the_majority_label(R):
     assert ((classes == other_class) == (types == token_grid.CONFUSION)).all()
     assert set(np.unique(classes[types == token_grid.IRRELEVANT])) <= {1, 2, 3, 4, 5, 7, 8, 9}
     assert g.labels_N.sum() == len(g.labels_N) // 2
-    for t in range(3):  # every slot type present takes every position: a position says nothing about a type
+    for t in range(
+        3
+    ):  # every slot type present takes every position: a position says nothing about a type
         assert (types == t).any(0).all() == bool(counts[0, t])
 
 
 def test_fashion_grids_are_registered_with_the_items_statistics(monkeypatch, tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
-    monkeypatch.setenv("POSATTN_FASHION_MNIST_DIR", str(tmp_path))  # the same with or without the IDX files
+    monkeypatch.setenv(
+        "POSATTN_FASHION_MNIST_DIR", str(tmp_path)
+    )  # the same with or without the IDX files
     with tfds.testing.mock_data(num_examples=20):
         grid, items = datasets.get("fashion_grid/7"), datasets.get("fashion_mnist")
     assert (grid.num_classes, grid.native_shape) == (2, (84, 84, 1))
     # a model pre-trained on the items sees its grids' inputs normalised alike
     assert grid.stats == items.stats == datasets.KNOWN_STATS["fashion_mnist"]
-    assert datasets.get("digit_grid/7").stats is None  # the digits have none: computed from each split
+    assert (
+        datasets.get("digit_grid/7").stats is None
+    )  # the digits have none: computed from each split
 
 
 # ------------------------------------------------------------------------------ the pre-trained start
@@ -175,22 +222,34 @@ def test_fashion_grids_are_registered_with_the_items_statistics(monkeypatch, tmp
 def test_transfer_copies_every_leaf_spreads_P_over_the_grid_and_keeps_a_fresh_head():
     rng = np.random.default_rng(0)
     leaf = lambda *shape: jnp.asarray(rng.normal(size=shape), jnp.float32)
-    pre = {"embedding": {"kernel": leaf(4, 4, 1, 8)}, "pos_embedding": leaf(1, 8),
-           "head": {"kernel": leaf(8, 10), "bias": leaf(10)}}
-    fresh = {"embedding": {"kernel": leaf(4, 4, 1, 8)}, "pos_embedding": leaf(9, 8),
-             "head": {"kernel": jnp.zeros((8, 2)), "bias": jnp.zeros(2)}}
+    pre = {
+        "embedding": {"kernel": leaf(4, 4, 1, 8)},
+        "pos_embedding": leaf(1, 8),
+        "head": {"kernel": leaf(8, 10), "bias": leaf(10)},
+    }
+    fresh = {
+        "embedding": {"kernel": leaf(4, 4, 1, 8)},
+        "pos_embedding": leaf(9, 8),
+        "head": {"kernel": jnp.zeros((8, 2)), "bias": jnp.zeros(2)},
+    }
     out = warm_start.transfer(fresh, pre)
     np.testing.assert_array_equal(out["embedding"]["kernel"], pre["embedding"]["kernel"])
-    np.testing.assert_allclose(out["pos_embedding"], np.repeat(pre["pos_embedding"], 9, 0), rtol=1e-6)
+    np.testing.assert_allclose(
+        out["pos_embedding"], np.repeat(pre["pos_embedding"], 9, 0), rtol=1e-6
+    )
     np.testing.assert_array_equal(out["head"]["kernel"], fresh["head"]["kernel"])
     # a 2 x 2 grid after a CLS row, per block (L, T, D): the CLS row kept, the corners kept by the resize
     P = leaf(2, 5, 3)
     big = warm_start.resample_pos_embedding(P, 17)
     assert big.shape == (2, 17, 3)
     np.testing.assert_array_equal(big[:, 0], P[:, 0])
-    np.testing.assert_allclose(big[:, 1:].reshape(2, 4, 4, 3)[:, ::3, ::3], P[:, 1:].reshape(2, 2, 2, 3), rtol=1e-5)
+    np.testing.assert_allclose(
+        big[:, 1:].reshape(2, 4, 4, 3)[:, ::3, ::3], P[:, 1:].reshape(2, 2, 2, 3), rtol=1e-5
+    )
     # another width, or a leaf one side lacks, is refused, naming it
-    with pytest.raises(ConfigError, match=r"embedding/kernel \(shape \(4, 4, 1, 8\) pre-trained, \(4, 4, 1, 6\)"):
+    with pytest.raises(
+        ConfigError, match=r"embedding/kernel \(shape \(4, 4, 1, 8\) pre-trained, \(4, 4, 1, 6\)"
+    ):
         warm_start.transfer({**fresh, "embedding": {"kernel": leaf(4, 4, 1, 6)}}, pre)
     with pytest.raises(ConfigError, match=r"cls \(not in the pre-trained model\)"):
         warm_start.transfer({**fresh, "cls": leaf(1, 1, 8)}, pre)
@@ -200,30 +259,53 @@ def test_transfer_copies_every_leaf_spreads_P_over_the_grid_and_keeps_a_fresh_he
 
 @pytest.mark.slow  # (seconds of training: `pytest -m slow`, as .ci/run)
 def test_a_pretrained_cell_starts_from_the_pretrained_parameters(tmp_path, monkeypatch):
-    base = cli.load_config(os.path.join(ROOT, "tpu_configs", "token_grid.py"), "quick", grid_experiment.SCHEMA)
+    base = cli.load_config(
+        os.path.join(ROOT, "tpu_configs", "token_grid.py"), "quick", grid_experiment.SCHEMA
+    )
     del base["grid"]
-    cell = grid_experiment.cell_config(base, family="digit_grid", R=6, attention="vanilla", seed=0, steps=1,
-                                       init_from=str(tmp_path / "pre"))
+    cell = grid_experiment.cell_config(
+        base,
+        family="digit_grid",
+        R=6,
+        attention="vanilla",
+        seed=0,
+        steps=1,
+        init_from=str(tmp_path / "pre"),
+    )
     pre = grid_experiment.pretrain_config(cell, steps=2)
     assert (pre.dataset, pre.init_from, pre.seed, pre.total_steps) == ("digits", "", cell.seed, 2)
     # the pre-trained run's parameters (its model reads one 8 x 8 digit as one token, 10 classes), drawn
     # far from any initialisation; the end-to-end pre-training is the slow binary test's
     model = resolve(pre, 1).model
-    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 8, 8, 1)))["params"])
+    shapes = jax.eval_shape(
+        lambda: model.init(jax.random.key(0), jnp.zeros((1, 8, 8, 1)))["params"]
+    )
     rng = np.random.default_rng(0)
     want = jax.tree.map(lambda s: jnp.asarray(3 + rng.normal(size=s.shape), jnp.float32), shapes)
-    monkeypatch.setattr(warm_start, "load", lambda workdir: want if workdir == cell.init_from else None)
+    monkeypatch.setattr(
+        warm_start, "load", lambda workdir: want if workdir == cell.init_from else None
+    )
     state, _ = train.train(cell, str(tmp_path / "cell"), devices=jax.devices()[:1])
     got = state["params"]
     # one step of AdamW moves a parameter by about lr = 1e-3 at most; a fresh one lies ~3 away
-    for path in (("embedding", "kernel"), ("block_0", "attn", "qkv", "kernel"), ("block_1", "mlp", "fc2", "kernel")):
+    for path in (
+        ("embedding", "kernel"),
+        ("block_0", "attn", "qkv", "kernel"),
+        ("block_1", "mlp", "fc2", "kernel"),
+    ):
         a, b = got, want
         for key in path:
             a, b = a[key], b[key]
         np.testing.assert_allclose(a, b, atol=1e-2, err_msg="/".join(path))
-    np.testing.assert_allclose(got["pos_embedding"], np.repeat(want["pos_embedding"], 9, 0), atol=1e-2)
-    assert want["head"]["kernel"].shape[-1] == 10 and np.abs(got["head"]["kernel"]).max() < 1e-2  # fresh, 2 classes
-    assert json.loads((tmp_path / "cell" / "config.json").read_text())["init_from"] == str(tmp_path / "pre")
+    np.testing.assert_allclose(
+        got["pos_embedding"], np.repeat(want["pos_embedding"], 9, 0), atol=1e-2
+    )
+    assert (
+        want["head"]["kernel"].shape[-1] == 10 and np.abs(got["head"]["kernel"]).max() < 1e-2
+    )  # fresh, 2 classes
+    assert json.loads((tmp_path / "cell" / "config.json").read_text())["init_from"] == str(
+        tmp_path / "pre"
+    )
     cell.model.variant = "XS/8"  # another width than the pre-trained test ViT's
     with pytest.raises(ConfigError, match="init_from: the pre-trained parameters do not fit"):
         train.train(cell, str(tmp_path / "other"), devices=jax.devices()[:1])
@@ -231,7 +313,9 @@ def test_a_pretrained_cell_starts_from_the_pretrained_parameters(tmp_path, monke
 
 
 def test_a_run_recorded_before_init_from_existed_resumes():
-    base = cli.load_config(os.path.join(ROOT, "tpu_configs", "digits.py"), "quick", config_lib.SCHEMA)
+    base = cli.load_config(
+        os.path.join(ROOT, "tpu_configs", "digits.py"), "quick", config_lib.SCHEMA
+    )
     old = resume.record(base)
     del old["init_from"]
     assert resume.check_resume(old, base, 2, "w") == ["init_from '(absent)' -> ''"]
@@ -249,31 +333,55 @@ def test_the_fashion_config_plans_every_run_and_each_is_valid(monkeypatch, tmp_p
     path = os.path.join(ROOT, "tpu_configs", "token_grid.py")
     c = cli.load_config(path, "fashion", grid_experiment.SCHEMA)
     Rs, kinds, starts, seeds, ks = grid_experiment.check_grid(c.grid)
-    assert (Rs, kinds, starts, seeds, ks) == ([5, 6, 7, 8, 9], ["vanilla", "positional"], ["scratch", "pretrained"],
-                                              [0, 1, 2, 3, 4], [0, 1, 2, 3, 4])
+    assert (Rs, kinds, starts, seeds, ks) == (
+        [5, 6, 7, 8, 9],
+        ["vanilla", "positional"],
+        ["scratch", "pretrained"],
+        [0, 1, 2, 3, 4],
+        [0, 1, 2, 3, 4],
+    )
     base = c.copy_and_resolve_references()
     del base["grid"]
     pretrains, cells = grid_experiment.plan(base, c.grid, "/w", Rs, kinds, starts, seeds)
     assert len(pretrains) == 10 and len(cells) == 100
-    assert list(cells)[:6] == ["scratch_vanilla_R5_s0", "scratch_vanilla_R6_s0", "scratch_vanilla_R7_s0",
-                               "scratch_vanilla_R8_s0", "scratch_vanilla_R9_s0", "pretrained_vanilla_R5_s0"]
+    assert list(cells)[:6] == [
+        "scratch_vanilla_R5_s0",
+        "scratch_vanilla_R6_s0",
+        "scratch_vanilla_R7_s0",
+        "scratch_vanilla_R8_s0",
+        "scratch_vanilla_R9_s0",
+        "pretrained_vanilla_R5_s0",
+    ]
     cell = cells["pretrained_positional_R7_s3"]
     assert (cell.dataset, cell.seed, cell.model.attention, cell.init_from) == (
-        "fashion_grid/7", 3, "positional", "/w/pretrain_positional_s3")
+        "fashion_grid/7",
+        3,
+        "positional",
+        "/w/pretrain_positional_s3",
+    )
     assert cells["scratch_positional_R7_s3"].init_from == ""
     pre = pretrains["pretrain_positional_s3"]
-    assert (pre.dataset, pre.total_steps, pre.seed, pre.model.variant) == ("fashion_mnist", 940, 3, "XS/28")
+    assert (pre.dataset, pre.total_steps, pre.seed, pre.model.variant) == (
+        "fashion_mnist",
+        940,
+        3,
+        "XS/28",
+    )
     try:
         with tfds.testing.mock_data(num_examples=200):  # (every class among the items)
             for config in cells.values():
-                grid_experiment.check_cell(config)  # one token per item: patch 28 of the 84 x 84 grid
+                grid_experiment.check_cell(
+                    config
+                )  # one token per item: patch 28 of the 84 x 84 grid
     finally:
         datasets.family_arrays.cache_clear()  # the mock's grids must not outlive the mock
     quick = cli.load_config(path, "fashion,quick", grid_experiment.SCHEMA)
     assert (quick.model.variant, quick.grid.steps, quick.grid.pretrain_steps) == ("test/28", 60, 20)
-    for field, value, message in (("starts", "pretrained,bogus", "grid.starts: unknown 'bogus'"),
-                                  ("pretrain_steps", 0, "a pretrained start needs pre-training steps"),
-                                  ("seeds", (), "grid.seeds=.*give integers")):
+    for field, value, message in (
+        ("starts", "pretrained,bogus", "grid.starts: unknown 'bogus'"),
+        ("pretrain_steps", 0, "a pretrained start needs pre-training steps"),
+        ("seeds", (), "grid.seeds=.*give integers"),
+    ):
         bad = c.copy_and_resolve_references()
         bad.grid[field] = value
         with pytest.raises(ConfigError, match=message):
@@ -282,24 +390,47 @@ def test_the_fashion_config_plans_every_run_and_each_is_valid(monkeypatch, tmp_p
 
 def test_the_report_gives_intervals_over_seeds_and_the_slope_verdict():
     def cell(R, seed, acc, start="scratch"):
-        return {"R": R, "alpha_star": R / 9, "alpha_conf": 0.0, "theorem_margin": True, "attention": "vanilla",
-                "start": start, "seed": seed, "test_accuracy": acc, "test_loss": 1 - acc, "relevant_mass": 0.5,
-                "chance_mass": R / 9, "ks": [0, 1], "accuracy_attention_pruned": [acc, acc],
-                "accuracy_random_pruned": [acc, acc - 0.01]}
+        return {
+            "R": R,
+            "alpha_star": R / 9,
+            "alpha_conf": 0.0,
+            "theorem_margin": True,
+            "attention": "vanilla",
+            "start": start,
+            "seed": seed,
+            "test_accuracy": acc,
+            "test_loss": 1 - acc,
+            "relevant_mass": 0.5,
+            "chance_mass": R / 9,
+            "ks": [0, 1],
+            "accuracy_attention_pruned": [acc, acc],
+            "accuracy_random_pruned": [acc, acc - 0.01],
+        }
 
     rising = [cell(R, s, 0.5 + 0.05 * R + 0.01 * s) for R in (5, 7, 9) for s in range(3)]
-    flat = [cell(R, s, 0.9 + 0.01 * ((R + s) % 3 - 1), "pretrained") for R in (5, 7, 9) for s in range(3)]
+    flat = [
+        cell(R, s, 0.9 + 0.01 * ((R + s) % 3 - 1), "pretrained")
+        for R in (5, 7, 9)
+        for s in range(3)
+    ]
     curves = grid_report.curves(rising + flat)
     assert list(curves) == ["vanilla, from scratch", "vanilla, pre-trained"]
     mean, low, high = curves["vanilla, from scratch"][0]["accuracy_interval"]
     # seeds 0.75, 0.76, 0.77: mean 0.76, half-width t(0.975, 2) 0.01 / sqrt(3) = 4.303 * 0.00577
-    assert mean == pytest.approx(0.76) and high - mean == pytest.approx(4.303 * 0.01 / np.sqrt(3), rel=1e-3)
-    assert grid_report.slope_verdict(curves["vanilla, from scratch"])[1].startswith("rises with alpha_*")
+    assert mean == pytest.approx(0.76) and high - mean == pytest.approx(
+        4.303 * 0.01 / np.sqrt(3), rel=1e-3
+    )
+    assert grid_report.slope_verdict(curves["vanilla, from scratch"])[1].startswith(
+        "rises with alpha_*"
+    )
     assert grid_report.slope_verdict(curves["vanilla, pre-trained"])[1].startswith("not resolved")
     assert "0.760 [0.735, 0.785]" in grid_report.accuracy_table(rising)
     # pre-trained minus scratch, paired by seed: +0.14 [+0.097, +0.183] at R = 5, +0.04 [-0.003, +0.083] at 7
     (gain,) = grid_report.start_rows(rising + flat)
-    assert "R = 5: +0.140 [+0.097, +0.183]" in gain["ours"] and gain["verdict"] == "better at R = 5 (interval above 0)"
+    assert (
+        "R = 5: +0.140 [+0.097, +0.183]" in gain["ours"]
+        and gain["verdict"] == "better at R = 5 (interval above 0)"
+    )
 
 
 # ------------------------------------------------------------------------------ token removal
@@ -313,11 +444,22 @@ def _random_variables(module, *args):
 
 
 def _vit(attention, pool):
-    return vit.ViT(num_classes=3, image_size=8, patch_size=4, width=8, depth=1, num_heads=2, mlp_dim=16,
-                   attention=attention, pool=pool)
+    return vit.ViT(
+        num_classes=3,
+        image_size=8,
+        patch_size=4,
+        width=8,
+        depth=1,
+        num_heads=2,
+        mlp_dim=16,
+        attention=attention,
+        pool=pool,
+    )
 
 
-@pytest.mark.parametrize("attention, pool", [("vanilla", "gap"), ("positional", "gap"), ("vanilla", "cls")])
+@pytest.mark.parametrize(
+    "attention, pool", [("vanilla", "gap"), ("positional", "gap"), ("vanilla", "cls")]
+)
 def test_removed_tokens_do_not_reach_the_output(attention, pool):
     model = _vit(attention, pool)
     x = jax.random.normal(jax.random.key(0), (2, 8, 8, 1))
@@ -349,7 +491,9 @@ def test_masked_block_equals_the_block_on_the_shortened_token_list(attention):
 
     @jax.jit
     def outputs(variables, x, p):
-        return block.apply(variables, x, p, False, keep)[1], block.apply(variables, x[:, kept], p[kept], False)[1]
+        return block.apply(variables, x, p, False, keep)[1], block.apply(
+            variables, x[:, kept], p[kept], False
+        )[1]
 
     full, short = outputs(_random_variables(block, x, p, False), x, p)
     np.testing.assert_allclose(full[:, kept], short, atol=1e-5)
@@ -370,26 +514,57 @@ def test_pruning_mask_and_relevant_mass():
 @pytest.mark.slow
 def test_tiny_run_of_the_binary(tmp_path):
     env = envs.devices(1)
-    out = subprocess.run([sys.executable, "-m", "experiments.token_grid", f"--workdir={tmp_path}", "--config.grid.Rs=6",
-                          "--config.grid.attentions=vanilla", "--config.grid.steps=2", "--config.model.variant=test/8",
-                          "--config.grid.max_pruned=1", "--config.grid.starts=scratch,pretrained",
-                          "--config.grid.pretrain_steps=2"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.token_grid",
+            f"--workdir={tmp_path}",
+            "--config.grid.Rs=6",
+            "--config.grid.attentions=vanilla",
+            "--config.grid.steps=2",
+            "--config.model.variant=test/8",
+            "--config.grid.max_pruned=1",
+            "--config.grid.starts=scratch,pretrained",
+            "--config.grid.pretrain_steps=2",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    for name in ("config.json", "metrics.jsonl", "summary.json", "summary.md", "token_grid_accuracy.png",
-                 "token_grid_attention.png", "token_grid_pruning.png"):
+    for name in (
+        "config.json",
+        "metrics.jsonl",
+        "summary.json",
+        "summary.md",
+        "token_grid_accuracy.png",
+        "token_grid_attention.png",
+        "token_grid_pruning.png",
+    ):
         assert (tmp_path / name).stat().st_size > 0, name
     cell = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert (cell["R"], cell["start"], cell["seed"]) == (6, "scratch", 0) and cell["ks"] == [0, 1]
-    assert 0 <= cell["relevant_mass"] <= 1 and (tmp_path / "scratch_vanilla_R6_s0" / "summary.json").exists()
+    assert (
+        0 <= cell["relevant_mass"] <= 1
+        and (tmp_path / "scratch_vanilla_R6_s0" / "summary.json").exists()
+    )
     assert cell["accuracy_attention_pruned"][0] == pytest.approx(cell["test_accuracy"])
     assert "| claim | paper | ours | verdict |" in (tmp_path / "summary.md").read_text()
     first_summary = (tmp_path / "summary.json").read_text()
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r.get("pretrain") or (r["start"], r["R"]) for r in records] == [
-        ("scratch", 6), "pretrain_vanilla_s0", ("pretrained", 6)]
+        ("scratch", 6),
+        "pretrain_vanilla_s0",
+        ("pretrained", 6),
+    ]
     assert records[2]["init_from"] == str(tmp_path / "pretrain_vanilla_s0")
-    assert json.loads((tmp_path / "pretrain_vanilla_s0" / "config.json").read_text())["dataset"] == "digits"
+    assert (
+        json.loads((tmp_path / "pretrain_vanilla_s0" / "config.json").read_text())["dataset"]
+        == "digits"
+    )
     # The same command again on the finished experiment reads its cells back (a resumed cell was once
     # evaluated again with no training accuracy, and the report's average of it raised)
     again = subprocess.run(out.args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

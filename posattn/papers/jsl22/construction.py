@@ -14,6 +14,7 @@ bijection, so every set's sum still enters F exactly once per row of its preimag
 the same function as a model whose rows attend to their own set. So it generalises as well as perfect
 patch association does, while the top-C entries of every row lie in S_pi(l) and miss S_l entirely.
 """
+
 import jax
 import jax.numpy as jnp
 

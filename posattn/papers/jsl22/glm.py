@@ -12,6 +12,7 @@ The theorem bounds P[f*(X) g(X) <= 0], disagreement with the labelling function 
 as an error whatever g says); the labels y disagree with f* on the label-noise samples. Both errors
 are measured: against f* (`against="f_star"`, the theorem's) and against y (the test error).
 """
+
 import functools
 
 import jax
@@ -31,10 +32,14 @@ from posattn.theory.model import logistic_loss
 def init_glm(key, D: int, d: int, hidden: int = 32) -> dict:
     """w (D, d) ~ N(0, 1/(D d)), and phi: 1 -> hidden -> hidden -> 1 (tanh), LeCun-normal weights."""
     k_w, k1, k2, k3 = jax.random.split(key, 4)
-    dense = lambda k, n_in, n_out: {"W": jax.random.normal(k, (n_in, n_out)) / jnp.sqrt(n_in),
-                                    "b": jnp.zeros(n_out)}
-    return {"w": jax.random.normal(k_w, (D, d)) / jnp.sqrt(D * d),
-            "phi": [dense(k1, 1, hidden), dense(k2, hidden, hidden), dense(k3, hidden, 1)]}
+    dense = lambda k, n_in, n_out: {
+        "W": jax.random.normal(k, (n_in, n_out)) / jnp.sqrt(n_in),
+        "b": jnp.zeros(n_out),
+    }
+    return {
+        "w": jax.random.normal(k_w, (D, d)) / jnp.sqrt(D * d),
+        "phi": [dense(k1, 1, hidden), dense(k2, hidden, hidden), dense(k3, hidden, 1)],
+    }
 
 
 def glm_forward(params, X: jax.Array) -> jax.Array:
@@ -70,19 +75,24 @@ def glm_test_error(key, params, cfg: TheoryConfig, task: Task, n: int = 100_000)
     """{"test_error": P[y g(X) <= 0], "f_star_error": P[f*(X) g(X) <= 0]} on n fresh samples."""
     X, y = sample(key, cfg, task, n)
     g = glm_forward(params, X)
-    return {"test_error": classification_error(g, y),
-            "f_star_error": evaluation.label_disagrees(X, jnp.sign(g), cfg, task).mean()}
+    return {
+        "test_error": classification_error(g, y),
+        "f_star_error": evaluation.label_disagrees(X, jnp.sign(g), cfg, task).mean(),
+    }
 
 
-def oracle_error(key, cfg: TheoryConfig, task: Task, n: int = 1_000_000,
-                 against: str = "labels") -> jax.Array:
+def oracle_error(
+    key, cfg: TheoryConfig, task: Task, n: int = 1_000_000, against: str = "labels"
+) -> jax.Array:
     """Error of the GLM with w_j = w* and phi the best link: the majority of the target's signs at each
     value of z (see module doc), against the labels y or against f* (`against="f_star"`).
 
     With orthogonal noise z = sum_j <w*, X_j> is the integer sum of the w*-coefficients of Assumption 1,
     so only those are drawn (no noise, no (n, D, d) array).
     """
-    if cfg.noise != "orthogonal":  # isotropic noise moves z off the integers: drawing coef is not enough
+    if (
+        cfg.noise != "orthogonal"
+    ):  # isotropic noise moves z off the integers: drawing coef is not enough
         raise ConfigError(f"oracle_error needs noise='orthogonal' (got {cfg.noise!r})")
     # One compiled program: run op by op, the draw compiled some forty small ones (1.4 s more at the
     # paper preset).
@@ -95,7 +105,11 @@ def _oracle_error(key, task: Task, *, cfg: TheoryConfig, n: int, against: str) -
     coef, y, _ = sample_coefficients(key, cfg, task, n)
     z = jnp.round(coef.sum(-1)).astype(jnp.int32) + cfg.D  # in [0, 2D]
     # the target's sign: y, or that of f* (exact here: the coefficients are integers)
-    target = y if against == "labels" else jnp.sign(threshold(coef[:, task.sets].sum(-1), 0.9 * cfg.C).sum(-1))
+    target = (
+        y
+        if against == "labels"
+        else jnp.sign(threshold(coef[:, task.sets].sum(-1), 0.9 * cfg.C).sum(-1))
+    )
     count = lambda mask: jnp.zeros(2 * cfg.D + 1).at[z].add(mask)  # noqa: E731
     # at each z the link says the majority sign; the minority and every tie (target 0) are errors
     return (jnp.minimum(count(target > 0), count(target < 0)) + count(target == 0)).sum() / n

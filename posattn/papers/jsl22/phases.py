@@ -30,6 +30,7 @@ Statements:
 - III.b alpha grows again in phase III.
 A run is "in order" when every statement holds.
 """
+
 import numpy as np
 
 ALIGN = 0.9
@@ -66,8 +67,13 @@ def _first(condition) -> int | None:
 
 
 def _statement(phase, name, paper, measured, holds) -> dict:
-    return {"phase": phase, "statement": name, "paper": paper, "measured": measured,
-            "holds": None if holds is None else bool(holds)}
+    return {
+        "phase": phase,
+        "statement": name,
+        "paper": paper,
+        "measured": measured,
+        "holds": None if holds is None else bool(holds),
+    }
 
 
 def detect_phases(history: dict, *, logit_scale: float, glm_error: float | None = None) -> dict:
@@ -98,48 +104,94 @@ def detect_phases(history: dict, *, logit_scale: float, glm_error: float | None 
     # A run whose v never aligned fails I.a; a diverged run measures nothing.
     # Measured against SEPARATED when A ends below it: a share of a final contrast near 0 says nothing.
     share = None if i_align is None else float(kappa[i_align] / max(final, SEPARATED))
-    rows.append(_statement(
-        "I", "A barely moves while v aligns", "A approximately constant in phase I",
-        {"v_aligned_step": at(i_align), "contrast_at_alignment": None if i_align is None else
-         float(kappa[i_align]), "final_contrast": float(final), "share_of_final": share,
-         "threshold": STILL_A},
-        None if not finite else (share is not None and share <= STILL_A)))
+    rows.append(
+        _statement(
+            "I",
+            "A barely moves while v aligns",
+            "A approximately constant in phase I",
+            {
+                "v_aligned_step": at(i_align),
+                "contrast_at_alignment": None if i_align is None else float(kappa[i_align]),
+                "final_contrast": float(final),
+                "share_of_final": share,
+                "threshold": STILL_A,
+            },
+            None if not finite else (share is not None and share <= STILL_A),
+        )
+    )
     end_I = i_II if i_II is not None else last
-    plateau = (float(np.median(error[i_align:max(end_I, i_align) + 1])) if i_align is not None
-               else None)
+    plateau = (
+        float(np.median(error[i_align : max(end_I, i_align) + 1])) if i_align is not None else None
+    )
     rel = None if plateau is None or not glm_error else plateau / glm_error - 1
     glm_row = _statement(
-        "I", "the phase-I model errs at the GLM's level", "a GLM, which errs >= 1/8 (Theorem 3.1)",
-        {"plateau_test_error": plateau, "glm_error": glm_error, "relative_gap": rel,
-         "threshold": GLM_BAND}, None if rel is None else abs(rel) <= GLM_BAND)
+        "I",
+        "the phase-I model errs at the GLM's level",
+        "a GLM, which errs >= 1/8 (Theorem 3.1)",
+        {
+            "plateau_test_error": plateau,
+            "glm_error": glm_error,
+            "relative_gap": rel,
+            "threshold": GLM_BAND,
+        },
+        None if rel is None else abs(rel) <= GLM_BAND,
+    )
     rows.append(glm_row)
     if separated and i_II is not None and i_III is not None:
         alpha_change = float(alpha[i_III] / alpha[i_II] - 1)
         gap_change = float(kappa[i_III] / kappa[i_II] - 1) if kappa[i_II] > 0 else None
     else:
         alpha_change = gap_change = None
-    rows.append(_statement(
-        "II", "gamma - rho grows while alpha is nearly constant", "attention moves, alpha large",
-        {"separated": separated, "contrast_relative_change": gap_change,
-         "alpha_relative_change": alpha_change, "threshold": STILL_ALPHA},
-        separated and alpha_change is not None and abs(alpha_change) <= STILL_ALPHA))
+    rows.append(
+        _statement(
+            "II",
+            "gamma - rho grows while alpha is nearly constant",
+            "attention moves, alpha large",
+            {
+                "separated": separated,
+                "contrast_relative_change": gap_change,
+                "alpha_relative_change": alpha_change,
+                "threshold": STILL_ALPHA,
+            },
+            separated and alpha_change is not None and abs(alpha_change) <= STILL_ALPHA,
+        )
+    )
     fall = None if plateau is None or t_pa is None else float(error[-1] / max(plateau, 1e-12))
-    rows.append(_statement(
-        "III", "the risk falls once patches are associated", "o(1) risk (Theorems 4.1, 4.2)",
-        {"patch_association_step": t_pa, "final_test_error": float(error[-1]),
-         "final_over_plateau": fall, "threshold": RISK_FALL},
-        fall is not None and separated and fall <= RISK_FALL))
+    rows.append(
+        _statement(
+            "III",
+            "the risk falls once patches are associated",
+            "o(1) risk (Theorems 4.1, 4.2)",
+            {
+                "patch_association_step": t_pa,
+                "final_test_error": float(error[-1]),
+                "final_over_plateau": fall,
+                "threshold": RISK_FALL,
+            },
+            fall is not None and separated and fall <= RISK_FALL,
+        )
+    )
     alpha_III = None if i_III is None else float(alpha[-1] / alpha[i_III] - 1)
-    rows.append(_statement(
-        "III", "alpha grows again", "alpha grows again in phase III",
-        {"alpha_at_start_of_III": None if i_III is None else float(alpha[i_III]),
-         "final_alpha": float(alpha[-1]), "alpha_relative_change": alpha_III},
-        alpha_III is not None and alpha_III > 0))
+    rows.append(
+        _statement(
+            "III",
+            "alpha grows again",
+            "alpha grows again in phase III",
+            {
+                "alpha_at_start_of_III": None if i_III is None else float(alpha[i_III]),
+                "final_alpha": float(alpha[-1]),
+                "alpha_relative_change": alpha_III,
+            },
+            alpha_III is not None and alpha_III > 0,
+        )
+    )
 
     return {
-        "phases": {"I": [0, at(end_I)],
-                   "II": None if i_II is None else [at(i_II), at(i_III if i_III is not None else last)],
-                   "III": None if i_III is None else [at(i_III), at(last)]},
+        "phases": {
+            "I": [0, at(end_I)],
+            "II": None if i_II is None else [at(i_II), at(i_III if i_III is not None else last)],
+            "III": None if i_III is None else [at(i_III), at(last)],
+        },
         "v_aligned_step": at(i_align),
         "separation_step": at(i_II),
         "risk_fall_step": at(i_III),
@@ -163,5 +215,7 @@ def format_measured(measured: dict) -> str:
 
 def statement_lines(info: dict) -> list[str]:
     """One line per statement: verdict, phase, statement and its numbers."""
-    return [f"{VERDICTS[r['holds']]:>5}  {r['phase']:>3}  {r['statement']}: {format_measured(r['measured'])}"
-            for r in info["statements"]]
+    return [
+        f"{VERDICTS[r['holds']]:>5}  {r['phase']:>3}  {r['statement']}: {format_measured(r['measured'])}"
+        for r in info["statements"]
+    ]

@@ -10,11 +10,13 @@ FIGURE2_TEST_ERROR = (0.065, 0.07)
 FIGURE2_STEPS = (60, 1000)
 
 # Figure 5 (pixel blocks of g x g permuted, CIFAR-100): test accuracy (%) per model and block size g.
-PERMUTED_ACCURACY = {"cifar100": {
-    "resnet18": {2: 57.3, 4: 66.2, 8: 73.2, 16: 78.4, 32: 79.9},
-    "vgg16": {2: 46.7, 4: 57.0, 8: 66.6, 16: 72.9, 32: 76.2},
-    "vit": {2: 63.6, 4: 63.6, 8: 63.7, 16: 63.6, 32: 63.5},
-}}
+PERMUTED_ACCURACY = {
+    "cifar100": {
+        "resnet18": {2: 57.3, 4: 66.2, 8: 73.2, 16: 78.4, 32: 79.9},
+        "vgg16": {2: 46.7, 4: 57.0, 8: 66.6, 16: 72.9, 32: 76.2},
+        "vit": {2: 63.6, 4: 63.6, 8: 63.7, 16: 63.6, 32: 63.5},
+    }
+}
 
 # Figures 7 (medians of 10 seeds: CIFAR, SVHN) and 6 (ImageNet, one run): test accuracy (%) of a ViT
 # with vanilla and with positional attention, and the seeds behind each.

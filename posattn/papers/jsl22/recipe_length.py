@@ -4,6 +4,7 @@ A length L is long enough when doubling it moves the mean validation accuracy ov
 max(`MIN_POINTS`, the larger standard deviation over seeds of the two lengths): the spread of the seeds
 is the resolution of the measurement, and half a point is the least change a recipe choice cares about.
 """
+
 import numpy as np
 
 MIN_POINTS = 0.5

@@ -8,6 +8,7 @@ Each claim is a function (key, plan) -> (record, figures): `record` holds its nu
 `figures` maps a PNG file name to a `matplotlib.figure.Figure`. `posattn.papers.jsl22.report` turns the
 records into verdicts beside what the paper states.
 """
+
 import dataclasses
 import time
 
@@ -51,18 +52,34 @@ class Plan:
     n_final_test: int = 100_000
 
 
-QUICK = Plan(core_preset="phases", exact_steps=200, glm_N=2000, glm_steps=150,
-             fig2_steps=200, fig2_N=4000, fig2_seeds=3, transfer_pretrain_steps=600,
-             transfer_pretrain_N=5000, transfer_sizes=(16, 1024), transfer_seeds=10, transfer_steps=600,
-             sweep_sizes=(100, 10000), sweep_seeds=4, sweep_steps=300, control_steps=300,
-             n_final_test=20_000)
+QUICK = Plan(
+    core_preset="phases",
+    exact_steps=200,
+    glm_N=2000,
+    glm_steps=150,
+    fig2_steps=200,
+    fig2_N=4000,
+    fig2_seeds=3,
+    transfer_pretrain_steps=600,
+    transfer_pretrain_N=5000,
+    transfer_sizes=(16, 1024),
+    transfer_seeds=10,
+    transfer_steps=600,
+    sweep_sizes=(100, 10000),
+    sweep_seeds=4,
+    sweep_steps=300,
+    control_steps=300,
+    n_final_test=20_000,
+)
 
 
 def small_problem(q: float | None = None):
     """The transfer/sweep problem (docs/decisions.md, The other claims): the `small` preset (its d = 32 reaches patch association in a few
     hundred steps; at d = 16 some rows of A stay unassociated for thousands), with q optionally raised."""
     cfg, gd = get_preset("small")
-    return dataclasses.replace(cfg, q=cfg.q if q is None else q), dataclasses.replace(gd, n_test=2000)
+    return dataclasses.replace(cfg, q=cfg.q if q is None else q), dataclasses.replace(
+        gd, n_test=2000
+    )
 
 
 def _with(gd, **changes):
@@ -73,8 +90,17 @@ def _core_problem(plan: Plan, risk: str, steps: int | None):
     preset = plan.core_preset if risk == "empirical" else "small"
     cfg, gd = get_preset(preset)
     steps = steps or gd.steps
-    return preset, cfg, _with(gd, risk=risk, steps=steps, eval_every=min(gd.eval_every, steps),
-                              N=plan.core_N if risk == "empirical" else None)
+    return (
+        preset,
+        cfg,
+        _with(
+            gd,
+            risk=risk,
+            steps=steps,
+            eval_every=min(gd.eval_every, steps),
+            N=plan.core_N if risk == "empirical" else None,
+        ),
+    )
 
 
 def _phase_record(key, result, cfg):
@@ -85,24 +111,35 @@ def _phase_record(key, result, cfg):
 
 def theory_core(key, plan: Plan, name: str, risk: str):
     """GD on (E) (`core`) or on the exact population risk (`exact`): patch association and the phases."""
-    preset, cfg, gd = _core_problem(plan, risk, plan.core_steps if risk == "empirical" else plan.exact_steps)
+    preset, cfg, gd = _core_problem(
+        plan, risk, plan.core_steps if risk == "empirical" else plan.exact_steps
+    )
     result = gd_lib.fit(key, cfg, gd)
-    final = evaluation.test_errors(keys_lib.run_keys(key)["final_test"], result.params, cfg, result.task,
-                                   plan.n_final_test)
+    final = evaluation.test_errors(
+        keys_lib.run_keys(key)["final_test"], result.params, cfg, result.task, plan.n_final_test
+    )
     info = _phase_record(key, result, cfg)
     record = {
-        "preset": preset, "risk": risk, "N": gd.N, "steps": gd.steps, "seconds": result.seconds,
+        "preset": preset,
+        "risk": risk,
+        "N": gd.N,
+        "steps": gd.steps,
+        "seconds": result.seconds,
         "patch_association": info["patch_association_step"] is not None,
         "patch_association_step": info["patch_association_step"],
         "patch_association_share": float(result.history["patch_association_share"][-1]),
-        "test_error": float(final["test_error"]), "label_noise_rate": float(final["label_noise_rate"]),
-        "final_loss": float(result.history["loss"][-1]), "phases": info["phases"],
-        "phase_statements": info["statements"], "phases_in_order": info["in_order"],
+        "test_error": float(final["test_error"]),
+        "label_noise_rate": float(final["label_noise_rate"]),
+        "final_loss": float(result.history["loss"][-1]),
+        "phases": info["phases"],
+        "phase_statements": info["statements"],
+        "phases_in_order": info["in_order"],
         "figure": f"{name}_dynamics.png",
     }
     return record, {
-        f"{name}_attention.png": figures.attention_figure(result.params["A"],
-                                                          data.same_set_mask(result.task.sets)),
+        f"{name}_attention.png": figures.attention_figure(
+            result.params["A"], data.same_set_mask(result.task.sets)
+        ),
         f"{name}_dynamics.png": figures.dynamics_figure(result.history, info["phases"]),
     }
 
@@ -114,9 +151,15 @@ def frozen_A_control(key, plan: Plan):
     gd = dataclasses.replace(gd, lr_A=1e-9)
     result = gd_lib.fit(key, cfg, gd)
     info = _phase_record(key, result, cfg)
-    return {"N": gd.N, "steps": gd.steps, "lr_A": gd.lr_A, "seconds": result.seconds,
-            "phase_statements": info["statements"], "phases_in_order": info["in_order"],
-            "final_history_test_error": float(result.history["test_error"][-1])}, {}
+    return {
+        "N": gd.N,
+        "steps": gd.steps,
+        "lr_A": gd.lr_A,
+        "seconds": result.seconds,
+        "phase_statements": info["statements"],
+        "phases_in_order": info["in_order"],
+        "final_history_test_error": float(result.history["test_error"][-1]),
+    }, {}
 
 
 def glm_claim(key, plan: Plan):
@@ -130,13 +173,23 @@ def glm_claim(key, plan: Plan):
     params, losses = glm.fit_glm(streams["fit"], X, y, steps=plan.glm_steps)
     train_error = float(classification_error(glm.glm_forward(params, X), y))
     test = glm.glm_test_error(streams["test"], params, cfg, task, min(plan.n_final_test, 50_000))
-    oracle = {against: float(glm.oracle_error(streams["oracle"], cfg, task, against=against))
-              for against in ("labels", "f_star")}  # the same draws
-    return {"preset": plan.glm_preset, "N": N, "adam_steps": plan.glm_steps,
-            "final_train_risk": float(losses[-1]), "train_error": train_error,
-            "test_error": float(test["test_error"]), "f_star_error": float(test["f_star_error"]),
-            "oracle_error": oracle["labels"], "oracle_f_star_error": oracle["f_star"], "bound": published.GLM_ERROR_BOUND,
-            "seconds": time.perf_counter() - t0}, {}
+    oracle = {
+        against: float(glm.oracle_error(streams["oracle"], cfg, task, against=against))
+        for against in ("labels", "f_star")
+    }  # the same draws
+    return {
+        "preset": plan.glm_preset,
+        "N": N,
+        "adam_steps": plan.glm_steps,
+        "final_train_risk": float(losses[-1]),
+        "train_error": train_error,
+        "test_error": float(test["test_error"]),
+        "f_star_error": float(test["f_star_error"]),
+        "oracle_error": oracle["labels"],
+        "oracle_f_star_error": oracle["f_star"],
+        "bound": published.GLM_ERROR_BOUND,
+        "seconds": time.perf_counter() - t0,
+    }, {}
 
 
 def construction_claim(key, plan: Plan):
@@ -147,13 +200,19 @@ def construction_claim(key, plan: Plan):
     params = construction.construction_params(cfg, task)
     errors = evaluation.test_errors(streams["final_test"], params, cfg, task, plan.n_final_test)
     rows_meeting = construction.own_set_in_top_c(params["A"], task)
-    record = {"preset": "paper", "test_error": float(errors["test_error"]),
-              "label_noise_rate": float(errors["label_noise_rate"]),
-              "rows_whose_top_C_meets_own_set": int(rows_meeting.sum()),
-              "patch_association": bool(patch_association(params["A"], task)[1]),
-              "top_c_overlap": float(top_c_overlap(params["A"], task))}
-    return record, {"construction_attention.png": figures.attention_figure(
-        params["A"], data.same_set_mask(task.sets), title="constructed A")}
+    record = {
+        "preset": "paper",
+        "test_error": float(errors["test_error"]),
+        "label_noise_rate": float(errors["label_noise_rate"]),
+        "rows_whose_top_C_meets_own_set": int(rows_meeting.sum()),
+        "patch_association": bool(patch_association(params["A"], task)[1]),
+        "top_c_overlap": float(top_c_overlap(params["A"], task)),
+    }
+    return record, {
+        "construction_attention.png": figures.attention_figure(
+            params["A"], data.same_set_mask(task.sets), title="constructed A"
+        )
+    }
 
 
 def figure2_claim(key, plan: Plan):
@@ -168,42 +227,66 @@ def figure2_claim(key, plan: Plan):
     errors, overlaps = [], []
     for i, k in enumerate(seed_keys):
         params, task = pick(runs.params, i), pick(runs.task, i)
-        final = evaluation.test_errors(keys_lib.run_keys(k)["final_test"], params, cfg, task,
-                                       plan.n_final_test)
+        final = evaluation.test_errors(
+            keys_lib.run_keys(k)["final_test"], params, cfg, task, plan.n_final_test
+        )
         errors.append(float(final["test_error"]))
         # Off the diagonal: the frozen a0 = sqrt(d) is in every row's top C (`off_diagonal_overlap`).
         overlaps.append(float(off_diagonal_overlap(params["A"], task)))
     chance = (cfg.C - 1) / (cfg.D - 1)
     curve = np.asarray(runs.history["test_error"]).mean(1)  # mean over seeds, per evaluation step
-    record = {"steps": gd.steps, "N": gd.N, "d": cfg.d, "seeds": plan.fig2_seeds,
-              "test_error": float(np.mean(errors)), "test_errors": errors,
-              "off_diagonal_overlap": float(np.mean(overlaps)), "off_diagonal_overlaps": overlaps,
-              "chance": chance, "best_mean_history_test_error": float(curve.min()),
-              "step_of_best": int(runs.history["step"][curve.argmin()]), "seconds": runs.seconds}
-    return record, {"figure2.png": figures.figure2_figure(
-        {"step": runs.history["step"], "test_error": curve}, runs.params["A"][0],
-        data.same_set_mask(runs.task.sets[0]), overlaps[0], chance)}
+    record = {
+        "steps": gd.steps,
+        "N": gd.N,
+        "d": cfg.d,
+        "seeds": plan.fig2_seeds,
+        "test_error": float(np.mean(errors)),
+        "test_errors": errors,
+        "off_diagonal_overlap": float(np.mean(overlaps)),
+        "off_diagonal_overlaps": overlaps,
+        "chance": chance,
+        "best_mean_history_test_error": float(curve.min()),
+        "step_of_best": int(runs.history["step"][curve.argmin()]),
+        "seconds": runs.seconds,
+    }
+    return record, {
+        "figure2.png": figures.figure2_figure(
+            {"step": runs.history["step"], "test_error": curve},
+            runs.params["A"][0],
+            data.same_set_mask(runs.task.sets[0]),
+            overlaps[0],
+            chance,
+        )
+    }
 
 
 def transfer_claim(key, plan: Plan):
     """q = 0.55 (docs/decisions.md, The other claims): the best GLM then errs ~6% > the 5% target, so reaching it takes attention; at the
     preset's q = 0.4 (GLM floor 3.6%) even 16 samples reach 5% from scratch, with no structure to use."""
     cfg, gd = small_problem(plan.transfer_q)
-    out = transfer.transfer(key, cfg, _with(gd, steps=plan.transfer_steps),
-                            pretrain_N=plan.transfer_pretrain_N or gd.N,
-                            pretrain_steps=plan.transfer_pretrain_steps, sizes=plan.transfer_sizes,
-                            seeds=plan.transfer_seeds)
+    out = transfer.transfer(
+        key,
+        cfg,
+        _with(gd, steps=plan.transfer_steps),
+        pretrain_N=plan.transfer_pretrain_N or gd.N,
+        pretrain_steps=plan.transfer_pretrain_steps,
+        sizes=plan.transfer_sizes,
+        seeds=plan.transfer_seeds,
+    )
     figure = figures.transfer_figure(out)
     out.pop("pretrained_A")
-    return {"D": cfg.D, "d": cfg.d, "q": cfg.q, "steps": plan.transfer_steps, **out}, {"transfer.png": figure}
+    return {"D": cfg.D, "d": cfg.d, "q": cfg.q, "steps": plan.transfer_steps, **out}, {
+        "transfer.png": figure
+    }
 
 
 def sweep_claim(key, plan: Plan):
     """Theorem 4.2: patch association and test error against N, `plan.sweep_seeds` seeds per size."""
     cfg, gd = small_problem()
     seed_keys = jax.random.split(key, plan.sweep_seeds)
-    entries = gd_lib.fit_sizes(seed_keys, cfg=cfg, gd=_with(gd, steps=plan.sweep_steps),
-                               sizes=plan.sweep_sizes, spread=1.0)  # one compiled call per size
+    entries = gd_lib.fit_sizes(
+        seed_keys, cfg=cfg, gd=_with(gd, steps=plan.sweep_steps), sizes=plan.sweep_sizes, spread=1.0
+    )  # one compiled call per size
     summary = sweep.summarise(entries, plan.sweep_sizes)
     rows = np.asarray(entries["patch_association_share"])
     summary["rows_with_patch_association"] = rows.mean(1).tolist()
@@ -211,11 +294,16 @@ def sweep_claim(key, plan: Plan):
     return record, {"sweep.png": figures.sweep_figure(summary)}
 
 
-CLAIMS = {"core": lambda k, p: theory_core(k, p, "core", "empirical"),
-          "exact": lambda k, p: theory_core(k, p, "exact", "population_exact"),
-          "glm": glm_claim, "construction": construction_claim, "figure2": figure2_claim,
-          "transfer": transfer_claim, "sweep": sweep_claim,
-          "frozen_A": frozen_A_control}  # appended last: the claims before keep their key streams
+CLAIMS = {
+    "core": lambda k, p: theory_core(k, p, "core", "empirical"),
+    "exact": lambda k, p: theory_core(k, p, "exact", "population_exact"),
+    "glm": glm_claim,
+    "construction": construction_claim,
+    "figure2": figure2_claim,
+    "transfer": transfer_claim,
+    "sweep": sweep_claim,
+    "frozen_A": frozen_A_control,
+}  # appended last: the claims before keep their key streams
 
 
 def run_claims(key, plan: Plan, on_figures=None):

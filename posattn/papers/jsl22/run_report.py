@@ -3,6 +3,7 @@
 
 `experiments/theory.py` hands its runs to these functions and writes what they return.
 """
+
 import time
 
 import numpy as np
@@ -35,13 +36,18 @@ class Progress:
         rate = step / (now - self.t0) if step and now > self.t0 else float("nan")
         eta = (self.total - step) / rate if rate == rate and rate > 0 else float("nan")
         if io.is_writer():
-            print(f"step {step:6d}/{self.total}  loss {float(entry['loss']):.4g}  "
-                  f"test error {100 * float(entry['test_error']):6.2f}%  "
-                  f"patch assoc. {100 * float(entry['patch_association_share']):5.1f}% rows  "
-                  f"{rate:8.1f} steps/s  ETA {eta:6.1f}s", flush=True)
+            print(
+                f"step {step:6d}/{self.total}  loss {float(entry['loss']):.4g}  "
+                f"test error {100 * float(entry['test_error']):6.2f}%  "
+                f"patch assoc. {100 * float(entry['patch_association_share']):5.1f}% rows  "
+                f"{rate:8.1f} steps/s  ETA {eta:6.1f}s",
+                flush=True,
+            )
 
 
-def seed_summary(seed: int, history: dict, params, task, theory: TheoryConfig, gd: GDConfig) -> dict:
+def seed_summary(
+    seed: int, history: dict, params, task, theory: TheoryConfig, gd: GDConfig
+) -> dict:
     """Patch association, the phase statements (against the GLM reference) and final errors (on the
     run's fresh "final_test" samples) of one run."""
     streams = keys.run_keys(keys.seed_key(seed))
@@ -82,20 +88,28 @@ def run_summary(preset: str, per_seed: list[dict], gd: GDConfig, seconds: float)
 
 def summary_lines(s: dict) -> list[str]:
     """The lines printed at the end of a run."""
-    named = lambda holds: [f"{r['phase']} {r['statement']}" for r in s["phases"]["statements"]  # noqa: E731
-                           if r["holds"] is holds]
+    named = lambda holds: [
+        f"{r['phase']} {r['statement']}"
+        for r in s["phases"]["statements"]  # noqa: E731
+        if r["holds"] is holds
+    ]
     failed, unmeasured = named(False), named(None)
-    lines = [*phases.statement_lines(s["phases"]),
-             f"patch association: {s['patch_association']} (step {s['patch_association_step']}); test "
-             f"error {100 * s['test_error']:.2f}% vs label noise {100 * s['label_noise_rate']:.2f}%; "
-             f"phases in order: {s['phases']['in_order']}"
-             + (f" (not: {'; '.join(failed)})" if failed else "")
-             + (f" (not measured: {'; '.join(unmeasured)})" if unmeasured else "") + f"; {s['seconds']:.1f}s"]
+    lines = [
+        *phases.statement_lines(s["phases"]),
+        f"patch association: {s['patch_association']} (step {s['patch_association_step']}); test "
+        f"error {100 * s['test_error']:.2f}% vs label noise {100 * s['label_noise_rate']:.2f}%; "
+        f"phases in order: {s['phases']['in_order']}"
+        + (f" (not: {'; '.join(failed)})" if failed else "")
+        + (f" (not measured: {'; '.join(unmeasured)})" if unmeasured else "")
+        + f"; {s['seconds']:.1f}s",
+    ]
     if "seeds" in s:
         agg = s["seeds"]
-        lines.append(f"{agg['count']} seeds: patch association in {agg['patch_association']}, phases in "
-                     f"order in {agg['phases_in_order']}, mean test error "
-                     f"{100 * agg['test_error_mean']:.2f}%")
+        lines.append(
+            f"{agg['count']} seeds: patch association in {agg['patch_association']}, phases in "
+            f"order in {agg['phases_in_order']}, mean test error "
+            f"{100 * agg['test_error_mean']:.2f}%"
+        )
     return lines
 
 
@@ -113,26 +127,44 @@ def summary_markdown(s: dict, theory: TheoryConfig, gd: GDConfig) -> str:
         f"| patch association (Def. 2.2) | {s['patch_association']} (from step "
         f"{s['patch_association_step']}) | reached (Theorems 4.1, 4.2) |",
         f"| test error | {100 * s['test_error']:.2f}% | small (o(1)) |",
-        f"| label-noise rate P[y f*(X) <= 0] | {100 * s['label_noise_rate']:.2f}% | "
-        f"d^-omega(1) |",
-        *([f"| P[f*(X) != yC]: a set besides the signal set all +1 or all -1 | "
-           f"{100 * s['f_star_not_yC_rate']:.2f}% | about 2 (L-1) (q/2)^C = "
-           f"{100 * 2 * (theory.L - 1) * (theory.q / 2) ** theory.C:.2f}% (from Assumption 1) |"]
-          if theory.dataset == "structured" else []),  # the formula is Assumption 1's
+        f"| label-noise rate P[y f*(X) <= 0] | {100 * s['label_noise_rate']:.2f}% | d^-omega(1) |",
+        *(
+            [
+                f"| P[f*(X) != yC]: a set besides the signal set all +1 or all -1 | "
+                f"{100 * s['f_star_not_yC_rate']:.2f}% | about 2 (L-1) (q/2)^C = "
+                f"{100 * 2 * (theory.L - 1) * (theory.q / 2) ** theory.C:.2f}% (from Assumption 1) |"
+            ]
+            if theory.dataset == "structured"
+            else []
+        ),  # the formula is Assumption 1's
         f"| phases I / II / III (steps) | {p['phases']['I']} / {p['phases']['II']} / "
         f"{p['phases']['III']} | in this order |",
-        *[f"| phase {r['phase']}: {r['statement']} | {phases.VERDICTS[r['holds']]}: {phases.format_measured(r['measured'])} | "
-          f"{r['paper']} |" for r in p["statements"]],
+        *[
+            f"| phase {r['phase']}: {r['statement']} | {phases.VERDICTS[r['holds']]}: {phases.format_measured(r['measured'])} | "
+            f"{r['paper']} |"
+            for r in p["statements"]
+        ],
         f"| phases in order (every statement holds; I.b where a GLM reference exists) | {p['in_order']} | yes |",
         f"| wall time | {s['seconds']:.1f}s | |",
         "",
         "Figures: `attention.png` (A beside the true sets), `dynamics.png` (phases shaded), "
-        "`test_error.png`" + (", `overlay.png` ((E) at several N beside the exact (P))."
-                              if gd.risk == "population_exact" else "."),
+        "`test_error.png`"
+        + (
+            ", `overlay.png` ((E) at several N beside the exact (P))."
+            if gd.risk == "population_exact"
+            else "."
+        ),
     ]
     if "overlay" in s:  # (E) against (P) from the same start, largest gaps over the run
-        lines += ["", "| (E) at N | max gap in gamma - rho | max gap in alpha | final risk (E) | "
-                  "final risk (P) |", "|---|---|---|---|---|"]
-        lines += [f"| {N:,} | {o['max_gap_gamma_minus_rho']:.3g} | {o['max_gap_alpha']:.3g} | "
-                  f"{o['final_risk']:.4f} | {o['final_risk_P']:.4f} |" for N, o in s["overlay"].items()]
+        lines += [
+            "",
+            "| (E) at N | max gap in gamma - rho | max gap in alpha | final risk (E) | "
+            "final risk (P) |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {N:,} | {o['max_gap_gamma_minus_rho']:.3g} | {o['max_gap_alpha']:.3g} | "
+            f"{o['final_risk']:.4f} | {o['final_risk_P']:.4f} |"
+            for N, o in s["overlay"].items()
+        ]
     return "\n".join(lines) + "\n"

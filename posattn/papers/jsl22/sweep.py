@@ -3,6 +3,7 @@
 The runs are a grid of (sample size N) x (seed) trained as one compiled call (`posattn.theory.gd.
 fit_sizes`); this module reads the grid's final entries into per-size rates and quartiles.
 """
+
 from collections.abc import Sequence
 
 import numpy as np

@@ -9,6 +9,7 @@ each is a `posattn.theory.gd.fit_sizes` grid (seeds vmapped in one compiled call
 The number compared is the smallest N' whose mean test error over the seeds reaches `target`, for
 each way, and their ratio scratch / frozen (Theorem 5.1: frozen needs far fewer samples).
 """
+
 import dataclasses
 from collections.abc import Sequence
 
@@ -43,10 +44,19 @@ def smallest_size(sizes: Sequence[int], errors: Sequence[float], target: float) 
     return None
 
 
-def transfer(key, cfg: TheoryConfig, gd: GDConfig, *, pretrain_N: int,
-             pretrain_steps: int | None = None,
-             sizes: Sequence[int], seeds: int = 10, target: float = 0.05, n_test: int = 2000,
-             spread: float = 2.0) -> dict:
+def transfer(
+    key,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    *,
+    pretrain_N: int,
+    pretrain_steps: int | None = None,
+    sizes: Sequence[int],
+    seeds: int = 10,
+    target: float = 0.05,
+    n_test: int = 2000,
+    spread: float = 2.0,
+) -> dict:
     """Pre-train on w*, then (i) frozen A vs (ii) scratch on w' at every N' of `sizes`.
 
     Returns the pre-training outcome, per-way summaries (`claims.sweep.summarise`), the smallest N' of each
@@ -54,21 +64,32 @@ def transfer(key, cfg: TheoryConfig, gd: GDConfig, *, pretrain_N: int,
     bound, `ratio_is_lower_bound`, where frozen A reaches it at the grid's smallest N').
     """
     streams = keys_lib.transfer_keys(key)
-    pre = gd_lib.fit(streams["pretrain"], cfg,
-                     dataclasses.replace(gd, N=pretrain_N, steps=pretrain_steps or gd.steps))
+    pre = gd_lib.fit(
+        streams["pretrain"],
+        cfg,
+        dataclasses.replace(gd, N=pretrain_N, steps=pretrain_steps or gd.steps),
+    )
     _, associated = metrics.patch_association(pre.params["A"], pre.task)
     down = downstream_task(streams["downstream"], pre.task)
     keys = keys_lib.seed_keys(int(jax.random.randint(streams["seeds"], (), 0, 2**30)), seeds)
     sizes = tuple(int(n) for n in sizes)
     gd = dataclasses.replace(gd, n_test=n_test)
     ways = {
-        "frozen_A": gd_lib.fit_sizes(keys, down, pre.params["A"], cfg=cfg, gd=gd, sizes=sizes,
-                                     train_A=False, spread=spread),
+        "frozen_A": gd_lib.fit_sizes(
+            keys, down, pre.params["A"], cfg=cfg, gd=gd, sizes=sizes, train_A=False, spread=spread
+        ),
         "scratch": gd_lib.fit_sizes(keys, down, None, cfg=cfg, gd=gd, sizes=sizes, spread=spread),
     }
-    out = {"pretrain": {"N": pretrain_N, "patch_association": bool(associated),
-                        "test_error": float(pre.history["test_error"][-1]), "seconds": pre.seconds},
-           "target": target, "pretrained_A": np.asarray(pre.params["A"]).tolist()}
+    out = {
+        "pretrain": {
+            "N": pretrain_N,
+            "patch_association": bool(associated),
+            "test_error": float(pre.history["test_error"][-1]),
+            "seconds": pre.seconds,
+        },
+        "target": target,
+        "pretrained_A": np.asarray(pre.params["A"]).tolist(),
+    }
     for name, entries in ways.items():
         summary = summarise(entries, sizes)
         summary["smallest_size"] = smallest_size(sizes, summary["test_error_mean"], target)

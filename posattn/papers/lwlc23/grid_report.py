@@ -9,6 +9,7 @@ least-squares slope of test accuracy on alpha_* over the curve's R values; the a
 95% t-interval of the mean slope over seeds lies above 0, falls when it lies below 0, and is not
 resolved otherwise (one seed: the sign of its slope, no interval).
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,17 @@ from scipy import stats
 from posattn.papers.lwlc23.published import GRID_ACCURACY
 
 # cell fields averaged over seeds (lists element-wise)
-_MEAN_FIELDS = ("test_accuracy", "test_loss", "train_accuracy", "relevant_mass", "accuracy_attention_pruned",
-                "accuracy_random_pruned", "relevant_removed_attention", "relevant_removed_random", "seconds")
+_MEAN_FIELDS = (
+    "test_accuracy",
+    "test_loss",
+    "train_accuracy",
+    "relevant_mass",
+    "accuracy_attention_pruned",
+    "accuracy_random_pruned",
+    "relevant_removed_attention",
+    "relevant_removed_random",
+    "seconds",
+)
 
 
 def interval(values) -> tuple[float, float, float]:
@@ -54,9 +64,13 @@ def curves(cells: list[dict]) -> dict[str, list[dict]]:
             for field in _MEAN_FIELDS:
                 if field in cs[0]:
                     point[field] = np.mean([c[field] for c in cs], axis=0).tolist()
-            point.update(attention=kind, start=start, seeds=[c["seed"] for c in cs],
-                         by_seed=[c["test_accuracy"] for c in cs],
-                         accuracy_interval=interval([c["test_accuracy"] for c in cs]))
+            point.update(
+                attention=kind,
+                start=start,
+                seeds=[c["seed"] for c in cs],
+                by_seed=[c["test_accuracy"] for c in cs],
+                accuracy_interval=interval([c["test_accuracy"] for c in cs]),
+            )
             points.append(point)
         out[curve_name(kind, start)] = points
     return out
@@ -69,11 +83,17 @@ def slope_verdict(points: list[dict]) -> tuple[str, str]:
         return "one alpha_* only", "no trend measured"
     common = sorted(set.intersection(*(set(p["seeds"]) for p in points)))
     alphas = np.array([p["alpha_star"] for p in points])
-    slopes = [np.polyfit(alphas, [p["by_seed"][p["seeds"].index(s)] for p in points], 1)[0] for s in common]
+    slopes = [
+        np.polyfit(alphas, [p["by_seed"][p["seeds"].index(s)] for p in points], 1)[0]
+        for s in common
+    ]
     mean, low, high = interval(slopes)
     if len(slopes) < 2:
-        return f"slope {mean:+.3f} (1 seed)", ("rises with alpha_* (one seed, no interval)" if mean > 0 else
-                                               "does not rise (one seed, no interval)")
+        return f"slope {mean:+.3f} (1 seed)", (
+            "rises with alpha_* (one seed, no interval)"
+            if mean > 0
+            else "does not rise (one seed, no interval)"
+        )
     text = f"slope {mean:+.3f} [{low:+.3f}, {high:+.3f}] ({len(slopes)} seeds)"
     if low > 0:
         return text, "rises with alpha_* (slope interval above 0)"
@@ -87,7 +107,7 @@ def _fmt(values, digits: int = 3) -> str:
 
 
 def _fmt_interval(mean: float, low: float, high: float, spec: str = ".3f") -> str:
-    """"mean [low, high]", or "mean" alone where there is no interval (one seed)."""
+    """ "mean [low, high]", or "mean" alone where there is no interval (one seed)."""
     return f"{mean:{spec}}" + ("" if math.isnan(low) else f" [{low:{spec}}, {high:{spec}}]")
 
 
@@ -102,42 +122,72 @@ def rows(cells: list[dict]) -> list[dict]:
     for name, cs in curves(cells).items():
         alphas = ", ".join(f"{c['R']}/9" for c in cs)
         slope, verdict = slope_verdict(cs)
-        out.append({"claim": f"{name}: test accuracy rises with alpha_* ({alphas})",
-                    "paper": f"{_fmt([GRID_ACCURACY[c['R']] for c in cs])} (CIFAR-10, pre-trained init)",
-                    "ours": f"{'; '.join(_with_interval(c) for c in cs)}; {slope}", "verdict": verdict})
-        out.append({"claim": f"{name}: test loss falls with alpha_* (resolves the points where accuracy "
-                             "saturates; mean over seeds)",
-                    "paper": "not reported", "ours": _fmt([c["test_loss"] for c in cs], 4),
-                    "verdict": "falls with alpha_*" if np.all(np.diff([c["test_loss"] for c in cs]) < 0)
-                    else "does not fall monotonically"})
+        out.append(
+            {
+                "claim": f"{name}: test accuracy rises with alpha_* ({alphas})",
+                "paper": f"{_fmt([GRID_ACCURACY[c['R']] for c in cs])} (CIFAR-10, pre-trained init)",
+                "ours": f"{'; '.join(_with_interval(c) for c in cs)}; {slope}",
+                "verdict": verdict,
+            }
+        )
+        out.append(
+            {
+                "claim": f"{name}: test loss falls with alpha_* (resolves the points where accuracy "
+                "saturates; mean over seeds)",
+                "paper": "not reported",
+                "ours": _fmt([c["test_loss"] for c in cs], 4),
+                "verdict": "falls with alpha_*"
+                if np.all(np.diff([c["test_loss"] for c in cs]) < 0)
+                else "does not fall monotonically",
+            }
+        )
         mass = [c["relevant_mass"] for c in cs]
         # At R = 9 every slot is relevant: the mass is 1 whatever the ViT learnt, so it is not counted.
         informative = [(m, c) for m, c in zip(mass, cs) if c["chance_mass"] < 1]
         above = sum(m > c["chance_mass"] for m, c in informative)
-        out.append({"claim": f"{name}: the trained ViT attends to relevant slots (last block, mass above "
-                             "chance R/9, mean over seeds)",
-                    "paper": "sparse attention on relevant tokens (Proposition 2, shallow ViT)",
-                    "ours": f"{_fmt(mass)} (chance {_fmt([c['chance_mass'] for c in cs])})",
-                    "verdict": (f"above chance at {above} of {len(informative)} alpha_* < 1" if informative
-                                else "only alpha_* = 1 measured: no test")})
+        out.append(
+            {
+                "claim": f"{name}: the trained ViT attends to relevant slots (last block, mass above "
+                "chance R/9, mean over seeds)",
+                "paper": "sparse attention on relevant tokens (Proposition 2, shallow ViT)",
+                "ours": f"{_fmt(mass)} (chance {_fmt([c['chance_mass'] for c in cs])})",
+                "verdict": (
+                    f"above chance at {above} of {len(informative)} alpha_* < 1"
+                    if informative
+                    else "only alpha_* = 1 measured: no test"
+                ),
+            }
+        )
         k = cs[0]["ks"][-1]
         if k >= 1:
-            share = [(c["relevant_removed_attention"][1], c["chance_mass"]) for c in cs if c["R"] < 9]
+            share = [
+                (c["relevant_removed_attention"][1], c["chance_mass"]) for c in cs if c["R"] < 9
+            ]
             below = sum(s < chance for s, chance in share)
-            out.append({"claim": f"{name}: the least attended slot is rarely a relevant one (share of relevant "
-                                 "slots among those removed at k = 1, chance R/9; mean over seeds)",
-                        "paper": "attention concentrates on relevant tokens (Proposition 2)",
-                        "ours": ", ".join(f"{s:.3f} (chance {chance:.3f})" for s, chance in share),
-                        "verdict": f"below chance at {below} of {len(share)} alpha_* < 1"})
+            out.append(
+                {
+                    "claim": f"{name}: the least attended slot is rarely a relevant one (share of relevant "
+                    "slots among those removed at k = 1, chance R/9; mean over seeds)",
+                    "paper": "attention concentrates on relevant tokens (Proposition 2)",
+                    "ours": ", ".join(f"{s:.3f} (chance {chance:.3f})" for s, chance in share),
+                    "verdict": f"below chance at {below} of {len(share)} alpha_* < 1",
+                }
+            )
         att = [c["accuracy_attention_pruned"][-1] for c in cs]
         rnd = [c["accuracy_random_pruned"][-1] for c in cs]
         wins = sum(a >= r for a, r, c in zip(att, rnd, cs) if c["R"] < 9)
-        out.append({"claim": f"{name}: removing the {k} least attended slots (no labels) keeps accuracy "
-                             "better than removing random ones (mean over seeds)",
-                    "paper": "magnitude-based pruning justified (no number for the deeper ViT)",
-                    "ours": (f"accuracy at k = {k}: {_fmt(att)} (least attended) vs {_fmt(rnd)} (random); "
-                             f"k = 0: {_fmt([c['accuracy_attention_pruned'][0] for c in cs])}"),
-                    "verdict": f"at least as good as random at {wins} of {sum(c['R'] < 9 for c in cs)} alpha_* < 1"})
+        out.append(
+            {
+                "claim": f"{name}: removing the {k} least attended slots (no labels) keeps accuracy "
+                "better than removing random ones (mean over seeds)",
+                "paper": "magnitude-based pruning justified (no number for the deeper ViT)",
+                "ours": (
+                    f"accuracy at k = {k}: {_fmt(att)} (least attended) vs {_fmt(rnd)} (random); "
+                    f"k = 0: {_fmt([c['accuracy_attention_pruned'][0] for c in cs])}"
+                ),
+                "verdict": f"at least as good as random at {wins} of {sum(c['R'] < 9 for c in cs)} alpha_* < 1",
+            }
+        )
     return out + start_rows(cells)
 
 
@@ -146,7 +196,11 @@ def start_rows(cells: list[dict]) -> list[dict]:
     each R, paired by seed, with its 95% t-interval; better where the interval lies above 0."""
     out = []
     for kind in dict.fromkeys(c["attention"] for c in cells):
-        acc = {(c["start"], c["R"], c["seed"]): c["test_accuracy"] for c in cells if c["attention"] == kind}
+        acc = {
+            (c["start"], c["R"], c["seed"]): c["test_accuracy"]
+            for c in cells
+            if c["attention"] == kind
+        }
         diffs: dict[int, list[float]] = {}  # R -> the gains of the seeds with both starts
         for (start, R, seed), a in sorted(acc.items()):
             if start == "pretrained" and ("scratch", R, seed) in acc:
@@ -155,12 +209,22 @@ def start_rows(cells: list[dict]) -> list[dict]:
         if not gains:
             continue
         above = [R for R, (_, low, _) in gains.items() if low > 0]
-        out.append({"claim": f"{kind}: the pre-trained start beats the scratch one (accuracy gain, paired by seed)",
-                    "paper": "the paper trains from pre-trained inits only",
-                    "ours": "; ".join(f"R = {R}: {_fmt_interval(*g, '+.3f')}" for R, g in gains.items()),
-                    "verdict": ("one seed: no interval" if all(math.isnan(g[1]) for g in gains.values()) else
-                                f"better at R = {', '.join(map(str, above))} (interval above 0)" if above
-                                else "better at no R (every interval holds 0 or lies below it)")})
+        out.append(
+            {
+                "claim": f"{kind}: the pre-trained start beats the scratch one (accuracy gain, paired by seed)",
+                "paper": "the paper trains from pre-trained inits only",
+                "ours": "; ".join(
+                    f"R = {R}: {_fmt_interval(*g, '+.3f')}" for R, g in gains.items()
+                ),
+                "verdict": (
+                    "one seed: no interval"
+                    if all(math.isnan(g[1]) for g in gains.values())
+                    else f"better at R = {', '.join(map(str, above))} (interval above 0)"
+                    if above
+                    else "better at no R (every interval holds 0 or lies below it)"
+                ),
+            }
+        )
     return out
 
 
@@ -180,8 +244,12 @@ def accuracy_table(cells: list[dict]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for R in Rs:
         any_cell = next(c for c in cells if c["R"] == R)
-        row = [f"{R / 9:.3f} ({R}/9)", f"{any_cell['alpha_conf']:.3f}", "yes" if any_cell["theorem_margin"] else "no",
-               f"{GRID_ACCURACY[R]:.3f}"]
+        row = [
+            f"{R / 9:.3f} ({R}/9)",
+            f"{any_cell['alpha_conf']:.3f}",
+            "yes" if any_cell["theorem_margin"] else "no",
+            f"{GRID_ACCURACY[R]:.3f}",
+        ]
         row += [_with_interval(pts[R]) if R in pts else "-" for pts in by_curve.values()]
         row += [f"{pts[R]['test_loss']:.4f}" if R in pts else "-" for pts in by_curve.values()]
         lines.append("| " + " | ".join(row) + " |")
@@ -190,7 +258,17 @@ def accuracy_table(cells: list[dict]) -> str:
 
 def summary_markdown(cells: list[dict], setting: str, seconds: float, figures) -> str:
     """summary.md of experiments.token_grid: the setting, the claims, the per-R numbers."""
-    return "\n".join([
-        "# LWLC23 deeper ViT on token grids: the paper's numbers and ours", "",
-        setting, "", markdown_table(rows(cells)), "", accuracy_table(cells), "",
-        f"Wall time {seconds:.1f}s (compile included). Figures: {', '.join(figures)}.", ""])
+    return "\n".join(
+        [
+            "# LWLC23 deeper ViT on token grids: the paper's numbers and ours",
+            "",
+            setting,
+            "",
+            markdown_table(rows(cells)),
+            "",
+            accuracy_table(cells),
+            "",
+            f"Wall time {seconds:.1f}s (compile included). Figures: {', '.join(figures)}.",
+            "",
+        ]
+    )

@@ -9,6 +9,7 @@ fresh test samples. The screening grid: the ViT, alpha_* in {8, 9, 10, 12, 15} /
 of L), N in {8, ..., 1024} cut at T x batch of the row (a run draws at most that many samples), 8 seeds a
 cell, vmapped (`posattn.shallow.grid`).
 """
+
 import dataclasses
 
 import numpy as np
@@ -16,7 +17,13 @@ import numpy as np
 from posattn.shallow import grid, phase_map, train
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
 
-ALPHA_THIRTIETHS = (8, 9, 10, 12, 15)  # alpha_* x 30: alpha_*^-2 = 14.1, 11.1, 9, 6.25, 4 (the paper's range)
+ALPHA_THIRTIETHS = (
+    8,
+    9,
+    10,
+    12,
+    15,
+)  # alpha_* x 30: alpha_*^-2 = 14.1, 11.1, 9, 6.25, 4 (the paper's range)
 NS = (8, 16, 32, 64, 128, 256, 512, 1024)
 SEEDS = 8
 HINGE_CELL = (9, 256)  # (alpha_* x 30, N) of criterion 3
@@ -27,20 +34,29 @@ MIN_INSIDE = 4  # criterion 2: rows whose N* lies strictly inside their N grid
 BASE = {"d": 16, "M": 6, "m": 16, "L": 30, "tau": 0.5, "eta": 0.2, "t_scale": 10.0}
 # The pre-registered settings, cheapest first (docs/shallow_vit_results.md, "Search space and order").
 SETTINGS = {
-    "A1": {"tau": 1.0}, "A2": {"tau": 1.5}, "A3": {"tau": 2.0},
-    "B1": {"d": 64, "tau": 1.0}, "B2": {"d": 64, "tau": 1.5},
-    "B3": {"d": 256, "tau": 1.0}, "B4": {"d": 256, "tau": 1.5},
-    "C1": {"d": 64, "tau": 1.0, "M": 16}, "C2": {"d": 64, "tau": 1.0, "M": 32},
+    "A1": {"tau": 1.0},
+    "A2": {"tau": 1.5},
+    "A3": {"tau": 2.0},
+    "B1": {"d": 64, "tau": 1.0},
+    "B2": {"d": 64, "tau": 1.5},
+    "B3": {"d": 256, "tau": 1.0},
+    "B4": {"d": 256, "tau": 1.5},
+    "C1": {"d": 64, "tau": 1.0, "M": 16},
+    "C2": {"d": 64, "tau": 1.0, "M": 32},
     "D1": {"d": 64, "tau": 1.0, "m": 4},
-    "E1": {"d": 64, "L": 60, "tau": 1.0}, "E2": {"d": 64, "L": 60, "tau": 1.5},
-    "F1": {"d": 64, "tau": 1.0, "t_scale": 3.0}, "F2": {"d": 64, "tau": 1.0, "eta": 0.05},
+    "E1": {"d": 64, "L": 60, "tau": 1.0},
+    "E2": {"d": 64, "L": 60, "tau": 1.5},
+    "F1": {"d": 64, "tau": 1.0, "t_scale": 3.0},
+    "F2": {"d": 64, "tau": 1.0, "eta": 0.05},
 }
 # Amendment 1 (2026-11-28, after A1-F2 ran and none met the criteria because the proper initial model
 # solves the task from 8 samples): an initial model farther from the answer, at Theorem 1's limits
 # (sigma = 1/M, delta just under 1/2) and beyond them.
 AMENDMENT_1 = {
-    "G1": {"tau": 1.0, "sigma": 1 / 6, "delta": 0.49}, "G2": {"tau": 1.5, "sigma": 1 / 6, "delta": 0.49},
-    "G3": {"tau": 1.0, "sigma": 0.5, "delta": 0.49}, "G4": {"tau": 1.0, "sigma": 1.0, "delta": 1.0},
+    "G1": {"tau": 1.0, "sigma": 1 / 6, "delta": 0.49},
+    "G2": {"tau": 1.5, "sigma": 1 / 6, "delta": 0.49},
+    "G3": {"tau": 1.0, "sigma": 0.5, "delta": 0.49},
+    "G4": {"tau": 1.0, "sigma": 1.0, "delta": 1.0},
     "G5": {"d": 64, "tau": 1.0, "sigma": 1.0, "delta": 1.0},
 }
 
@@ -57,12 +73,26 @@ class Setting:
     @classmethod
     def of(cls, name: str) -> "Setting":
         f = {**BASE, **{**SETTINGS, **AMENDMENT_1}[name]}
-        sigma = 0.1 if f["M"] <= 10 else 1 / f["M"]  # sigma = delta <= 1/M (Theorem 1) unless a setting says
+        sigma = (
+            0.1 if f["M"] <= 10 else 1 / f["M"]
+        )  # sigma = delta <= 1/M (Theorem 1) unless a setting says
         width = max(16, f["d"])
-        tokens = TokenConfig(d=f["d"], M=f["M"], L=f["L"], alpha_star=ALPHA_THIRTIETHS[0] / 30, alpha_conf=0.0,
-                             tau=f["tau"])
-        model = ModelConfig(m_a=width, m_b=width, m=f["m"], sigma=f.get("sigma", sigma), delta=f.get("delta", sigma),
-                            w_o_std=0.1)
+        tokens = TokenConfig(
+            d=f["d"],
+            M=f["M"],
+            L=f["L"],
+            alpha_star=ALPHA_THIRTIETHS[0] / 30,
+            alpha_conf=0.0,
+            tau=f["tau"],
+        )
+        model = ModelConfig(
+            m_a=width,
+            m_b=width,
+            m=f["m"],
+            sigma=f.get("sigma", sigma),
+            delta=f.get("delta", sigma),
+            w_o_std=0.1,
+        )
         sgd = SGDConfig(batch=8, eta=f["eta"], t_scale=f["t_scale"], n_test=500, success="error")
         return cls(name, tokens, model, sgd)
 
@@ -82,40 +112,74 @@ def screen(setting: Setting, seeds: int = SEEDS, seed: int = 0) -> dict:
     beyond its last), the mean test hinge loss at `HINGE_CELL`, and the three criteria."""
     n_stars = setting.n_stars()
     cells, _ = grid.product_cells(setting.tokens, setting.model, setting.sgd, n_star=n_stars, N=NS)
-    out = grid.run_cells(grid.seed_keys(seed, seeds), cells, tokens=setting.tokens, model=setting.model,
-                         sgd=setting.sgd)
+    out = grid.run_cells(
+        grid.seed_keys(seed, seeds),
+        cells,
+        tokens=setting.tokens,
+        model=setting.model,
+        sgd=setting.sgd,
+    )
     success = np.asarray(out["success"], float).reshape(len(n_stars), len(NS), seeds).mean(-1)
     hinge = np.asarray(out["test_hinge"], float).reshape(len(n_stars), len(NS), seeds).mean(-1)
     rows = []
     for i, n_star in enumerate(n_stars):
         Ns = setting.row_grid(n_star)
-        rate = success[i, :len(Ns)]
+        rate = success[i, : len(Ns)]
         n_star_hat = phase_map.boundary(Ns, rate)
         censored = "below" if n_star_hat == Ns[0] else "above" if np.isnan(n_star_hat) else ""
-        rows.append({"alpha_star": n_star / setting.tokens.L, "n_star": n_star, "N": Ns,
-                     "success_rate": rate.tolist(), "N_star": n_star_hat, "censored": censored})
+        rows.append(
+            {
+                "alpha_star": n_star / setting.tokens.L,
+                "n_star": n_star,
+                "N": Ns,
+                "success_rate": rate.tolist(),
+                "N_star": n_star_hat,
+                "censored": censored,
+            }
+        )
     h = hinge[ALPHA_THIRTIETHS.index(HINGE_CELL[0]), NS.index(HINGE_CELL[1])]
     criteria = {
-        "n_star_at_smallest_alpha": not rows[0]["censored"] == "below" and (
-            rows[0]["censored"] == "above" or rows[0]["N_star"] >= MIN_N_STAR),
+        "n_star_at_smallest_alpha": not rows[0]["censored"] == "below"
+        and (rows[0]["censored"] == "above" or rows[0]["N_star"] >= MIN_N_STAR),
         "rows_inside": sum(not r["censored"] for r in rows) >= MIN_INSIDE,
         "hinge_near_paper": PAPER_HINGE / 2 <= h <= 2 * PAPER_HINGE,
     }
-    return {"setting": setting.name, "changes": {**SETTINGS, **AMENDMENT_1}[setting.name], "rows": rows,
-            "hinge_at_cell": float(h), "criteria": criteria, "meets_all": all(criteria.values()), "seeds": seeds}
+    return {
+        "setting": setting.name,
+        "changes": {**SETTINGS, **AMENDMENT_1}[setting.name],
+        "rows": rows,
+        "hinge_at_cell": float(h),
+        "criteria": criteria,
+        "meets_all": all(criteria.values()),
+        "seeds": seeds,
+    }
 
 
 def table(results: list[dict]) -> str:
     """Markdown: one line per setting tried, its N* per alpha_* row, its hinge loss and the criteria it meets."""
     head = " | ".join(f"N* at {a}/30" for a in ALPHA_THIRTIETHS)
-    lines = [f"| setting | changes | {head} | hinge at 9/30, N=256 | criteria 1 / 2 / 3 |",
-             "|---" * (len(ALPHA_THIRTIETHS) + 4) + "|"]
+    lines = [
+        f"| setting | changes | {head} | hinge at 9/30, N=256 | criteria 1 / 2 / 3 |",
+        "|---" * (len(ALPHA_THIRTIETHS) + 4) + "|",
+    ]
     for r in results:
-        cells = [(f"> {r_['N'][-1]}" if r_["censored"] == "above" else f"<= {r_['N'][0]}"
-                  if r_["censored"] == "below" else f"{r_['N_star']:.0f}") for r_ in r["rows"]]
+        cells = [
+            (
+                f"> {r_['N'][-1]}"
+                if r_["censored"] == "above"
+                else f"<= {r_['N'][0]}"
+                if r_["censored"] == "below"
+                else f"{r_['N_star']:.0f}"
+            )
+            for r_ in r["rows"]
+        ]
         marks = " / ".join("yes" if ok else "no" for ok in r["criteria"].values())
         changes = ", ".join(f"{k} = {v}" for k, v in r["changes"].items())
-        lines.append(f"| {r['setting']} | {changes} | " + " | ".join(cells) + f" | {r['hinge_at_cell']:.3f} | {marks} |")
+        lines.append(
+            f"| {r['setting']} | {changes} | "
+            + " | ".join(cells)
+            + f" | {r['hinge_at_cell']:.3f} | {marks} |"
+        )
     return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ Every interval is a percentile bootstrap over seeds: the seeds of a study are re
 replacement, the same resample for every cell (the cells of one seed share its key), and every N*,
 fit and difference is recomputed on each resample.
 """
+
 import dataclasses
 import math
 import os
@@ -41,11 +42,17 @@ def boundaries(success_RxCxN: np.ndarray, Ns_CxN, level: float) -> np.ndarray:
     """N* of every row c (success rate over seeds crossing `level` along its N grid); NaN (censored) when
     the rate never reaches `level` or already does at the grid's first N (N* at or below it)."""
     rate_CxN = success_RxCxN.mean(0)
-    return np.array([math.nan if rate[0] >= level else phase_map.boundary(Ns, rate, level)
-                     for Ns, rate in zip(Ns_CxN, rate_CxN)])
+    return np.array(
+        [
+            math.nan if rate[0] >= level else phase_map.boundary(Ns, rate, level)
+            for Ns, rate in zip(Ns_CxN, rate_CxN)
+        ]
+    )
 
 
-def boot_boundaries(success_RxCxN: np.ndarray, Ns_CxN, level: float, resamples: np.ndarray) -> np.ndarray:
+def boot_boundaries(
+    success_RxCxN: np.ndarray, Ns_CxN, level: float, resamples: np.ndarray
+) -> np.ndarray:
     """(B, C): N* of every row on every seed resample."""
     return np.stack([boundaries(success_RxCxN[idx], Ns_CxN, level) for idx in resamples])
 
@@ -78,8 +85,9 @@ def power_fit(alpha, n_star, alpha0: float = 0.0) -> float:
     return float(-np.polyfit(np.log(alpha[ok] - alpha0), np.log(n_star[ok]), 1)[0])
 
 
-def boundary_study(success_RxCxN, Ns_CxN, alpha_C, level: float, resamples: np.ndarray,
-                   alpha_conf: float) -> dict:
+def boundary_study(
+    success_RxCxN, Ns_CxN, alpha_C, level: float, resamples: np.ndarray, alpha_conf: float
+) -> dict:
     """One (network, alpha_#) row set: N* of every alpha_* with its interval, the fit
     N* = c (alpha_* - alpha_0)^-q with intervals on q and alpha_0, and the exponent with alpha_0 fixed
     at 0 and at 2e alpha_# (where every alpha_* exceeds it)."""
@@ -98,8 +106,9 @@ def boundary_study(success_RxCxN, Ns_CxN, alpha_C, level: float, resamples: np.n
         "two_e_alpha_conf": margin,
     }
     if margin > 0 and min(alpha_C) > margin:
-        out["q_at_alpha0_2e"] = interval([power_fit(alpha_C, b, margin) for b in boot],
-                                         power_fit(alpha_C, point, margin))
+        out["q_at_alpha0_2e"] = interval(
+            [power_fit(alpha_C, b, margin) for b in boot], power_fit(alpha_C, point, margin)
+        )
     return out
 
 
@@ -110,6 +119,7 @@ def difference(boot_a, boot_b, a, b) -> dict:
 
 # ---- Drivers: each runs its grid in parts, saves every part's raw outcome, and skips a saved part. ----
 
+
 def geometric_window(center: float, factor: float, ratio: float, floor: int = 2) -> list[int]:
     """N on a geometric grid of `ratio` from center/factor to center*factor (distinct integers >= floor)."""
     n = math.ceil(math.log(factor**2) / math.log(ratio)) + 1
@@ -117,7 +127,9 @@ def geometric_window(center: float, factor: float, ratio: float, floor: int = 2)
     return [int(v) for v in Ns]
 
 
-def windows_from_coarse(success_RxCxN, coarse_Ns, level: float, factor: float, ratio: float) -> list[list[int]]:
+def windows_from_coarse(
+    success_RxCxN, coarse_Ns, level: float, factor: float, ratio: float
+) -> list[list[int]]:
     """Each row's fine N grid, centred on its coarse boundary (at the coarse grid's first N when the rate
     already reaches `level` there, at its end when it never does)."""
     n_star = [phase_map.boundary(coarse_Ns, rate, level) for rate in success_RxCxN.mean(0)]
@@ -134,8 +146,10 @@ def pad_rows(rows: list[list[int]]) -> np.ndarray:
 def row_cells(rows: list[dict], Ns_CxN: np.ndarray, tokens, model, sgd) -> grid.Cell:
     """One cell per (row, N): row c's knobs (a dict of Cell fields, e.g. n_star, n_conf, sigma) at every N
     of its grid Ns_CxN[c]; T from the row's alpha_* unless the row sets it."""
-    parts = [grid.product_cells(tokens, model, sgd, **{k: [v] for k, v in row.items()}, N=list(Ns))[0]
-             for row, Ns in zip(rows, Ns_CxN)]
+    parts = [
+        grid.product_cells(tokens, model, sgd, **{k: [v] for k, v in row.items()}, N=list(Ns))[0]
+        for row, Ns in zip(rows, Ns_CxN)
+    ]
     return jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
 
 
@@ -144,12 +158,19 @@ def run_rows(keys_R, rows: list[dict], Ns_CxN: np.ndarray, tokens, model, sgd) -
     (R, C, N) arrays. One row is one batch of the compiled loop (its cells share T)."""
     Ns_CxN = np.asarray(Ns_CxN)
     cells = row_cells(rows, Ns_CxN, tokens, model, sgd)
-    out = grid.run_cells(keys_R, cells, tokens=tokens, model=model, sgd=sgd, cells_per_batch=Ns_CxN.shape[1])
+    out = grid.run_cells(
+        keys_R, cells, tokens=tokens, model=model, sgd=sgd, cells_per_batch=Ns_CxN.shape[1]
+    )
     shape = (*Ns_CxN.shape, len(keys_R))
-    return {k: np.moveaxis(np.asarray(out[k]).reshape(shape), -1, 0) for k in ("success", "test_error", "test_hinge")}
+    return {
+        k: np.moveaxis(np.asarray(out[k]).reshape(shape), -1, 0)
+        for k in ("success", "test_error", "test_hinge")
+    }
 
 
-def two_stage(keys_coarse, keys_fine, rows, coarse_Ns, tokens, model, sgd, level, factor, ratio, save) -> dict:
+def two_stage(
+    keys_coarse, keys_fine, rows, coarse_Ns, tokens, model, sgd, level, factor, ratio, save
+) -> dict:
     """The pre-registered two-stage grid of a boundary: every row over the coarse grid `coarse_Ns` with
     the coarse seeds, then over its own geometric window (`windows_from_coarse`) with the fine seeds.
     `save(name, compute)` returns a saved part or computes and saves it (resumable); None when a part is
@@ -158,8 +179,12 @@ def two_stage(keys_coarse, keys_fine, rows, coarse_Ns, tokens, model, sgd, level
     coarse = save("coarse", lambda: run_rows(keys_coarse, rows, Ns_coarse, tokens, model, sgd))
     if coarse is None:
         return None
-    Ns_fine = pad_rows(windows_from_coarse(coarse["success"], list(coarse_Ns), level, factor, ratio))
-    fine = save("fine", lambda: {**run_rows(keys_fine, rows, Ns_fine, tokens, model, sgd), "N": Ns_fine})
+    Ns_fine = pad_rows(
+        windows_from_coarse(coarse["success"], list(coarse_Ns), level, factor, ratio)
+    )
+    fine = save(
+        "fine", lambda: {**run_rows(keys_fine, rows, Ns_fine, tokens, model, sgd), "N": Ns_fine}
+    )
     if fine is None:
         return None
     return {"coarse": coarse, "fine": fine, "N": np.asarray(fine["N"])}
@@ -177,11 +202,19 @@ def _rows_result(runs, rows, alpha_of, config, resamples) -> list[dict]:
     point = boundaries(fine["success"], Ns, config.level)
     boot = boot_boundaries(fine["success"], Ns, config.level, resamples)
     rate = fine["success"].mean(0)
-    return [{**{k: float(v) for k, v in row.items()}, "alpha_star": alpha_of(row), "N": Ns[c].tolist(),
-             "success_rate": rate[c].tolist(), "N_star": interval(boot[:, c], point[c]),
-             "below_window": bool(rate[c, 0] >= config.level), "top_reaches_1": bool(rate[c, -1] == 1.0),
-             "boot": boot[:, c]}
-            for c, row in enumerate(rows)]
+    return [
+        {
+            **{k: float(v) for k, v in row.items()},
+            "alpha_star": alpha_of(row),
+            "N": Ns[c].tolist(),
+            "success_rate": rate[c].tolist(),
+            "N_star": interval(boot[:, c], point[c]),
+            "below_window": bool(rate[c, 0] >= config.level),
+            "top_reaches_1": bool(rate[c, -1] == 1.0),
+            "boot": boot[:, c],
+        }
+        for c, row in enumerate(rows)
+    ]
 
 
 def run_boundary(config, cfg, save) -> dict:
@@ -192,22 +225,47 @@ def run_boundary(config, cfg, save) -> dict:
     out = {"networks": {}}
     for attention in config.attentions:
         net = dataclasses.replace(model, attention=attention)
-        rows = [{"n_star": ns, "n_conf": nc} for nc in config.n_confs for ns in config.n_stars if ns > nc]
-        runs = two_stage(k_coarse, k_fine, rows, config.coarse_Ns, tokens, net, sgd, config.level, config.window,
-                         config.ratio, lambda name, f: save(f"{attention}_{name}", f))
+        rows = [
+            {"n_star": ns, "n_conf": nc}
+            for nc in config.n_confs
+            for ns in config.n_stars
+            if ns > nc
+        ]
+        runs = two_stage(
+            k_coarse,
+            k_fine,
+            rows,
+            config.coarse_Ns,
+            tokens,
+            net,
+            sgd,
+            config.level,
+            config.window,
+            config.ratio,
+            lambda name, f: save(f"{attention}_{name}", f),
+        )
         if runs is None:
             continue
         per_row = _rows_result(runs, rows, lambda r: r["n_star"] / tokens.L, config, resamples)
         by_conf = {}
         for nc in config.n_confs:
             idx = [i for i, r in enumerate(rows) if r["n_conf"] == nc]
-            study = boundary_study(runs["fine"]["success"][:, idx], runs["N"][idx],
-                                   np.array([rows[i]["n_star"] / tokens.L for i in idx]), config.level, resamples,
-                                   nc / tokens.L)
-            by_conf[str(nc)] = {**study, "alpha_conf": nc / tokens.L,
-                                "rows": [{k: v for k, v in per_row[i].items() if k != "boot"} for i in idx],
-                                "short_top_rows": [per_row[i]["alpha_star"] for i in idx
-                                                   if not per_row[i]["top_reaches_1"]]}
+            study = boundary_study(
+                runs["fine"]["success"][:, idx],
+                runs["N"][idx],
+                np.array([rows[i]["n_star"] / tokens.L for i in idx]),
+                config.level,
+                resamples,
+                nc / tokens.L,
+            )
+            by_conf[str(nc)] = {
+                **study,
+                "alpha_conf": nc / tokens.L,
+                "rows": [{k: v for k, v in per_row[i].items() if k != "boot"} for i in idx],
+                "short_top_rows": [
+                    per_row[i]["alpha_star"] for i in idx if not per_row[i]["top_reaches_1"]
+                ],
+            }
         out["networks"][attention] = by_conf
     return out
 
@@ -217,30 +275,62 @@ def run_init_error(config, cfg, save) -> dict:
     tokens, model, sgd = cfg["tokens"], cfg["model"], cfg["sgd"]
     k_coarse, k_fine = _keys(config)
     resamples = seed_resamples(config.seeds, config.boot, config.seed)
-    rows = ([{"sigma": s, "delta": 0.0} for s in config.sigmas] +
-            [{"sigma": 0.0, "delta": d} for d in config.deltas])
-    runs = two_stage(k_coarse, k_fine, rows, config.coarse_Ns, tokens, model, sgd, config.level, config.window,
-                     config.ratio, save)
+    rows = [{"sigma": s, "delta": 0.0} for s in config.sigmas] + [
+        {"sigma": 0.0, "delta": d} for d in config.deltas
+    ]
+    runs = two_stage(
+        k_coarse,
+        k_fine,
+        rows,
+        config.coarse_Ns,
+        tokens,
+        model,
+        sgd,
+        config.level,
+        config.window,
+        config.ratio,
+        save,
+    )
     if runs is None:
-        return {"rows": [], "alpha_star": tokens.n_star / tokens.L, "alpha_conf": tokens.n_conf / tokens.L,
-                "short_top_rows": []}
+        return {
+            "rows": [],
+            "alpha_star": tokens.n_star / tokens.L,
+            "alpha_conf": tokens.n_conf / tokens.L,
+            "short_top_rows": [],
+        }
     per_row = _rows_result(runs, rows, lambda r: tokens.n_star / tokens.L, config, resamples)
     base_i = next(i for i, r in enumerate(per_row) if r["sigma"] == 0 and r["delta"] == 0)
     base = per_row[base_i]
     hinge_RxCxN, Ns = runs["fine"]["test_hinge"], runs["N"]
     for c, r in enumerate(per_row):  # exploratory, not pre-registered: test hinge at each shared N
         r["hinge_minus_zero"] = {
-            int(n): difference(*[np.stack([hinge_RxCxN[idx, i, j].mean() for idx in resamples])
-                                 for i in (c, base_i)], hinge_RxCxN[:, c, j].mean(), hinge_RxCxN[:, base_i, j].mean())
-            for j, n in enumerate(Ns[c]) if n in Ns[base_i] and Ns[base_i][j] == n}
+            int(n): difference(
+                *[
+                    np.stack([hinge_RxCxN[idx, i, j].mean() for idx in resamples])
+                    for i in (c, base_i)
+                ],
+                hinge_RxCxN[:, c, j].mean(),
+                hinge_RxCxN[:, base_i, j].mean(),
+            )
+            for j, n in enumerate(Ns[c])
+            if n in Ns[base_i] and Ns[base_i][j] == n
+        }
     for r in per_row:
-        r["minus_zero"] = difference(r["boot"], base["boot"], r["N_star"]["value"], base["N_star"]["value"])
-        r["regime"] = "inside" if r["sigma"] <= 1 / tokens.M + 1e-9 and r["delta"] < 0.5 else "beyond"
+        r["minus_zero"] = difference(
+            r["boot"], base["boot"], r["N_star"]["value"], base["N_star"]["value"]
+        )
+        r["regime"] = (
+            "inside" if r["sigma"] <= 1 / tokens.M + 1e-9 and r["delta"] < 0.5 else "beyond"
+        )
         r["verdict"] = direction(r["minus_zero"])
     for r in per_row:
         del r["boot"]
-    return {"rows": per_row, "alpha_star": tokens.n_star / tokens.L, "alpha_conf": tokens.n_conf / tokens.L,
-            "short_top_rows": [(r["sigma"], r["delta"]) for r in per_row if not r["top_reaches_1"]]}
+    return {
+        "rows": per_row,
+        "alpha_star": tokens.n_star / tokens.L,
+        "alpha_conf": tokens.n_conf / tokens.L,
+        "short_top_rows": [(r["sigma"], r["delta"]) for r in per_row if not r["top_reaches_1"]],
+    }
 
 
 def direction(iv: dict) -> str:
@@ -264,20 +354,50 @@ def run_sparsify(config, cfg, save) -> dict:
     settings = []
     for at, Ls in (("test", config.Ls), ("train", config.train_Ls)):
         for L in Ls:
-            tok = TokenConfig(**{**dataclasses.asdict(tokens), "L": L, "alpha_conf": 1 / 30,
-                                 "noisy_tokens": max(config.noisy_counts), "theorem_margin": False})
-            cells, _ = grid.product_cells(tok, model, sgd, noisy_tokens=list(config.noisy_counts),
-                                          noisy_irrelevant=[int(k == "irrelevant") for k in config.noisy_kinds],
-                                          noisy_tau=list(config.noisy_taus))
+            tok = TokenConfig(
+                **{
+                    **dataclasses.asdict(tokens),
+                    "L": L,
+                    "alpha_conf": 1 / 30,
+                    "noisy_tokens": max(config.noisy_counts),
+                    "theorem_margin": False,
+                }
+            )
+            cells, _ = grid.product_cells(
+                tok,
+                model,
+                sgd,
+                noisy_tokens=list(config.noisy_counts),
+                noisy_irrelevant=[int(k == "irrelevant") for k in config.noisy_kinds],
+                noisy_tau=list(config.noisy_taus),
+            )
             ks = np.array([removal_ks(int(n)) for n in np.asarray(cells.noisy_tokens)])
             policies = tuple(config.policies if at == "test" else config.train_policies)
-            part = save(f"L{L}_{at}", lambda: _flat(sparsify.sparsification_runs(
-                keys, ks, cells, tokens=tok, model=model, sgd=sgd, policies=policies, at=at)))
+            part = save(
+                f"L{L}_{at}",
+                lambda: _flat(
+                    sparsify.sparsification_runs(
+                        keys, ks, cells, tokens=tok, model=model, sgd=sgd, policies=policies, at=at
+                    )
+                ),
+            )
             for c in range(len(ks) if part is not None else 0):
                 bound = float(cells.noisy_tau[c])
-                settings.append(_setting(part, c, policies, resamples, L=L, at=at, n=int(cells.noisy_tokens[c]),
-                                         kind="irrelevant" if int(cells.noisy_irrelevant[c]) else "any",
-                                         bound=bound, ks=ks[c].tolist(), far=_far_share(tok, bound)))
+                settings.append(
+                    _setting(
+                        part,
+                        c,
+                        policies,
+                        resamples,
+                        L=L,
+                        at=at,
+                        n=int(cells.noisy_tokens[c]),
+                        kind="irrelevant" if int(cells.noisy_irrelevant[c]) else "any",
+                        bound=bound,
+                        ks=ks[c].tolist(),
+                        far=_far_share(tok, bound),
+                    )
+                )
     return {"settings": settings}
 
 
@@ -291,7 +411,7 @@ def _far_share(tokens: TokenConfig, bound: float, n: int = 20000) -> float:
     g = np.random.default_rng(0).normal(size=(n, tokens.d)) * bound / np.sqrt(tokens.d)
     norm = np.linalg.norm(g, axis=1, keepdims=True)
     z = np.where(norm > bound, g * bound / norm, g)
-    return float(((z[:, 1:tokens.M] - z[:, :1]) > 1).any(1).mean())
+    return float(((z[:, 1 : tokens.M] - z[:, :1]) > 1).any(1).mean())
 
 
 def _setting(part, c, policies, resamples, **where) -> dict:
@@ -303,10 +423,15 @@ def _setting(part, c, policies, resamples, **where) -> dict:
         boot = np.stack([loss_RxK[idx].mean(0) for idx in resamples])  # (B, K)
         mean = loss_RxK.mean(0)
         change = difference(boot[:, -1], boot[:, 0], mean[-1], mean[0])
-        entry = {"loss": [interval(boot[:, k], mean[k]) for k in range(len(mean))], "change": change,
-                 "verdict": {"grows": "raises", "falls": "lowers"}.get(direction(change), "no change")}
+        entry = {
+            "loss": [interval(boot[:, k], mean[k]) for k in range(len(mean))],
+            "change": change,
+            "verdict": {"grows": "raises", "falls": "lowers"}.get(direction(change), "no change"),
+        }
         if p == "random":
-            ratio = interval(boot[:, -1] / np.maximum(boot[:, 0], 1e-12), mean[-1] / max(mean[0], 1e-12))
+            ratio = interval(
+                boot[:, -1] / np.maximum(boot[:, 0], 1e-12), mean[-1] / max(mean[0], 1e-12)
+            )
             entry["ratio"] = ratio
             entry["flat"] = bool(ratio["lo"] >= 2 / 3 and ratio["hi"] <= 3 / 2)
         out["policies"][p] = entry

@@ -1,5 +1,6 @@
 """summary.md of a settling study (`posattn.papers.lwlc23.settle`): each claim, the paper's statement,
 ours with its interval, and the verdict the pre-registration fixes."""
+
 import math
 
 from posattn.shallow.config import TWO_E
@@ -26,9 +27,12 @@ def exponent_verdict(q: dict, paper: float, other: float) -> str:
     if math.isnan(q["value"]) or math.isnan(q["lo"]):
         return "not measured (fewer than 3 rows with N* inside their windows)"
     if q["lo"] <= paper <= q["hi"]:
-        return f"consistent with {paper:g}" + (f" (and with {other:g})" if q["lo"] <= other <= q["hi"] else "")
+        return f"consistent with {paper:g}" + (
+            f" (and with {other:g})" if q["lo"] <= other <= q["hi"] else ""
+        )
     return f"{'above' if q['lo'] > paper else 'below'} {paper:g}" + (
-        f", consistent with {other:g}" if q["lo"] <= other <= q["hi"] else "")
+        f", consistent with {other:g}" if q["lo"] <= other <= q["hi"] else ""
+    )
 
 
 def margin_verdict(a0: dict, alpha_conf: float) -> str:
@@ -36,20 +40,30 @@ def margin_verdict(a0: dict, alpha_conf: float) -> str:
         return "not measured"
     marks = {"0": 0.0, "2e alpha_#": TWO_E * alpha_conf}
     inside = [name for name, v in marks.items() if a0["lo"] <= v <= a0["hi"]]
-    return ("interval contains " + " and ".join(inside)) if inside else (
-        f"interval excludes 0 and 2e alpha_# = {TWO_E * alpha_conf:.3f}")
+    return (
+        ("interval contains " + " and ".join(inside))
+        if inside
+        else (f"interval excludes 0 and 2e alpha_# = {TWO_E * alpha_conf:.3f}")
+    )
 
 
 def summary_markdown(study: str, results: dict, config) -> str:
-    lines = [f"# LWLC23 settling run: {study}", "",
-             f"Pre-registered criteria: tpu_configs/shallow_settle.py. Success = zero test error on "
-             f"{config.sgd.n_test} fresh samples; N* = success rate {config.level} (log-linear interpolation); "
-             f"intervals = 95% bootstrap over {config.seeds} seeds ({config.boot} resamples). "
-             f"Wall time {results['seconds']:.0f}s.", ""]
+    lines = [
+        f"# LWLC23 settling run: {study}",
+        "",
+        f"Pre-registered criteria: tpu_configs/shallow_settle.py. Success = zero test error on "
+        f"{config.sgd.n_test} fresh samples; N* = success rate {config.level} (log-linear interpolation); "
+        f"intervals = 95% bootstrap over {config.seeds} seeds ({config.boot} resamples). "
+        f"Wall time {results['seconds']:.0f}s.",
+        "",
+    ]
     if study == "boundary":
         paper = {"softmax": (2, 4), "none": (4, 2)}
-        lines += ["| network | alpha_# | N* by alpha_* [95%] | q (paper) | alpha_0 (0, 2e alpha_#) | q at alpha_0 = 0 | "
-                  "verdict on q | verdict on alpha_0 | rows whose top < 1 |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| network | alpha_# | N* by alpha_* [95%] | q (paper) | alpha_0 (0, 2e alpha_#) | q at alpha_0 = 0 | "
+            "verdict on q | verdict on alpha_0 | rows whose top < 1 |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for net, by_conf in results["networks"].items():
             for nc, s in by_conf.items():
                 ns = "; ".join(f"{r['alpha_star']:.2f}: {_n_star(r)}" for r in s["rows"])
@@ -58,31 +72,49 @@ def summary_markdown(study: str, results: dict, config) -> str:
                     f"{_iv(s['q'])} ({paper[net][0]}) | {_iv(s['alpha0'])} (0, {s['two_e_alpha_conf']:.3f}) | "
                     f"{_iv(s['q_at_alpha0_0'])} | {exponent_verdict(s['q'], *paper[net])} | "
                     f"{margin_verdict(s['alpha0'], s['alpha_conf'])} | "
-                    f"{', '.join(f'{a:.2f}' for a in s['short_top_rows']) or 'none'} |")
+                    f"{', '.join(f'{a:.2f}' for a in s['short_top_rows']) or 'none'} |"
+                )
     elif study == "init_error":
-        lines += [f"alpha_* = {results['alpha_star']:.2f}, alpha_# = {results['alpha_conf']:.3f}. The last column is "
-                  f"exploratory (not pre-registered): test hinge loss minus that of sigma = delta = 0 at the "
-                  f"smallest shared N >= 4.", "",
-                  "| sigma | delta | regime | N* [95%] | N* - N*(0) [95%] | verdict | top reaches 1 | hinge - hinge(0) |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"alpha_* = {results['alpha_star']:.2f}, alpha_# = {results['alpha_conf']:.3f}. The last column is "
+            f"exploratory (not pre-registered): test hinge loss minus that of sigma = delta = 0 at the "
+            f"smallest shared N >= 4.",
+            "",
+            "| sigma | delta | regime | N* [95%] | N* - N*(0) [95%] | verdict | top reaches 1 | hinge - hinge(0) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in results["rows"]:
             h = r.get("hinge_minus_zero") or {}
             n4 = min((n for n in h if n >= 4), default=None)
             last = f"N = {n4}: {_iv(h[n4], '+.4f')}" if n4 is not None else ""
-            lines.append(f"| {r['sigma']:.3g} | {r['delta']:.3g} | {r['regime']} | {_n_star(r)} | "
-                         f"{_iv(r['minus_zero'], '.1f')} | {r['verdict']} | {'yes' if r['top_reaches_1'] else 'NO'} | "
-                         f"{last} |")
+            lines.append(
+                f"| {r['sigma']:.3g} | {r['delta']:.3g} | {r['regime']} | {_n_star(r)} | "
+                f"{_iv(r['minus_zero'], '.1f')} | {r['verdict']} | {'yes' if r['top_reaches_1'] else 'NO'} | "
+                f"{last} |"
+            )
     else:
         pols = list(config.policies)  # training time runs a subset: the others are left blank
-        lines += ["Test hinge loss at k = 0 -> k = n removed (n = noisy count); change [95%] and reading per policy.",
-                  "", "| at | L | noisy | kind | bound (far %) | k=0 loss | " + " | ".join(pols) +
-                  " | random flat? |", "|" + "---|" * (6 + len(pols) + 1)]
+        lines += [
+            "Test hinge loss at k = 0 -> k = n removed (n = noisy count); change [95%] and reading per policy.",
+            "",
+            "| at | L | noisy | kind | bound (far %) | k=0 loss | "
+            + " | ".join(pols)
+            + " | random flat? |",
+            "|" + "---|" * (6 + len(pols) + 1),
+        ]
         for s in results["settings"]:
             P = s["policies"]
-            cols = [f"{P[p]['loss'][-1]['value']:.3f} ({P[p]['verdict']}, {_iv(P[p]['change'], '+.3f')})"
-                    if p in P else "" for p in pols]
+            cols = [
+                f"{P[p]['loss'][-1]['value']:.3f} ({P[p]['verdict']}, {_iv(P[p]['change'], '+.3f')})"
+                if p in P
+                else ""
+                for p in pols
+            ]
             flat = P["random"]["flat"] if "random" in P else None
-            lines.append(f"| {s['at']} | {s['L']} | {s['n']} | {s['kind']} | {s['bound']:g} ({s['far']:.0%}) | "
-                         f"{P[pols[0]]['loss'][0]['value']:.3f} | " + " | ".join(cols) +
-                         f" | {'yes' if flat else 'no'} |")
+            lines.append(
+                f"| {s['at']} | {s['L']} | {s['n']} | {s['kind']} | {s['bound']:g} ({s['far']:.0%}) | "
+                f"{P[pols[0]]['loss'][0]['value']:.3f} | "
+                + " | ".join(cols)
+                + f" | {'yes' if flat else 'no'} |"
+            )
     return "\n".join(lines) + "\n"

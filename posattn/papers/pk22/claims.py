@@ -8,6 +8,7 @@ changes (how a layer moves the high-frequency amplitude or the variance) compare
 one before it at the same map size: a subsampling step changes both for reasons of its own (PK22 shades
 it apart, Fig. 6).
 """
+
 import numpy as np
 
 from posattn.analysis import bootstrap
@@ -48,8 +49,14 @@ def layer_changes(names, sizes, values) -> dict[str, float]:
         (att if names[i].endswith("/attention") else other).append(values[i] - values[i - 1])
     mean = lambda xs: float(np.mean(xs)) if xs else float("nan")  # noqa: E731
     share = lambda xs: float(np.mean(np.asarray(xs) < 0)) if xs else float("nan")  # noqa: E731
-    return {"attention": mean(att), "other": mean(other), "attention_lowers": share(att),
-            "other_lowers": share(other), "attention_layers": len(att), "other_layers": len(other)}
+    return {
+        "attention": mean(att),
+        "other": mean(other),
+        "attention_lowers": share(att),
+        "other_lowers": share(other),
+        "attention_layers": len(att),
+        "other_layers": len(other),
+    }
 
 
 def _fmt(x, digits=2) -> str:
@@ -57,7 +64,7 @@ def _fmt(x, digits=2) -> str:
 
 
 def _cell(est: dict | None, digits=2) -> str:
-    """"value [lo, hi]"; "n/a" where there is no estimate; an estimate of eigenvalues some of which did not
+    """ "value [lo, hi]"; "n/a" where there is no estimate; an estimate of eigenvalues some of which did not
     converge (`hessian_not_converged`) says how many."""
     if est is not None and est.get("empty"):
         return "no frequency at this size"
@@ -91,8 +98,10 @@ def _bootstrap_settings(r: dict) -> dict:
     """{"resamples", "seed"} of the intervals of one model's results: its settings' (bootstrap's defaults
     for results written without them)."""
     settings = r.get("settings", {})
-    return {"resamples": settings.get("bootstrap_resamples", bootstrap.RESAMPLES),
-            "seed": settings.get("bootstrap_seed", bootstrap.SEED)}
+    return {
+        "resamples": settings.get("bootstrap_resamples", bootstrap.RESAMPLES),
+        "seed": settings.get("bootstrap_seed", bootstrap.SEED),
+    }
 
 
 def estimates(r: dict) -> dict[str, dict | None]:
@@ -105,13 +114,22 @@ def estimates(r: dict) -> dict[str, dict | None]:
     est = lambda units, fn: bootstrap.estimate(np.asarray(units, np.float64), fn, **kw)  # noqa: E731
     names, sizes = r["layers"], r["layer_sizes"]
     out = {}
-    correct_NxF = np.asarray(r["noise"]["correct"], np.float64).T  # (N, 1 + F): the units are images
+    correct_NxF = np.asarray(
+        r["noise"]["correct"], np.float64
+    ).T  # (N, 1 + F): the units are images
     out["accuracy"] = est(correct_NxF[:, 0], lambda c: 100 * c.mean())
     freqs = r["noise"]["frequencies_pi"]
     for key, f in (("noise_low", 0.1), ("noise_high", 0.9)):
         i = 1 + freqs.index(f)
-        if f in r["noise"].get("empty_bands_pi", ()):  # no noise there: not a drop of 0 (`_cell`, `rows`)
-            out[key] = {"value": float("nan"), "lo": float("nan"), "hi": float("nan"), "empty": True}
+        if f in r["noise"].get(
+            "empty_bands_pi", ()
+        ):  # no noise there: not a drop of 0 (`_cell`, `rows`)
+            out[key] = {
+                "value": float("nan"),
+                "lo": float("nan"),
+                "hi": float("nan"),
+                "empty": True,
+            }
             continue
         out[key] = est(correct_NxF[:, [0, i]], lambda c: 100 * (c[:, 1].mean() - c[:, 0].mean()))
     hf_NxL = np.asarray(r["per_image"]["high_frequency"], np.float64)
@@ -130,8 +148,13 @@ def estimates(r: dict) -> dict[str, dict | None]:
     not_converged, count = hessian_not_converged(r), int(np.size(r["hessian"]["eigenvalues"]))
     for name in ("ape", "nep"):
         lo, hi = r["hessian"][f"{name}_interval"]
-        out[f"hessian_{name}"] = {"value": r["hessian"][name], "lo": lo, "hi": hi,
-                                  "not_converged": not_converged, "eigenvalues": count}
+        out[f"hessian_{name}"] = {
+            "value": r["hessian"][name],
+            "lo": lo,
+            "hi": hi,
+            "not_converged": not_converged,
+            "eigenvalues": count,
+        }
     land = r["landscape"]
     surf_BxGxG = np.asarray(land["batch_loss"], np.float64)
     c = surf_BxGxG.shape[-1] // 2
@@ -147,37 +170,86 @@ def estimates(r: dict) -> dict[str, dict | None]:
 # ("order", [(a, b), ..]): it holds where a's interval lies wholly above b's for every pair present.
 # Fixed before the runs (docs/how_vits_work.md, Verdicts); `verdict` applies them.
 ROWS = (
-    ("accuracy", "Test accuracy (%): AlterNet > ResNet > ViT on small data", "accuracy",
-     ("order", [("alternet", "resnet"), ("resnet", "vit_vanilla")])),
-    ("hessian_ape", "Hessian APE (mean of the positive top-5 eigenvalues): the CNN's large, the ViT's small",
-     "hessian_ape", ("order", [("resnet", "vit_vanilla")])),
-    ("hessian_nep", "Hessian NEP (share of negative top-5 eigenvalues): the ViT's larger", "hessian_nep",
-     ("order", [("vit_vanilla", "resnet")])),
-    ("fourier_attention", "Fourier: attention lowers the high-frequency (1.0 pi) log amplitude: mean change at "
-     "attention layers", "fourier_attention", ("sign", -1)),
-    ("fourier_other", "Fourier: convs / MLPs raise it: mean change at the other layers", "fourier_other",
-     ("sign", +1)),
+    (
+        "accuracy",
+        "Test accuracy (%): AlterNet > ResNet > ViT on small data",
+        "accuracy",
+        ("order", [("alternet", "resnet"), ("resnet", "vit_vanilla")]),
+    ),
+    (
+        "hessian_ape",
+        "Hessian APE (mean of the positive top-5 eigenvalues): the CNN's large, the ViT's small",
+        "hessian_ape",
+        ("order", [("resnet", "vit_vanilla")]),
+    ),
+    (
+        "hessian_nep",
+        "Hessian NEP (share of negative top-5 eigenvalues): the ViT's larger",
+        "hessian_nep",
+        ("order", [("vit_vanilla", "resnet")]),
+    ),
+    (
+        "fourier_attention",
+        "Fourier: attention lowers the high-frequency (1.0 pi) log amplitude: mean change at "
+        "attention layers",
+        "fourier_attention",
+        ("sign", -1),
+    ),
+    (
+        "fourier_other",
+        "Fourier: convs / MLPs raise it: mean change at the other layers",
+        "fourier_other",
+        ("sign", +1),
+    ),
     ("fourier_min", "Fourier: lowest high-frequency value over layers", "fourier_range", None),
     ("fourier_max", "Fourier: highest high-frequency value over layers", "fourier_range", None),
     ("noise_low", "Noise at 0.1 pi: accuracy change (points)", "noise_low", None),
-    ("noise_high", "Noise at 0.9 pi: ViT robust to high-frequency noise, ResNet not (accuracy change, points)",
-     "noise_high", ("order", [("vit_vanilla", "resnet")])),
-    ("variance_attention", "Variance: attention reduces the feature-map variance: mean change of log variance "
-     "at attention layers", "variance_attention", ("sign", -1)),
-    ("variance_other", "Variance: convs / MLPs increase it: mean change of log variance at the other layers",
-     "variance_other", ("sign", +1)),
-    ("landscape_nll", "Landscape: NLL at theta* (augmented training images)", "landscape_nll", None),
-    ("landscape_half", "Landscape: ViT flatter: loss rise at (0.5, 0)", "landscape_rise",
-     ("order", [("resnet", "vit_vanilla")])),
-    ("landscape_one", "Landscape: ViT flatter: loss rise at (1, 0)", "landscape_rise",
-     ("order", [("resnet", "vit_vanilla")])),
+    (
+        "noise_high",
+        "Noise at 0.9 pi: ViT robust to high-frequency noise, ResNet not (accuracy change, points)",
+        "noise_high",
+        ("order", [("vit_vanilla", "resnet")]),
+    ),
+    (
+        "variance_attention",
+        "Variance: attention reduces the feature-map variance: mean change of log variance "
+        "at attention layers",
+        "variance_attention",
+        ("sign", -1),
+    ),
+    (
+        "variance_other",
+        "Variance: convs / MLPs increase it: mean change of log variance at the other layers",
+        "variance_other",
+        ("sign", +1),
+    ),
+    (
+        "landscape_nll",
+        "Landscape: NLL at theta* (augmented training images)",
+        "landscape_nll",
+        None,
+    ),
+    (
+        "landscape_half",
+        "Landscape: ViT flatter: loss rise at (0.5, 0)",
+        "landscape_rise",
+        ("order", [("resnet", "vit_vanilla")]),
+    ),
+    (
+        "landscape_one",
+        "Landscape: ViT flatter: loss rise at (1, 0)",
+        "landscape_rise",
+        ("order", [("resnet", "vit_vanilla")]),
+    ),
 )
 
 
 def _resnet(ests: dict) -> str:
     """The key that plays PK22's ResNet: the study's own ("resnet") or, where only a ResNet-18 run was
     measured (`--config.runs` of `train_images` runs), "resnet18"."""
-    return "resnet18" if ests.get("resnet") is None and ests.get("resnet18") is not None else "resnet"
+    return (
+        "resnet18" if ests.get("resnet") is None and ests.get("resnet18") is not None else "resnet"
+    )
 
 
 def _word(s: int, above="above", below="below") -> str:
@@ -196,7 +268,10 @@ def verdict(rule, ests: dict[str, dict | None]) -> str:
             if e is None:
                 continue
             s = bootstrap.sign(e)
-            parts.append(f"{LABELS.get(m, m)}: " + ("holds" if s == arg else "undecided" if s == 0 else "fails"))
+            parts.append(
+                f"{LABELS.get(m, m)}: "
+                + ("holds" if s == arg else "undecided" if s == 0 else "fails")
+            )
         return "; ".join(parts) or "-"
     role = lambda m: _resnet(ests) if m == "resnet" else m  # noqa: E731
     pairs = [(role(a), role(b)) for a, b in arg]
@@ -204,9 +279,22 @@ def verdict(rule, ests: dict[str, dict | None]) -> str:
     if not pairs:
         return "-"
     signs = [bootstrap.compare(ests[a], ests[b]) for a, b in pairs]
-    word = "holds" if all(s == 1 for s in signs) else "fails" if any(s == -1 for s in signs) else "undecided"
-    return word + " (" + ", ".join(f"{LABELS.get(a, a)} vs {LABELS.get(b, b)}: {_word(s)}"
-                                   for (a, b), s in zip(pairs, signs)) + ")"
+    word = (
+        "holds"
+        if all(s == 1 for s in signs)
+        else "fails"
+        if any(s == -1 for s in signs)
+        else "undecided"
+    )
+    return (
+        word
+        + " ("
+        + ", ".join(
+            f"{LABELS.get(a, a)} vs {LABELS.get(b, b)}: {_word(s)}"
+            for (a, b), s in zip(pairs, signs)
+        )
+        + ")"
+    )
 
 
 def positional_comparison(ests: dict[str, dict | None]) -> str:
@@ -215,8 +303,11 @@ def positional_comparison(ests: dict[str, dict | None]) -> str:
     pos = ests.get("vit_positional")
     if pos is None:
         return "-"
-    parts = [f"vs {LABELS[m]}: {_word(bootstrap.compare(pos, ests[m]))}" for m in ("vit_vanilla", _resnet(ests))
-             if ests.get(m) is not None]
+    parts = [
+        f"vs {LABELS[m]}: {_word(bootstrap.compare(pos, ests[m]))}"
+        for m in ("vit_vanilla", _resnet(ests))
+        if ests.get(m) is not None
+    ]
     return "; ".join(parts) or "-"
 
 
@@ -228,20 +319,36 @@ def rows(results: dict[str, dict]) -> list[dict]:
     for key, claim, paper_key, rule in ROWS:
         ests = {m: e[key] for m, e in per_model.items()}
         digits = 1 if key in ("accuracy", "noise_low", "noise_high", "hessian_ape") else 2
-        ours = {m: ("no attention" if e is None and key.endswith("_attention") else _cell(e, digits))
-                for m, e in ests.items()}
+        ours = {
+            m: ("no attention" if e is None and key.endswith("_attention") else _cell(e, digits))
+            for m, e in ests.items()
+        }
         judged = verdict(rule, ests)
+
         def flagged(what):
-            return ", ".join(LABELS.get(m, m) for m, e in ests.items() if e is not None and e.get(what))
+            return ", ".join(
+                LABELS.get(m, m) for m, e in ests.items() if e is not None and e.get(what)
+            )
 
         # a verdict on eigenvalues whose power iteration did not converge is not PK22's measurement
         if flagged("not_converged") and judged != "-":
             judged = f"NOT CONVERGED ({flagged('not_converged')}): {judged}"
         # a band that holds no frequency of the images measured nothing: no verdict on it
         if flagged("empty") and rule is not None:
-            judged = f"not measured: no frequency in this band at the image size of {flagged('empty')}"
-        out.append({"key": key, "claim": claim, "paper": published.NUMBERS[paper_key], "ours": ours,
-                    "estimates": ests, "verdict": judged, "positional": positional_comparison(ests)})
+            judged = (
+                f"not measured: no frequency in this band at the image size of {flagged('empty')}"
+            )
+        out.append(
+            {
+                "key": key,
+                "claim": claim,
+                "paper": published.NUMBERS[paper_key],
+                "ours": ours,
+                "estimates": ests,
+                "verdict": judged,
+                "positional": positional_comparison(ests),
+            }
+        )
     return out
 
 
@@ -263,10 +370,18 @@ def stem_position_table(results: dict[str, dict]) -> str:
         lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(cells) + " |")
     if not lines:
         return ""
-    head = ("| model | stem high-frequency value | without P | P alone | stem variance | without P | P alone |\n"
-            "|---|---|---|---|---|---|---|")
-    return ("The positional embedding P in the stem (the stem with P set to 0, and P alone; models whose "
-            "stem holds no P, such as the positional ViT, are left out):\n\n" + head + "\n" + "\n".join(lines) + "\n")
+    head = (
+        "| model | stem high-frequency value | without P | P alone | stem variance | without P | P alone |\n"
+        "|---|---|---|---|---|---|---|"
+    )
+    return (
+        "The positional embedding P in the stem (the stem with P set to 0, and P alone; models whose "
+        "stem holds no P, such as the positional ViT, are left out):\n\n"
+        + head
+        + "\n"
+        + "\n".join(lines)
+        + "\n"
+    )
 
 
 def across_lengths(rows_by_length: dict[str, list[dict]]) -> str:
@@ -275,30 +390,50 @@ def across_lengths(rows_by_length: dict[str, list[dict]]) -> str:
     separation rule everywhere, and not "not separated" (docs/how_vits_work.md, Verdicts)."""
     labels = list(rows_by_length)
     first = rows_by_length[labels[0]]
-    head = ["row"] + [f"verdict, {l}" for l in labels] + [f"positional ViT, {l}" for l in labels] + [
-        "positional statement at every length"]
+    head = (
+        ["row"]
+        + [f"verdict, {l}" for l in labels]
+        + [f"positional ViT, {l}" for l in labels]
+        + ["positional statement at every length"]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, row in enumerate(first):
         rs = [rows_by_length[l][i] for l in labels]
         places = [r["positional"] for r in rs]
         parts = [p.split("; ") for p in places]
-        kept = [part for part in parts[0] if all(part in other for other in parts[1:]) and
-                not part.endswith("not separated")]
-        lines.append("| " + " | ".join([row["claim"]] + [r["verdict"] for r in rs] + places
-                                       + ["; ".join(kept) or "none"]) + " |")
+        kept = [
+            part
+            for part in parts[0]
+            if all(part in other for other in parts[1:]) and not part.endswith("not separated")
+        ]
+        lines.append(
+            "| "
+            + " | ".join(
+                [row["claim"]] + [r["verdict"] for r in rs] + places + ["; ".join(kept) or "none"]
+            )
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def markdown(rows_: list[dict], models: list[str]) -> str:
     """The rows as a markdown table: claim | PK22 | one column per model (value [95% interval]) | PK22's
     verdict | the positional ViT against the vanilla ViT and the ResNet."""
-    head = (["PK22's claim", "PK22's number"] + [LABELS.get(m, m) + (" *" if m in POSITIONAL else "") for m in models]
-            + ["verdict (intervals)", "positional ViT"])
+    head = (
+        ["PK22's claim", "PK22's number"]
+        + [LABELS.get(m, m) + (" *" if m in POSITIONAL else "") for m in models]
+        + ["verdict (intervals)", "positional ViT"]
+    )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows_:
         cells = [row["claim"], row["paper"]] + [row["ours"].get(m, "") for m in models]
-        lines.append("| " + " | ".join(cells + [row.get("verdict", "-"), row.get("positional", "-")]) + " |")
-    return ("\n".join(lines) + "\n\nEvery number: the estimate [95% percentile bootstrap interval]. A verdict is "
-            "stated only where the intervals separate (docs/how_vits_work.md, Verdicts): a sign where the interval "
-            "excludes 0, an order where two intervals do not overlap; otherwise \"undecided\" or \"not separated\"."
-            "\n\n\\* positional attention (JSL22 Definition 3.2)\n")
+        lines.append(
+            "| " + " | ".join(cells + [row.get("verdict", "-"), row.get("positional", "-")]) + " |"
+        )
+    return (
+        "\n".join(lines)
+        + "\n\nEvery number: the estimate [95% percentile bootstrap interval]. A verdict is "
+        "stated only where the intervals separate (docs/how_vits_work.md, Verdicts): a sign where the interval "
+        'excludes 0, an order where two intervals do not overlap; otherwise "undecided" or "not separated".'
+        "\n\n\\* positional attention (JSL22 Definition 3.2)\n"
+    )

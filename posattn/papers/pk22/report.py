@@ -8,6 +8,7 @@ ours, `claims.markdown`). A model whose results file holds the same run measured
 settings and seed is not measured again, so a stopped run resumes where it stopped (training resumes
 from its checkpoints); other settings or another seed measure it again.
 """
+
 import concurrent.futures
 import dataclasses
 import json
@@ -18,20 +19,28 @@ import jax
 from etils import epath
 
 from posattn import configs, io
-from posattn.papers.pk22 import claims, suite
 from posattn.errors import ConfigError
+from posattn.papers.pk22 import claims, suite
 from posattn.plots import analysis as plots
-from posattn.vision import config as config_lib, runs
+from posattn.vision import config as config_lib
+from posattn.vision import runs
 from posattn.vision.models import alternet
 from posattn.vision.setup import resolve
 
-CONFIG_FILE = "tpu_configs/how_vits_work.py"  # found from any directory (`configs.find_config_file`)
+CONFIG_FILE = (
+    "tpu_configs/how_vits_work.py"  # found from any directory (`configs.find_config_file`)
+)
 # the models of each dataset of tpu_configs/how_vits_work.py (no AlterNet on 28 x 28 images: its file says why)
-DEFAULT_MODELS = {"digits": ("resnet", "vit_vanilla", "alternet", "vit_positional"),
-                  "fashion_mnist": ("resnet", "vit_vanilla", "vit_positional")}
+DEFAULT_MODELS = {
+    "digits": ("resnet", "vit_vanilla", "alternet", "vit_positional"),
+    "fashion_mnist": ("resnet", "vit_vanilla", "vit_positional"),
+}
 FIGURES = {
-    "hessian": plots.hessian_spectra, "fourier": plots.fourier_profiles, "variance": plots.feature_variance,
-    "noise": plots.noise_robustness, "landscape": plots.loss_landscapes,
+    "hessian": plots.hessian_spectra,
+    "fourier": plots.fourier_profiles,
+    "variance": plots.feature_variance,
+    "noise": plots.noise_robustness,
+    "landscape": plots.loss_landscapes,
 }
 
 
@@ -48,7 +57,7 @@ def smoke_model(model) -> None:
         model.depth = SMOKE_VIT_DEPTH
     elif model.name == "alternet":
         msas = "".join("01"[m] for m in alternet.parse_variant(model.variant)[1])
-        model.variant = f"{SMOKE_CNN_SIZE}/{msas[-len(alternet.SIZES[SMOKE_CNN_SIZE]):]}"
+        model.variant = f"{SMOKE_CNN_SIZE}/{msas[-len(alternet.SIZES[SMOKE_CNN_SIZE]) :]}"
 
 
 def training_config(model: str, quick: bool, training_length: float = 1.0, dataset: str = "digits"):
@@ -57,7 +66,9 @@ def training_config(model: str, quick: bool, training_length: float = 1.0, datas
     model of `smoke_model` (a smoke run of the whole pipeline). ConfigError, with the config file's list
     of models, for any other."""
     try:
-        c = configs.load_config(CONFIG_FILE, model if dataset == "digits" else f"{model},{dataset}", config_lib.SCHEMA)
+        c = configs.load_config(
+            CONFIG_FILE, model if dataset == "digits" else f"{model},{dataset}", config_lib.SCHEMA
+        )
     except ConfigError as e:
         raise ConfigError(f"unknown model {model!r} for --models on {dataset} ({e})") from None
     if quick:
@@ -101,7 +112,9 @@ def train_one(workdir: epath.Path, model: str, config) -> tuple[str, float]:
     return str(run_dir), time.perf_counter() - t
 
 
-CONVERGED = 0.03  # docs/image_results.md: the training loss of the last epoch changes by less than 3%
+CONVERGED = (
+    0.03  # docs/image_results.md: the training loss of the last epoch changes by less than 3%
+)
 
 
 def last_epoch_change(run_dir, steps_per_epoch: float) -> dict:
@@ -109,15 +122,29 @@ def last_epoch_change(run_dir, steps_per_epoch: float) -> dict:
     of the logged training loss (each log the mean since the one before) from the first to the last log
     whose steps lie in the last epoch; "converged" where it is under `CONVERGED` in size. NaN where the
     last epoch holds fewer than two logs."""
-    logs = [json.loads(line) for line in (epath.Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-            if line.strip()]
+    logs = [
+        json.loads(line)
+        for line in (epath.Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     logs = sorted((m for m in logs if m.get("train_loss") is not None), key=lambda m: m["step"])
     last = logs[-1]["step"]
     # a log is the mean over the steps since the previous one: those of the last epoch lie wholly in it
-    epoch = [m["train_loss"] for prev, m in zip([{"step": 0}] + logs, logs) if prev["step"] >= last - steps_per_epoch]
+    epoch = [
+        m["train_loss"]
+        for prev, m in zip([{"step": 0}] + logs, logs)
+        if prev["step"] >= last - steps_per_epoch
+    ]
     change = (epoch[-1] - epoch[0]) / epoch[0] if len(epoch) > 1 else float("nan")
-    return {"steps": last, "steps_per_epoch": steps_per_epoch, "first_loss": epoch[0], "last_loss": epoch[-1],
-            "logs": len(epoch), "change": change, "converged": bool(abs(change) < CONVERGED)}
+    return {
+        "steps": last,
+        "steps_per_epoch": steps_per_epoch,
+        "first_loss": epoch[0],
+        "last_loss": epoch[-1],
+        "logs": len(epoch),
+        "change": change,
+        "converged": bool(abs(change) < CONVERGED),
+    }
 
 
 def training_summary(run_dir, config) -> dict:
@@ -126,8 +153,14 @@ def training_summary(run_dir, config) -> dict:
     return last_epoch_change(run_dir, train_images / config.global_batch_size)
 
 
-def measure_one(workdir: epath.Path, run_dir: str, settings: suite.Settings, seed: int,
-                training_seconds: float | None, write_lock: threading.Lock) -> tuple[str, dict]:
+def measure_one(
+    workdir: epath.Path,
+    run_dir: str,
+    settings: suite.Settings,
+    seed: int,
+    training_seconds: float | None,
+    write_lock: threading.Lock,
+) -> tuple[str, dict]:
     """(model key, results) of one trained run: read from results/KEY.json when that file holds this
     run's results with these settings and seed, else measured (`suite.measure`) and written there and to
     metrics.jsonl."""
@@ -135,8 +168,11 @@ def measure_one(workdir: epath.Path, run_dir: str, settings: suite.Settings, see
     key = claims.model_key(config)
     path = workdir / "results" / f"{key}.json"
     # as results/KEY.json stores them (a JSON round trip turns tuples into lists)
-    measured_as = json.loads(json.dumps({"run_dir": str(run_dir), "settings": dataclasses.asdict(settings),
-                                         "seed": seed}))
+    measured_as = json.loads(
+        json.dumps(
+            {"run_dir": str(run_dir), "settings": dataclasses.asdict(settings), "seed": seed}
+        )
+    )
     if path.exists():
         found = _read_json(path)
         if all(found.get(k) == v for k, v in measured_as.items()):
@@ -152,18 +188,39 @@ def measure_one(workdir: epath.Path, run_dir: str, settings: suite.Settings, see
     r["training_seconds"] = training_seconds
     with write_lock:
         io.write_json(path, r)
-        io.append_jsonl(workdir / "metrics.jsonl", {
-            "model": key, "seconds": r["seconds"], **r["seconds_by_program"],
-            "training_seconds": r["training_seconds"], "test_accuracy": r["noise"]["clean_accuracy"],
-            **{f"hessian_{k}": r["hessian"][k] for k in ("nep", "ape", "nep_interval", "ape_interval", "min", "max")},
-            "noise_drop_points": r["noise"]["drop_points"], **{f"landscape_{k}": r["landscape"][k] for k in (
-                "nll_at_optimum", "delta_at_half", "delta_at_one")}})
+        io.append_jsonl(
+            workdir / "metrics.jsonl",
+            {
+                "model": key,
+                "seconds": r["seconds"],
+                **r["seconds_by_program"],
+                "training_seconds": r["training_seconds"],
+                "test_accuracy": r["noise"]["clean_accuracy"],
+                **{
+                    f"hessian_{k}": r["hessian"][k]
+                    for k in ("nep", "ape", "nep_interval", "ape_interval", "min", "max")
+                },
+                "noise_drop_points": r["noise"]["drop_points"],
+                **{
+                    f"landscape_{k}": r["landscape"][k]
+                    for k in ("nll_at_optimum", "delta_at_half", "delta_at_one")
+                },
+            },
+        )
     return key, r
 
 
-def run(workdir: str, *, runs=(), models=DEFAULT_MODELS["digits"], quick: bool = False,
-        settings: suite.Settings | None = None, seed: int = 0, training_length: float = 1.0,
-        dataset: str = "digits") -> dict:
+def run(
+    workdir: str,
+    *,
+    runs=(),
+    models=DEFAULT_MODELS["digits"],
+    quick: bool = False,
+    settings: suite.Settings | None = None,
+    seed: int = 0,
+    training_length: float = 1.0,
+    dataset: str = "digits",
+) -> dict:
     """Measure every run (training the default ones when `runs` is empty); write and return the report.
 
     Each model is one pipeline (train, then measure), `PIPELINES` of them at once, the longest first
@@ -174,26 +231,48 @@ def run(workdir: str, *, runs=(), models=DEFAULT_MODELS["digits"], quick: bool =
     settings = settings or (suite.QUICK if quick else suite.Settings())
     workdir = epath.Path(workdir)
     # every config before any work: an unknown model stops the run now, not after another trained
-    configs = {} if runs else {model: training_config(model, quick, training_length, dataset) for model in models}
-    keys = ([claims.model_key(runs.run_config(r)) for r in runs] if runs else
-            [claims.model_key(configs[model]) for model in models])
-    if len(set(keys)) < len(keys):  # each model key is one results file and one column of the report
-        raise ConfigError(f"{'--runs' if runs else '--models'}: two runs of the same model "
-                          f"({', '.join(sorted({k for k in keys if keys.count(k) > 1}))}); give each model once "
-                          "and measure other runs of it in another workdir")
+    configs = (
+        {}
+        if runs
+        else {model: training_config(model, quick, training_length, dataset) for model in models}
+    )
+    keys = (
+        [claims.model_key(runs.run_config(r)) for r in runs]
+        if runs
+        else [claims.model_key(configs[model]) for model in models]
+    )
+    if len(set(keys)) < len(
+        keys
+    ):  # each model key is one results file and one column of the report
+        raise ConfigError(
+            f"{'--runs' if runs else '--models'}: two runs of the same model "
+            f"({', '.join(sorted({k for k in keys if keys.count(k) > 1}))}); give each model once "
+            "and measure other runs of it in another workdir"
+        )
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "results").mkdir(exist_ok=True)
-    io.write_json(workdir / "config.json", {"runs": list(runs), "models": list(models), "quick": quick,
-                                            "seed": seed, "training_length": training_length, "dataset": dataset,
-                                            "settings": dataclasses.asdict(settings)})
+    io.write_json(
+        workdir / "config.json",
+        {
+            "runs": list(runs),
+            "models": list(models),
+            "quick": quick,
+            "seed": seed,
+            "training_length": training_length,
+            "dataset": dataset,
+            "settings": dataclasses.asdict(settings),
+        },
+    )
     t0, write_lock = time.perf_counter(), threading.Lock()
     items = list(runs) or list(configs)
 
     def pipeline(i: int, item: str) -> tuple[str, dict]:
         training_seconds = None
         if not runs:
-            _say(f"[{i + 1}/{len(items)}] training {item} in {workdir / 'runs' / item}; "
-                 f"{time.perf_counter() - t0:.0f}s so far")
+            _say(
+                f"[{i + 1}/{len(items)}] training {item} in {workdir / 'runs' / item}; "
+                f"{time.perf_counter() - t0:.0f}s so far"
+            )
             item, training_seconds = train_one(workdir, item, configs[item])
         return measure_one(workdir, item, settings, seed, training_seconds, write_lock)
 
@@ -203,7 +282,9 @@ def run(workdir: str, *, runs=(), models=DEFAULT_MODELS["digits"], quick: bool =
         try:
             results = dict(futures[item].result() for item in items)  # in the order given
         except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)  # the pipelines not yet started never start
+            pool.shutdown(
+                wait=True, cancel_futures=True
+            )  # the pipelines not yet started never start
             raise
     write_report(workdir, results, time.perf_counter() - t0, quick)
     return results
@@ -219,7 +300,9 @@ def read_results(*workdirs: str) -> dict:
                 raise ConfigError(f"{p.stem} is measured in two of {', '.join(workdirs)}")
             found[p.stem] = _read_json(p)
     order = list(DEFAULT_MODELS["digits"])
-    return dict(sorted(found.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+    return dict(
+        sorted(found.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order))
+    )
 
 
 def write_combined(workdir: str, *measured: str) -> dict:
@@ -227,9 +310,14 @@ def write_combined(workdir: str, *measured: str) -> dict:
     workdirs `measured` (each model once, with the same settings and seed: ConfigError otherwise); for
     models measured by separate runs of the binary, e.g. while others still trained."""
     results = read_results(*measured)
-    kept = {json.dumps({k: r.get(k) for k in ("settings", "seed")}, sort_keys=True) for r in results.values()}
+    kept = {
+        json.dumps({k: r.get(k) for k in ("settings", "seed")}, sort_keys=True)
+        for r in results.values()
+    }
     if len(kept) > 1:
-        raise ConfigError(f"the models of {', '.join(measured)} were measured with other settings or seeds")
+        raise ConfigError(
+            f"the models of {', '.join(measured)} were measured with other settings or seeds"
+        )
     out = epath.Path(workdir)
     out.mkdir(parents=True, exist_ok=True)
     write_report(out, results, None, quick=False)
@@ -239,25 +327,38 @@ def write_combined(workdir: str, *measured: str) -> dict:
 def compare_lengths(workdirs: dict[str, str | tuple]) -> str:
     """`claims.across_lengths` of finished how_vits_work workdirs ({label: workdir or workdirs}, one label
     per training length), from their results/MODEL.json; the models are those measured at every length."""
-    results = {label: read_results(*([w] if isinstance(w, str) else w)) for label, w in workdirs.items()}
+    results = {
+        label: read_results(*([w] if isinstance(w, str) else w)) for label, w in workdirs.items()
+    }
     common = [m for m in next(iter(results.values())) if all(m in r for r in results.values())]
-    return claims.across_lengths({label: claims.rows({m: r[m] for m in common}) for label, r in results.items()})
+    return claims.across_lengths(
+        {label: claims.rows({m: r[m] for m in common}) for label, r in results.items()}
+    )
 
 
 def time_table(results: dict) -> str:
     """Per model: its training (steps, last-epoch loss change and whether that meets the 3% criterion,
     `last_epoch_change`) and wall-clock seconds: training (this run's, when it trained), the measurements'
     compiling (their programs, two at a time) and running (docs/how_vits_work.md, Time)."""
-    lines = ["| model | steps | last-epoch loss change | converged (< 3%) | training (s) | "
-             "compiling the measurements (s) | running them (s) |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | steps | last-epoch loss change | converged (< 3%) | training (s) | "
+        "compiling the measurements (s) | running them (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key, r in results.items():
         s = r.get("seconds_by_program", {})
         run = sum(v for k, v in s.items() if k.startswith("run_"))
         train, t = r.get("training_seconds"), r.get("training", {})
-        change = f"{100 * t['change']:+.1f}% ({t['first_loss']:.3f} -> {t['last_loss']:.3f})" if t else "-"
-        lines.append(f"| {claims.LABELS.get(key, key)} | {t.get('steps', '-')} | {change} | "
-                     f"{('yes' if t['converged'] else 'NO') if t else '-'} | {'-' if train is None else f'{train:.0f}'} | "
-                     f"{s.get('compile_wall', float('nan')):.0f} | {run:.0f} |")
+        change = (
+            f"{100 * t['change']:+.1f}% ({t['first_loss']:.3f} -> {t['last_loss']:.3f})"
+            if t
+            else "-"
+        )
+        lines.append(
+            f"| {claims.LABELS.get(key, key)} | {t.get('steps', '-')} | {change} | "
+            f"{('yes' if t['converged'] else 'NO') if t else '-'} | {'-' if train is None else f'{train:.0f}'} | "
+            f"{s.get('compile_wall', float('nan')):.0f} | {run:.0f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -271,9 +372,13 @@ def write_report(workdir: epath.Path, results: dict, seconds: float | None, quic
     stem = claims.stem_position_table(results)
     timing = [] if seconds is None else [f"{seconds:.0f}s end to end"]
     head = ", ".join((["--quick"] if quick else []) + timing)
-    text = (f"# PK22's measurements{f' ({head})' if head else ''}\n\n{table}\n"
-            + (stem + "\n" if stem else "") +
-            "Figures: " + ", ".join(f"pk22_{n}.png" for n in FIGURES) + ". Every number: results/MODEL.json.\n\n"
-            + time_table(results))
+    text = (
+        f"# PK22's measurements{f' ({head})' if head else ''}\n\n{table}\n"
+        + (stem + "\n" if stem else "")
+        + "Figures: "
+        + ", ".join(f"pk22_{n}.png" for n in FIGURES)
+        + ". Every number: results/MODEL.json.\n\n"
+        + time_table(results)
+    )
     io.write_text(workdir / "summary.md", text)
     _say(text)

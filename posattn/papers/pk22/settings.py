@@ -1,6 +1,7 @@
 """The settings of PK22's measurements (`Settings`: PK22's code's values by default, each validated at
 construction), the smoke run's (`QUICK`) and a how_vits_work config's (`settings_from`).
 """
+
 import dataclasses
 
 from posattn.analysis import (
@@ -29,7 +30,9 @@ class Settings:
     # hessian.METHODS: "lanczos" (ARPACK, from the host), not PK22's "power" iteration, which stalls between
     # eigenvalues near +a and -a (docs/decisions.md, Analysis tools)
     hessian_method: str = "lanczos"
-    weight_decay: float = objective.WEIGHT_DECAY  # of the L2 term of the Hessian's and landscape's objective
+    weight_decay: float = (
+        objective.WEIGHT_DECAY
+    )  # of the L2 term of the Hessian's and landscape's objective
     # objective.L2_FORMS: PK22's sum of norms for the landscape; for the Hessian, whose form PK22 did not
     # publish, the squared norm, since the Hessian of w ||theta_t|| is w / ||theta_t|| on a tensor's
     # sphere and a tensor near zero then fills the top of the spectrum (docs/how_vits_work.md, Decisions)
@@ -42,8 +45,12 @@ class Settings:
     mixup_alpha: float = objective.MIXUP_ALPHA  # 0: no mixup
     label_smoothing: float = objective.LABEL_SMOOTHING
     feature_images: int = 128  # the first test images, for the Fourier and variance tools
-    eval_batch_size: int = 256  # test images per pass of the forward program (the last batch padded)
-    test_images: int = 0  # the first test images of the accuracy and noise tools; 0: the whole split
+    eval_batch_size: int = (
+        256  # test images per pass of the forward program (the last batch padded)
+    )
+    test_images: int = (
+        0  # the first test images of the accuracy and noise tools; 0: the whole split
+    )
     noise_eps: float = frequency_noise.EPS  # in units of the normalised inputs
     noise_band: str = "pk22"  # frequency_noise.BANDS
     landscape_normalisation: str = "pk22"  # landscape.NORMALISATIONS
@@ -54,14 +61,26 @@ class Settings:
     # augmented training images the landscape loss averages over, mixed in mini-batches of
     # hessian_batch_size; 0: the whole training split (PK22), rounded down to whole landscape batches
     landscape_images: int = 256
-    landscape_batch_size: int = 64  # training images per run of the landscape program: its intervals' unit
-    landscape_chunk: int = 0  # grid points per vmapped chunk; 0: the backend's (`landscape.default_chunk`)
+    landscape_batch_size: int = (
+        64  # training images per run of the landscape program: its intervals' unit
+    )
+    landscape_chunk: int = (
+        0  # grid points per vmapped chunk; 0: the backend's (`landscape.default_chunk`)
+    )
     bootstrap_resamples: int = 2000  # of the 95% percentile intervals (posattn.analysis.bootstrap)
     bootstrap_seed: int = 0
 
     def __post_init__(self):
-        positive = ("hessian_batches", "hessian_batch_size", "hessian_iterations", "top_k", "feature_images",
-                    "eval_batch_size", "landscape_batch_size", "bootstrap_resamples")
+        positive = (
+            "hessian_batches",
+            "hessian_batch_size",
+            "hessian_iterations",
+            "top_k",
+            "feature_images",
+            "eval_batch_size",
+            "landscape_batch_size",
+            "bootstrap_resamples",
+        )
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be a positive integer")
@@ -69,42 +88,59 @@ class Settings:
             if int(getattr(self, name)) < 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 0")
         if self.landscape_grid < 5 or self.landscape_grid % 4 != 1:
-            raise ConfigError(f"landscape_grid={self.landscape_grid} must be 4k + 1 >= 5 (5, 9, .., 21): the "
-                              "grid of [-1, 1] needs theta* and x = 0.5, where the rise is read, on it; PK22: 21")
+            raise ConfigError(
+                f"landscape_grid={self.landscape_grid} must be 4k + 1 >= 5 (5, 9, .., 21): the "
+                "grid of [-1, 1] needs theta* and x = 0.5, where the rise is read, on it; PK22: 21"
+            )
         for name in ("hessian_tolerance", "noise_eps"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be positive")
         if self.landscape_batch_size % self.hessian_batch_size:
-            raise ConfigError(f"landscape_batch_size={self.landscape_batch_size} must be a multiple of "
-                              f"hessian_batch_size={self.hessian_batch_size}: its images are mixed up in "
-                              "mini-batches of that size")
+            raise ConfigError(
+                f"landscape_batch_size={self.landscape_batch_size} must be a multiple of "
+                f"hessian_batch_size={self.hessian_batch_size}: its images are mixed up in "
+                "mini-batches of that size"
+            )
         if self.landscape_images % self.landscape_batch_size:
-            raise ConfigError(f"landscape_images={self.landscape_images} must be a multiple of "
-                              f"landscape_batch_size={self.landscape_batch_size} (or 0: the whole training split)")
+            raise ConfigError(
+                f"landscape_images={self.landscape_images} must be a multiple of "
+                f"landscape_batch_size={self.landscape_batch_size} (or 0: the whole training split)"
+            )
         # the units the intervals resample (`bootstrap.interval` needs 2): refused here, before the work
         for name in ("hessian_batches", "feature_images"):
             if getattr(self, name) < 2:
-                raise ConfigError(f"{name}={getattr(self, name)} must be >= 2: the 95% intervals resample "
-                                  "them")
+                raise ConfigError(
+                    f"{name}={getattr(self, name)} must be >= 2: the 95% intervals resample them"
+                )
         if self.test_images == 1 or 0 < self.landscape_images < 2 * self.landscape_batch_size:
-            raise ConfigError(f"test_images={self.test_images}, landscape_images={self.landscape_images}: "
-                              "give 0 (the whole split) or at least 2 test images and 2 landscape batches "
-                              f"(2 x landscape_batch_size={self.landscape_batch_size}): the intervals "
-                              "resample them")
+            raise ConfigError(
+                f"test_images={self.test_images}, landscape_images={self.landscape_images}: "
+                "give 0 (the whole split) or at least 2 test images and 2 landscape batches "
+                f"(2 x landscape_batch_size={self.landscape_batch_size}): the intervals "
+                "resample them"
+            )
         for name in ("weight_decay", "mixup_alpha"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= 0")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"label_smoothing={self.label_smoothing} must be in [0, 1)")
-        for name, choices in (("landscape_l2_form", objective.L2_FORMS),
-                              ("hessian_l2_form", objective.L2_FORMS), ("noise_band", frequency_noise.BANDS),
-                              ("landscape_normalisation", landscape.NORMALISATIONS),
-                              ("hessian_loop", HESSIAN_LOOPS), ("hessian_method", hessian.METHODS)):
+        for name, choices in (
+            ("landscape_l2_form", objective.L2_FORMS),
+            ("hessian_l2_form", objective.L2_FORMS),
+            ("noise_band", frequency_noise.BANDS),
+            ("landscape_normalisation", landscape.NORMALISATIONS),
+            ("hessian_loop", HESSIAN_LOOPS),
+            ("hessian_method", hessian.METHODS),
+        ):
             if getattr(self, name) not in choices:
-                raise ConfigError(f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}")
+                raise ConfigError(
+                    f"{name}={getattr(self, name)!r} must be one of {', '.join(choices)}"
+                )
         if self.hessian_method == "lanczos" and self.hessian_loop == "program":
-            raise ConfigError("hessian_loop='program' with hessian_method='lanczos': Lanczos runs from the "
-                              "host; give hessian_loop='auto' or hessian_method='power'")
+            raise ConfigError(
+                "hessian_loop='program' with hessian_method='lanczos': Lanczos runs from the "
+                "host; give hessian_loop='auto' or hessian_method='power'"
+            )
 
 
 # the smoke run: two Hessian mini-batches of 8 images and two landscape batches (the fewest units an
@@ -113,15 +149,26 @@ class Settings:
 # (residuals <= 1.8e-4) in 37-52 HVPs per mini-batch, the Hessian 0.7-2.7 s per model; power iteration
 # (hessian_method="power") met PK22's rule in every run (6 to 94 iterations) but 13 of 40 converged:
 # stalls between eigenvalues near +a and -a, which no cap fixes (docs/decisions.md, Analysis tools)
-QUICK = Settings(hessian_batches=2, hessian_batch_size=8, feature_images=32,
-                 eval_batch_size=128, test_images=256, landscape_grid=5, landscape_images=32,
-                 landscape_batch_size=16, bootstrap_resamples=500)
+QUICK = Settings(
+    hessian_batches=2,
+    hessian_batch_size=8,
+    feature_images=32,
+    eval_batch_size=128,
+    test_images=256,
+    landscape_grid=5,
+    landscape_images=32,
+    landscape_batch_size=16,
+    bootstrap_resamples=500,
+)
 
 
 def settings_from(config) -> Settings:
     """The `Settings` of a how_vits_work config: `QUICK` if config.quick else the defaults, with every
     field of the config that is a field of `Settings` and is set (not None) in its place."""
     base = QUICK if config.get("quick") else Settings()
-    overrides = {f.name: config[f.name] for f in dataclasses.fields(Settings)
-                 if f.name in config and config[f.name] is not None}
+    overrides = {
+        f.name: config[f.name]
+        for f in dataclasses.fields(Settings)
+        if f.name in config and config[f.name] is not None
+    }
     return dataclasses.replace(base, **overrides)

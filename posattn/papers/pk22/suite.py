@@ -19,6 +19,7 @@ mode (batch norm with its running statistics, no dropout) against PK22's mixed, 
 plus `settings.weight_decay` times an L2 term (PK22's sum of per-tensor norms for the landscape, half
 the squared norm for the Hessian: `Settings`).
 """
+
 import collections
 import functools
 import time
@@ -27,8 +28,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posattn.analysis import (eigensolvers, fourier, frequency_noise, hessian, landscape, objective, programs,
-                              subject, variance)
+from posattn.analysis import (
+    eigensolvers,
+    fourier,
+    frequency_noise,
+    hessian,
+    landscape,
+    objective,
+    programs,
+    subject,
+    variance,
+)
 from posattn.errors import ConfigError
 from posattn.papers.pk22.settings import QUICK, Settings, settings_from  # noqa: F401 (suite.Settings, ...)
 from posattn.vision import losses
@@ -39,14 +49,16 @@ from posattn.vision.setup import Setup, resolve
 def nll(model, variables, params, images, targets) -> jax.Array:
     """Mean cross-entropy against `targets` (class indices or (B, K) soft targets, used as given) of the
     model in evaluation mode, with `params` in place of variables["params"]: `losses.classification_loss`."""
-    loss, _ = losses.classification_loss(model, params, variables.get("batch_stats", {}), images, targets,
-                                         None, False)
+    loss, _ = losses.classification_loss(
+        model, params, variables.get("batch_stats", {}), images, targets, None, False
+    )
     return loss
 
 
 def objective_fn(model, variables, settings: Settings, l2_form: str):
     """(params, (images, targets)) -> NLL + L2 (of `l2_form`): the objective of the Hessian and the
     landscape."""
+
     def loss(p, batch):
         images, targets = batch
         penalty = objective.l2_penalty(p, settings.weight_decay, l2_form)
@@ -82,28 +94,45 @@ def batches_of(n: int, size: int):
         yield start, np.where(idx < n, idx, 0)
 
 
-def mixed_minibatches(key, images_NxHxWxC, labels_N, num_classes: int, b: int, settings: Settings, first: int = 0):
+def mixed_minibatches(
+    key, images_NxHxWxC, labels_N, num_classes: int, b: int, settings: Settings, first: int = 0
+):
     """The images in N / b mini-batches of b, mini-batch j mixed up with its own lambda (drawn from
     `fold_in(key, first + j)`) and given PK22's soft targets (`objective.mixed_targets`):
     (images_MxbxHxWxC, targets_MxbxK). `first`: the index of the first mini-batch in its stream."""
     M = images_NxHxWxC.shape[0] // b
     x = images_NxHxWxC.reshape(M, b, *images_NxHxWxC.shape[1:])
     keys = _fold_keys(key, first + jnp.arange(M))
-    mix = functools.partial(objective.mixed_targets, num_classes=num_classes, alpha=settings.mixup_alpha,
-                            smoothing=settings.label_smoothing)
+    mix = functools.partial(
+        objective.mixed_targets,
+        num_classes=num_classes,
+        alpha=settings.mixup_alpha,
+        smoothing=settings.label_smoothing,
+    )
     return jax.vmap(mix)(keys, x, labels_N.reshape(M, b))
 
 
-def training_minibatches(setup: Setup, settings: Settings, aug_key, mix_key, images_NxHxWxC, labels_N, first):
+def training_minibatches(
+    setup: Setup, settings: Settings, aug_key, mix_key, images_NxHxWxC, labels_N, first
+):
     """Raw training images -> their augmented, mixed mini-batches of `settings.hessian_batch_size`
     (`mixed_minibatches`), mini-batch j augmented with `fold_in(aug_key, first + j)`: so a stream of
     images cut into batches of whole mini-batches gives the same mini-batches whatever the cut."""
     b = settings.hessian_batch_size
     M = images_NxHxWxC.shape[0] // b
     keys = _fold_keys(aug_key, first + jnp.arange(M))
-    x = jax.vmap(setup.training_inputs)(keys, images_NxHxWxC.reshape(M, b, *images_NxHxWxC.shape[1:]))
-    return mixed_minibatches(mix_key, x.reshape(images_NxHxWxC.shape), labels_N, setup.info.num_classes, b,
-                             settings, first)
+    x = jax.vmap(setup.training_inputs)(
+        keys, images_NxHxWxC.reshape(M, b, *images_NxHxWxC.shape[1:])
+    )
+    return mixed_minibatches(
+        mix_key,
+        x.reshape(images_NxHxWxC.shape),
+        labels_N,
+        setup.info.num_classes,
+        b,
+        settings,
+        first,
+    )
 
 
 def forward_measures(model, layers, settings: Settings, variables, x_BxHxWxC, labels_B, keys_B):
@@ -117,14 +146,19 @@ def forward_measures(model, layers, settings: Settings, variables, x_BxHxWxC, la
     images; their figures' values are the means over images). One forward pass in the program serves
     all three tools.
     """
+
     def measure(x):
         logits, state = model.apply(variables, x, train=False, mutable=[INTERMEDIATES])
         feats = collections.OrderedDict((name, state[INTERMEDIATES][name][-1]) for name in layers)
-        return (jnp.argmax(logits, -1) == labels_B, fourier.image_profiles(feats),
-                variance.image_variances(feats))
+        return (
+            jnp.argmax(logits, -1) == labels_B,
+            fourier.image_profiles(feats),
+            variance.image_variances(feats),
+        )
 
     correct, profiles, variances = frequency_noise.under_noise(
-        measure, x_BxHxWxC, keys_B, eps=settings.noise_eps, band=settings.noise_band)
+        measure, x_BxHxWxC, keys_B, eps=settings.noise_eps, band=settings.noise_band
+    )
     return correct, jax.tree.map(lambda v: v[0], profiles), jax.tree.map(lambda v: v[0], variances)
 
 
@@ -134,8 +168,11 @@ def stem_position_parts(model, pos_path: str, variables, x_BxHxWxC):
     set to 0, and of their difference (the positional embedding's part): {"with": (hf_B, var_B),
     "without": .., "position": ..}. For a ViT that adds P to its patch embeddings the stem is patches +
     P, so this splits the stem's Fourier value and variance into P's share."""
+
     def stem(params):
-        _, state = model.apply({**variables, "params": params}, x_BxHxWxC, train=False, mutable=[INTERMEDIATES])
+        _, state = model.apply(
+            {**variables, "params": params}, x_BxHxWxC, train=False, mutable=[INTERMEDIATES]
+        )
         return state[INTERMEDIATES][STEM][-1]
 
     params = variables["params"]
@@ -150,8 +187,15 @@ def hessian_spectrum(model, settings: Settings, variables, batches, key):
     """PK22 Fig. 2 as one program: `hessian.spectrum` of `objective_fn` over the M mini-batches of
     `batches` ((images_MxbxHxWxC, targets_MxbxK)): `eigensolvers.Eigenpairs` of fields (M, k)."""
     loss = objective_fn(model, variables, settings, settings.hessian_l2_form)
-    return hessian.spectrum(loss, variables["params"], batches, key, k=settings.top_k,
-                            max_iterations=settings.hessian_iterations, tolerance=settings.hessian_tolerance)
+    return hessian.spectrum(
+        loss,
+        variables["params"],
+        batches,
+        key,
+        k=settings.top_k,
+        max_iterations=settings.hessian_iterations,
+        tolerance=settings.hessian_tolerance,
+    )
 
 
 def hessian_step(model, settings: Settings, variables, batch, state):
@@ -160,7 +204,9 @@ def hessian_step(model, settings: Settings, variables, batch, state):
     mini-batch (images_bxHxWxC, targets_bxK); `measure` calls it from the host
     (`hessian.spectrum_on_host`) over the M mini-batches."""
     loss = objective_fn(model, variables, settings, settings.hessian_l2_form)
-    step = hessian.spectrum_step(loss, method=settings.hessian_method, **_stopping(settings, "power"))
+    step = hessian.spectrum_step(
+        loss, method=settings.hessian_method, **_stopping(settings, "power")
+    )
     return step(variables["params"], batch, state)
 
 
@@ -190,10 +236,18 @@ def hessian_program(model, variables, settings: Settings, batches, key) -> tuple
     first = jax.tree.map(lambda a: a[0], batches)
     if on_host(model, variables, settings, first):
         v0_P = hessian.start_vector(key, variables["params"])
-        state = eigensolvers.power_init(v0_P, settings.top_k) if settings.hessian_method == "power" else v0_P
+        state = (
+            eigensolvers.power_init(v0_P, settings.top_k)
+            if settings.hessian_method == "power"
+            else v0_P
+        )
         step = jax.jit(functools.partial(hessian_step, model, settings), donate_argnums=2)
         return step, (variables, first, state), True
-    return jax.jit(functools.partial(hessian_spectrum, model, settings)), (variables, batches, key), False
+    return (
+        jax.jit(functools.partial(hessian_spectrum, model, settings)),
+        (variables, batches, key),
+        False,
+    )
 
 
 def loss_landscape(model, settings: Settings, variables, batches, key):
@@ -209,8 +263,9 @@ def loss_landscape(model, settings: Settings, variables, batches, key):
     loss = objective_fn(model, variables, settings, settings.landscape_l2_form)
     images, targets = batches
     batch = (images.reshape(-1, *images.shape[2:]), targets.reshape(-1, targets.shape[-1]))
-    surface = landscape.surface(loss, params, batch, d1, d2, xs=axis, ys=axis,
-                                chunk=settings.landscape_chunk or None)
+    surface = landscape.surface(
+        loss, params, batch, d1, d2, xs=axis, ys=axis, chunk=settings.landscape_chunk or None
+    )
     return surface, objective.l2_penalty(params, settings.weight_decay, settings.landscape_l2_form)
 
 
@@ -240,9 +295,11 @@ def stream_forward(run, setup: Setup, settings: Settings, key, limit: int | None
         for name in p:
             profiles[name].append(np.asarray(p[name])[:keep])
             variances[name].append(np.asarray(v[name])[:keep])
-    return {"correct": np.concatenate(correct, axis=1),
-            "profiles": {k: np.concatenate(v) for k, v in profiles.items()},
-            "variances": {k: np.concatenate(v) for k, v in variances.items()}}
+    return {
+        "correct": np.concatenate(correct, axis=1),
+        "profiles": {k: np.concatenate(v) for k, v in profiles.items()},
+        "variances": {k: np.concatenate(v) for k, v in variances.items()},
+    }
 
 
 def landscape_image_count(settings: Settings, num_train: int) -> int:
@@ -251,14 +308,17 @@ def landscape_image_count(settings: Settings, num_train: int) -> int:
     size = settings.landscape_batch_size
     n = settings.landscape_images or num_train // size * size
     if n < 2 * size or n > num_train:  # 2 batches: the units of its intervals
-        raise ConfigError(f"landscape_images={settings.landscape_images}: the training split has {num_train} "
-                          f"images; give at most that many, a multiple of landscape_batch_size={size} and at "
-                          "least 2 of them")
+        raise ConfigError(
+            f"landscape_images={settings.landscape_images}: the training split has {num_train} "
+            f"images; give at most that many, a multiple of landscape_batch_size={size} and at "
+            "least 2 of them"
+        )
     return n
 
 
-def measure(model, variables, config, settings: Settings, key: jax.Array, *, name: str = "",
-            dataset=None) -> dict:
+def measure(
+    model, variables, config, settings: Settings, key: jax.Array, *, name: str = "", dataset=None
+) -> dict:
     """Every PK22 measurement of one model; returns {tool: results}, all numbers and lists.
 
     Three programs (`forward_measures`, `hessian_program`, `loss_landscape`; and `stem_position_parts`
@@ -287,36 +347,61 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
         keys = [jax.random.fold_in(k, stream) for k in (k_aug, k_mix)]
         # one mini-batch per call, so one program (2-3 s of compile on a CPU) serves both streams;
         # mini-batch j is drawn from its index whatever the cut (`training_minibatches`)
-        parts = [minibatches(*keys, jnp.asarray(images[j:j + b]), jnp.asarray(labels[j:j + b]), first + j // b)
-                 for j in range(0, len(indices), b)]
+        parts = [
+            minibatches(
+                *keys,
+                jnp.asarray(images[j : j + b]),
+                jnp.asarray(labels[j : j + b]),
+                first + j // b,
+            )
+            for j in range(0, len(indices), b)
+        ]
         return jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
 
     hess_batches = train_batch(np.arange(M * b), 0, 0)
     test = setup.split("test")
-    x0, y0, keys0 = _test_batch(setup, test, next(batches_of(test.num_examples, settings.eval_batch_size))[1],
-                                k_noise)
+    x0, y0, keys0 = _test_batch(
+        setup, test, next(batches_of(test.num_examples, settings.eval_batch_size))[1], k_noise
+    )
     land0 = train_batch(np.arange(E), 0, 1)
     feat_shapes = jax.eval_shape(functools.partial(subject.features, subj), x0[:1])
     layers = list(feat_shapes)  # forward order (an OrderedDict)
     with_position = subj.pos_embedding is not None and STEM in layers
 
-    hess_fn, hess_args, hess_on_host = hessian_program(model, variables, settings, hess_batches, k_hess)
+    hess_fn, hess_args, hess_on_host = hessian_program(
+        model, variables, settings, hess_batches, k_hess
+    )
     t = time.perf_counter()
     # the Hessian first: the longest compile, overlapped with the others
     specs = {
         "hessian": (hess_fn, hess_args),
-        "forward": (jax.jit(functools.partial(forward_measures, model, layers, settings)),
-                    (variables, x0, y0, keys0)),
-        "landscape": (jax.jit(functools.partial(loss_landscape, model, settings)), (variables, land0, k_land)),
+        "forward": (
+            jax.jit(functools.partial(forward_measures, model, layers, settings)),
+            (variables, x0, y0, keys0),
+        ),
+        "landscape": (
+            jax.jit(functools.partial(loss_landscape, model, settings)),
+            (variables, land0, k_land),
+        ),
     }
     if with_position:  # on the Fourier and variance tools' images
-        x_feat = _test_inputs(setup, test, np.arange(min(test.num_examples, settings.feature_images)))[0]
-        specs["stem"] = (jax.jit(functools.partial(stem_position_parts, model, subj.pos_embedding)),
-                         (variables, x_feat))
+        x_feat = _test_inputs(
+            setup, test, np.arange(min(test.num_examples, settings.feature_images))
+        )[0]
+        specs["stem"] = (
+            jax.jit(functools.partial(stem_position_parts, model, subj.pos_embedding)),
+            (variables, x_feat),
+        )
     compiled, compile_s = programs.compile_all(specs)
-    seconds = {"compile_wall": time.perf_counter() - t, **{f"compile_{k}": v for k, v in compile_s.items()}}
-    _say(f"  {name}: compiled its {len(specs)} programs in {seconds['compile_wall']:.1f}s (" +
-         ", ".join(f"{k} {v:.1f}s" for k, v in compile_s.items()) + ")")
+    seconds = {
+        "compile_wall": time.perf_counter() - t,
+        **{f"compile_{k}": v for k, v in compile_s.items()},
+    }
+    _say(
+        f"  {name}: compiled its {len(specs)} programs in {seconds['compile_wall']:.1f}s ("
+        + ", ".join(f"{k} {v:.1f}s" for k, v in compile_s.items())
+        + ")"
+    )
 
     def timed(tool, fn):
         t = time.perf_counter()
@@ -327,51 +412,95 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
 
     out = {}
     # Fourier, variance and accuracy under band-limited noise on the test split (PK22 Figs. 4, 5, 6)
-    fwd = timed("forward", lambda: stream_forward(functools.partial(compiled["forward"], variables), setup,
-                                                  settings, k_noise, limit=settings.test_images or None))
-    correct = fwd["correct"]  # (1 + F, N), 1.0 / 0.0; NaN rows: bands with no frequency of these images
+    fwd = timed(
+        "forward",
+        lambda: stream_forward(
+            functools.partial(compiled["forward"], variables),
+            setup,
+            settings,
+            k_noise,
+            limit=settings.test_images or None,
+        ),
+    )
+    correct = fwd[
+        "correct"
+    ]  # (1 + F, N), 1.0 / 0.0; NaN rows: bands with no frequency of these images
     acc = correct.mean(axis=1)
     out["layers"] = layers
     out["layer_sizes"] = [int(feat_shapes[k].shape[1]) for k in layers]
     out["fourier"] = {k: v.mean(axis=0).tolist() for k, v in fwd["profiles"].items()}
     # a profile of one point (a 2 x 2 map or smaller) is the DC term's own 0: no high-frequency value
-    hf_NxL = np.stack([p[:, -1] if p.shape[1] > 1 else np.full(p.shape[0], np.nan)
-                       for p in fwd["profiles"].values()], axis=1)
+    hf_NxL = np.stack(
+        [
+            p[:, -1] if p.shape[1] > 1 else np.full(p.shape[0], np.nan)
+            for p in fwd["profiles"].values()
+        ],
+        axis=1,
+    )
     var_NxL = np.stack(list(fwd["variances"].values()), axis=1)
     out["high_frequency"] = hf_NxL.mean(axis=0).tolist()
     out["variance"] = var_NxL.mean(axis=0).tolist()
     out["per_image"] = {"high_frequency": hf_NxL.tolist(), "variance": var_NxL.tolist()}
-    out["noise"] = {"frequencies_pi": [round(f / np.pi, 3) for f in frequency_noise.FREQUENCIES],
-                    "clean_accuracy": float(acc[0]), "drop_points": (100 * (acc[1:] - acc[0])).tolist(),
-                    # (1 + F, N): clean, then each band; null where a band holds no frequency (not measured)
-                    "correct": [[None] * row.size if np.isnan(row).any() else row.astype(int).tolist()
-                                for row in correct],
-                    "eps": settings.noise_eps, "band": settings.noise_band, "images": int(correct.shape[1]),
-                    "empty_bands_pi": [round(f / np.pi, 3) for f in frequency_noise.empty_bands(
-                        *setup.image_shape[:2], band=settings.noise_band)]}
-    if with_position:  # the positional embedding's share of the stem (docs/how_vits_work.md, Subjects)
+    out["noise"] = {
+        "frequencies_pi": [round(f / np.pi, 3) for f in frequency_noise.FREQUENCIES],
+        "clean_accuracy": float(acc[0]),
+        "drop_points": (100 * (acc[1:] - acc[0])).tolist(),
+        # (1 + F, N): clean, then each band; null where a band holds no frequency (not measured)
+        "correct": [
+            [None] * row.size if np.isnan(row).any() else row.astype(int).tolist()
+            for row in correct
+        ],
+        "eps": settings.noise_eps,
+        "band": settings.noise_band,
+        "images": int(correct.shape[1]),
+        "empty_bands_pi": [
+            round(f / np.pi, 3)
+            for f in frequency_noise.empty_bands(*setup.image_shape[:2], band=settings.noise_band)
+        ],
+    }
+    if (
+        with_position
+    ):  # the positional embedding's share of the stem (docs/how_vits_work.md, Subjects)
         parts = jax.device_get(compiled["stem"](variables, x_feat))
-        out["stem_position"] = {k: {"high_frequency": np.asarray(hf).tolist(), "variance": np.asarray(v).tolist()}
-                                for k, (hf, v) in parts.items()}
-    objective_settings = {"weight_decay": settings.weight_decay, "mixup_alpha": settings.mixup_alpha,
-                          "label_smoothing": settings.label_smoothing}
+        out["stem_position"] = {
+            k: {"high_frequency": np.asarray(hf).tolist(), "variance": np.asarray(v).tolist()}
+            for k, (hf, v) in parts.items()
+        }
+    objective_settings = {
+        "weight_decay": settings.weight_decay,
+        "mixup_alpha": settings.mixup_alpha,
+        "label_smoothing": settings.label_smoothing,
+    }
 
     # Hessian max-eigenvalue spectrum (PK22 Fig. 2)
     if hess_on_host:
-        eigs = timed("hessian", lambda: hessian.spectrum_on_host(
-            lambda batch, state: compiled["hessian"](variables, batch, state), variables["params"],
-            hess_batches, k_hess, k=settings.top_k, method=settings.hessian_method,
-            **_stopping(settings, "lanczos")))
+        eigs = timed(
+            "hessian",
+            lambda: hessian.spectrum_on_host(
+                lambda batch, state: compiled["hessian"](variables, batch, state),
+                variables["params"],
+                hess_batches,
+                k_hess,
+                k=settings.top_k,
+                method=settings.hessian_method,
+                **_stopping(settings, "lanczos"),
+            ),
+        )
     else:
         eigs = timed("hessian", lambda: compiled["hessian"](variables, hess_batches, k_hess))
     # every eigenvalue with its convergence: one that did not converge is flagged in the summary
-    out["hessian"] = {"eigenvalues": np.asarray(eigs.values).tolist(),
-                      "iterations": np.asarray(eigs.iterations).tolist(),
-                      "residuals": np.asarray(eigs.residuals).tolist(),
-                      "converged": np.asarray(eigs.converged).tolist(),
-                      **hessian.summaries(eigs, resamples=settings.bootstrap_resamples, seed=settings.bootstrap_seed),
-                      "batch_size": b, "l2_form": settings.hessian_l2_form,
-                      **objective_settings}
+    out["hessian"] = {
+        "eigenvalues": np.asarray(eigs.values).tolist(),
+        "iterations": np.asarray(eigs.iterations).tolist(),
+        "residuals": np.asarray(eigs.residuals).tolist(),
+        "converged": np.asarray(eigs.converged).tolist(),
+        **hessian.summaries(
+            eigs, resamples=settings.bootstrap_resamples, seed=settings.bootstrap_seed
+        ),
+        "batch_size": b,
+        "l2_form": settings.hessian_l2_form,
+        **objective_settings,
+    }
 
     # loss landscape (PK22 Fig. 1): the mean of its batches' surfaces (batches of equal size)
     def landscape_batches():
@@ -387,12 +516,20 @@ def measure(model, variables, config, settings: Settings, key: jax.Array, *, nam
     centre = settings.landscape_grid // 2
     row = surf[centre]  # y = 0: the loss along d1 through theta*
     at_optimum = float(row[centre])
-    out["landscape"] = {"axis": axis.tolist(), "loss": surf.tolist(), "batch_loss": surf_BxGxG.tolist(),
-                        "penalty_at_optimum": penalty,
-                        "nll_at_optimum": float(at_optimum - penalty), "loss_at_optimum": at_optimum,
-                        "delta_at_half": float(row[centre + centre // 2] - at_optimum),  # x = 0.5
-                        "delta_at_one": float(row[-1] - at_optimum),
-                        "images": L, "batch_size": E, "normalisation": settings.landscape_normalisation,
-                        "l2_form": settings.landscape_l2_form, **objective_settings}
+    out["landscape"] = {
+        "axis": axis.tolist(),
+        "loss": surf.tolist(),
+        "batch_loss": surf_BxGxG.tolist(),
+        "penalty_at_optimum": penalty,
+        "nll_at_optimum": float(at_optimum - penalty),
+        "loss_at_optimum": at_optimum,
+        "delta_at_half": float(row[centre + centre // 2] - at_optimum),  # x = 0.5
+        "delta_at_one": float(row[-1] - at_optimum),
+        "images": L,
+        "batch_size": E,
+        "normalisation": settings.landscape_normalisation,
+        "l2_form": settings.landscape_l2_form,
+        **objective_settings,
+    }
     out["seconds_by_program"] = seconds
     return out

@@ -14,6 +14,7 @@ A dataset module builds on `posattn.theory.task` (the partition, w*, `Task`), ne
 one's own enters through `register_dataset(name, module)`, after which `TheoryConfig(dataset=name)`
 draws from it everywhere (`fit`, the sweeps, the final test).
 """
+
 from typing import Any, Protocol
 
 from posattn.errors import ConfigError
@@ -31,7 +32,7 @@ class Dataset(Protocol):
 
 
 REGISTRY: dict[str, Dataset] = {
-    "structured": structured,      # Assumption 1 of JSL22
+    "structured": structured,  # Assumption 1 of JSL22
     "gaussian_cnn": gaussian_cnn,  # the counter-example of JSL22's Figure 2
 }
 
@@ -43,12 +44,18 @@ def register_dataset(name: str, module: Dataset) -> None:
     module under a taken name would be run by programs compiled for the first (registering the same
     module again does nothing).
     """
-    missing = [f for f in ("make_labeller", "sample", "labelling_function", "check", "integer_labelling")
-               if not callable(getattr(module, f, None))]
+    missing = [
+        f
+        for f in ("make_labeller", "sample", "labelling_function", "check", "integer_labelling")
+        if not callable(getattr(module, f, None))
+    ]
     if missing:
-        raise ConfigError(f"dataset {name!r} lacks {missing}: a dataset provides the functions of "
-                          "posattn.theory.datasets.Dataset")
+        raise ConfigError(
+            f"dataset {name!r} lacks {missing}: a dataset provides the functions of "
+            "posattn.theory.datasets.Dataset"
+        )
     if REGISTRY.get(name, module) is not module:
-        raise ConfigError(f"dataset {name!r} is registered already (to {REGISTRY[name]!r}): choose another "
-                          "name")
+        raise ConfigError(
+            f"dataset {name!r} is registered already (to {REGISTRY[name]!r}): choose another name"
+        )
     REGISTRY[name] = module

@@ -4,13 +4,14 @@ Every patch is i.i.d. N(0, I_d); y = sign(f*(X)) with f*(X) = sum_l sum_r a_r (s
 a one-hidden-layer CNN with cubic activation over the C patches of each block of the grid partition.
 Widths, weights and the shared-filter option are decisions of docs/decisions.md (the paper gives none).
 """
+
 import math
 
 import jax
 import jax.numpy as jnp
 
 from posattn.errors import ConfigError
-from posattn.theory.task import Task, set_index
+from posattn.theory.task import Task
 
 
 def integer_labelling(cfg) -> bool:
@@ -20,7 +21,9 @@ def integer_labelling(cfg) -> bool:
 
 def check(cfg) -> None:
     if cfg.partition != "grid":
-        raise ConfigError("dataset='gaussian_cnn' is the Figure-2 dataset: it needs partition='grid'")
+        raise ConfigError(
+            "dataset='gaussian_cnn' is the Figure-2 dataset: it needs partition='grid'"
+        )
 
 
 def make_labeller(key, cfg) -> dict:
@@ -28,7 +31,9 @@ def make_labeller(key, cfg) -> dict:
 
     Filters are scaled so each pre-activation sum_k <w_{r,k}, X_{S_l[k]}> has unit variance.
     """
-    _, _, k_cnn, k_out = jax.random.split(key, 4)  # the task key's last two streams (data.make_task)
+    _, _, k_cnn, k_out = jax.random.split(
+        key, 4
+    )  # the task key's last two streams (data.make_task)
     filters = jax.random.normal(k_cnn, (cfg.cnn_width, cfg.C, cfg.d)) / math.sqrt(cfg.C * cfg.d)
     if cfg.cnn_shared_filter:  # one filter for the whole block: w_{r,k} = w_{r,0} for every k
         filters = jnp.repeat(filters[:, :1], cfg.C, axis=1)

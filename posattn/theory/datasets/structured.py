@@ -4,6 +4,7 @@ For the signal set S_l(X) (uniform in [L]) every patch is y w* + xi; every other
 with delta = +1, -1, 0 with probabilities q/2, q/2, 1-q; the noise xi ~ N(0, s^2 (I - w* w*^T)) (or
 isotropic, `TheoryConfig.noise`). Labels y are uniform in {-1, +1}.
 """
+
 import jax
 import jax.numpy as jnp
 

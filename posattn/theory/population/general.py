@@ -6,6 +6,7 @@ elsewhere. This path sums over all L * 3^(D-C) values of (l(X), delta) (D=16, C=
 chunks under `lax.map`; the Gaussian part g enters through the heat expansion of
 `posattn.theory.population.heat`. It is the reference that the multiset path is checked against.
 """
+
 import math
 
 import jax

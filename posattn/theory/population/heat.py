@@ -30,6 +30,7 @@ decays. Because the risk depends on
 v_perp only through t = s^2 ||v_perp||^2, its gradient along v_perp is 2 s^2 (dR/dt) v_perp: exactly 0 at
 v_perp = 0, so GD keeps v on span(w*) if it starts there.
 """
+
 import jax
 import jax.numpy as jnp
 

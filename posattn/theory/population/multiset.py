@@ -23,6 +23,7 @@ The Gaussian part (v_perp != 0) enters through the second-order heat expansion o
 `posattn.theory.population.heat`: Q = M^2 = q1 I + q2 B + q3 J keeps the three-value form, so every
 contraction P, R, A1..A4 is again a sum of per-set terms and squares of such sums.
 """
+
 import functools
 import itertools
 import math
@@ -39,8 +40,12 @@ from posattn.theory.data import same_set_mask
 from posattn.theory.population import heat, pattern_loss
 from posattn.theory.population.pattern_loss import N_TERMS
 
-MAX_BLOCK = 512  # patterns per block of equal s (the padding costs at most one block per value of s)
-CHUNK_BYTES = 1 << 20  # a chunk's multiplicities, sums and gradient rows (float32): they stay in cache
+MAX_BLOCK = (
+    512  # patterns per block of equal s (the padding costs at most one block per value of s)
+)
+CHUNK_BYTES = (
+    1 << 20
+)  # a chunk's multiplicities, sums and gradient rows (float32): they stay in cache
 
 
 class MultisetTables(NamedTuple):
@@ -83,17 +88,24 @@ def multiset_tables(C: int, L: int, q: float) -> MultisetTables:
     counts = count_types(C)
     K = len(counts)
     set_sums = counts[:, 0] - counts[:, 1]
-    combos = np.array(list(itertools.combinations_with_replacement(range(K), L - 1)), dtype=np.int64)
+    combos = np.array(
+        list(itertools.combinations_with_replacement(range(K), L - 1)), dtype=np.int64
+    )
     mult = np.zeros((len(combos), K), np.int64)
     np.add.at(mult, (np.repeat(np.arange(len(combos)), L - 1), combos.reshape(-1)), 1)
     # Probability of a set of each type, then multinomial over the L-1 sets (in logs; p_k = 0 when q is
     # 0 or 1, and such patterns get weight 0 rather than 0 * log 0).
     log_fact = np.array([math.lgamma(n + 1) for n in range(max(C, L) + 1)])
-    type_prob = np.exp(log_fact[C] - log_fact[counts].sum(1)) * (q / 2) ** (counts[:, 0] + counts[:, 1]) \
+    type_prob = (
+        np.exp(log_fact[C] - log_fact[counts].sum(1))
+        * (q / 2) ** (counts[:, 0] + counts[:, 1])
         * (1 - q) ** counts[:, 2]
+    )
     with np.errstate(divide="ignore", invalid="ignore"):  # 0 * log 0 only where np.where drops it
         log_p = np.log(type_prob)
-        log_w = log_fact[L - 1] - log_fact[mult].sum(1) + np.where(mult > 0, mult * log_p, 0.0).sum(1)
+        log_w = (
+            log_fact[L - 1] - log_fact[mult].sum(1) + np.where(mult > 0, mult * log_p, 0.0).sum(1)
+        )
     weight = np.exp(log_w)
     mult[:, 0] += 1  # the signal set, of type (C, 0, 0) for y = +1
     s = mult @ set_sums
@@ -110,9 +122,15 @@ def multiset_tables(C: int, L: int, q: float) -> MultisetTables:
         blocks_m.append(m.reshape(-1, block, K))
         blocks_w.append(w.reshape(-1, block))
         blocks_s += [value - s_values[0]] * (len(m) // block)
-    return MultisetTables(counts, set_sums, np.concatenate(blocks_m).astype(np.min_scalar_type(L)),
-                          np.concatenate(blocks_w), np.array(blocks_s, np.int32),
-                          s_values.astype(np.int32), len(combos))
+    return MultisetTables(
+        counts,
+        set_sums,
+        np.concatenate(blocks_m).astype(np.min_scalar_type(L)),
+        np.concatenate(blocks_w),
+        np.array(blocks_s, np.int32),
+        s_values.astype(np.int32),
+        len(combos),
+    )
 
 
 def attention_coefficients(a, gamma, rho, cfg: TheoryConfig):
@@ -138,14 +156,33 @@ def per_set_terms(alpha, coef, cfg: TheoryConfig, tables: MultisetTables):
     value = jnp.array([1.0, -1.0, 0.0], n.dtype)
     s_l = jnp.asarray(tables.set_sums, n.dtype)
     s = jnp.asarray(tables.s_values, n.dtype)
-    u = alpha * (b * value[None, :, None] + c * s_l[:, None, None] + e * s[None, None, :])  # (K, 3, S)
+    u = alpha * (
+        b * value[None, :, None] + c * s_l[:, None, None] + e * s[None, None, :]
+    )  # (K, 3, S)
     s0, s1, s2, s3, s4 = heat.activation_derivatives(u, cfg.activation)
     n = n[:, :, None]
     set_sum = lambda x: (n * x).sum(1)  # (K, S)
     S1, S2 = set_sum(s1), set_sum(s2)
-    h = q1 * s1 + q2 * S1[:, None, :]  # (Q sigma')_i without the across-set part q3 * sum_j sigma'_j
-    T = jnp.stack([set_sum(s0), S1, set_sum(s1 * s1), S2, set_sum(s2 * s2), set_sum(s3), set_sum(s4),
-                   S1 * S1, S2 * S2, set_sum(s2 * h * h), set_sum(s2 * h), set_sum(s3 * h)], -1)
+    h = (
+        q1 * s1 + q2 * S1[:, None, :]
+    )  # (Q sigma')_i without the across-set part q3 * sum_j sigma'_j
+    T = jnp.stack(
+        [
+            set_sum(s0),
+            S1,
+            set_sum(s1 * s1),
+            S2,
+            set_sum(s2 * s2),
+            set_sum(s3),
+            set_sum(s4),
+            S1 * S1,
+            S2 * S2,
+            set_sum(s2 * h * h),
+            set_sum(s2 * h),
+            set_sum(s3 * h),
+        ],
+        -1,
+    )
     return T, (q1, q2, q3)
 
 
@@ -175,12 +212,18 @@ def pattern_chunks(C: int, L: int, q: float) -> PatternChunks:
     # Per pattern: its multiplicities (as float32), 12 sums and 17 gradient rows stay in cache.
     per_chunk = max(1, min(n_blocks, CHUNK_BYTES // (block * 4 * (K + 2 * N_TERMS + 5))))
     pad = -n_blocks % per_chunk
-    mult = np.concatenate([tables.mult, np.zeros((pad, block, K), tables.mult.dtype)]).transpose(0, 2, 1)
+    mult = np.concatenate([tables.mult, np.zeros((pad, block, K), tables.mult.dtype)]).transpose(
+        0, 2, 1
+    )
     weight = np.concatenate([tables.weight, np.zeros((pad, block))])
     s_index = np.concatenate([tables.s_index, np.zeros(pad, tables.s_index.dtype)])
     n = (n_blocks + pad) // per_chunk
-    return PatternChunks(np.ascontiguousarray(mult).reshape(n, per_chunk, K, block),
-                         weight.reshape(n, per_chunk, block), s_index.reshape(n, per_chunk), L)
+    return PatternChunks(
+        np.ascontiguousarray(mult).reshape(n, per_chunk, K, block),
+        weight.reshape(n, per_chunk, block),
+        s_index.reshape(n, per_chunk),
+        L,
+    )
 
 
 def _chunk_sums(T, m, s):
@@ -203,18 +246,27 @@ def _over_chunks(fn, mesh, chunks: PatternChunks, dtype, *args):
     shards = 1 if mesh is None else mesh.devices.size
     pad = -len(chunks.mult) % shards
     padded = lambda a: np.concatenate([a, np.zeros((pad, *a.shape[1:]), a.dtype)])
-    xs = (jnp.asarray(padded(chunks.mult)), jnp.asarray(padded(chunks.weight), dtype),
-          jnp.asarray(padded(chunks.s_index)))
+    xs = (
+        jnp.asarray(padded(chunks.mult)),
+        jnp.asarray(padded(chunks.weight), dtype),
+        jnp.asarray(padded(chunks.s_index)),
+    )
     if shards == 1:
         return fn(*args, *xs)
     local = lambda *a: jax.lax.psum(fn(*a), DATA)  # check_vma=False: the scans start from constants
-    return jax.shard_map(local, mesh=mesh, in_specs=(P(),) * len(args) + (P(DATA),) * 3, out_specs=P(),
-                         check_vma=False)(*args, *xs)
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(P(),) * len(args) + (P(DATA),) * 3,
+        out_specs=P(),
+        check_vma=False,
+    )(*args, *xs)
 
 
 def risk_from_terms(T, qs, t, chunks: PatternChunks, mesh=None):
     """The sum over patterns of weight x expected loss, chunk by chunk (no gradient); over the devices
     of `mesh` if given (`_over_chunks`)."""
+
     def local(T, qs, t, *xs):
         def body(risk, m, w, s):
             return risk + (w * pattern_loss.expected_loss(_chunk_sums(T, m, s), qs, t)).sum(), None
@@ -248,7 +300,9 @@ def risk_and_grad_from_terms(T, qs, t, chunks: PatternChunks, mesh=None):
         _, d_blocks = _scan_chunks(body, None, xs, T.dtype)
         d_blocks = d_blocks.reshape(-1, K, N_TERMS + 5)
         # Blocks of equal s summed (the padding blocks, at index 0, add zeros).
-        d_T = jax.ops.segment_sum(d_blocks[..., :N_TERMS], xs[2].reshape(-1), S, indices_are_sorted=False)
+        d_T = jax.ops.segment_sum(
+            d_blocks[..., :N_TERMS], xs[2].reshape(-1), S, indices_are_sorted=False
+        )
         return d_blocks[..., N_TERMS:].sum((0, 1)), d_T
 
     sums, d_T = _over_chunks(local, mesh, chunks, T.dtype, T, qs, t)
@@ -283,7 +337,9 @@ def multiset_risk(alpha, t, a, gamma, rho, cfg: TheoryConfig, mesh=None) -> jax.
     dtype = jnp.result_type(alpha, float)
     coef = attention_coefficients(*(jnp.asarray(x, dtype) for x in (a, gamma, rho)), cfg)
     T, qs = per_set_terms(jnp.asarray(alpha, dtype), coef, cfg, tables)
-    return _expected_risk(pattern_chunks(cfg.C, cfg.L, float(cfg.q)), mesh)(T, qs, jnp.asarray(t, dtype))
+    return _expected_risk(pattern_chunks(cfg.C, cfg.L, float(cfg.q)), mesh)(
+        T, qs, jnp.asarray(t, dtype)
+    )
 
 
 def three_value_form(A: jax.Array, sets: jax.Array):

@@ -20,7 +20,6 @@ gradient of E in the 12 sums, in (q1, q2, q3) and in t is written out by hand
 (`expected_loss_and_grad`): the chunked pass computes it for every pattern with the loss, and autodiff
 of this elementwise chain cost about twice the operations and split into a dozen XLA fusions.
 """
-import jax.numpy as jnp
 
 from posattn.theory.population import heat
 
@@ -65,28 +64,36 @@ def expected_loss_and_grad(sums, qs, t):
     lap2 = f4 * P * P + 2 * f3 * P * R + 4 * f3 * A1 + f2 * RR + f1 * A4
     E = phi + a * lin + h * lap2
     # dE/d(F, P, R, A1, A2, A3, A4): F enters through phi and its derivatives, one order up.
-    gF = f1 + a * (f3 * P + f2 * R) + h * (f5 * P * P + 2 * f4 * P * R + 4 * f4 * A1 + f3 * RR + f2 * A4)
+    gF = (
+        f1
+        + a * (f3 * P + f2 * R)
+        + h * (f5 * P * P + 2 * f4 * P * R + 4 * f4 * A1 + f3 * RR + f2 * A4)
+    )
     gP = a * f2 + a2 * (f4 * P + f3 * R)
     gR = a * f1 + a2 * (f3 * P + f2 * R)
     gA1, gA2, gA3, gA4 = 2 * a2 * f3, 2 * a2 * f2, a2 * f2, h * f1
-    d_sums = (gF,
-              2 * q3 * (gP * S1 + gA1 * (W2 + q3 * S1 * S2)) + gA2 * Qd * q3 * S3,
-              q1 * gP,
-              Qd * gR + c3 * (gA1 * S1 * S1 + 2 * gA3 * S2),
-              c1 * gA3,
-              Qd * q3 * gA2 * S1,
-              Qd * Qd * gA4,
-              q2 * gP,
-              c2 * gA3,
-              gA1,
-              2 * q3 * gA1 * S1,
-              Qd * gA2)
+    d_sums = (
+        gF,
+        2 * q3 * (gP * S1 + gA1 * (W2 + q3 * S1 * S2)) + gA2 * Qd * q3 * S3,
+        q1 * gP,
+        Qd * gR + c3 * (gA1 * S1 * S1 + 2 * gA3 * S2),
+        c1 * gA3,
+        Qd * q3 * gA2 * S1,
+        Qd * Qd * gA4,
+        q2 * gP,
+        c2 * gA3,
+        gA1,
+        2 * q3 * gA1 * S1,
+        Qd * gA2,
+    )
     # Through Qd = q1 + q2 + q3, Qw = q2 + q3, Qa = q3 and the explicit q's.
     g_Qd = S2 * gR + A2i * gA2 + 2 * Qd * (S22 * gA3 + S4 * gA4)
     g_Qw = 2 * Qw * (V2 - S22) * gA3
     g_Qa = 2 * Qa * (S2 * S2 - V2) * gA3
-    d_qs = (S11 * gP + g_Qd,
-            V1 * gP + g_Qd + g_Qw,
-            S1 * S1 * gP + 2 * S1 * (W2 + q3 * S1 * S2) * gA1 + Qd * S1 * S3 * gA2 + g_Qd + g_Qw + g_Qa)
+    d_qs = (
+        S11 * gP + g_Qd,
+        V1 * gP + g_Qd + g_Qw,
+        S1 * S1 * gP + 2 * S1 * (W2 + q3 * S1 * S2) * gA1 + Qd * S1 * S3 * gA2 + g_Qd + g_Qw + g_Qa,
+    )
     d_t = (lin + a * lap2) / 2
     return E, d_sums, d_qs, d_t

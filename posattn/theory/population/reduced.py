@@ -20,6 +20,7 @@ optimiser (`posattn.theory.optim`). Another optimiser (momentum, Adam) keeps sta
 its dynamics on (P) are run on the full matrices with `posattn.theory.gd.fit(..., optimizer=...)`
 (risk="population_exact").
 """
+
 import functools
 from typing import NamedTuple
 
@@ -63,9 +64,11 @@ def _check_step_sizes(lr, lr_A) -> None:
     """A ConfigError unless lr and lr_A are numbers (or arrays): the recursions are GD's alone."""
     for name, value in (("lr", lr), ("lr_A", lr_A)):
         if not isinstance(value, (int, float, np.number, np.ndarray, jax.Array)):
-            raise ConfigError(f"the reduced dynamics are GD in closed form: {name} must be a step size, not "
-                              f"{type(value).__name__}; for another optimiser train the full model on (P), "
-                              "posattn.theory.gd.fit(..., optimizer=...) with risk='population_exact'")
+            raise ConfigError(
+                f"the reduced dynamics are GD in closed form: {name} must be a step size, not "
+                f"{type(value).__name__}; for another optimiser train the full model on (P), "
+                "posattn.theory.gd.fit(..., optimizer=...) with risk='population_exact'"
+            )
 
 
 def reduced_step(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A) -> ReducedState:
@@ -75,8 +78,12 @@ def reduced_step(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A) -> Reduced
     d_alpha, d_gamma, d_rho, d_p = jax.grad(risk, argnums=(0, 1, 2, 3))(*state)
     D, C = cfg.D, cfg.C
     gamma = state.gamma - lr_A / (D * (C - 1)) * d_gamma if C > 1 else state.gamma
-    return ReducedState(state.alpha - lr * d_alpha, gamma, state.rho - lr_A / (D * (D - C)) * d_rho,
-                        state.p * (1 - 2 * lr * d_p) ** 2)
+    return ReducedState(
+        state.alpha - lr * d_alpha,
+        gamma,
+        state.rho - lr_A / (D * (D - C)) * d_rho,
+        state.p * (1 - 2 * lr * d_p) ** 2,
+    )
 
 
 def reduced_trajectory(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A, steps: int):
@@ -93,8 +100,9 @@ def _trajectory(state: ReducedState, cfg: TheoryConfig, a, lr, lr_A, steps: int)
         new = reduced_step(s, cfg, a, lr, lr_A)
         return new, (new, risk)
 
-    _, (states, risks) = jax.lax.scan(body, ReducedState(*(jnp.asarray(x) for x in state)), None,
-                                      length=steps)
+    _, (states, risks) = jax.lax.scan(
+        body, ReducedState(*(jnp.asarray(x) for x in state)), None, length=steps
+    )
     return states, risks
 
 
@@ -116,15 +124,29 @@ def alpha_drift_split(alpha, gamma, rho, cfg: TheoryConfig, a) -> dict:
     full_set = others[..., full].sum(-1) > 0  # (n_blocks, block)
 
     def pattern_sums(alpha):
-        coef = multiset.attention_coefficients(*(jnp.asarray(x, jnp.float32) for x in (a, gamma, rho)), cfg)
+        coef = multiset.attention_coefficients(
+            *(jnp.asarray(x, jnp.float32) for x in (a, gamma, rho)), cfg
+        )
         T, qs = multiset.per_set_terms(alpha, coef, cfg, tables)
-        sums = jnp.einsum("nbk,nkj->nbj", jnp.asarray(tables.mult, jnp.float32), T[:, tables.s_index, :].transpose(1, 0, 2))
-        loss = pattern_loss.expected_loss(tuple(sums[..., i] for i in range(N_TERMS)), qs, jnp.float32(0.0))
+        sums = jnp.einsum(
+            "nbk,nkj->nbj",
+            jnp.asarray(tables.mult, jnp.float32),
+            T[:, tables.s_index, :].transpose(1, 0, 2),
+        )
+        loss = pattern_loss.expected_loss(
+            tuple(sums[..., i] for i in range(N_TERMS)), qs, jnp.float32(0.0)
+        )
         return loss, sums[..., 0]  # and F (y = +1)
 
     (_, margin), (d_loss, _) = jax.jvp(pattern_sums, (jnp.float32(alpha),), (jnp.float32(1.0),))
-    drift = -np.asarray(tables.weight * d_loss)  # -dR/dalpha, pattern by pattern (padding has weight 0)
+    drift = -np.asarray(
+        tables.weight * d_loss
+    )  # -dR/dalpha, pattern by pattern (padding has weight 0)
     wrong = np.asarray(margin) <= 0
-    return {"misclassified": float(drift[wrong].sum()), "classified": float(drift[~wrong].sum()),
-            "total": float(drift.sum()), "misclassified_mass": float(tables.weight[wrong].sum()),
-            "full_set_mass": float(tables.weight[full_set].sum())}
+    return {
+        "misclassified": float(drift[wrong].sum()),
+        "classified": float(drift[~wrong].sum()),
+        "total": float(drift.sum()),
+        "misclassified_mass": float(tables.weight[wrong].sum()),
+        "full_set_mass": float(tables.weight[full_set].sum()),
+    }

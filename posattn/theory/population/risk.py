@@ -18,6 +18,7 @@ The Gaussian part is a second-order heat expansion in t (`posattn.theory.populat
 v_perp = 0, O(t^3) otherwise, and a function of ||v_perp||^2 so that the gradient along v_perp vanishes
 at 0.
 """
+
 import functools
 
 import jax
@@ -26,7 +27,11 @@ import numpy as np
 from posattn.errors import ConfigError
 from posattn.theory.config import POPULATION_METHODS, TheoryConfig
 from posattn.theory.data import Task
-from posattn.theory.population.general import MAX_GENERAL_PATTERNS, general_pattern_count, general_risk
+from posattn.theory.population.general import (
+    MAX_GENERAL_PATTERNS,
+    general_pattern_count,
+    general_risk,
+)
 from posattn.theory.population.multiset import multiset_risk, n_multisets, three_value_form
 
 MAX_MULTISETS = 2_000_000  # multiset path: ~1 GB of tables (the paper preset, D=36, C=4: 319,770)
@@ -38,17 +43,23 @@ def check_config(cfg: TheoryConfig, method: str) -> None:
     if method not in POPULATION_METHODS:
         raise ConfigError(f"population_method={method!r}: choose one of {POPULATION_METHODS}")
     if cfg.dataset != "structured":
-        raise ConfigError(f"risk='population_exact' needs dataset='structured' (Assumption 1); "
-                          f"dataset={cfg.dataset!r} has no exact population risk here")
+        raise ConfigError(
+            f"risk='population_exact' needs dataset='structured' (Assumption 1); "
+            f"dataset={cfg.dataset!r} has no exact population risk here"
+        )
     if method == "multiset" and n_multisets(cfg.C, cfg.L) > MAX_MULTISETS:
-        raise ConfigError(f"risk='population_exact' at D={cfg.D}, C={cfg.C} sums over "
-                          f"{n_multisets(cfg.C, cfg.L):,} multisets, more than the {MAX_MULTISETS:,} that "
-                          f"fit in memory; use fewer sets L = D / C, or risk='population_mc'")
+        raise ConfigError(
+            f"risk='population_exact' at D={cfg.D}, C={cfg.C} sums over "
+            f"{n_multisets(cfg.C, cfg.L):,} multisets, more than the {MAX_MULTISETS:,} that "
+            f"fit in memory; use fewer sets L = D / C, or risk='population_mc'"
+        )
     if method == "general" and general_pattern_count(cfg) > MAX_GENERAL_PATTERNS:
-        raise ConfigError(f"population_method='general' at D={cfg.D}, C={cfg.C} needs L*3^(D-C) = "
-                          f"{general_pattern_count(cfg):.3g} patterns (limit {MAX_GENERAL_PATTERNS}); use "
-                          f"population_method='multiset' with a three-value A (e.g. A = a0 I), a smaller "
-                          f"D - C, or risk='population_mc'")
+        raise ConfigError(
+            f"population_method='general' at D={cfg.D}, C={cfg.C} needs L*3^(D-C) = "
+            f"{general_pattern_count(cfg):.3g} patterns (limit {MAX_GENERAL_PATTERNS}); use "
+            f"population_method='multiset' with a three-value A (e.g. A = a0 I), a smaller "
+            f"D - C, or risk='population_mc'"
+        )
 
 
 def three_value_deviation(A, sets) -> tuple[float, float]:
@@ -62,7 +73,9 @@ def three_value_deviation(A, sets) -> tuple[float, float]:
     eye = np.eye(A.shape[0], dtype=bool)
     within, across = same & ~eye, ~same
     rho = A[across].mean()
-    fit = np.where(eye, A[eye].mean(), np.where(within, A[within].mean() if within.any() else rho, rho))
+    fit = np.where(
+        eye, A[eye].mean(), np.where(within, A[within].mean() if within.any() else rho, rho)
+    )
     tol = 64 * np.finfo(np.result_type(A.dtype, np.float32)).eps * (1 + np.abs(A).max())
     return float(np.abs(A - fit).max()), float(tol)
 
@@ -81,7 +94,8 @@ def choose_method(params, cfg: TheoryConfig, task: Task) -> str:
         f"{general_pattern_count(cfg):.3g} patterns (limit {MAX_GENERAL_PATTERNS}); use a three-value A "
         f"(constant diagonal, within-set and across-set entries, e.g. A = a0 I; the multiset path covers "
         f"D={cfg.D} with {n_multisets(cfg.C, cfg.L)} multisets), a smaller D - C, or "
-        f"risk='population_mc'")
+        f"risk='population_mc'"
+    )
 
 
 def check_start(params, cfg: TheoryConfig, task: Task, method: str) -> None:
@@ -93,7 +107,8 @@ def check_start(params, cfg: TheoryConfig, task: Task, method: str) -> None:
             raise ConfigError(
                 f"population_method='multiset' reads A through its three means, but A is not "
                 f"three-valued (an entry is {dev:.3g} from the three-value form): start from A = a0 I, "
-                f"or use population_method='general' (D - C small), or risk='population_mc'")
+                f"or use population_method='general' (D - C small), or risk='population_mc'"
+            )
 
 
 def value_statistics(v: jax.Array, w_star: jax.Array, cfg: TheoryConfig):

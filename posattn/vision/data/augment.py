@@ -12,6 +12,7 @@ global magnitude M in 0..10 (level M / 10 scales each op's strength from none to
 the signed ops drawn at random). Mixup follows Zhang et al. 2018: one lambda ~ Beta(alpha, alpha) per
 batch, each example mixed with its mirror in the batch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,12 +25,12 @@ from jax.scipy.ndimage import map_coordinates
 from posattn.errors import ConfigError, check_field_types
 
 # Strength of each op at level 1 (magnitude 10), the ranges of the RandAugment paper / timm.
-_MAX_ENHANCE = 0.9        # brightness, contrast, sharpness: blend factor 1 +- 0.9
-_MAX_TRANSLATE = 0.45     # fraction of the image side
+_MAX_ENHANCE = 0.9  # brightness, contrast, sharpness: blend factor 1 +- 0.9
+_MAX_TRANSLATE = 0.45  # fraction of the image side
 _MAX_SHEAR = 0.3
 _MAX_ROTATE_DEG = 30.0
-_MAX_POSTERIZE_BITS = 4   # bits dropped: keep 8 .. 4 bits
-_FILL = 128.0             # value of pixels that geometric ops bring in from outside the image
+_MAX_POSTERIZE_BITS = 4  # bits dropped: keep 8 .. 4 bits
+_FILL = 128.0  # value of pixels that geometric ops bring in from outside the image
 
 
 def _normalise(x_xHxWxC_255, info):
@@ -44,6 +45,7 @@ def preprocess_eval(images_BxHxWxC, info):
 
 
 # ------------------------------------------------------------------------------ crop and flip
+
 
 def random_crop(key, image_HxWxC, padding: int):
     """A random H x W window of the image zero-padded by `padding` pixels on every side."""
@@ -62,6 +64,7 @@ def random_flip(key, image_HxWxC):
 
 # ------------------------------------------------------------------------------ RandAugment ops
 # Each op maps (key, image_HxWxC float on [0, 255], level in [0, 1]) to an image on [0, 255].
+
 
 def _signed(key, value):
     return jnp.where(jax.random.bernoulli(key), value, -value)
@@ -95,7 +98,7 @@ def sharpness(key, image, level):
     """Blend with the image smoothed by PIL's 3x3 kernel [[1,1,1],[1,5,1],[1,1,1]]/13 (borders kept)."""
     h, w, _ = image.shape
     # the 3x3 stencil as nine shifted slices: far cheaper than a vmapped convolution on CPU
-    window_sum = sum(image[dy:h - 2 + dy, dx:w - 2 + dx] for dy in range(3) for dx in range(3))
+    window_sum = sum(image[dy : h - 2 + dy, dx : w - 2 + dx] for dy in range(3) for dx in range(3))
     smooth = image.at[1:-1, 1:-1].set((window_sum + 4.0 * image[1:-1, 1:-1]) / 13.0)
     return _blend(smooth, image, 1.0 + _signed(key, _MAX_ENHANCE * level))
 
@@ -117,9 +120,13 @@ def _affine(image_HxWxC, matrix_2x2, offset_2):
     """Output pixel (y, x) samples the input at matrix @ ((y, x) - centre) + centre + offset (bilinear)."""
     h, w, _ = image_HxWxC.shape
     centre = jnp.array([(h - 1) / 2.0, (w - 1) / 2.0])
-    yx_2xHxW = jnp.stack(jnp.meshgrid(jnp.arange(h), jnp.arange(w), indexing="ij")).astype(jnp.float32)
-    src_2xHxW = (jnp.einsum("ij,jhw->ihw", matrix_2x2, yx_2xHxW - centre[:, None, None])
-                 + (centre + offset_2)[:, None, None])
+    yx_2xHxW = jnp.stack(jnp.meshgrid(jnp.arange(h), jnp.arange(w), indexing="ij")).astype(
+        jnp.float32
+    )
+    src_2xHxW = (
+        jnp.einsum("ij,jhw->ihw", matrix_2x2, yx_2xHxW - centre[:, None, None])
+        + (centre + offset_2)[:, None, None]
+    )
     sample = lambda ch: map_coordinates(ch, list(src_2xHxW), order=1, mode="constant", cval=_FILL)
     return jax.vmap(sample, in_axes=-1, out_axes=-1)(image_HxWxC)
 
@@ -127,6 +134,7 @@ def _affine(image_HxWxC, matrix_2x2, offset_2):
 # The geometric ops are affine maps (matrix, offset) of the sampling grid. RandAugment picks the map
 # first and resamples once, so a batch (where vmap turns the per-example choice into a select over all
 # branches) pays for one bilinear gather per layer instead of one per geometric op.
+
 
 def _translate_x_map(key, level, h, w):
     return jnp.eye(2), jnp.stack([0.0, _signed(key, _MAX_TRANSLATE * level * w)])
@@ -159,7 +167,7 @@ def _geometric_op(affine_map):
     def op(key, image, level):
         return _affine(image, *affine_map(key, level, *image.shape[:2]))
 
-    op.__name__ = affine_map.__name__[1:-len("_map")]
+    op.__name__ = affine_map.__name__[1 : -len("_map")]
     return op
 
 
@@ -193,6 +201,7 @@ def rand_augment(key, image_HxWxC, layers: int, magnitude: float):
 
 # ------------------------------------------------------------------------------ the pipeline
 
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """The training augmentation of a run, checked once, at construction.
@@ -211,12 +220,16 @@ class Settings:
     def __post_init__(self):
         check_field_types(self)
         if self.crop_padding < 0 or self.randaugment_layers < 0 or self.mixup_alpha < 0:
-            raise ConfigError(f"augment.crop_padding ({self.crop_padding}), augment.randaugment_layers "
-                              f"({self.randaugment_layers}) and augment.mixup_alpha ({self.mixup_alpha}) "
-                              "must be non-negative")
+            raise ConfigError(
+                f"augment.crop_padding ({self.crop_padding}), augment.randaugment_layers "
+                f"({self.randaugment_layers}) and augment.mixup_alpha ({self.mixup_alpha}) "
+                "must be non-negative"
+            )
         if self.randaugment_layers and not 0 <= self.randaugment_magnitude <= 10:
-            raise ConfigError(f"augment.randaugment_magnitude must lie in [0, 10], got "
-                              f"{self.randaugment_magnitude}")
+            raise ConfigError(
+                f"augment.randaugment_magnitude must lie in [0, 10], got "
+                f"{self.randaugment_magnitude}"
+            )
 
     @classmethod
     def from_config(cls, aug_cfg) -> "Settings":
@@ -226,6 +239,7 @@ class Settings:
 
 def augment(key, images_uint8_BxHxWxC, settings: Settings, info):
     """Training augmentation of a uint8 batch -> float32 normalised images, one key per example."""
+
     def one(key_i, image_HxWxC):
         crop_key, flip_key, ra_key = jax.random.split(key_i, 3)
         x = random_crop(crop_key, image_HxWxC.astype(jnp.float32), settings.crop_padding)

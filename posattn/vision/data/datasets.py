@@ -20,6 +20,7 @@ ones it used (run.json). Every dataset also says whether a horizontal flip keeps
 (`FLIP_PRESERVES_LABEL`: what `augment.flip` "auto" applies) and on which scale its images were given
 (`PIXEL_SCALES`: what a loaded run's preprocessing takes).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,7 +30,8 @@ from typing import Callable, Protocol
 import numpy as np
 
 from posattn.errors import ConfigError
-from posattn.vision.data import idx, split as split_lib, token_grid
+from posattn.vision.data import idx, token_grid
+from posattn.vision.data import split as split_lib
 from posattn.vision.data.split import Split, resize_and_center_crop  # noqa: F401 (the public names)
 
 
@@ -83,14 +85,18 @@ class InMemoryDataset:
     load: Callable[[str], tuple[np.ndarray, np.ndarray]]
     stats: tuple | None = None
     flip_preserves_label: bool | None = None
-    pixels: str = "uint8"  # PIXEL_SCALES: the scale its images were given on (stored as uint8 alike)
+    pixels: str = (
+        "uint8"  # PIXEL_SCALES: the scale its images were given on (stored as uint8 alike)
+    )
 
     def sizes(self) -> tuple[int, int]:
         return len(self.load("train")[1]), len(self.load("test")[1])
 
     def open_split(self, split: str, image_size: int) -> Split:
         images, labels = self.load(split)
-        return split_lib.in_memory(split_lib.resized(images, image_size or self.native_shape[0]), labels)
+        return split_lib.in_memory(
+            split_lib.resized(images, image_size or self.native_shape[0]), labels
+        )
 
 
 class Family(Protocol):
@@ -116,12 +122,15 @@ class Family(Protocol):
 # 2,000 test grids; "cifar10_grid/R": the same of CIFAR-10 (cat and dog, where CIFAR-10 is prepared; not
 # yet run on it) (docs/decisions.md, "Composite grids").
 FAMILIES: dict[str, Family] = {
-    "digit_grid": token_grid.TokenGridFamily("digit_grid", base="digits", discriminative=(3, 8),
-                                             num_train=500, num_test=2_000),
-    "fashion_grid": token_grid.TokenGridFamily("fashion_grid", base="fashion_mnist", discriminative=(0, 6),
-                                               num_train=2_000, num_test=2_000),
-    "cifar10_grid": token_grid.TokenGridFamily("cifar10_grid", base="cifar10", discriminative=(3, 5),
-                                               num_train=10_000, num_test=2_000),
+    "digit_grid": token_grid.TokenGridFamily(
+        "digit_grid", base="digits", discriminative=(3, 8), num_train=500, num_test=2_000
+    ),
+    "fashion_grid": token_grid.TokenGridFamily(
+        "fashion_grid", base="fashion_mnist", discriminative=(0, 6), num_train=2_000, num_test=2_000
+    ),
+    "cifar10_grid": token_grid.TokenGridFamily(
+        "cifar10_grid", base="cifar10", discriminative=(3, 5), num_train=10_000, num_test=2_000
+    ),
 }
 
 # Per-channel statistics of the training sets on the [0, 1] scale: the usual published constants (the
@@ -139,8 +148,15 @@ SPLITS = ("train", "test")
 # Digits are not mirror-symmetric (a mirrored 2 or 7 is no digit, SVHN's house numbers alike); clothing,
 # objects and animals are mirror-symmetric as classes. A dataset not listed is unknown: no flip unless
 # the config says so. The token-grid families declare False (a mirror moves the slots).
-FLIP_PRESERVES_LABEL = {"digits": False, "mnist": False, "svhn_cropped": False, "fashion_mnist": True,
-                        "cifar10": True, "cifar100": True, "imagenet2012": True}
+FLIP_PRESERVES_LABEL = {
+    "digits": False,
+    "mnist": False,
+    "svhn_cropped": False,
+    "fashion_mnist": True,
+    "cifar10": True,
+    "cifar100": True,
+    "imagenet2012": True,
+}
 # The scales images are given on: "uint8" pixels 0..255 (every named dataset), "float" floats in [0, 1]
 # (`arrays.from_arrays` of float arrays); both are held as uint8 levels, round(255 x) for floats.
 PIXEL_SCALES = {"uint8": "uint8 pixels 0..255", "float": "float pixels in [0, 1]"}
@@ -167,16 +183,27 @@ def _digits_arrays() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     images = np.round(digits.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
     labels = digits.target.astype(np.int32)
     train_idx, test_idx = train_test_split(
-        np.arange(len(labels)), test_size=_DIGITS_TEST_FRACTION, stratify=labels,
-        random_state=_DIGITS_SPLIT_SEED)
-    out = {"train": (images[train_idx], labels[train_idx]), "test": (images[test_idx], labels[test_idx])}
+        np.arange(len(labels)),
+        test_size=_DIGITS_TEST_FRACTION,
+        stratify=labels,
+        random_state=_DIGITS_SPLIT_SEED,
+    )
+    out = {
+        "train": (images[train_idx], labels[train_idx]),
+        "test": (images[test_idx], labels[test_idx]),
+    }
     for array in (a for pair in out.values() for a in pair):
         array.setflags(write=False)
     return out
 
 
-DIGITS = InMemoryDataset("digits", 10, (8, 8, 1), lambda split: _digits_arrays()[split],
-                         flip_preserves_label=FLIP_PRESERVES_LABEL["digits"])
+DIGITS = InMemoryDataset(
+    "digits",
+    10,
+    (8, 8, 1),
+    lambda split: _digits_arrays()[split],
+    flip_preserves_label=FLIP_PRESERVES_LABEL["digits"],
+)
 
 
 def flip_preserves_label(dataset: Dataset) -> bool | None:
@@ -201,13 +228,24 @@ def _idx_or_tfds(name: str, data_dir: str | None, idx_dir: str | None) -> Datase
 
     spec, directory = idx.IDX_DATASETS[name], idx.directory(name, idx_dir)
     if idx.present(name, directory):
-        return InMemoryDataset(name, spec.num_classes, spec.image_shape,
-                               functools.partial(idx.arrays, name, directory), KNOWN_STATS.get(name),
-                               FLIP_PRESERVES_LABEL.get(name))
+        return InMemoryDataset(
+            name,
+            spec.num_classes,
+            spec.image_shape,
+            functools.partial(idx.arrays, name, directory),
+            KNOWN_STATS.get(name),
+            FLIP_PRESERVES_LABEL.get(name),
+        )
     return tfds_datasets.dataset(
-        name, data_dir, stats=KNOWN_STATS.get(name), flip_preserves_label=FLIP_PRESERVES_LABEL.get(name),
-        other_source=(f"its IDX files are not in {directory} either (install them with `{spec.install}`, "
-                      f"or point --config.idx_dir or ${spec.env} at them); or "))
+        name,
+        data_dir,
+        stats=KNOWN_STATS.get(name),
+        flip_preserves_label=FLIP_PRESERVES_LABEL.get(name),
+        other_source=(
+            f"its IDX files are not in {directory} either (install them with `{spec.install}`, "
+            f"or point --config.idx_dir or ${spec.env} at them); or "
+        ),
+    )
 
 
 def get(name: str, *, data_dir: str | None = None, idx_dir: str | None = None) -> Dataset:
@@ -223,24 +261,37 @@ def get(name: str, *, data_dir: str | None = None, idx_dir: str | None = None) -
         fam.check(name)
         base = get(fam.base, data_dir=data_dir)
         # the base's known statistics, so that a model pre-trained on the base sees its inputs alike
-        return InMemoryDataset(name, fam.num_classes(name), fam.image_shape(name, base),
-                               functools.partial(family_arrays, name, data_dir=data_dir), base.stats,
-                               flip_preserves_label=False)  # a mirrored grid moves its slots
+        return InMemoryDataset(
+            name,
+            fam.num_classes(name),
+            fam.image_shape(name, base),
+            functools.partial(family_arrays, name, data_dir=data_dir),
+            base.stats,
+            flip_preserves_label=False,
+        )  # a mirrored grid moves its slots
     if name in idx.IDX_DATASETS:
         return _idx_or_tfds(name, data_dir, idx_dir)
     from posattn.vision.data import tfds_datasets
 
-    found = tfds_datasets.dataset(name, data_dir, stats=KNOWN_STATS.get(name),
-                                  flip_preserves_label=FLIP_PRESERVES_LABEL.get(name))
+    found = tfds_datasets.dataset(
+        name,
+        data_dir,
+        stats=KNOWN_STATS.get(name),
+        flip_preserves_label=FLIP_PRESERVES_LABEL.get(name),
+    )
     if found is None:
-        raise ConfigError(f"unknown dataset {name!r}: expected one of {', '.join(local_names())}, or the name "
-                          "of a tfds image-classification dataset (e.g. cifar10, mnist); a dataset of your "
-                          "own arrays is made by posattn.vision.data.arrays.from_arrays and passed as dataset=")
+        raise ConfigError(
+            f"unknown dataset {name!r}: expected one of {', '.join(local_names())}, or the name "
+            "of a tfds image-classification dataset (e.g. cifar10, mnist); a dataset of your "
+            "own arrays is made by posattn.vision.data.arrays.from_arrays and passed as dataset="
+        )
     return found
 
 
 @functools.cache
-def family_arrays(name: str, split: str, data_dir: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+def family_arrays(
+    name: str, split: str, data_dir: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """A split of the family dataset `name` (`Family.arrays` on its base), made once per process."""
     fam = family(name)
     return fam.arrays(name, split, get(fam.base, data_dir=data_dir))
@@ -255,11 +306,15 @@ def check_split(split: str) -> None:
 def shape_at(dataset: Dataset, image_size: int = 0) -> tuple[int, int, int]:
     """(H, W, C) of the images of `dataset` read at `image_size` (0: native); needs no data."""
     if image_size < 0:
-        raise ConfigError(f"image_size must be 0 (native) or a positive side length, got {image_size}")
+        raise ConfigError(
+            f"image_size must be 0 (native) or a positive side length, got {image_size}"
+        )
     side, _, channels = dataset.native_shape
     if not image_size and side is None:
-        raise ConfigError(f"dataset {dataset.name} has images of varying size: set --config.image_size to "
-                          "the side they are resized and centre-cropped to (e.g. 64)")
+        raise ConfigError(
+            f"dataset {dataset.name} has images of varying size: set --config.image_size to "
+            "the side they are resized and centre-cropped to (e.g. 64)"
+        )
     return (image_size or side,) * 2 + (channels,)
 
 
@@ -276,35 +331,51 @@ def check_stats(mean, std, channels: int, fields=("channel_mean", "channel_std")
         except (TypeError, ValueError):
             v = np.full(1, np.nan)
         if v.shape != (channels,) or not np.isfinite(v).all() or (positive and (v <= 0).any()):
-            raise ConfigError(f"{field}={values!r} must be {channels} finite{' positive' if positive else ''} "
-                              f"number(s), one per channel on the [0, 1] pixel scale (set both {fields[0]} and "
-                              f"{fields[1]}, or neither to use the dataset's)")
+            raise ConfigError(
+                f"{field}={values!r} must be {channels} finite{' positive' if positive else ''} "
+                f"number(s), one per channel on the [0, 1] pixel scale (set both {fields[0]} and "
+                f"{fields[1]}, or neither to use the dataset's)"
+            )
         # pixels in [0, 1] have a mean in [0, 1] and a std of at most 1/2 (1 allowed: "no scaling"); a
         # larger number is a statistic of the 0-255 scale, which would leave the inputs near-constant
         if (v < 0).any() or (v > 1).any():
-            raise ConfigError(f"{field}={values!r} lies outside [0, 1]: the statistics are on the [0, 1] "
-                              "pixel scale (divide statistics of 0..255 pixels by 255)")
+            raise ConfigError(
+                f"{field}={values!r} lies outside [0, 1]: the statistics are on the [0, 1] "
+                "pixel scale (divide statistics of 0..255 pixels by 255)"
+            )
         out.append(tuple(float(a) for a in v))
     return tuple(out)
 
 
-def describe(dataset: Dataset, image_size: int = 0, *, stats=None,
-             train: Callable[[], Split] | None = None) -> DatasetInfo:
+def describe(
+    dataset: Dataset, image_size: int = 0, *, stats=None, train: Callable[[], Split] | None = None
+) -> DatasetInfo:
     """The `DatasetInfo` of `dataset` read at `image_size`: statistics `stats` if given, else the known
     ones, else computed from the training split (`train()`, by default opened here)."""
     num_train, num_test = dataset.sizes()
-    stats = stats or dataset.stats or split_lib.channel_stats(
-        train() if train else dataset.open_split("train", image_size))
-    return DatasetInfo(name=dataset.name, num_classes=dataset.num_classes,
-                       image_shape=shape_at(dataset, image_size), num_train=num_train, num_test=num_test,
-                       mean=tuple(stats[0]), std=tuple(stats[1]), pixels=pixel_scale(dataset))
+    stats = (
+        stats
+        or dataset.stats
+        or split_lib.channel_stats(train() if train else dataset.open_split("train", image_size))
+    )
+    return DatasetInfo(
+        name=dataset.name,
+        num_classes=dataset.num_classes,
+        image_shape=shape_at(dataset, image_size),
+        num_train=num_train,
+        num_test=num_test,
+        mean=tuple(stats[0]),
+        std=tuple(stats[1]),
+        pixels=pixel_scale(dataset),
+    )
 
 
 # ------------------------------------------------------------------ the same, by name
 
 
-def dataset_info(name: str, data_dir: str | None = None, image_size: int = 0, *,
-                 idx_dir: str | None = None) -> DatasetInfo:
+def dataset_info(
+    name: str, data_dir: str | None = None, image_size: int = 0, *, idx_dir: str | None = None
+) -> DatasetInfo:
     """Classes, image shape, split sizes and channel statistics of `name` read at `image_size`.
 
     Raises ConfigError for an unknown dataset or one that is not prepared.
@@ -312,8 +383,14 @@ def dataset_info(name: str, data_dir: str | None = None, image_size: int = 0, *,
     return describe(get(name, data_dir=data_dir, idx_dir=idx_dir), image_size)
 
 
-def open_split(name: str, split: str, *, data_dir: str | None = None, image_size: int = 0,
-               idx_dir: str | None = None) -> Split:
+def open_split(
+    name: str,
+    split: str,
+    *,
+    data_dir: str | None = None,
+    image_size: int = 0,
+    idx_dir: str | None = None,
+) -> Split:
     """Open `split` ("train" | "test") of `name` for random access, images image_size x image_size.
 
     image_size 0 keeps the native size. Resizing is shorter side to image_size then a central crop,

@@ -10,6 +10,7 @@ so both sources hold the same examples with the same labels (in another order: t
 An IDX file is a big-endian header (two zero bytes, a type code, the number of dimensions, one uint32
 per dimension) followed by the array, row-major (http://yann.lecun.com/exdb/mnist/).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,14 +35,18 @@ def read_idx(path: str) -> np.ndarray:
     except (OSError, EOFError) as e:  # a gzip file cut short raises EOFError
         raise ConfigError(f"cannot read IDX file {path}: {e}") from e
     if len(data) < 4 or data[:2] != b"\0\0" or data[2] not in _DTYPES:
-        raise ConfigError(f"{path} is not an IDX file (it does not start with 0x0000 and a type code)")
+        raise ConfigError(
+            f"{path} is not an IDX file (it does not start with 0x0000 and a type code)"
+        )
     ndim = data[3]
     header = 4 + 4 * ndim
-    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
     dtype = np.dtype(_DTYPES[data[2]])
     if len(data) != header + dtype.itemsize * int(np.prod(shape)):
-        raise ConfigError(f"IDX file {path} holds {len(data) - header} bytes of data, its header "
-                          f"{shape} of {dtype} needs {dtype.itemsize * int(np.prod(shape))}")
+        raise ConfigError(
+            f"IDX file {path} holds {len(data) - header} bytes of data, its header "
+            f"{shape} of {dtype} needs {dtype.itemsize * int(np.prod(shape))}"
+        )
     return np.frombuffer(data, dtype, offset=header).reshape(shape)
 
 
@@ -57,12 +62,20 @@ class IdxSpec:
     install: str  # the command that installs the files in default_dir
 
 
-_MNIST_FILES = {"train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-                "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")}
+_MNIST_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
 # tfds name -> its IDX files. Adding a dataset of the MNIST family is one line.
 IDX_DATASETS = {
-    "fashion_mnist": IdxSpec(10, (28, 28, 1), _MNIST_FILES, "/usr/share/datasets/fashion-mnist",
-                             "POSATTN_FASHION_MNIST_DIR", "apt-get install dataset-fashion-mnist"),
+    "fashion_mnist": IdxSpec(
+        10,
+        (28, 28, 1),
+        _MNIST_FILES,
+        "/usr/share/datasets/fashion-mnist",
+        "POSATTN_FASHION_MNIST_DIR",
+        "apt-get install dataset-fashion-mnist",
+    ),
 }
 
 
@@ -75,8 +88,11 @@ def directory(name: str, idx_dir: str | None = None) -> str:
 
 def present(name: str, directory_: str) -> bool:
     """Whether `directory_` holds all the IDX files of `name`."""
-    return all(os.path.isfile(os.path.join(directory_, f)) for pair in IDX_DATASETS[name].files.values()
-               for f in pair)
+    return all(
+        os.path.isfile(os.path.join(directory_, f))
+        for pair in IDX_DATASETS[name].files.values()
+        for f in pair
+    )
 
 
 def arrays(name: str, directory_: str, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -91,10 +107,18 @@ def _arrays(name: str, directory_: str, split: str) -> tuple[np.ndarray, np.ndar
     image_file, label_file = (os.path.join(directory_, f) for f in spec.files[split])
     images, labels = read_idx(image_file), read_idx(label_file)
     if images.dtype != np.uint8 or images.shape[1:] != spec.image_shape[:2]:
-        raise ConfigError(f"{image_file} holds {images.dtype} images of shape {images.shape[1:]}; "
-                          f"{name} has uint8 images of {spec.image_shape[0]} x {spec.image_shape[1]}")
-    if labels.shape != images.shape[:1] or labels.min(initial=0) < 0 or labels.max(initial=0) >= spec.num_classes:
-        raise ConfigError(f"{label_file} does not hold {len(images)} labels in [0, {spec.num_classes})")
+        raise ConfigError(
+            f"{image_file} holds {images.dtype} images of shape {images.shape[1:]}; "
+            f"{name} has uint8 images of {spec.image_shape[0]} x {spec.image_shape[1]}"
+        )
+    if (
+        labels.shape != images.shape[:1]
+        or labels.min(initial=0) < 0
+        or labels.max(initial=0) >= spec.num_classes
+    ):
+        raise ConfigError(
+            f"{label_file} does not hold {len(images)} labels in [0, {spec.num_classes})"
+        )
     images, labels = images.reshape(-1, *spec.image_shape), labels.astype(np.int32)
     for a in (images, labels):
         a.setflags(write=False)

@@ -4,6 +4,7 @@ shuffled by one fixed random permutation (the same for every image and every see
 `BlockPermutation` is the permutation a config asks for, built once per run; `permute_blocks` applies a
 permutation and `unpermute_blocks` undoes it, on numpy and jax arrays alike.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,8 +21,10 @@ def block_permutation(image_hw: tuple[int, int], g: int, seed: int) -> np.ndarra
     """
     h, w = image_hw
     if g <= 0 or h % g or w % g:
-        raise ConfigError(f"permute_block={g} must be a positive divisor of the image sides {h} and {w} "
-                          "(or 0 for no permutation)")
+        raise ConfigError(
+            f"permute_block={g} must be a positive divisor of the image sides {h} and {w} "
+            "(or 0 for no permutation)"
+        )
     return np.random.default_rng(seed).permutation((h // g) * (w // g))
 
 

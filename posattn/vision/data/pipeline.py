@@ -14,6 +14,7 @@ Training images are yielded natural: a permuted run (JSL22 Figure 5) permutes th
 train step, after augmentation (`posattn.vision.setup.Setup.training_inputs`), so crops and flips act
 on the natural image. Evaluation images are permuted here, by the `permute` the caller passes.
 """
+
 from __future__ import annotations
 
 import functools
@@ -56,12 +57,21 @@ def _processes(process_index, process_count) -> tuple[int, int]:
 
 def _local_size(size: int, field: str, count: int) -> int:
     if size <= 0 or size % count:
-        raise ConfigError(f"{field}={size} must be a positive multiple of the process count {count}")
+        raise ConfigError(
+            f"{field}={size} must be a positive multiple of the process count {count}"
+        )
     return size // count
 
 
-def train_batches(split: Split, *, seed: int, global_batch_size: int, start_step: int = 0,
-                  process_index: int | None = None, process_count: int | None = None) -> Iterator[dict]:
+def train_batches(
+    split: Split,
+    *,
+    seed: int,
+    global_batch_size: int,
+    start_step: int = 0,
+    process_index: int | None = None,
+    process_count: int | None = None,
+) -> Iterator[dict]:
     """Endless `{"image": uint8 (B_local, H, W, C), "label": int32 (B_local,)}`, from step `start_step`.
 
     B_local = global_batch_size / process_count; this process's rows of the global batch of each step.
@@ -88,8 +98,14 @@ def num_eval_batches(num_examples: int, eval_batch_size: int) -> int:
     return math.ceil(num_examples / eval_batch_size)
 
 
-def eval_batches(split: Split, *, eval_batch_size: int, permute: Callable = lambda images: images,
-                 process_index: int | None = None, process_count: int | None = None) -> Iterator[dict]:
+def eval_batches(
+    split: Split,
+    *,
+    eval_batch_size: int,
+    permute: Callable = lambda images: images,
+    process_index: int | None = None,
+    process_count: int | None = None,
+) -> Iterator[dict]:
     """Finite `{"image", "label", "mask"}` batches of B_local = eval_batch_size / process_count rows.
 
     Over all processes and batches every example of `split` appears exactly once with mask True; padding

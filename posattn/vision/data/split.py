@@ -5,6 +5,7 @@ A `Split` is its size, its image shape and `read(indices_N) -> (images_NxHxWxC u
 An in-memory split indexes one uint8 array; a split too large for memory decodes the examples it is asked
 for (`posattn.vision.data.tfds_datasets`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -42,8 +43,11 @@ def in_memory(images_NxHxWxC: np.ndarray, labels_N: np.ndarray) -> Split:
 def subset(split: Split, indices_M: np.ndarray) -> Split:
     """The examples `indices_M` of `split`, as a split of their own (example i reads `indices_M[i]`)."""
     indices_M = np.asarray(indices_M, dtype=np.int64)
-    return Split(num_examples=len(indices_M), image_shape=split.image_shape,
-                 read=lambda indices: split.read(indices_M[np.asarray(indices, dtype=np.int64)]))
+    return Split(
+        num_examples=len(indices_M),
+        image_shape=split.image_shape,
+        read=lambda indices: split.read(indices_M[np.asarray(indices, dtype=np.int64)]),
+    )
 
 
 def validation_indices(num_train: int, num_validation: int) -> np.ndarray:
@@ -51,8 +55,10 @@ def validation_indices(num_train: int, num_validation: int) -> np.ndarray:
     sorted, drawn with a constant seed so that every run of a dataset (any config.seed) holds out the
     same examples; ConfigError unless 0 < num_validation < num_train."""
     if not 0 < num_validation < num_train:
-        raise ConfigError(f"validation_examples={num_validation} must lie between 1 and the training split's "
-                          f"{num_train - 1} (0 holds out none)")
+        raise ConfigError(
+            f"validation_examples={num_validation} must lie between 1 and the training split's "
+            f"{num_train - 1} (0 holds out none)"
+        )
     return np.sort(np.random.default_rng(VALIDATION_SEED).permutation(num_train)[:num_validation])
 
 
@@ -72,8 +78,10 @@ def resize_and_center_crop(image_HxWxC: np.ndarray, size: int) -> np.ndarray:
         x = image_HxWxC
         floats = np.issubdtype(x.dtype, np.floating) and np.isfinite(x).all()
         if not (floats and 0 <= x.min() <= x.max() <= 1):
-            raise ConfigError(f"an image of dtype {x.dtype} with values in [{x.min()}, {x.max()}]: resize "
-                              "uint8 pixels 0..255 or floats in [0, 1]")
+            raise ConfigError(
+                f"an image of dtype {x.dtype} with values in [{x.min()}, {x.max()}]: resize "
+                "uint8 pixels 0..255 or floats in [0, 1]"
+            )
         levels = np.round(x * 255.0).astype(np.uint8)
         return resize_and_center_crop(levels, size).astype(np.float32) / np.float32(255.0)
     scale = size / min(h, w)
@@ -81,7 +89,7 @@ def resize_and_center_crop(image_HxWxC: np.ndarray, size: int) -> np.ndarray:
     pil = Image.fromarray(image_HxWxC[..., 0] if c == 1 else image_HxWxC)
     resized = np.asarray(pil.resize((new_w, new_h), Image.BILINEAR)).reshape(new_h, new_w, c)
     top, left = (new_h - size) // 2, (new_w - size) // 2
-    return resized[top:top + size, left:left + size]
+    return resized[top : top + size, left : left + size]
 
 
 def resized(images_NxHxWxC: np.ndarray, size: int) -> np.ndarray:
@@ -100,12 +108,15 @@ def channel_stats(split: Split, chunk: int = 1024) -> tuple[tuple[float, ...], t
     over chunks (a float copy of a large uint8 split at once would take 8 times its memory).
     """
     n = split.num_examples
-    indices = (np.arange(n) if n <= STATS_EXAMPLES else
-               np.sort(np.random.default_rng(0).choice(n, STATS_EXAMPLES, replace=False)))
+    indices = (
+        np.arange(n)
+        if n <= STATS_EXAMPLES
+        else np.sort(np.random.default_rng(0).choice(n, STATS_EXAMPLES, replace=False))
+    )
     C = split.image_shape[-1]
     total, squares, count = np.zeros(C), np.zeros(C), 0
     for start in range(0, len(indices), chunk):
-        x = split.read(indices[start:start + chunk])[0].reshape(-1, C).astype(np.float64) / 255.0
+        x = split.read(indices[start : start + chunk])[0].reshape(-1, C).astype(np.float64) / 255.0
         total, squares, count = total + x.sum(0), squares + (x * x).sum(0), count + len(x)
     mean = total / count
     std = np.sqrt(np.maximum(squares / count - mean * mean, 0.0))

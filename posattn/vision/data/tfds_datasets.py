@@ -11,6 +11,7 @@ oxford_flowers102) are resized (shorter side) and centre-cropped to the run's im
 dataset must set. A dataset that is not prepared in array_record format is a ConfigError naming the
 `tfds build` command that prepares it.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -74,14 +75,16 @@ class TfdsDataset:
             import tensorflow_datasets as tfds  # imported here: digits-only users never pay for it
 
             try:
-                self._sources[split] = tfds.data_source(self.name, split=self.splits[split],
-                                                        data_dir=self.data_dir, download=False)
+                self._sources[split] = tfds.data_source(
+                    self.name, split=self.splits[split], data_dir=self.data_dir, download=False
+                )
             # Without TensorFlow, tfds reports a missing dataset (and one prepared as tfrecord only) as
             # NotImplementedError "random access ... not supported", an empty split table as KeyError.
             except (NotImplementedError, KeyError, FileNotFoundError) as e:
                 raise ConfigError(
                     f"dataset {self.name} is not prepared in array_record format under {self.data_dir}; "
-                    f"{self.other_source}prepare it with: {build_command(self.name, self.data_dir)}") from e
+                    f"{self.other_source}prepare it with: {build_command(self.name, self.data_dir)}"
+                ) from e
         return self._sources[split]
 
     def sizes(self) -> tuple[int, int]:
@@ -93,19 +96,28 @@ class TfdsDataset:
         source = self.source(split)
         h, w, c = self.native_shape
         if not image_size and h is None:
-            raise ConfigError(f"dataset {self.name} has images of varying size: set --config.image_size "
-                              "to the side they are resized and centre-cropped to (e.g. 64)")
+            raise ConfigError(
+                f"dataset {self.name} has images of varying size: set --config.image_size "
+                "to the side they are resized and centre-cropped to (e.g. 64)"
+            )
         size = image_size or h
         shape = (size, size, c)
         resize = (h, w) != (size, size)  # (varying sizes are None: always resized)
         pool = concurrent.futures.ThreadPoolExecutor(_read_threads())
         if len(source) * size * size * c <= IN_MEMORY_BYTES:
             with pool:
-                return split_lib.in_memory(*self._decode(source, np.arange(len(source)), shape, resize, pool))
-        return split_lib.Split(num_examples=len(source), image_shape=shape,
-                               read=lambda indices: self._decode(source, np.asarray(indices), shape, resize, pool))
+                return split_lib.in_memory(
+                    *self._decode(source, np.arange(len(source)), shape, resize, pool)
+                )
+        return split_lib.Split(
+            num_examples=len(source),
+            image_shape=shape,
+            read=lambda indices: self._decode(source, np.asarray(indices), shape, resize, pool),
+        )
 
-    def _decode(self, source, indices: np.ndarray, shape, resize: bool, pool) -> tuple[np.ndarray, np.ndarray]:
+    def _decode(
+        self, source, indices: np.ndarray, shape, resize: bool, pool
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Examples `indices` of a source as (N, *shape) uint8 and int32 labels, resized first if `resize`."""
         images = np.empty((len(indices), *shape), np.uint8)
         labels = np.empty((len(indices),), np.int32)
@@ -132,13 +144,22 @@ def _supervised_keys(name: str, info) -> tuple[str, str]:
     import tensorflow_datasets as tfds
 
     keys = info.supervised_keys
-    image_key, label_key = keys if (isinstance(keys, tuple) and len(keys) == 2
-                                    and all(isinstance(k, str) for k in keys)) else ("image", "label")
+    image_key, label_key = (
+        keys
+        if (isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(k, str) for k in keys))
+        else ("image", "label")
+    )
     features = info.features
-    if not (image_key in features and isinstance(features[image_key], tfds.features.Image)
-            and label_key in features and isinstance(features[label_key], tfds.features.ClassLabel)):
-        raise ConfigError(f"dataset {name} is not an image-classification dataset: it has no image and "
-                          f"class-label features (its features: {', '.join(features.keys())})")
+    if not (
+        image_key in features
+        and isinstance(features[image_key], tfds.features.Image)
+        and label_key in features
+        and isinstance(features[label_key], tfds.features.ClassLabel)
+    ):
+        raise ConfigError(
+            f"dataset {name} is not an image-classification dataset: it has no image and "
+            f"class-label features (its features: {', '.join(features.keys())})"
+        )
     return image_key, label_key
 
 
@@ -146,16 +167,26 @@ def _split_names(name: str, available) -> dict:
     """Our "train" and "test" -> the dataset's split names. A dataset not (yet) prepared has no split
     table: the names then follow the rule and a missing one is reported when the split is opened."""
     available = list(available)
-    test = TEST_SPLITS.get(name) or ("validation" if available and "test" not in available else "test")
+    test = TEST_SPLITS.get(name) or (
+        "validation" if available and "test" not in available else "test"
+    )
     for split in ("train", test):
         if available and split not in available:
-            raise ConfigError(f"dataset {name} has no {split!r} split (its splits: {', '.join(available)}): "
-                              "a dataset needs a 'train' split and a 'test' or 'validation' split")
+            raise ConfigError(
+                f"dataset {name} has no {split!r} split (its splits: {', '.join(available)}): "
+                "a dataset needs a 'train' split and a 'test' or 'validation' split"
+            )
     return {"train": "train", "test": test}
 
 
-def dataset(name: str, data_dir: str | None = None, *, stats=None, other_source: str = "",
-            flip_preserves_label: bool | None = None) -> TfdsDataset | None:
+def dataset(
+    name: str,
+    data_dir: str | None = None,
+    *,
+    stats=None,
+    other_source: str = "",
+    flip_preserves_label: bool | None = None,
+) -> TfdsDataset | None:
     """The tfds dataset `name` from its metadata (no data read), None if tfds knows no such dataset.
 
     ConfigError if it is not an image-classification dataset; whether its data are prepared is checked
@@ -172,8 +203,15 @@ def dataset(name: str, data_dir: str | None = None, *, stats=None, other_source:
     h, w, c = info.features[image_key].shape
     if c is None:
         raise ConfigError(f"dataset {name} does not say how many channels its images have")
-    return TfdsDataset(name=name, data_dir=directory, num_classes=info.features[label_key].num_classes,
-                       native_shape=(h, w, c) if h == w else (None, None, c),
-                       splits=_split_names(name, info.splits.keys()), image_key=image_key,
-                       label_key=label_key, stats=stats, other_source=other_source,
-                       flip_preserves_label=flip_preserves_label)
+    return TfdsDataset(
+        name=name,
+        data_dir=directory,
+        num_classes=info.features[label_key].num_classes,
+        native_shape=(h, w, c) if h == w else (None, None, c),
+        splits=_split_names(name, info.splits.keys()),
+        image_key=image_key,
+        label_key=label_key,
+        stats=stats,
+        other_source=other_source,
+        flip_preserves_label=flip_preserves_label,
+    )

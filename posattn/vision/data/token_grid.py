@@ -13,6 +13,7 @@ Everything is a pure function of (family, R, split, seed) and held in memory (th
 slot order is the row-major order of the 3 x 3 grid, the order of a ViT's patch tokens when the patch is
 the base image's side.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,7 +34,9 @@ _SPLIT_STREAM = {"train": 0, "test": 1}  # the grids of each split come from the
 def slot_counts(R: int) -> tuple[int, int, int]:
     """(relevant, confusion, irrelevant) slots of a grid with R relevant ones: (R, (9-R)//2, the rest)."""
     if R not in R_VALUES:
-        raise ConfigError(f"R={R} label-relevant slots: use one of {list(R_VALUES)} (a strict majority of 9)")
+        raise ConfigError(
+            f"R={R} label-relevant slots: use one of {list(R_VALUES)} (a strict majority of 9)"
+        )
     confusion = (SLOTS - R) // 2
     return R, confusion, SLOTS - R - confusion
 
@@ -56,8 +59,16 @@ class Grids:
     slot_classes_NxS: np.ndarray
 
 
-def compose(images_MxhxwxC: np.ndarray, labels_M: np.ndarray, *, R: int, discriminative: tuple[int, int],
-            num_classes: int, num_grids: int, seed) -> Grids:
+def compose(
+    images_MxhxwxC: np.ndarray,
+    labels_M: np.ndarray,
+    *,
+    R: int,
+    discriminative: tuple[int, int],
+    num_classes: int,
+    num_grids: int,
+    seed,
+) -> Grids:
     """`num_grids` grids of R relevant slots from the base images (pure in `seed`, an int or a list of
     ints for numpy's `default_rng`; see the module doc).
 
@@ -68,8 +79,10 @@ def compose(images_MxhxwxC: np.ndarray, labels_M: np.ndarray, *, R: int, discrim
     a, b = discriminative
     others = np.array([c for c in range(num_classes) if c not in (a, b)])
     if a == b or not {a, b} <= set(range(num_classes)) or (irr and not len(others)):
-        raise ConfigError(f"discriminative classes {discriminative} must be two distinct classes of "
-                          f"0..{num_classes - 1}, with others left for the irrelevant slots")
+        raise ConfigError(
+            f"discriminative classes {discriminative} must be two distinct classes of "
+            f"0..{num_classes - 1}, with others left for the irrelevant slots"
+        )
     rng = np.random.default_rng(seed)
     labels_N = rng.permutation(np.arange(num_grids) % 2).astype(np.int32)  # balanced
     # Each grid's slot types in a random order (a row-wise shuffle of the same multiset).
@@ -77,12 +90,20 @@ def compose(images_MxhxwxC: np.ndarray, labels_M: np.ndarray, *, R: int, discrim
     types_NxS = rng.permuted(np.tile(types_row, (num_grids, 1)), axis=1)
     label_class_N = np.where(labels_N == 1, b, a)
     other_class_N = np.where(labels_N == 1, a, b)
-    classes_NxS = np.where(types_NxS == RELEVANT, label_class_N[:, None],
-                           np.where(types_NxS == CONFUSION, other_class_N[:, None],
-                                    rng.choice(others, size=types_NxS.shape) if len(others) else -1))
+    classes_NxS = np.where(
+        types_NxS == RELEVANT,
+        label_class_N[:, None],
+        np.where(
+            types_NxS == CONFUSION,
+            other_class_N[:, None],
+            rng.choice(others, size=types_NxS.shape) if len(others) else -1,
+        ),
+    )
     # The label is the majority vote of the discriminative slots (LWLC23's data model).
     votes_b, votes_a = (classes_NxS == b).sum(1), (classes_NxS == a).sum(1)
-    assert np.all(np.where(labels_N == 1, votes_b > votes_a, votes_a > votes_b)), "label is not the majority"
+    assert np.all(np.where(labels_N == 1, votes_b > votes_a, votes_a > votes_b)), (
+        "label is not the majority"
+    )
     index_NxS = np.empty(classes_NxS.shape, np.int64)
     for c in np.unique(classes_NxS):
         pool = np.flatnonzero(labels_M == c)
@@ -131,7 +152,9 @@ class TokenGridFamily:
         self.R(name)
         h, w, C = base.native_shape
         if h is None:
-            raise ConfigError(f"{name}: the images of {base.name} vary in size; a grid needs a base of one size")
+            raise ConfigError(
+                f"{name}: the images of {base.name} vary in size; a grid needs a base of one size"
+            )
         return SIDE * h, SIDE * w, C
 
     def grids(self, name: str, split: str, base) -> Grids:
@@ -139,9 +162,15 @@ class TokenGridFamily:
         split_ = base.open_split(split, 0)
         images, labels = split_.read(np.arange(split_.num_examples))
         R = self.R(name)
-        out = compose(images, labels, R=R, discriminative=self.discriminative, num_classes=base.num_classes,
-                      num_grids=self.num_train if split == "train" else self.num_test,
-                      seed=[self.seed, R, _SPLIT_STREAM[split]])
+        out = compose(
+            images,
+            labels,
+            R=R,
+            discriminative=self.discriminative,
+            num_classes=base.num_classes,
+            num_grids=self.num_train if split == "train" else self.num_test,
+            seed=[self.seed, R, _SPLIT_STREAM[split]],
+        )
         for field in dataclasses.fields(out):  # read-only: every reader only indexes it
             getattr(out, field.name).setflags(write=False)
         return out

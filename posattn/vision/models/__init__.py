@@ -24,25 +24,49 @@ What the models compute on the way, by name (flax `sow`; free unless asked for):
   each transformer block, N tokens (with CLS pooling, token 0 is the CLS token). Positional attention's
   weights do not depend on the image: they are broadcast over the batch. Empty for the CNNs.
 """
+
 import collections
 import difflib
 import numbers
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import flax.linen as nn
 
 from posattn.errors import ConfigError, check_choice
 from posattn.vision.models import alternet, resnet, vgg, vit
 from posattn.vision.models.attention import ATTENTIONS
-from posattn.vision.models.sown import INTERMEDIATES, STEM, attention_block, block_feature, is_feature
-from posattn.vision.models.variants import (NAMED_VARIANTS, SHAPE_FIELDS, VIT_SHAPES, ViTShape, override_shape,
-                                           parse_variant)
+from posattn.vision.models.sown import (
+    INTERMEDIATES,
+    STEM,
+    attention_block,
+    block_feature,
+    is_feature,
+)
+from posattn.vision.models.variants import (
+    NAMED_VARIANTS,
+    SHAPE_FIELDS,
+    VIT_SHAPES,
+    ViTShape,
+    override_shape,
+    parse_variant,
+)
 
 __all__ = [
-    "ATTENTIONS", "MODELS", "MODEL_FIELDS", "NAMED_VARIANTS", "VIT_SHAPES", "ViTShape", "attention_maps",
-    "block_feature", "create_model", "features", "logits_and_features", "override_shape", "param_count",
+    "ATTENTIONS",
+    "MODELS",
+    "MODEL_FIELDS",
+    "NAMED_VARIANTS",
+    "VIT_SHAPES",
+    "ViTShape",
+    "attention_maps",
+    "block_feature",
+    "create_model",
+    "features",
+    "logits_and_features",
+    "override_shape",
+    "param_count",
     "parse_variant",
 ]
 
@@ -55,10 +79,20 @@ MODELS = {
 }
 # The fields of `config.model` with the value a missing field takes (those of the shared config).
 MODEL_FIELDS = {
-    "name": "vit", "variant": "Ti/4", "patch_size": 0, "attention": "positional", "attention_options": "",
+    "name": "vit",
+    "variant": "Ti/4",
+    "patch_size": 0,
+    "attention": "positional",
+    "attention_options": "",
     "pos_shared": True,
-    "pos_add": False, "pos_init_std": 0.02, "pool": "gap", "dropout": 0.0,
-    "width": 0, "depth": 0, "num_heads": 0, "mlp_dim": 0,
+    "pos_add": False,
+    "pos_init_std": 0.02,
+    "pool": "gap",
+    "dropout": 0.0,
+    "width": 0,
+    "depth": 0,
+    "num_heads": 0,
+    "mlp_dim": 0,
 }
 # The CNNs whose model.width is the channels of their first stage (the later stages scale with it; 0:
 # the published 64), e.g. for CPU-sized runs.
@@ -76,8 +110,9 @@ def _compute_dtype(dtype):
     return dt
 
 
-def create_model(model_cfg, *, num_classes: int, image_size: int, channels: int,
-                 dtype=jnp.float32) -> nn.Module:
+def create_model(
+    model_cfg, *, num_classes: int, image_size: int, channels: int, dtype=jnp.float32
+) -> nn.Module:
     """The classifier that `model_cfg` (the `config.model` ConfigDict, a dict, or only a model name such
     as "resnet18") names, validated, for images of `image_size` x `image_size` x `channels`.
 
@@ -92,47 +127,75 @@ def create_model(model_cfg, *, num_classes: int, image_size: int, channels: int,
     if isinstance(model_cfg, str):
         model_cfg = {"name": model_cfg}
     if not hasattr(model_cfg, "items"):
-        raise ConfigError(f"model_cfg={model_cfg!r}: give a model name or a dict of model fields, e.g. "
-                          "{'name': 'vit', 'variant': 'Ti/4'}")
+        raise ConfigError(
+            f"model_cfg={model_cfg!r}: give a model name or a dict of model fields, e.g. "
+            "{'name': 'vit', 'variant': 'Ti/4'}"
+        )
     given = dict(model_cfg.items())
     for key in given:
         if key not in MODEL_FIELDS:
             near = difflib.get_close_matches(key, list(MODEL_FIELDS), n=1, cutoff=0.0)
-            raise ConfigError(f"unknown model field {key!r}: did you mean {near[0]!r}? "
-                              f"(valid: {', '.join(MODEL_FIELDS)})")
+            raise ConfigError(
+                f"unknown model field {key!r}: did you mean {near[0]!r}? "
+                f"(valid: {', '.join(MODEL_FIELDS)})"
+            )
     fields = {**MODEL_FIELDS, **given}
     build = MODELS[check_choice(fields["name"], MODELS, "model name")]
-    shaped = [name for name in SHAPE_FIELDS if fields[name] and fields["name"] != "vit"
-              and not (name == "width" and fields["name"] in WIDTH_MODELS)]
-    if shaped:  # a ResNet, VGG or AlterNet would ignore them: say so rather than train another model
-        raise ConfigError(f"model.{shaped[0]} sets a ViT's shape; model {fields['name']!r} takes its shape "
-                          f"from model.variant: leave model.{shaped[0]} at 0")
+    shaped = [
+        name
+        for name in SHAPE_FIELDS
+        if fields[name]
+        and fields["name"] != "vit"
+        and not (name == "width" and fields["name"] in WIDTH_MODELS)
+    ]
+    if (
+        shaped
+    ):  # a ResNet, VGG or AlterNet would ignore them: say so rather than train another model
+        raise ConfigError(
+            f"model.{shaped[0]} sets a ViT's shape; model {fields['name']!r} takes its shape "
+            f"from model.variant: leave model.{shaped[0]} at 0"
+        )
     for what, value in (("image_size", image_size), ("channels", channels)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ConfigError(f"{what} must be a positive integer, got {value!r}")
-    return build(fields, num_classes=num_classes, image_size=image_size, channels=channels,
-                 dtype=_compute_dtype(dtype))
+    return build(
+        fields,
+        num_classes=num_classes,
+        image_size=image_size,
+        channels=channels,
+        dtype=_compute_dtype(dtype),
+    )
 
 
 def _apply_sown(model: nn.Module, variables, images) -> tuple[jax.Array, dict]:
     """(logits, {name: value} that `model` sows) of an evaluation pass over `images` (its own names only)."""
     logits, state = model.apply(variables, images, train=False, mutable=[INTERMEDIATES])
-    return logits, {name: values[-1] for name, values in state.get(INTERMEDIATES, {}).items()
-                    if not isinstance(values, dict)}  # a dict: what a submodule sowed in its own scope
+    return logits, {
+        name: values[-1]
+        for name, values in state.get(INTERMEDIATES, {}).items()
+        if not isinstance(values, dict)
+    }  # a dict: what a submodule sowed in its own scope
 
 
-def logits_and_features(model: nn.Module, variables, images_BxHxWxC
-                        ) -> tuple[jax.Array, collections.OrderedDict[str, jax.Array]]:
+def logits_and_features(
+    model: nn.Module, variables, images_BxHxWxC
+) -> tuple[jax.Array, collections.OrderedDict[str, jax.Array]]:
     """(logits_BxK, `features`) of one evaluation pass (train=False); jittable."""
     logits, sown = _apply_sown(model, variables, images_BxHxWxC)
     # "stem" first, then by block index (two digits) and branch: attention < conv < mlp alphabetically,
     # and a block has either a conv or an attention and an MLP branch. An OrderedDict, since `jax.jit`
     # returns a plain dict's keys sorted ("stem" last) but keeps an OrderedDict's order.
     return logits, collections.OrderedDict(
-        sorted(((k, v) for k, v in sown.items() if is_feature(k)), key=lambda kv: (kv[0] != STEM, kv[0])))
+        sorted(
+            ((k, v) for k, v in sown.items() if is_feature(k)),
+            key=lambda kv: (kv[0] != STEM, kv[0]),
+        )
+    )
 
 
-def features(model: nn.Module, variables, images_BxHxWxC) -> collections.OrderedDict[str, jax.Array]:
+def features(
+    model: nn.Module, variables, images_BxHxWxC
+) -> collections.OrderedDict[str, jax.Array]:
     """Per-block feature maps (B, h, w, C) by name, in forward order (see the package docstring).
 
     Jittable (`jax.jit(functools.partial(features, model))`); an evaluation pass (train=False).

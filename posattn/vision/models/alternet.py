@@ -28,13 +28,14 @@ conv blocks and "block_{i:02d}/attention" for MSA blocks (the residual stream af
 "block_{i:02d}/weights": the block's attention as one (B | 1, heads, N, N) map over all N = h * w
 positions of the feature map in raster order, block-diagonal over the windows.
 """
+
 import functools
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import flax.linen as nn
 
 from posattn.errors import ConfigError, check_choice
 from posattn.vision.models.attention import ATTENTIONS, parse_options
@@ -52,14 +53,15 @@ WINDOW = 4  # PK22 on CIFAR
 
 
 def parse_variant(variant: str) -> tuple[tuple[int, ...], tuple[bool, ...]]:
-    """"XS/0111" -> (stage widths, which stages end in an MSA block); ConfigError if malformed."""
+    """ "XS/0111" -> (stage widths, which stages end in an MSA block); ConfigError if malformed."""
     size, sep, msas = str(variant).partition("/")
-    msas = msas if sep else DEFAULT_MSAS[-len(SIZES.get(size, DEFAULT_MSAS)):]
+    msas = msas if sep else DEFAULT_MSAS[-len(SIZES.get(size, DEFAULT_MSAS)) :]
     if size not in SIZES or len(msas) != len(SIZES.get(size, ())) or set(msas) - {"0", "1"}:
         raise ConfigError(
             f"unknown AlterNet variant {variant!r}: use '<size>' or '<size>/<msas>' with size in "
             f"{sorted(SIZES)} and msas one digit (0 or 1) per stage, e.g. 'XS/{DEFAULT_MSAS}' "
-            "(MSA blocks end the last three stages) or 'XS/0000' (the plain pre-activation ResNet)")
+            "(MSA blocks end the last three stages) or 'XS/0000' (the plain pre-activation ResNet)"
+        )
     return SIZES[size], tuple(m == "1" for m in msas)
 
 
@@ -137,16 +139,21 @@ class WindowAttentionBlock(nn.Module):
         if H % win or W % win:
             raise ValueError(f"window {win} does not divide the {H} x {W} feature map")
         module = ATTENTIONS[self.attention]
-        attend = module(self.num_heads, dtype=self.dtype, name="attn", **dict(self.attention_options))
-        P_NxC = self.param("pos_embedding", nn.initializers.normal(stddev=self.pos_init_std),
-                           (win * win, C))
+        attend = module(
+            self.num_heads, dtype=self.dtype, name="attn", **dict(self.attention_options)
+        )
+        P_NxC = self.param(
+            "pos_embedding", nn.initializers.normal(stddev=self.pos_init_std), (win * win, C)
+        )
         y_XxNxC = to_windows(nn.LayerNorm(dtype=self.dtype, name="norm")(x_BxHxWxC), win)
         if module.takes_position:
             y_XxNxC, att = attend(y_XxNxC, P_NxC)
         else:
             y_XxNxC, att = attend(y_XxNxC + P_NxC.astype(y_XxNxC.dtype), None)
-        return (x_BxHxWxC + from_windows(y_XxNxC, B, H, W, win),
-                None if att is None else full_map(att, B, H, W, win))
+        return (
+            x_BxHxWxC + from_windows(y_XxNxC, B, H, W, win),
+            None if att is None else full_map(att, B, H, W, win),
+        )
 
 
 class AlterNet(nn.Module):
@@ -167,18 +174,28 @@ class AlterNet(nn.Module):
         check_classifier_fields(self.num_classes, self.dropout)
         check_choice(self.attention, ATTENTIONS, "attention")
         if len(self.stage_msa) != len(self.stage_features):
-            raise ConfigError(f"stage_msa has {len(self.stage_msa)} entries for "
-                              f"{len(self.stage_features)} stages: give one per stage")
+            raise ConfigError(
+                f"stage_msa has {len(self.stage_msa)} entries for "
+                f"{len(self.stage_features)} stages: give one per stage"
+            )
         if self.window < 1 or not self.pos_init_std > 0:
-            raise ConfigError(f"window ({self.window}) and pos_init_std ({self.pos_init_std}) must be "
-                              "positive")
+            raise ConfigError(
+                f"window ({self.window}) and pos_init_std ({self.pos_init_std}) must be positive"
+            )
         super().__post_init__()
 
     @nn.compact
     def __call__(self, images_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
         check_images(images_BxHxWxC, self.channels)
-        x = nn.Conv(self.stage_features[0], (3, 3), padding=1, use_bias=False, dtype=self.dtype,
-                    kernel_init=_CONV_INIT, name="stem_conv")(images_BxHxWxC)
+        x = nn.Conv(
+            self.stage_features[0],
+            (3, 3),
+            padding=1,
+            use_bias=False,
+            dtype=self.dtype,
+            kernel_init=_CONV_INIT,
+            name="stem_conv",
+        )(images_BxHxWxC)
         self.sow(INTERMEDIATES, STEM, x)
         index = 0
         for stage, (features, msa) in enumerate(zip(self.stage_features, self.stage_msa)):
@@ -186,8 +203,15 @@ class AlterNet(nn.Module):
                 name = f"stage{stage + 1}_block{block + 1}"
                 if msa and block == BLOCKS_PER_STAGE - 1:
                     heads = max(1, features // CHANNELS_PER_HEAD)
-                    x, att = WindowAttentionBlock(heads, self.attention, self.attention_options, self.window,
-                                                  self.pos_init_std, self.dtype, name=name)(x)
+                    x, att = WindowAttentionBlock(
+                        heads,
+                        self.attention,
+                        self.attention_options,
+                        self.window,
+                        self.pos_init_std,
+                        self.dtype,
+                        name=name,
+                    )(x)
                     self.sow(INTERMEDIATES, block_feature(index, "attention"), x)
                     if att is not None:  # a fused attention implementation returns no weights
                         self.sow(INTERMEDIATES, attention_weights(index), att)
@@ -207,8 +231,14 @@ def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) ->
     pos_init_std and dropout from the config's model fields; the ViT's other fields do not apply."""
     del image_size
     widths, msas = parse_variant(fields["variant"])
-    return AlterNet(num_classes=num_classes, stage_features=widths, stage_msa=msas,
-                    attention=fields["attention"],
-                    attention_options=parse_options(fields["attention"], fields["attention_options"]),
-                    pos_init_std=float(fields["pos_init_std"]),
-                    dropout=float(fields["dropout"]), dtype=dtype, channels=channels)
+    return AlterNet(
+        num_classes=num_classes,
+        stage_features=widths,
+        stage_msa=msas,
+        attention=fields["attention"],
+        attention_options=parse_options(fields["attention"], fields["attention_options"]),
+        pos_init_std=float(fields["pos_init_std"]),
+        dropout=float(fields["dropout"]),
+        dtype=dtype,
+        channels=channels,
+    )

@@ -14,13 +14,14 @@ over the kept tokens S^n of LWLC23 Eq. (1) (token sparsification); None keeps ev
 (False). Adding a kind is its class here and one line of `ATTENTIONS`; a knob of its own is a field of
 its class, set from a config by `model.attention_options` ("name=value,...", `parse_options`).
 """
+
 import ast
 import dataclasses
 from typing import Any, ClassVar
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 
 from posattn.errors import ConfigError, check_choice
 
@@ -35,7 +36,8 @@ def _head_dim(width: int, num_heads: int) -> int:
 def _project_out(out_BxNxHxK: jax.Array, width: int, dtype) -> jax.Array:
     """W_O: the heads' outputs concatenated and mapped back to the token width."""
     return nn.DenseGeneral(width, axis=(-2, -1), dtype=dtype, kernel_init=_KERNEL_INIT, name="out")(
-        out_BxNxHxK)
+        out_BxNxHxK
+    )
 
 
 def _drop_keys(logits_BxHxNxN: jax.Array, keep_BxN: jax.Array) -> jax.Array:
@@ -67,7 +69,9 @@ class VanillaAttention(nn.Module):
         super().__post_init__()
 
     @nn.compact
-    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None = None, keep_BxN: jax.Array | None = None):
+    def __call__(
+        self, x_BxNxD: jax.Array, p_NxD: jax.Array | None = None, keep_BxN: jax.Array | None = None
+    ):
         del p_NxD  # P was added to the patch embeddings
         width = x_BxNxD.shape[-1]
         H, K = self.num_heads, _head_dim(width, self.num_heads)
@@ -78,8 +82,9 @@ class VanillaAttention(nn.Module):
         q_BxNxHxK, k_BxNxHxK, v_BxNxHxK = (qkv_BxNx3xHxK[:, :, i] for i in range(3))
         if self.implementation != "einsum":
             mask = None if keep_BxN is None else keep_BxN[:, None, None, :]
-            out_BxNxHxK = jax.nn.dot_product_attention(q_BxNxHxK, k_BxNxHxK, v_BxNxHxK, mask=mask,
-                                                       implementation=self.implementation)
+            out_BxNxHxK = jax.nn.dot_product_attention(
+                q_BxNxHxK, k_BxNxHxK, v_BxNxHxK, mask=mask, implementation=self.implementation
+            )
             return _project_out(out_BxNxHxK, width, self.dtype), None
         # Scaling q (B N H K) rather than the logits (B H N N) is the cheaper place for 1/sqrt(d_head).
         logits_BxHxNxN = jnp.einsum("bnhk,bmhk->bhnm", q_BxNxHxK * K**-0.5, k_BxNxHxK)
@@ -104,7 +109,9 @@ class PositionalAttention(nn.Module):
         width = x_BxNxD.shape[-1]
         H, K = self.num_heads, _head_dim(width, self.num_heads)
         if p_NxD.shape != x_BxNxD.shape[1:]:
-            raise ValueError(f"P has shape {p_NxD.shape}, the tokens {x_BxNxD.shape[1:]}: they must match")
+            raise ValueError(
+                f"P has shape {p_NxD.shape}, the tokens {x_BxNxD.shape[1:]}: they must match"
+            )
         # S is computed once, in float32: it is N x N per head, tiny next to the token stream.
         q_NxHxK = nn.DenseGeneral(
             (H, K), dtype=jnp.float32, kernel_init=_KERNEL_INIT, name="query"
@@ -144,16 +151,22 @@ def parse_options(attention: str, text: str) -> tuple[tuple[str, Any], ...]:
     not a literal."""
     check_choice(attention, ATTENTIONS, "attention")
     module = ATTENTIONS[attention]
-    knobs = [f.name for f in dataclasses.fields(module) if f.init and f.name not in _SET_BY_THE_MODEL]
+    knobs = [
+        f.name for f in dataclasses.fields(module) if f.init and f.name not in _SET_BY_THE_MODEL
+    ]
     pairs = []
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, eq, value = (part.strip() for part in item.partition("="))
         if not eq or name not in knobs:
-            raise ConfigError(f"model.attention_options={text!r}: {item!r} is not NAME=VALUE with NAME a field of "
-                              f"the {attention!r} attention ({', '.join(knobs) or 'it has none'})")
+            raise ConfigError(
+                f"model.attention_options={text!r}: {item!r} is not NAME=VALUE with NAME a field of "
+                f"the {attention!r} attention ({', '.join(knobs) or 'it has none'})"
+            )
         try:
             pairs.append((name, ast.literal_eval(value)))
         except (ValueError, SyntaxError):
-            raise ConfigError(f"model.attention_options={text!r}: the value of {name} is not a Python literal "
-                              f"(a number, True/False, a quoted string)") from None
+            raise ConfigError(
+                f"model.attention_options={text!r}: the value of {name} is not a Python literal "
+                f"(a number, True/False, a quoted string)"
+            ) from None
     return tuple(pairs)

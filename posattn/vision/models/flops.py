@@ -18,6 +18,7 @@ A MAC is 2 FLOPs. LayerNorm, softmax, GELU, biases, residual adds and pooling ar
 (the backward pass multiplies each matmul twice, for the input's and the weight's gradient), the usual
 convention of MFU, although the patch embedding's input needs no gradient.
 """
+
 from posattn.errors import check_choice
 from posattn.vision.models.vit import ViT
 

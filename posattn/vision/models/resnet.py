@@ -10,12 +10,13 @@ ResNet's (He et al. 2016, and timm's `ResNet`): a 7x7 stride-2 convolution (padd
 and a 3x3 stride-2 max-pool (padding 1), which a ResNet imported from timm needs
 (`posattn.vision.timm_import`).
 """
+
 import functools
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 
 from posattn.errors import ConfigError, check_choice
 from posattn.vision.models.checks import check_classifier_fields, check_images
@@ -28,8 +29,16 @@ STEMS = ("cifar", "imagenet")
 
 def block_conv(features: int, k: int, strides: int, name: str, *, dtype: Any) -> nn.Conv:
     """The k x k convolution of a residual block: no bias, "same" padding, He (fan-out) initialisation."""
-    return nn.Conv(features, (k, k), strides=(strides, strides), padding=k // 2, use_bias=False,
-                   dtype=dtype, kernel_init=_CONV_INIT, name=name)
+    return nn.Conv(
+        features,
+        (k, k),
+        strides=(strides, strides),
+        padding=k // 2,
+        use_bias=False,
+        dtype=dtype,
+        kernel_init=_CONV_INIT,
+        name=name,
+    )
 
 
 def batch_norm(train: bool, dtype: Any, name: str) -> nn.BatchNorm:
@@ -90,8 +99,14 @@ class ResNet18(nn.Module):
         check_images(images_BxHxWxC, self.channels)
         k, s = (3, 1) if self.stem == "cifar" else (7, 2)
         x = nn.Conv(
-            self.stage_features[0], (k, k), strides=(s, s), padding=k // 2, use_bias=False, dtype=self.dtype,
-            kernel_init=_CONV_INIT, name="stem_conv",
+            self.stage_features[0],
+            (k, k),
+            strides=(s, s),
+            padding=k // 2,
+            use_bias=False,
+            dtype=self.dtype,
+            kernel_init=_CONV_INIT,
+            name="stem_conv",
         )(images_BxHxWxC)
         x = nn.relu(batch_norm(train, self.dtype, "stem_bn")(x))
         if self.stem == "imagenet":
@@ -101,9 +116,9 @@ class ResNet18(nn.Module):
         for stage, features in enumerate(self.stage_features):
             for block in range(self.blocks_per_stage):
                 strides = 2 if stage > 0 and block == 0 else 1
-                x = BasicBlock(features, strides, self.dtype, name=f"stage{stage + 1}_block{block + 1}")(
-                    x, train
-                )
+                x = BasicBlock(
+                    features, strides, self.dtype, name=f"stage{stage + 1}_block{block + 1}"
+                )(x, train)
                 self.sow(INTERMEDIATES, block_feature(index, "conv"), x)
                 index += 1
         feat_BxC = x.astype(jnp.float32).mean(axis=(1, 2))
@@ -115,8 +130,10 @@ def scale_width(width, layers: tuple) -> tuple:
     """A CNN's channels per stage or layer (`layers`, "M" entries kept) for `model.width` w: the published
     ones, whose first is 64, scaled by w / 64 (0: the published); ConfigError for a negative w."""
     if int(width) < 0:
-        raise ConfigError(f"model.width={width} must be 0 (the published 64) or a positive number of "
-                          "channels of the first stage (the later stages scale with it)")
+        raise ConfigError(
+            f"model.width={width} must be 0 (the published 64) or a positive number of "
+            "channels of the first stage (the later stages scale with it)"
+        )
     return tuple(c if c == "M" or not width else c * int(width) // 64 for c in layers)
 
 
@@ -124,5 +141,10 @@ def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) ->
     """The `MODELS` constructor: a ResNet-18 from the config's model fields (it runs on any image size);
     `width` sets the channels of the first stage (0: 64)."""
     del image_size
-    return ResNet18(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype, channels=channels,
-                    stage_features=scale_width(fields["width"], ResNet18.stage_features))
+    return ResNet18(
+        num_classes=num_classes,
+        dropout=float(fields["dropout"]),
+        dtype=dtype,
+        channels=channels,
+        stage_features=scale_width(fields["width"], ResNet18.stage_features),
+    )

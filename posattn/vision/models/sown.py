@@ -12,7 +12,7 @@ _WEIGHTS = "weights"  # the attention weights of block i are sown as "block_{i:0
 
 
 def block_feature(index: int, kind: str | None = None) -> str:
-    """"block_{index:02d}" (an attention map's name) or "block_{index:02d}/{kind}" (a feature map's);
+    """ "block_{index:02d}" (an attention map's name) or "block_{index:02d}/{kind}" (a feature map's);
     kind in KINDS: the residual stream after an attention or MLP branch, or a conv block's output."""
     if kind is not None and kind not in KINDS:
         raise ValueError(f"unknown feature kind {kind!r}: use one of {KINDS}")
@@ -29,6 +29,6 @@ def is_feature(name: str) -> bool:
 
 
 def attention_block(name: str) -> str | None:
-    """"block_{i:02d}" for the name of block i's attention weights, None for any other name."""
+    """ "block_{i:02d}" for the name of block i's attention weights, None for any other name."""
     block, _, leaf = name.rpartition("/")
     return block if leaf == _WEIGHTS else None

@@ -6,6 +6,7 @@ Widths, depths, heads and MLP sizes of Ti, S and B are those of the ViT paper (D
 and DeiT (Touvron et al. 2021). "test" is a tiny model for unit tests and "XS" is sized for the 8 x 8
 digits, where it reaches >= 95% test accuracy in a couple of minutes on a 2-core CPU.
 """
+
 import dataclasses
 
 from posattn.errors import ConfigError
@@ -34,7 +35,7 @@ NAMED_VARIANTS = ("test/2", "XS/2", "Ti/4", "S/4", "Ti/16", "S/16", "B/16")
 
 
 def parse_variant(variant: str) -> tuple[ViTShape, int]:
-    """"Ti/16" -> (ViTShape of Ti, 16). Raises ConfigError for an unknown family or a bad patch size."""
+    """ "Ti/16" -> (ViTShape of Ti, 16). Raises ConfigError for an unknown family or a bad patch size."""
     family, sep, patch = str(variant).partition("/")
     if not sep or family not in VIT_SHAPES or not patch.isdigit() or int(patch) < 1:
         raise ConfigError(
@@ -56,5 +57,7 @@ def override_shape(shape: ViTShape, **given: int) -> ViTShape:
         if name not in SHAPE_FIELDS:
             raise ConfigError(f"unknown ViT shape field {name!r}: use {', '.join(SHAPE_FIELDS)}")
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"model.{name} must be an integer >= 0 (0 = the variant's), got {value!r}")
+            raise ConfigError(
+                f"model.{name} must be an integer >= 0 (0 = the variant's), got {value!r}"
+            )
     return dataclasses.replace(shape, **{name: value for name, value in given.items() if value})

@@ -6,18 +6,38 @@ parameters for 10 classes. On 32x32 images the last pool leaves 1x1, where the a
 flatten. On smaller images (the 8x8 digits) a pool is skipped once the feature map is 1 pixel, so the
 spatial size never drops below 1 and the parameter count does not depend on the image size.
 """
+
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 
 from posattn.vision.models.checks import check_classifier_fields, check_images
 from posattn.vision.models.resnet import batch_norm, scale_width
 from posattn.vision.models.sown import INTERMEDIATES, STEM, block_feature
 
 # Channels per conv layer; "M" is a 2x2 max-pool.
-VGG16_LAYERS = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
+VGG16_LAYERS = (
+    64,
+    64,
+    "M",
+    128,
+    128,
+    "M",
+    256,
+    256,
+    256,
+    "M",
+    512,
+    512,
+    512,
+    "M",
+    512,
+    512,
+    512,
+    "M",
+)
 
 _CONV_INIT = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
 
@@ -52,11 +72,17 @@ class VGG16(nn.Module):
                 continue
             conv_index += 1
             x = nn.Conv(
-                layer, (3, 3), padding=1, dtype=self.dtype, kernel_init=_CONV_INIT,
+                layer,
+                (3, 3),
+                padding=1,
+                dtype=self.dtype,
+                kernel_init=_CONV_INIT,
                 name=f"conv{conv_index}",
             )(x)
             x = nn.relu(batch_norm(train, self.dtype, f"bn{conv_index}")(x))
-            self.sow(INTERMEDIATES, STEM if conv_index == 1 else block_feature(conv_index - 2, "conv"), x)
+            self.sow(
+                INTERMEDIATES, STEM if conv_index == 1 else block_feature(conv_index - 2, "conv"), x
+            )
         feat_BxC = x.astype(jnp.float32).mean(axis=(1, 2))
         feat_BxC = nn.Dropout(self.dropout, deterministic=not train)(feat_BxC)
         return nn.Dense(self.num_classes, dtype=jnp.float32, name="head")(feat_BxC)
@@ -66,5 +92,10 @@ def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) ->
     """The `MODELS` constructor: a VGG-16-BN from the config's model fields (it runs on any image size);
     `width` sets the channels of the first stage (0: 64), the others scale with it."""
     del image_size
-    return VGG16(num_classes=num_classes, dropout=float(fields["dropout"]), dtype=dtype, channels=channels,
-                 layers=scale_width(fields["width"], VGG16_LAYERS))
+    return VGG16(
+        num_classes=num_classes,
+        dropout=float(fields["dropout"]),
+        dtype=dtype,
+        channels=channels,
+        layers=scale_width(fields["width"], VGG16_LAYERS),
+    )

@@ -20,19 +20,20 @@ attention softmax as keys and the pooling, so the logits do not depend on them (
 sparsification, Eq. (1)); the CLS token is always kept. None (the default) keeps all.
 Parameters stay float32; `dtype` is the compute dtype (bfloat16 for mixed precision); logits are float32.
 """
+
 import numbers
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import flax.linen as nn
 import numpy as np
 
 from posattn.errors import ConfigError, check_choice
 from posattn.vision.models.attention import ATTENTIONS, parse_options
 from posattn.vision.models.checks import check_classifier_fields, check_images
-from posattn.vision.models.variants import SHAPE_FIELDS, override_shape, parse_variant
 from posattn.vision.models.sown import INTERMEDIATES, attention_weights, block_feature
+from posattn.vision.models.variants import SHAPE_FIELDS, override_shape, parse_variant
 
 _KERNEL_INIT = nn.initializers.xavier_uniform()
 POOLS = ("gap", "cls")
@@ -50,7 +51,9 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x_BxNxD: jax.Array, train: bool) -> jax.Array:
         width = x_BxNxD.shape[-1]
-        h_BxNxF = nn.Dense(self.mlp_dim, dtype=self.dtype, kernel_init=_KERNEL_INIT, name="fc1")(x_BxNxD)
+        h_BxNxF = nn.Dense(self.mlp_dim, dtype=self.dtype, kernel_init=_KERNEL_INIT, name="fc1")(
+            x_BxNxD
+        )
         h_BxNxF = nn.gelu(h_BxNxF, approximate=self.gelu == "tanh")
         h_BxNxF = nn.Dropout(self.dropout, deterministic=not train)(h_BxNxF)
         y_BxNxD = nn.Dense(width, dtype=self.dtype, kernel_init=_KERNEL_INIT, name="fc2")(h_BxNxF)
@@ -74,15 +77,22 @@ class EncoderBlock(nn.Module):
     gelu: str = "tanh"  # GELUS
 
     @nn.compact
-    def __call__(self, x_BxNxD: jax.Array, p_NxD: jax.Array | None, train: bool,
-                 keep_BxN: jax.Array | None = None):
+    def __call__(
+        self,
+        x_BxNxD: jax.Array,
+        p_NxD: jax.Array | None,
+        train: bool,
+        keep_BxN: jax.Array | None = None,
+    ):
         y_BxNxD = nn.LayerNorm(dtype=self.dtype, name="norm1")(x_BxNxD)
-        y_BxNxD, att = ATTENTIONS[self.attention](self.num_heads, dtype=self.dtype, name="attn",
-                                                  **dict(self.attention_options))(y_BxNxD, p_NxD, keep_BxN)
+        y_BxNxD, att = ATTENTIONS[self.attention](
+            self.num_heads, dtype=self.dtype, name="attn", **dict(self.attention_options)
+        )(y_BxNxD, p_NxD, keep_BxN)
         x_BxNxD = x_BxNxD + nn.Dropout(self.dropout, deterministic=not train)(y_BxNxD)
         y_BxNxD = nn.LayerNorm(dtype=self.dtype, name="norm2")(x_BxNxD)
-        out_BxNxD = x_BxNxD + MLP(self.mlp_dim, self.dropout, dtype=self.dtype, gelu=self.gelu,
-                                       name="mlp")(y_BxNxD, train)
+        out_BxNxD = x_BxNxD + MLP(
+            self.mlp_dim, self.dropout, dtype=self.dtype, gelu=self.gelu, name="mlp"
+        )(y_BxNxD, train)
         return x_BxNxD, out_BxNxD, att
 
 
@@ -122,10 +132,13 @@ class ViT(nn.Module):
             raise ConfigError(
                 f"patch size {self.patch_size} does not divide the image size {self.image_size}: pick a "
                 f"patch size among the divisors "
-                f"{[p for p in range(1, self.image_size + 1) if self.image_size % p == 0]}")
+                f"{[p for p in range(1, self.image_size + 1) if self.image_size % p == 0]}"
+            )
         if self.num_heads < 1 or self.width % self.num_heads:
-            raise ConfigError(f"width {self.width} does not divide into num_heads={self.num_heads} heads: "
-                              "use a number of heads that divides the width")
+            raise ConfigError(
+                f"width {self.width} does not divide into num_heads={self.num_heads} heads: "
+                "use a number of heads that divides the width"
+            )
         if self.depth < 1 or self.mlp_dim < 1:
             raise ConfigError(f"depth ({self.depth}) and mlp_dim ({self.mlp_dim}) must be positive")
         if not self.pos_init_std > 0:
@@ -139,8 +152,9 @@ class ViT(nn.Module):
         self.sow(INTERMEDIATES, name, patches_BxNxD.reshape(B, *grid_hw, D))
 
     @nn.compact
-    def __call__(self, images_BxHxWxC: jax.Array, train: bool = False,
-                 keep_BxN: jax.Array | None = None) -> jax.Array:
+    def __call__(
+        self, images_BxHxWxC: jax.Array, train: bool = False, keep_BxN: jax.Array | None = None
+    ) -> jax.Array:
         check_images(images_BxHxWxC, self.channels, (self.image_size, self.image_size))
         p = self.patch_size
         x_BxhxwxD = nn.Conv(
@@ -156,16 +170,23 @@ class ViT(nn.Module):
         keep_BxT = None
         if keep_BxN is not None:
             if keep_BxN.shape != (B, h * w):
-                raise ValueError(f"keep_BxN has shape {keep_BxN.shape}, the patch tokens {(B, h * w)}")
+                raise ValueError(
+                    f"keep_BxN has shape {keep_BxN.shape}, the patch tokens {(B, h * w)}"
+                )
             keep_BxT = keep_BxN.astype(bool)
             # a sample that keeps no token has nothing to average: its logits would be 0/0 = NaN (its
             # values are read where the mask is concrete; under jit only its shape is checked)
             # (in numpy: a concrete mask inside a jit trace would give traced reductions)
-            if (self.pool != "cls" and not isinstance(keep_BxT, jax.core.Tracer)
-                    and not np.asarray(keep_BxT).any(1).all()):
+            if (
+                self.pool != "cls"
+                and not isinstance(keep_BxT, jax.core.Tracer)
+                and not np.asarray(keep_BxT).any(1).all()
+            ):
                 empty = np.flatnonzero(~np.asarray(keep_BxT).any(1))[:4].tolist()
-                raise ConfigError(f"keep_BxN keeps no token of sample(s) {empty}: keep at least one token of "
-                                  "each (or use pool='cls')")
+                raise ConfigError(
+                    f"keep_BxN keeps no token of sample(s) {empty}: keep at least one token of "
+                    "each (or use pool='cls')"
+                )
             if self.pool == "cls":
                 keep_BxT = jnp.concatenate([jnp.ones((B, 1), bool), keep_BxT], axis=1)
         pos_init = nn.initializers.normal(stddev=self.pos_init_std)
@@ -226,8 +247,14 @@ def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) ->
     shape = override_shape(shape, **{name: fields[name] for name in SHAPE_FIELDS})
     patch_size = fields["patch_size"]
     # (int() would make a patch of 2.5 one of 2, and bool() the string "False" True)
-    if isinstance(patch_size, bool) or not isinstance(patch_size, numbers.Integral) or patch_size < 0:
-        raise ConfigError(f"model.patch_size must be an integer >= 0 (0 = the variant's), got {patch_size!r}")
+    if (
+        isinstance(patch_size, bool)
+        or not isinstance(patch_size, numbers.Integral)
+        or patch_size < 0
+    ):
+        raise ConfigError(
+            f"model.patch_size must be an integer >= 0 (0 = the variant's), got {patch_size!r}"
+        )
     for flag in ("pos_shared", "pos_add"):
         if not isinstance(fields[flag], (bool, np.bool_)):
             raise ConfigError(f"model.{flag}={fields[flag]!r}: give True or False")
