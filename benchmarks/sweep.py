@@ -4,8 +4,8 @@ r"""Seeds per second of a vmapped sweep as it grows, with the one-pass step and 
     python -m benchmarks.sweep --max_seeds=4096   # as far as memory and time allow
 
 Problem: the `small` preset (D=16, C=4, d=32) with --N samples per seed and --steps GD steps; each run
-draws its own task, initialisation, data and test set (`posattn.theory.gd.draw_run`). For 1, 4, 16, ...
---max_seeds seeds: `gd.fit_grid` (the library's sweep, the one-pass step of `posattn.theory.fused`)
+draws its own task, initialisation, data and test set (`posattn.theory.draw.draw_run`). For 1, 4, 16, ...
+--max_seeds seeds: `grid.fit_grid` (the library's sweep, the one-pass step of `posattn.theory.fused`)
 and the same sweep with the step written as `jax.grad` of the plain model, each timed on its second
 call (compile excluded; the first call's wall time, compile included, is printed beside). A sweep
 stops growing once one call takes longer than --max_call_s.
@@ -21,7 +21,8 @@ from absl import app, flags
 
 from benchmarks.report import machine, update_section
 from posattn import mesh as mesh_lib
-from posattn.theory import gd as gd_lib
+from posattn.theory import draw as draw_lib
+from posattn.theory import grid as grid_lib
 from posattn.theory import keys as keys_lib
 from posattn.theory.model import empirical_risk
 from posattn.theory.optim import gd_hyperparameters, gradient_descent
@@ -44,7 +45,7 @@ def plain_sweep(keys, *, cfg, gd):
     optimizer = gradient_descent()
 
     def run(key):
-        params, train, test, k, task = gd_lib.draw_run(key, cfg, gd, n_train=gd.N)
+        params, train, test, k, task = draw_lib.draw_run(key, cfg, gd, n_train=gd.N)
 
         def one_step(state, _):
             grads = jax.grad(empirical_risk)(state["params"], train.X, train.y, cfg, train.weight)
@@ -96,7 +97,7 @@ def main(argv):
     gd = dataclasses.replace(gd, N=FLAGS.N, steps=FLAGS.steps, n_test=FLAGS.n_test)
     plain = jax.jit(functools.partial(plain_sweep, cfg=cfg, gd=gd))
     ways = {
-        "one-pass (`fit_grid`)": lambda keys: gd_lib.fit_grid(
+        "one-pass (`fit_grid`)": lambda keys: grid_lib.fit_grid(
             keys, cfg=cfg, gd=gd, sizes=(FLAGS.N,)
         ),
         "jax.grad step": plain,

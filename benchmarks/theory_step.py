@@ -3,7 +3,7 @@ r"""One GD step of Eq. (T) on the empirical risk (E): ours against a plain PyTor
     python -m benchmarks.theory_step            # writes its section of docs/benchmarks.md
 
 Measured in one process, interleaved round by round so that all see the same machine load:
-- ours: the library's compiled chunk (`posattn.theory.gd.make_chunk_fn`, `--chunk` GD steps in one
+- ours: the library's compiled chunk (`posattn.theory.programs.make_chunk_fn`, `--chunk` GD steps in one
   loop, the default optimiser, the one-pass step of `posattn.theory.fused` on the samples laid out as
   `fit` lays them out), time per step: on a CPU where it builds, the step's CPU kernel
   (`posattn.theory.one_pass_kernel`) on the samples as drawn;
@@ -40,10 +40,10 @@ from jax.sharding import PartitionSpec as P
 from benchmarks.report import machine, update_section
 from posattn import mesh as mesh_lib
 from posattn.theory import GDConfig, TheoryConfig, fused, make_task, sample
-from posattn.theory.gd import make_chunk_fn
 from posattn.theory.model import empirical_risk, init_params
 from posattn.theory.optim import gd_hyperparameters, gradient_descent
 from posattn.theory.presets import get_preset
+from posattn.theory.programs import make_chunk_fn
 from posattn.theory.step import descend, init_state, make_batch
 
 flags.DEFINE_integer("chunk", 20, "GD steps per compiled call")

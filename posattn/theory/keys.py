@@ -5,7 +5,7 @@ literal `fold_in(key, 7)`. Keys are typed (`jax.random.key`); with the default t
 `jax.random.key(s)` holds the same bits as the legacy `jax.random.PRNGKey(s)`, and `split`/`fold_in`
 derive the same bits from either, so these streams reproduce every number drawn before they existed.
 
-A run of `posattn.theory.gd.fit(key, cfg, gd)` draws from `run_keys(key)` (`gd.draw_run`), so its
+A run of `posattn.theory.gd.fit(key, cfg, gd)` draws from `run_keys(key)` (`draw.draw_run`), so its
 data can be rebuilt outside the library:
 
     streams = run_keys(key)

@@ -22,7 +22,8 @@ from posattn.theory import (
     patch_association,
     sample,
 )
-from posattn.theory import gd as gd_lib
+from posattn.theory import draw as draw_lib
+from posattn.theory import grid as grid_lib
 from posattn.theory.datasets.structured import sample_coefficients
 from posattn.theory.metrics import within_across_means
 from posattn.theory.model import forward, sigma
@@ -108,9 +109,9 @@ def test_own_set_detector_sees_the_diagonal_and_ties():
 def test_vmapped_grid_matches_a_single_run_on_the_prefix():
     seeds = keys.seed_keys(0, 2)
     sizes = (16, 48)
-    entries = gd_lib.fit_grid(seeds, cfg=CFG, gd=GD, sizes=sizes)
+    entries = grid_lib.fit_grid(seeds, cfg=CFG, gd=GD, sizes=sizes)
     assert entries["test_error"].shape == (2, 2)
-    params, train, test, k, task = gd_lib.draw_run(seeds[1], CFG, GD, n_train=max(sizes))
+    params, train, test, k, task = draw_lib.draw_run(seeds[1], CFG, GD, n_train=max(sizes))
     prefix = make_batch(train.X[:16], train.y[:16])  # the first 16 samples, no padding at all
     gd = gradient_descent()
     state = init_state(params, gd, {"lr": GD.lr, "lr_A": GD.lr_A})
@@ -123,9 +124,9 @@ def test_vmapped_grid_matches_a_single_run_on_the_prefix():
 @pytest.mark.slow
 def test_grid_splits_seeds_over_the_devices_without_changing_a_run():
     seeds = keys.seed_keys(2, jax.device_count())  # 8 host devices (conftest): one seed each
-    entries = gd_lib.fit_grid(seeds, cfg=CFG, gd=GD, sizes=(GD.N,))
+    entries = grid_lib.fit_grid(seeds, cfg=CFG, gd=GD, sizes=(GD.N,))
     assert len(entries["loss"].sharding.device_set) == jax.device_count()
-    alone = gd_lib.fit_grid(seeds[3:4], cfg=CFG, gd=GD, sizes=(GD.N,))  # one device
+    alone = grid_lib.fit_grid(seeds[3:4], cfg=CFG, gd=GD, sizes=(GD.N,))  # one device
     assert len(alone["loss"].sharding.device_set) == 1
     for name in ("loss", "alpha", "A_within", "test_error"):
         np.testing.assert_allclose(entries[name][0, 3], alone[name][0, 0], rtol=1e-5, atol=1e-7)
@@ -137,13 +138,13 @@ def test_frozen_a_stays_and_fit_sizes_keeps_the_order_of_sizes():
     A = 0.5 * construction.construction_params(CFG, task)["A"]
     seeds = keys.seed_keys(1, 2)
     gd = dataclasses.replace(GD, n_test=64)
-    entries = gd_lib.fit_sizes(seeds, task, A, cfg=CFG, gd=gd, sizes=(32, 8), train_A=False)
+    entries = grid_lib.fit_sizes(seeds, task, A, cfg=CFG, gd=gd, sizes=(32, 8), train_A=False)
     within, across = (float(x) for x in within_across_means(A, task))
     np.testing.assert_allclose(entries["A_within"], within, rtol=1e-6)
     np.testing.assert_allclose(entries["A_across"], across, rtol=1e-6)
-    single = gd_lib.fit_grid(seeds, task, A, cfg=CFG, gd=gd, sizes=(8,), train_A=False)
+    single = grid_lib.fit_grid(seeds, task, A, cfg=CFG, gd=gd, sizes=(8,), train_A=False)
     np.testing.assert_allclose(entries["loss"][1], single["loss"][0], rtol=1e-4, atol=1e-7)
-    assert gd_lib.size_groups((16, 32, 64, 128, 1000), spread=4) == [(16, 32, 64), (128,), (1000,)]
+    assert grid_lib.size_groups((16, 32, 64, 128, 1000), spread=4) == [(16, 32, 64), (128,), (1000,)]
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from posattn.theory import (
     TheoryConfig,
     fault_injection,
     fit,
+    programs,
 )
 from posattn.theory import (
     gd as gd_lib,
@@ -29,9 +30,9 @@ GD = GDConfig(N=256, steps=23, lr=0.01, lr_A=30.0, a0=4.0, eval_every=10, n_test
 def fresh_chunks():
     """The drivers keep their compiled chunks per problem: a chunk compiled before the injection would
     not see it, and one compiled with it must not serve the tests after."""
-    gd_lib.make_chunk_fn.cache_clear(), gd_lib._seed_fns.cache_clear()
+    programs.make_chunk_fn.cache_clear(), programs._seed_programs.cache_clear()
     yield
-    gd_lib.make_chunk_fn.cache_clear(), gd_lib._seed_fns.cache_clear()
+    programs.make_chunk_fn.cache_clear(), programs._seed_programs.cache_clear()
 
 
 @pytest.mark.slow

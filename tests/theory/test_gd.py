@@ -18,10 +18,13 @@ from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.metrics import classification_error
 from posattn.theory import GDConfig, TheoryConfig, fit, make_task, optim, same_set_mask, sample
-from posattn.theory import gd as gd_lib
-from posattn.theory.gd import fit_grid, fit_seeds, make_chunk_fn
+from posattn.theory import draw as draw_lib
+from posattn.theory import grid as grid_lib
+from posattn.theory.gd import fit_seeds
+from posattn.theory.grid import fit_grid
 from posattn.theory.keys import run_keys
 from posattn.theory.model import empirical_risk, forward, init_params
+from posattn.theory.programs import make_chunk_fn
 from posattn.theory.step import descend, freeze_diagonal, init_state, make_batch, train_chunk
 
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
@@ -195,7 +198,7 @@ def test_adam_is_one_argument_and_a_run_continues_from_its_result():
     key = jax.random.key(6)
     whole = fit(key, CFG, dataclasses.replace(gd, steps=8), optimizer=adam)
     # Adam, written out: the same steps on the same draws, A's diagonal frozen.
-    params, train, _, _, _ = gd_lib.draw_run(key, CFG, gd)
+    params, train, _, _, _ = draw_lib.draw_run(key, CFG, gd)
 
     def adam_step(carry, _):
         params, opt_state = carry
@@ -309,7 +312,7 @@ def test_fit_grid_refuses_an_A_init_and_sizes_it_would_broadcast_or_round():
         with pytest.raises(ConfigError, match="whole numbers >= 1"):
             fit_grid(keys, cfg=CFG, gd=SWEEP_GD, sizes=sizes)
     with pytest.raises(ConfigError, match="whole numbers >= 1"):
-        gd_lib.fit_sizes(keys, cfg=CFG, gd=SWEEP_GD, sizes=(8, 100.5))
+        grid_lib.fit_sizes(keys, cfg=CFG, gd=SWEEP_GD, sizes=(8, 100.5))
 
 
 def test_a_step_refuses_gradients_samples_and_counts_that_do_not_fit_the_run():

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
+from posattn.theory import draw as draw_lib
 from posattn.theory import gd as gd_lib
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.presets import DEFAULT_NS
@@ -34,7 +35,7 @@ def empirical_runs(
     `key` is the key of the (P) run (`gd.fit(key, ...)`), so with `task` and `params` left None the runs
     share its task, initialisation and test set; pass them to start elsewhere. Returns {N: FitResult}.
     """
-    task, params = gd_lib.draw_start(key, cfg, gd, task, params)
+    task, params = draw_lib.draw_start(key, cfg, gd, task, params)
     params = jax.tree.map(
         np.asarray, params
     )  # host copies: `fit` donates the device buffers it gets

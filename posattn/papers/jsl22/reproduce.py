@@ -20,6 +20,7 @@ from posattn.papers.jsl22 import construction, glm, phases, published, sweep, tr
 from posattn.plots import theory as figures
 from posattn.theory import data, evaluation
 from posattn.theory import gd as gd_lib
+from posattn.theory import grid as grid_lib
 from posattn.theory import keys as keys_lib
 from posattn.theory.metrics import off_diagonal_overlap, patch_association, top_c_overlap
 from posattn.theory.presets import get_preset
@@ -284,7 +285,7 @@ def sweep_claim(key, plan: Plan):
     """Theorem 4.2: patch association and test error against N, `plan.sweep_seeds` seeds per size."""
     cfg, gd = small_problem()
     seed_keys = jax.random.split(key, plan.sweep_seeds)
-    entries = gd_lib.fit_sizes(
+    entries = grid_lib.fit_sizes(
         seed_keys, cfg=cfg, gd=_with(gd, steps=plan.sweep_steps), sizes=plan.sweep_sizes, spread=1.0
     )  # one compiled call per size
     summary = sweep.summarise(entries, plan.sweep_sizes)

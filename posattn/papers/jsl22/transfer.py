@@ -4,7 +4,7 @@ Pre-train Eq. (T) on w* (GD on (E), `gd.fit`), then learn a downstream problem w
 S_1..S_L and a new unit feature w' orthogonal to w* from N' samples, two ways (docs/decisions.md, The other claims):
 (i) A frozen at its pre-trained value and v re-trained from a fresh initialisation; (ii) (A, v) from
 scratch (A = a0 I). Both use the same GD settings, seeds, data and test sets, over a log grid of N';
-each is a `posattn.theory.gd.fit_sizes` grid (seeds vmapped in one compiled call per group of sizes).
+each is a `posattn.theory.grid.fit_sizes` grid (seeds vmapped in one compiled call per group of sizes).
 
 The number compared is the smallest N' whose mean test error over the seeds reaches `target`, for
 each way, and their ratio scratch / frozen (Theorem 5.1: frozen needs far fewer samples).
@@ -18,6 +18,7 @@ import numpy as np
 
 from posattn.papers.jsl22.sweep import summarise
 from posattn.theory import gd as gd_lib
+from posattn.theory import grid as grid_lib
 from posattn.theory import keys as keys_lib
 from posattn.theory import metrics
 from posattn.theory.config import GDConfig, TheoryConfig
@@ -75,10 +76,10 @@ def transfer(
     sizes = tuple(int(n) for n in sizes)
     gd = dataclasses.replace(gd, n_test=n_test)
     ways = {
-        "frozen_A": gd_lib.fit_sizes(
+        "frozen_A": grid_lib.fit_sizes(
             keys, down, pre.params["A"], cfg=cfg, gd=gd, sizes=sizes, train_A=False, spread=spread
         ),
-        "scratch": gd_lib.fit_sizes(keys, down, None, cfg=cfg, gd=gd, sizes=sizes, spread=spread),
+        "scratch": grid_lib.fit_sizes(keys, down, None, cfg=cfg, gd=gd, sizes=sizes, spread=spread),
     }
     out = {
         "pretrain": {
