@@ -9,7 +9,7 @@ from jax.flatten_util import ravel_pytree
 
 from posattn.analysis import objective
 from posattn.errors import ConfigError
-from posattn.papers.pk22 import suite
+from posattn.papers.pk22 import measures, streams, suite
 
 
 def _pk22_l2(params):
@@ -79,10 +79,10 @@ def test_suite_objective_is_pk22s_nll_plus_l2_on_mixed_minibatches():
     x = jax.random.normal(jax.random.key(2), (8, 2, 2, 1))
     y = jnp.array([0, 1, 2, 0, 1, 2, 0, 1])
     variables = model.init(jax.random.key(3), x)
-    xm, t = suite.mixed_minibatches(jax.random.key(4), x, y, 3, 4, settings)
+    xm, t = streams.mixed_minibatches(jax.random.key(4), x, y, 3, 4, settings)
     assert xm.shape == (2, 4, 2, 2, 1) and t.shape == (2, 4, 3)
     assert not np.allclose(t[0, 0, :], t[1, 0, :])  # one lambda per mini-batch of 4
-    loss = suite.objective_fn(model, variables, settings, "norms")(
+    loss = measures.objective_fn(model, variables, settings, "norms")(
         variables["params"], (xm[0], t[0])
     )
     dense = jax.tree.map(lambda t: np.asarray(t, np.float64), variables["params"]["Dense_0"])

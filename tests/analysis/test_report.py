@@ -14,7 +14,7 @@ from etils import epath
 from ml_collections import ConfigDict
 
 from posattn.errors import ConfigError
-from posattn.papers.pk22 import claims, suite
+from posattn.papers.pk22 import claims, streams, suite
 from posattn.papers.pk22 import report as pk22_report
 from posattn.vision.models import features
 from posattn.vision.setup import resolve
@@ -81,9 +81,9 @@ def test_settings_are_validated():
     with pytest.raises(ConfigError, match="landscape_images=-64 must be >= 0"):
         suite.Settings(landscape_images=-64)
     with pytest.raises(ConfigError, match="the training split has 100 images"):
-        suite.landscape_image_count(suite.Settings(landscape_images=128), 100)
+        streams.landscape_image_count(suite.Settings(landscape_images=128), 100)
     assert (
-        suite.landscape_image_count(suite.Settings(landscape_images=0), 1437) == 1408
+        streams.landscape_image_count(suite.Settings(landscape_images=0), 1437) == 1408
     )  # 22 batches of 64
     for field, value in (
         ("noise_band", "disc"),

@@ -9,7 +9,7 @@ import pytest
 
 from posattn import cli
 from posattn.analysis import frequency_noise
-from posattn.papers.pk22 import suite
+from posattn.papers.pk22 import measures, streams, suite
 from posattn.vision import config as config_lib
 from posattn.vision.setup import resolve
 
@@ -34,9 +34,9 @@ def test_test_split_in_batches_equals_one_batch(tiny_vit):
     answers = []
     for batch in (23, 7):  # one batch, then 4 batches with a padded last one
         settings = suite.Settings(eval_batch_size=batch, feature_images=10, noise_eps=2.0)
-        run = jax.jit(functools.partial(suite.forward_measures, setup.model, layers, settings))
+        run = jax.jit(functools.partial(measures.forward_measures, setup.model, layers, settings))
         answers.append(
-            suite.stream_forward(functools.partial(run, variables), setup, settings, key, limit=n)
+            streams.stream_forward(functools.partial(run, variables), setup, settings, key, limit=n)
         )
     one, many = answers
     assert one["correct"].shape == (10, n) and one["profiles"]["stem"].shape[0] == 10
@@ -63,7 +63,7 @@ def test_training_minibatches_do_not_depend_on_the_cut(tiny_vit):
     images, labels = setup.split("train").read(np.arange(48))
     images, labels = jnp.asarray(images), jnp.asarray(labels)
     keys = jax.random.key(1), jax.random.key(2)
-    make = jax.jit(functools.partial(suite.training_minibatches, setup, settings))
+    make = jax.jit(functools.partial(streams.training_minibatches, setup, settings))
     x_all, t_all = make(*keys, images, labels, 0)  # 3 mini-batches of 16 at once
     x_two, t_two = make(*keys, images[16:], labels[16:], 1)  # the last two alone
     np.testing.assert_array_equal(x_all[1:], x_two)

@@ -12,7 +12,7 @@ import pytest
 
 from posattn.analysis import fourier, posemb, subject, variance
 from posattn.errors import ConfigError
-from posattn.papers.pk22 import suite
+from posattn.papers.pk22 import measures, streams, suite
 from posattn.vision import config as config_lib
 from posattn.vision import models, timm_import
 from posattn.vision.data import arrays
@@ -62,7 +62,7 @@ def _measure(subj):
     config = config_lib.base_config()
     config.dataset = "own_images"
     out = suite.measure(subj, None, config, SETTINGS, jax.random.key(0), name="own", dataset=ds)
-    x_test, y_test = suite.test_set(resolve(config, 1, ds))
+    x_test, y_test = streams.test_set(resolve(config, 1, ds))
     return out, x_test, y_test
 
 
@@ -142,7 +142,7 @@ def _own_subject():
 
 
 def test_a_subject_runs_as_a_module():
-    # what the study's programs call (module.apply, as suite.nll and suite.forward_measures do)
+    # what the study's programs call (module.apply, as measures.nll and measures.forward_measures do)
     subj = _own_subject()
     module, variables = subject.as_module(subj)
     x = jax.random.normal(jax.random.key(0), (2, 16, 16, 3))
@@ -176,7 +176,7 @@ def test_the_stem_split_zeroes_p_where_the_subject_says_it_lives():
     subj = subject.Subject(apply, params, grid_hw=(4, 4), pos_embedding="embed/pos")
     module, variables = subject.as_module(subj)
     x = jax.random.normal(jax.random.key(1), (3, 4, 4, 3))
-    parts = suite.stem_position_parts(module, subj.pos_embedding, variables, x)
+    parts = measures.stem_position_parts(module, subj.pos_embedding, variables, x)
     grid = lambda z: z.reshape(3, 4, 4, 4)  # noqa: E731 - tokens on their patch grid, as the subject sows them
     P = jnp.broadcast_to(params["embed"]["pos"], (3, 16, 4))
     patches = x.reshape(3, 16, 3) @ params["embed"]["proj"]

@@ -144,7 +144,11 @@ def test_frozen_a_stays_and_fit_sizes_keeps_the_order_of_sizes():
     np.testing.assert_allclose(entries["A_across"], across, rtol=1e-6)
     single = grid_lib.fit_grid(seeds, task, A, cfg=CFG, gd=gd, sizes=(8,), train_A=False)
     np.testing.assert_allclose(entries["loss"][1], single["loss"][0], rtol=1e-4, atol=1e-7)
-    assert grid_lib.size_groups((16, 32, 64, 128, 1000), spread=4) == [(16, 32, 64), (128,), (1000,)]
+    assert grid_lib.size_groups((16, 32, 64, 128, 1000), spread=4) == [
+        (16, 32, 64),
+        (128,),
+        (1000,),
+    ]
 
 
 @pytest.mark.slow

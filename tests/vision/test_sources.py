@@ -14,7 +14,7 @@ import tensorflow_datasets as tfds
 
 from posattn import cli, io
 from posattn.errors import ConfigError
-from posattn.papers.pk22 import suite
+from posattn.papers.pk22 import streams
 from posattn.vision import config as config_lib
 from posattn.vision import resume, runs, sweep
 from posattn.vision.data import arrays, datasets, idx, tfds_datasets
@@ -221,7 +221,7 @@ def test_arrays_serve_the_train_loop_and_the_analysis_tools():
         setup.split("train").read([5])[0], reference.split("train").read([5])[0]
     )
     assert setup.info == dataclasses.replace(reference.info, name="my_digits", pixels="float")
-    inputs, labels = suite.test_set(setup, limit=4)
+    inputs, labels = streams.test_set(setup, limit=4)
     assert inputs.shape == (4, 8, 8, 1) and list(labels) == list(y_test[:4])
     stats = resolve(
         make_config(dataset="my_digits", channel_mean=(0.5,), channel_std=(0.25,)), dataset=ds

@@ -354,7 +354,7 @@ def rows(results: dict[str, dict]) -> list[dict]:
 
 def stem_position_table(results: dict[str, dict]) -> str:
     """The positional embedding's part of the stem's high-frequency value and variance (PK22 Figs. 4, 6)
-    for the models whose stem adds one (`suite.stem_position_parts`), each with its 95% interval over the
+    for the models whose stem adds one (`measures.stem_position_parts`), each with its 95% interval over the
     Fourier tool's test images; "" where no model's does."""
     lines = []
     for m, r in results.items():
