@@ -6,7 +6,8 @@ import math
 import ml_collections
 import numpy as np
 
-from posattn.papers.lwlc23 import settle, settle_report
+from posattn.analysis import bootstrap
+from posattn.papers.lwlc23 import settle, settle_grid, settle_report, settle_stats
 
 
 def _success(n_true, Ns_CxN, R, rng):
@@ -18,20 +19,20 @@ def _success(n_true, Ns_CxN, R, rng):
 def test_shifted_power_fit_recovers_q_and_alpha0():
     alpha = np.array([0.15, 0.2, 0.3, 0.4])
     for q, a0 in ((2.0, 0.0), (1.5, 0.1)):
-        fit = settle.shifted_power_fit(alpha, 3.0 * (alpha - a0) ** -q)
+        fit = settle_stats.shifted_power_fit(alpha, 3.0 * (alpha - a0) ** -q)
         assert abs(fit["q"] - q) < 0.05 and abs(fit["alpha0"] - a0) < 0.01, (q, a0, fit)
-    assert math.isnan(settle.shifted_power_fit(alpha, [10, math.nan, math.nan, 5])["q"])
-    assert abs(settle.power_fit(alpha, 2 * alpha**-3.0) - 3.0) < 1e-6
+    assert math.isnan(settle_stats.shifted_power_fit(alpha, [10, math.nan, math.nan, 5])["q"])
+    assert abs(settle_stats.power_fit(alpha, 2 * alpha**-3.0) - 3.0) < 1e-6
 
 
 def test_boundary_study_interval_covers_the_true_boundary():
     rng = np.random.default_rng(0)
     alpha = np.array([0.15, 0.2, 0.3, 0.4])
     n_true = 2.0 * alpha**-2
-    Ns = np.array([settle.geometric_window(n, 1.5, 1.2) for n in n_true], dtype=object)
-    Ns = settle.pad_rows([list(r) for r in Ns])
+    Ns = np.array([settle_grid.geometric_window(n, 1.5, 1.2) for n in n_true], dtype=object)
+    Ns = settle_grid.pad_rows([list(r) for r in Ns])
     success = _success(n_true, Ns, 40, rng)
-    study = settle.boundary_study(success, Ns, alpha, 0.5, settle.seed_resamples(40, 200), 0.0)
+    study = settle_stats.boundary_study(success, Ns, alpha, 0.5, bootstrap.resample_indices(40, 200), 0.0)
     for iv, n in zip(study["N_star"], n_true):
         assert iv["lo"] <= n * 1.1 and iv["hi"] >= n * 0.9, (iv, n)
     assert study["q"]["lo"] < 2.6 and study["q"]["hi"] > 1.4
@@ -40,27 +41,27 @@ def test_boundary_study_interval_covers_the_true_boundary():
 
 
 def test_windows_follow_the_coarse_boundary_and_pad_with_repeats():
-    assert settle.geometric_window(100, 1.5, 1.2) == [67, 80, 96, 115, 138, 166]
+    assert settle_grid.geometric_window(100, 1.5, 1.2) == [67, 80, 96, 115, 138, 166]
     coarse = np.zeros((4, 3, 3))
     coarse[:, 0, 1:] = 1  # row 0 crosses between 4 and 16; row 1 never; row 2 already at 4
     coarse[:, 2, :] = 1
-    windows = settle.windows_from_coarse(coarse, [4, 16, 64], 0.5, 1.5, 1.2)
+    windows = settle_grid.windows_from_coarse(coarse, [4, 16, 64], 0.5, 1.5, 1.2)
     assert (
         windows[0][0] <= 8 <= windows[0][-1] and windows[1][0] > 16
     )  # row 0 about sqrt(4 * 16); row 1 at the end
     assert (
         windows[2][0] < 4 < windows[2][-1] < 16
     )  # a row at the coarse floor gets a window at the floor
-    assert np.isnan(settle.boundaries(coarse, [[4, 16, 64]] * 3, 0.5)[2])  # and is censored there
-    padded = settle.pad_rows([[1, 2, 3], [5, 6]])
+    assert np.isnan(settle_stats.boundaries(coarse, [[4, 16, 64]] * 3, 0.5)[2])  # and is censored there
+    padded = settle_grid.pad_rows([[1, 2, 3], [5, 6]])
     assert padded.tolist() == [[1, 2, 3], [5, 6, 6]]
 
 
 def test_direction_and_margin_verdicts():
-    assert settle.direction({"value": 3, "lo": 1, "hi": 5}) == "grows"
-    assert settle.direction({"value": -3, "lo": -5, "hi": -1}) == "falls"
-    assert settle.direction({"value": 1, "lo": -1, "hi": 5}).startswith("flat")
-    assert settle.direction({"value": math.nan, "lo": 1, "hi": 5}).startswith("not measured")
+    assert settle_stats.direction({"value": 3, "lo": 1, "hi": 5}) == "grows"
+    assert settle_stats.direction({"value": -3, "lo": -5, "hi": -1}) == "falls"
+    assert settle_stats.direction({"value": 1, "lo": -1, "hi": 5}).startswith("flat")
+    assert settle_stats.direction({"value": math.nan, "lo": 1, "hi": 5}).startswith("not measured")
     assert (
         settle_report.margin_verdict({"value": 0.18, "lo": 0.15, "hi": 0.2}, 1 / 30)
         == "interval contains 2e alpha_#"
@@ -86,7 +87,7 @@ def test_sparsify_setting_reads_flat_random_and_each_policy():
         "irrelevant/test_hinge": np.stack([np.linspace(0.05, 0.005, K)] * R)[None]
         + 0.001 * rng.random((1, R, K)),
     }
-    s = settle._setting(part, 0, ("random", "irrelevant"), settle.seed_resamples(R, 200), L=60)
+    s = settle._setting(part, 0, ("random", "irrelevant"), bootstrap.resample_indices(R, 200), L=60)
     assert s["policies"]["random"]["flat"] and s["policies"]["random"]["verdict"] == "no change"
     assert s["policies"]["irrelevant"]["verdict"] == "lowers"
     config = ml_collections.ConfigDict(

@@ -3,197 +3,29 @@
 L, the noisy tokens' count, type and bound, at test and at training time, and N* against sigma and
 delta swept apart.
 
-Every interval is a percentile bootstrap over seeds: the seeds of a study are resampled with
-replacement, the same resample for every cell (the cells of one seed share its key), and every N*,
-fit and difference is recomputed on each resample.
+Each study runs its grid through `settle_grid` (in parts, saved and resumable) and reads it with the
+statistics of `settle_stats`: every interval is a percentile bootstrap over seeds, the same resample
+for every cell; the summary is written by `settle_report`.
 """
 
 import dataclasses
-import math
-import os
-import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from posattn.analysis import bootstrap
-from posattn.shallow import grid, phase_map, sparsify
-from posattn.shallow.config import TWO_E, TokenConfig
+from posattn.papers.lwlc23.settle_grid import coarse_and_fine_keys, two_stage
+from posattn.papers.lwlc23.settle_stats import (
+    boot_boundaries,
+    boundaries,
+    boundary_study,
+    difference,
+    direction,
+    interval,
+)
+from posattn.shallow import grid, sparsify
+from posattn.shallow.config import TokenConfig
 
 LEVEL = 0.5  # pre-registered: the boundary is where the success rate first reaches 1/2
-
-
-def seed_resamples(R: int, B: int, seed: int = 0) -> np.ndarray:
-    """(B, R) seed indices drawn with replacement: B bootstrap resamples of R seeds, one for every cell."""
-    return bootstrap.resample_indices(R, B, seed)
-
-
-def interval(samples, point) -> dict:
-    """{"value": point, "lo", "hi"}: the 95% percentile interval of the finite bootstrap samples, and the
-    share of samples that were not finite (a boundary beyond the grid, a fit that failed)."""
-    s = np.asarray(samples, float)
-    ok = np.isfinite(s)
-    lo, hi = bootstrap.percentiles(s[ok]) if ok.any() else (math.nan, math.nan)
-    return {"value": float(point), "lo": lo, "hi": hi, "censored": float(1 - ok.mean())}
-
-
-def boundaries(success_RxCxN: np.ndarray, Ns_CxN, level: float) -> np.ndarray:
-    """N* of every row c (success rate over seeds crossing `level` along its N grid); NaN (censored) when
-    the rate never reaches `level` or already does at the grid's first N (N* at or below it)."""
-    rate_CxN = success_RxCxN.mean(0)
-    return np.array(
-        [
-            math.nan if rate[0] >= level else phase_map.boundary(Ns, rate, level)
-            for Ns, rate in zip(Ns_CxN, rate_CxN)
-        ]
-    )
-
-
-def boot_boundaries(
-    success_RxCxN: np.ndarray, Ns_CxN, level: float, resamples: np.ndarray
-) -> np.ndarray:
-    """(B, C): N* of every row on every seed resample."""
-    return np.stack([boundaries(success_RxCxN[idx], Ns_CxN, level) for idx in resamples])
-
-
-def shifted_power_fit(alpha, n_star, alpha0_min: float = -0.5, grid: int = 400) -> dict:
-    """Least squares of log N* = log c - q log(alpha_* - alpha_0) over alpha_0 < min(alpha_*) (a grid
-    of `grid` values from alpha0_min, a line fit in logs at each): {"q", "alpha0", "c"}; NaN with
-    fewer than 3 finite boundaries."""
-    alpha, n_star = np.asarray(alpha, float), np.asarray(n_star, float)
-    ok = np.isfinite(n_star)
-    if ok.sum() < 3:
-        return {"q": math.nan, "alpha0": math.nan, "c": math.nan}
-    a, y = alpha[ok], np.log(n_star[ok])
-    best = None
-    for a0 in np.linspace(alpha0_min, a.min() - 1e-3, grid):
-        x = np.log(a - a0)
-        slope, icpt = np.polyfit(x, y, 1)
-        sse = ((y - icpt - slope * x) ** 2).sum()
-        if best is None or sse < best[0]:
-            best = (sse, -slope, a0, math.exp(icpt))
-    return {"q": float(best[1]), "alpha0": float(best[2]), "c": float(best[3])}
-
-
-def power_fit(alpha, n_star, alpha0: float = 0.0) -> float:
-    """q of log N* = log c - q log(alpha_* - alpha0) with alpha0 fixed (NaN with < 2 usable rows)."""
-    alpha, n_star = np.asarray(alpha, float), np.asarray(n_star, float)
-    ok = np.isfinite(n_star) & (alpha > alpha0)
-    if ok.sum() < 2:
-        return math.nan
-    return float(-np.polyfit(np.log(alpha[ok] - alpha0), np.log(n_star[ok]), 1)[0])
-
-
-def boundary_study(
-    success_RxCxN, Ns_CxN, alpha_C, level: float, resamples: np.ndarray, alpha_conf: float
-) -> dict:
-    """One (network, alpha_#) row set: N* of every alpha_* with its interval, the fit
-    N* = c (alpha_* - alpha_0)^-q with intervals on q and alpha_0, and the exponent with alpha_0 fixed
-    at 0 and at 2e alpha_# (where every alpha_* exceeds it)."""
-    point = boundaries(success_RxCxN, Ns_CxN, level)
-    boot = boot_boundaries(success_RxCxN, Ns_CxN, level, resamples)
-    fit = shifted_power_fit(alpha_C, point)
-    fits = [shifted_power_fit(alpha_C, b) for b in boot]
-    margin = TWO_E * alpha_conf
-    out = {
-        "alpha_star": [float(a) for a in alpha_C],
-        "N_star": [interval(boot[:, c], point[c]) for c in range(len(point))],
-        "q": interval([f["q"] for f in fits], fit["q"]),
-        "alpha0": interval([f["alpha0"] for f in fits], fit["alpha0"]),
-        "c": fit["c"],
-        "q_at_alpha0_0": interval([power_fit(alpha_C, b) for b in boot], power_fit(alpha_C, point)),
-        "two_e_alpha_conf": margin,
-    }
-    if margin > 0 and min(alpha_C) > margin:
-        out["q_at_alpha0_2e"] = interval(
-            [power_fit(alpha_C, b, margin) for b in boot], power_fit(alpha_C, point, margin)
-        )
-    return out
-
-
-def difference(boot_a, boot_b, a, b) -> dict:
-    """The interval of a - b from paired bootstrap samples."""
-    return interval(np.asarray(boot_a) - np.asarray(boot_b), a - b)
-
-
-# ---- Drivers: each runs its grid in parts, saves every part's raw outcome, and skips a saved part. ----
-
-
-def geometric_window(center: float, factor: float, ratio: float, floor: int = 2) -> list[int]:
-    """N on a geometric grid of `ratio` from center/factor to center*factor (distinct integers >= floor)."""
-    n = math.ceil(math.log(factor**2) / math.log(ratio)) + 1
-    Ns = np.unique(np.maximum(floor, np.round(center / factor * ratio ** np.arange(n)))).astype(int)
-    return [int(v) for v in Ns]
-
-
-def windows_from_coarse(
-    success_RxCxN, coarse_Ns, level: float, factor: float, ratio: float
-) -> list[list[int]]:
-    """Each row's fine N grid, centred on its coarse boundary (at the coarse grid's first N when the rate
-    already reaches `level` there, at its end when it never does)."""
-    n_star = [phase_map.boundary(coarse_Ns, rate, level) for rate in success_RxCxN.mean(0)]
-    return [geometric_window(coarse_Ns[-1] if math.isnan(n) else n, factor, ratio) for n in n_star]
-
-
-def pad_rows(rows: list[list[int]]) -> np.ndarray:
-    """Rows of unequal length as one (C, N) array, each padded with its own last value (a repeated N
-    is a repeated cell: the boundary reads the first crossing, so the padding changes nothing)."""
-    width = max(len(r) for r in rows)
-    return np.array([r + [r[-1]] * (width - len(r)) for r in rows])
-
-
-def row_cells(rows: list[dict], Ns_CxN: np.ndarray, tokens, model, sgd) -> grid.Cell:
-    """One cell per (row, N): row c's knobs (a dict of Cell fields, e.g. n_star, n_conf, sigma) at every N
-    of its grid Ns_CxN[c]; T from the row's alpha_* unless the row sets it."""
-    parts = [
-        grid.product_cells(tokens, model, sgd, **{k: [v] for k, v in row.items()}, N=list(Ns))[0]
-        for row, Ns in zip(rows, Ns_CxN)
-    ]
-    return jax.tree.map(lambda *a: jnp.concatenate(a), *parts)
-
-
-def run_rows(keys_R, rows: list[dict], Ns_CxN: np.ndarray, tokens, model, sgd) -> dict:
-    """Every row at every N of its grid, for every seed: {"success", "test_error", "test_hinge"} of
-    (R, C, N) arrays. One row is one batch of the compiled loop (its cells share T)."""
-    Ns_CxN = np.asarray(Ns_CxN)
-    cells = row_cells(rows, Ns_CxN, tokens, model, sgd)
-    out = grid.run_cells(
-        keys_R, cells, tokens=tokens, model=model, sgd=sgd, cells_per_batch=Ns_CxN.shape[1]
-    )
-    shape = (*Ns_CxN.shape, len(keys_R))
-    return {
-        k: np.moveaxis(np.asarray(out[k]).reshape(shape), -1, 0)
-        for k in ("success", "test_error", "test_hinge")
-    }
-
-
-def two_stage(
-    keys_coarse, keys_fine, rows, coarse_Ns, tokens, model, sgd, level, factor, ratio, save
-) -> dict:
-    """The pre-registered two-stage grid of a boundary: every row over the coarse grid `coarse_Ns` with
-    the coarse seeds, then over its own geometric window (`windows_from_coarse`) with the fine seeds.
-    `save(name, compute)` returns a saved part or computes and saves it (resumable); None when a part is
-    neither saved nor to be computed (`save` returned None)."""
-    Ns_coarse = np.array([list(coarse_Ns)] * len(rows))
-    coarse = save("coarse", lambda: run_rows(keys_coarse, rows, Ns_coarse, tokens, model, sgd))
-    if coarse is None:
-        return None
-    Ns_fine = pad_rows(
-        windows_from_coarse(coarse["success"], list(coarse_Ns), level, factor, ratio)
-    )
-    fine = save(
-        "fine", lambda: {**run_rows(keys_fine, rows, Ns_fine, tokens, model, sgd), "N": Ns_fine}
-    )
-    if fine is None:
-        return None
-    return {"coarse": coarse, "fine": fine, "N": np.asarray(fine["N"])}
-
-
-def _keys(config):
-    """(coarse keys, fine keys): the coarse pass draws its own seeds."""
-    keys = grid.seed_keys(config.seed, config.seeds)
-    return grid.seed_keys(config.seed + 1, config.coarse_seeds), keys
 
 
 def _rows_result(runs, rows, alpha_of, config, resamples) -> list[dict]:
@@ -220,8 +52,8 @@ def _rows_result(runs, rows, alpha_of, config, resamples) -> list[dict]:
 def run_boundary(config, cfg, save) -> dict:
     """The boundary N* against alpha_* for every alpha_# and both networks, with the shifted power fit."""
     tokens, model, sgd = cfg["tokens"], cfg["model"], cfg["sgd"]
-    k_coarse, k_fine = _keys(config)
-    resamples = seed_resamples(config.seeds, config.boot, config.seed)
+    k_coarse, k_fine = coarse_and_fine_keys(config)
+    resamples = bootstrap.resample_indices(config.seeds, config.boot, config.seed)
     out = {"networks": {}}
     for attention in config.attentions:
         net = dataclasses.replace(model, attention=attention)
@@ -273,8 +105,8 @@ def run_boundary(config, cfg, save) -> dict:
 def run_init_error(config, cfg, save) -> dict:
     """N* against sigma (delta = 0) and against delta (sigma = 0), with N*(value) - N*(0) intervals."""
     tokens, model, sgd = cfg["tokens"], cfg["model"], cfg["sgd"]
-    k_coarse, k_fine = _keys(config)
-    resamples = seed_resamples(config.seeds, config.boot, config.seed)
+    k_coarse, k_fine = coarse_and_fine_keys(config)
+    resamples = bootstrap.resample_indices(config.seeds, config.boot, config.seed)
     rows = [{"sigma": s, "delta": 0.0} for s in config.sigmas] + [
         {"sigma": 0.0, "delta": d} for d in config.deltas
     ]
@@ -333,13 +165,6 @@ def run_init_error(config, cfg, save) -> dict:
     }
 
 
-def direction(iv: dict) -> str:
-    """Pre-registered reading of an interval of a difference: above 0, below 0, or containing it."""
-    if math.isnan(iv["value"]):
-        return "not measured (censored)"
-    return "grows" if iv["lo"] > 0 else "falls" if iv["hi"] < 0 else "flat (interval contains 0)"
-
-
 def removal_ks(n: int) -> list[int]:
     """The pre-registered removal counts for n noisy tokens: 0, n/2, n."""
     return [0, n // 2, n]
@@ -350,7 +175,7 @@ def run_sparsify(config, cfg, save) -> dict:
     time for every L and at training time for the L in config.train_Ls, for every policy."""
     tokens, model, sgd = cfg["tokens"], cfg["model"], cfg["sgd"]
     keys = grid.seed_keys(config.seed, config.seeds)
-    resamples = seed_resamples(config.seeds, config.boot, config.seed)
+    resamples = bootstrap.resample_indices(config.seeds, config.boot, config.seed)
     settings = []
     for at, Ls in (("test", config.Ls), ("train", config.train_Ls)):
         for L in Ls:
@@ -436,29 +261,3 @@ def _setting(part, c, policies, resamples, **where) -> dict:
             entry["flat"] = bool(ratio["lo"] >= 2 / 3 and ratio["hi"] <= 3 / 2)
         out["policies"][p] = entry
     return out
-
-
-def part_saver(workdir, analyze_only: bool, parts_from: str):
-    """save(name, compute): parts/NAME.npz if a finished part is there (or in `parts_from`), else compute,
-    save and return it (None with analyze_only: the drivers then leave that part out)."""
-    parts = os.path.join(workdir, "parts")
-    os.makedirs(parts, exist_ok=True)
-
-    def save(name, compute):
-        path = os.path.join(parts, f"{name}.npz")
-        for found in (path, os.path.join(parts_from, f"{name}.npz") if parts_from else None):
-            if found and os.path.exists(found):
-                print(f"{name}: resumed from {found}", flush=True)
-                with np.load(found) as f:
-                    return dict(f)
-        if analyze_only:
-            print(f"{name}: not saved, left out (analyze_only)", flush=True)
-            return None
-        t0 = time.perf_counter()
-        out = {k: np.asarray(v) for k, v in compute().items()}
-        np.savez(path + ".tmp.npz", **out)
-        os.replace(path + ".tmp.npz", path)  # a part is there only when complete
-        print(f"{name}: done in {time.perf_counter() - t0:.0f}s", flush=True)
-        return out
-
-    return save
