@@ -136,7 +136,9 @@ def main(argv):
         "init_error": settle.run_init_error,
         "sparsify": settle.run_sparsify,
     }[config.study]
-    results = run(config, cfg, settle_grid.part_saver(workdir, config.analyze_only, config.parts_from))
+    results = run(
+        config, cfg, settle_grid.part_saver(workdir, config.analyze_only, config.parts_from)
+    )
     results["seconds"] = time.perf_counter() - t0
     io.write_json(os.path.join(workdir, "results.json"), results)
     summary = settle_report.summary_markdown(config.study, results, config)

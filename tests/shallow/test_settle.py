@@ -32,7 +32,9 @@ def test_boundary_study_interval_covers_the_true_boundary():
     Ns = np.array([settle_grid.geometric_window(n, 1.5, 1.2) for n in n_true], dtype=object)
     Ns = settle_grid.pad_rows([list(r) for r in Ns])
     success = _success(n_true, Ns, 40, rng)
-    study = settle_stats.boundary_study(success, Ns, alpha, 0.5, bootstrap.resample_indices(40, 200), 0.0)
+    study = settle_stats.boundary_study(
+        success, Ns, alpha, 0.5, bootstrap.resample_indices(40, 200), 0.0
+    )
     for iv, n in zip(study["N_star"], n_true):
         assert iv["lo"] <= n * 1.1 and iv["hi"] >= n * 0.9, (iv, n)
     assert study["q"]["lo"] < 2.6 and study["q"]["hi"] > 1.4
@@ -52,7 +54,9 @@ def test_windows_follow_the_coarse_boundary_and_pad_with_repeats():
     assert (
         windows[2][0] < 4 < windows[2][-1] < 16
     )  # a row at the coarse floor gets a window at the floor
-    assert np.isnan(settle_stats.boundaries(coarse, [[4, 16, 64]] * 3, 0.5)[2])  # and is censored there
+    assert np.isnan(
+        settle_stats.boundaries(coarse, [[4, 16, 64]] * 3, 0.5)[2]
+    )  # and is censored there
     padded = settle_grid.pad_rows([[1, 2, 3], [5, 6]])
     assert padded.tolist() == [[1, 2, 3], [5, 6, 6]]
 
