@@ -74,8 +74,9 @@ def main(argv):
     _INITIALIZE_DISTRIBUTED()  # before any computation (docs/distributed.md)
 
     configs = sweep.attention_cell_configs(_CONFIG.value, _SEEDS.value, ATTENTIONS)
-    for c in configs.values():
-        setup.resolve(c, jax.device_count())  # every cell's batch divides by this run's devices
+    # every cell's batch divides by this run's devices; the cells differ only in attention and seed, so
+    # they evaluate the same splits (the test set's, unless the config reads no test image)
+    splits = [setup.resolve(c, jax.device_count()) for c in configs.values()][-1].eval_splits
     # its own (its cells resume), writable and locked, before any training
     cli.claim(
         _WORKDIR.value,
@@ -84,9 +85,6 @@ def main(argv):
         resumes=True,
     )
     base = _CONFIG.value
-    splits = setup.resolve(
-        base, jax.device_count()
-    ).eval_splits  # the test set's, unless it is not read
     runs = {}
     for (
         attention

@@ -14,14 +14,8 @@ distance between two patches of the grid (with itself included): a head below it
 
 import numpy as np
 
+from posattn.analysis.posemb import grid_euclidean
 from posattn.errors import ConfigError
-
-
-def grid_euclidean(grid_hw: tuple[int, int]) -> np.ndarray:
-    """(N, N) Euclidean distances between the patches of an h x w grid (row-major), in patches."""
-    h, w = grid_hw
-    rows, cols = np.divmod(np.arange(h * w), w)
-    return np.hypot(rows[:, None] - rows[None], cols[:, None] - cols[None])
 
 
 def mean_attention_distance(A_xHxNxN, grid_hw: tuple[int, int], *, cls: bool = False) -> np.ndarray:

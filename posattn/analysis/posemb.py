@@ -94,6 +94,17 @@ def grid_distances(grid_hw: tuple[int, int]) -> np.ndarray:
     return np.abs(rows[:, None] - rows[None]) + np.abs(cols[:, None] - cols[None])
 
 
+def grid_euclidean(grid_hw: tuple[int, int], *, fold_flip: bool = False) -> np.ndarray:
+    """(N, N) Euclidean distances between the patches of an h x w grid (row-major), in patches; with
+    `fold_flip`, across the grid folded about its vertical axis (column c and w - 1 - c as one)."""
+    h, w = grid_hw
+    rows, cols = np.divmod(np.arange(h * w), w)
+    across = np.abs(cols[:, None] - cols[None])
+    if fold_flip:
+        across = np.minimum(across, np.abs(cols[:, None] - (w - 1 - cols[None])))
+    return np.hypot(rows[:, None] - rows[None], across)
+
+
 def distance_rank_correlation(
     sim_NxN: np.ndarray, grid_hw: tuple[int, int], *, fold_flip: bool = False
 ) -> float:
@@ -109,13 +120,8 @@ def distance_rank_correlation(
     from scipy import stats
 
     _check_grid(sim_NxN, grid_hw)
-    h, w = grid_hw
-    rows, cols = np.divmod(np.arange(h * w), w)
-    across = np.abs(cols[:, None] - cols[None])
-    if fold_flip:
-        across = np.minimum(across, np.abs(cols[:, None] - (w - 1 - cols[None])))
-    dist = np.hypot(rows[:, None] - rows[None], across)
-    i, j = np.triu_indices(h * w, k=1)
+    dist = grid_euclidean(grid_hw, fold_flip=fold_flip)
+    i, j = np.triu_indices(grid_hw[0] * grid_hw[1], k=1)
     return float(stats.spearmanr(np.asarray(sim_NxN)[i, j], dist[i, j]).statistic)
 
 

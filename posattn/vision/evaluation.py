@@ -54,19 +54,29 @@ def split_metrics(split: str, correct, count, loss_sum) -> dict:
     }
 
 
-def evaluate(eval_step, state, setup: Setup, mesh) -> dict:
-    """`split_metrics` of every split the run evaluates (`Setup.eval_splits`: its validation examples,
-    its test set), each example counted once, summed over all hosts."""
+def split_totals(eval_step, state, setup: Setup, mesh, zeros) -> dict:
+    """{split: the eval step's totals on the host} for every split the run evaluates (`Setup.eval_splits`:
+    its validation examples, its test set), each example counted once, summed over all hosts; `zeros()`
+    makes the totals a split starts from (one set, or one per vmapped seed)."""
     out = {}
     for split in setup.eval_splits:
-        # Made where it lives (no host transfer); a module-level function, so every evaluation reuses one
-        # compiled program.
-        totals = jax.jit(_zero_totals, out_shardings=replicated(mesh))()
+        totals = zeros()
         for local in setup.eval_batches(
             split
         ):  # the split is decoded once per Setup, not per evaluation
             totals = eval_step(state, global_batch(local, mesh), totals)
-        out.update(split_metrics(split, **jax.device_get(totals)))
+        out[split] = jax.device_get(totals)
+    return out
+
+
+def evaluate(eval_step, state, setup: Setup, mesh) -> dict:
+    """`split_metrics` of every split the run evaluates (`split_totals`)."""
+    # the zeros made where they live (no host transfer); a module-level function, so every evaluation
+    # reuses one compiled program
+    zeros = lambda: jax.jit(_zero_totals, out_shardings=replicated(mesh))()
+    out = {}
+    for split, totals in split_totals(eval_step, state, setup, mesh, zeros).items():
+        out.update(split_metrics(split, **totals))
     return out
 
 

@@ -213,12 +213,11 @@ def _zero_totals_S(num_seeds: int, mesh) -> dict:
 
 def _evaluate_seeds(eval_step, state_S, setup, mesh, num_seeds: int) -> list[dict]:
     """`evaluation.evaluate` of every seed: `evaluation.split_metrics` of each split the run evaluates, per seed."""
+    per_split = evaluation.split_totals(
+        eval_step, state_S, setup, mesh, lambda: _zero_totals_S(num_seeds, mesh)
+    )
     out = [{} for _ in range(num_seeds)]
-    for split in setup.eval_splits:
-        totals = _zero_totals_S(num_seeds, mesh)
-        for local in setup.eval_batches(split):
-            totals = eval_step(state_S, global_batch(local, mesh), totals)
-        totals = jax.device_get(totals)
+    for split, totals in per_split.items():
         for s in range(num_seeds):
             out[s].update(evaluation.split_metrics(split, **{k: v[s] for k, v in totals.items()}))
     return out

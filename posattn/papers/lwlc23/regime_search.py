@@ -59,6 +59,7 @@ AMENDMENT_1 = {
     "G4": {"tau": 1.0, "sigma": 1.0, "delta": 1.0},
     "G5": {"d": 64, "tau": 1.0, "sigma": 1.0, "delta": 1.0},
 }
+ALL_SETTINGS = {**SETTINGS, **AMENDMENT_1}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +73,9 @@ class Setting:
 
     @classmethod
     def of(cls, name: str) -> "Setting":
-        f = {**BASE, **{**SETTINGS, **AMENDMENT_1}[name]}
-        sigma = (
-            0.1 if f["M"] <= 10 else 1 / f["M"]
-        )  # sigma = delta <= 1/M (Theorem 1) unless a setting says
+        f = {**BASE, **ALL_SETTINGS[name]}
+        # sigma = delta <= 1/M (Theorem 1), unless the setting sets them
+        sigma = 0.1 if f["M"] <= 10 else 1 / f["M"]
         width = max(16, f["d"])
         tokens = TokenConfig(
             d=f["d"],
@@ -139,14 +139,15 @@ def screen(setting: Setting, seeds: int = SEEDS, seed: int = 0) -> dict:
         )
     h = hinge[ALPHA_THIRTIETHS.index(HINGE_CELL[0]), NS.index(HINGE_CELL[1])]
     criteria = {
-        "n_star_at_smallest_alpha": not rows[0]["censored"] == "below"
-        and (rows[0]["censored"] == "above" or rows[0]["N_star"] >= MIN_N_STAR),
+        # (censored below, N* is the grid's first N, 8 < 50; censored above, it lies beyond 1024)
+        "n_star_at_smallest_alpha": rows[0]["censored"] == "above"
+        or rows[0]["N_star"] >= MIN_N_STAR,
         "rows_inside": sum(not r["censored"] for r in rows) >= MIN_INSIDE,
         "hinge_near_paper": PAPER_HINGE / 2 <= h <= 2 * PAPER_HINGE,
     }
     return {
         "setting": setting.name,
-        "changes": {**SETTINGS, **AMENDMENT_1}[setting.name],
+        "changes": ALL_SETTINGS[setting.name],
         "rows": rows,
         "hinge_at_cell": float(h),
         "criteria": criteria,

@@ -13,8 +13,8 @@ Positional embedding P (T x D, T = number of tokens):
   is not added, as in Definition 3.2 of JSL22. With "cls" pooling the CLS token has its own learned row
   of P (row 0), like every patch.
 P starts as N(0, pos_init_std^2), by default 0.02, the start of the original ViT, DeiT and timm: what P
-holds is then learnt, not a fixed random code of norm ~sqrt(D) that training barely moves (the init
-ablation of docs/image_results.md, issue 46, measures 0.02, 1/sqrt(width) and 1).
+holds is then learnt from a small start rather than being a random code of norm ~sqrt(D) from the
+first step (docs/decisions.md, Models; the digits config keeps 1, by a measurement there).
 `keep_BxN` (bool over the patch tokens, optional) removes the tokens where it is False: they leave every
 attention softmax as keys and the pooling, so the logits do not depend on them (LWLC23's token
 sparsification, Eq. (1)); the CLS token is always kept. None (the default) keeps all.
