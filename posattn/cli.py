@@ -4,8 +4,8 @@ Bad input (a flag that does not parse; a config file that does not exist, does n
 has no get_config or returns no ConfigDict; a `ConfigError` raised while loading or validating a config
 or claiming the workdir; running out of memory) ends the program with one line on stderr and exit
 status 2, never a traceback; a `RunStopped` (a run that saved its work and stopped early, e.g. on
-SIGTERM) ends with one line and its own exit status, and so do SIGINT (130) and SIGTERM (143, once the
-binary holds its workdir: `posattn.ownership`); anything else is a bug and keeps its traceback. The
+SIGTERM) ends with one line and its own exit status, and so do SIGINT (130) and SIGTERM (143) anywhere
+else (`posattn.signals`); anything else is a bug and keeps its traceback. The
 workdir's marker records how the run ended.
 
 Every binary takes one ml_collections config file, `--config=FILE[:ARG]` (`define_config`: a default
@@ -41,7 +41,8 @@ from posattn.configs import (
     is_smoke,
     load_config,
 )
-from posattn.errors import ConfigError, RunStopped
+from posattn.errors import ConfigError
+from posattn.signals import RunStopped
 
 CACHE_ENV = "POSATTN_COMPILATION_CACHE"  # a directory, or "off"; the flag below wins over it
 CACHE_OFF = ("off", "0", "false", "no", "none")
@@ -280,7 +281,7 @@ def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
         return ownership.INTERRUPTED, e.exit_status, "stopped", str(e)
     if isinstance(
         e, KeyboardInterrupt
-    ):  # Ctrl-C before the workdir is claimed (`ownership` then stops it)
+    ):  # Ctrl-C in a process without `signals.install` (a binary run as a function), before a claim
         return (
             ownership.INTERRUPTED,
             128 + signal.SIGINT,
@@ -306,7 +307,7 @@ def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
 def run(main) -> None:
     """`absl.app.run(main)` with bad flags, missing or broken config files, `ConfigError` and running out
     of memory turned into one line and exit 2, a `RunStopped` into its line and exit status, SIGINT into
-    one line and 130 (once a workdir is claimed, `posattn.ownership` ends SIGINT and SIGTERM itself);
+    one line and 130 (where `posattn.signals` does not end SIGINT and SIGTERM itself);
     the claimed workdir's marker records how the run ended. JAX's persistent compilation cache is on
     (`enable_compilation_cache`, `--compilation_cache`)."""
 
