@@ -270,9 +270,8 @@ def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False)
     path = workdir_lib.check(workdir)  # created, and writable
     fd, lock_before = workdir_lock.lock(path, workdir) if writer else (None, b"")
     try:
-        marker = check(
-            workdir, binary, config, may_change=may_change, resumes=resumes
-        )  # again, locked
+        # again, locked
+        marker = check(workdir, binary, config, may_change=may_change, resumes=resumes)
         before = (path / MARKER).read_bytes() if marker is not None else None
         record = {
             "binary": binary,

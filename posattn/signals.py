@@ -1,30 +1,24 @@
-"""SIGINT and SIGTERM, one handler for the whole process: what a stop request does depends on where
-the process is, which the code that knows says by entering a scope.
+"""SIGINT and SIGTERM: one handler for the process, whose answer depends on the scope it is in.
 
-- Outside any scope (a binary's imports, flags and config, or after its run): end at once in one line
-  with the status a shell reports for the signal (130 for SIGINT, 143 for SIGTERM). Python's default
-  SIGINT handler would raise KeyboardInterrupt wherever the process is: during a binary's first seconds
-  of imports a long traceback, a segmentation fault inside an extension module's initialisation, or
-  nothing when a garbage-collection callback swallows it and the run goes on. `install`, first thing in
-  the binaries' package, before any heavy import (so this module needs only the standard library).
-- While a workdir is claimed (`posattn.ownership`): the claim's function records the run as interrupted
-  and says how in one line, then the process ends at once (`os._exit`) rather than by raising into the
-  running code: a KeyboardInterrupt can land inside JAX's callbacks, where it is swallowed or leaves
-  XLA's threads running into the interpreter's shutdown (a segfault).
-- While a loop polls (`Watch`, the image trainer): the signal is recorded; the loop saves at its current
-  step and stops with `RunStopped`. A signal it did not act on (it came after the last step's poll) is
-  passed on when the loop ends normally, so whatever runs the loop (a binary's claim, the next cell of a
-  grid, a notebook's Ctrl-C) stops too instead of losing the request.
+- No scope (a binary's imports, flags and config, or after its run): end at once in one line with the
+  status a shell reports for the signal (130, 143). Python's KeyboardInterrupt would be a long
+  traceback, a segfault in an extension's initialisation, or nothing (swallowed by a garbage-collection
+  callback). Binaries `install` the handler first thing, so this module needs only the standard library.
+- A claimed workdir (`posattn.ownership`): its function marks the run interrupted and gives the line;
+  the process ends at once (`os._exit`): a KeyboardInterrupt raised into JAX's callbacks is swallowed
+  or leaves XLA's threads running into the interpreter's shutdown (a segfault).
+- A polling loop (`Watch`, the image trainer): the signal is recorded, and the loop saves and stops
+  with `RunStopped`. One it did not act on (after the last step's poll) is passed on when the loop ends
+  normally, so what runs the loop (a claim, a grid's next cell, a notebook) stops too.
 
-Without `install` (a test, a notebook) the first scope installs the handler and the last one puts the
-previous handlers back. A signal ignored when the process started (`nohup`, a background job's SIGINT)
-stays ignored. Only the main thread of a single-process run takes signals: off the main thread Python
-cannot install handlers, and on a multi-process run JAX's preemption service (started by
-`jax.distributed.initialize`) catches SIGTERM on whichever host gets it and agrees with every host on one
-step at which all save (`CheckpointManager.reached_preemption`, which `Watch.reached` polls); a SIGINT
-that one host alone acted on would leave the others waiting for it.
+Without `install` (tests, notebooks) the first scope takes the signals and the last one gives them
+back. An ignored signal (`nohup`, a background job's SIGINT) stays ignored. Only the main thread of a
+single-process run enters scopes: a multi-process run leaves SIGTERM to JAX's preemption service, which
+agrees with every host on a step to save at (`Watch.reached` polls it), and a SIGINT that one host
+alone acted on would leave the others waiting.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -38,9 +32,8 @@ _installed = False  # by a binary: ours for the whole process
 
 
 class RunStopped(Exception):
-    """A run stopped on request before its end, its work saved: binaries report it in one line and exit
-    with `exit_status`, 128 + the signal, as a shell reports a process the signal ended, so a scheduler
-    or a retry loop sees an unfinished run (not 0: done; not 2: bad input)."""
+    """A run stopped on request, its work saved: binaries say it in one line and exit 128 + the signal,
+    as a shell reports it, so a scheduler sees an unfinished run (not 0: done; not 2: bad input)."""
 
     def __init__(self, message: str, signum: int = signal.SIGTERM):
         super().__init__(message)
@@ -66,14 +59,10 @@ def _process_count() -> int:
     return jax.process_count()
 
 
-def _handles_here() -> bool:
-    return _process_count() == 1 and threading.current_thread() is threading.main_thread()
-
-
 def enter(scope) -> bool:
     """Route stop requests to `scope` (a `Watch`, or a function of the signal that ends the run and
-    returns the line to print) until `leave`; whether it was entered (`_handles_here`)."""
-    if not _handles_here():
+    returns the line to print) until `leave`; whether it was entered (main thread, one process)."""
+    if _process_count() > 1 or threading.current_thread() is not threading.main_thread():
         return False
     if not _scopes and not _installed:
         _take_over()
@@ -100,10 +89,8 @@ def _handle(signum, frame):
     name = signal.Signals(signum).name
     outside = f"{name} outside a run (while the binary started or ended): nothing to save"
     line = scope(signum) if scope else outside
-    try:  # the run's printed lines first; a print it interrupted keeps its own (a reentrant flush)
-        sys.stdout.flush()
-    except RuntimeError:
-        pass
+    with contextlib.suppress(RuntimeError):  # (a reentrant flush: the print it interrupted)
+        sys.stdout.flush()  # the run's printed lines first
     os.write(2, f"stopped: {line}\n".encode())  # (unbuffered: absl may be writing to sys.stderr)
     os._exit(128 + signum)
 

@@ -1,9 +1,7 @@
-"""One process at a time in a workdir: an advisory lock (`fcntl.flock` on `workdir.lock`) holding the
-pid of the process that has it.
+"""One process at a time in a workdir: `fcntl.flock` on `workdir.lock`, which holds the holder's pid.
 
-The OS drops the lock when the process ends, however it ends (SIGKILL included), so no lock is ever
-stale. `flock` needs a local (or NFS) file system: a gs:// or other remote workdir is not locked (a note
-on stdout says so), and one run at a time is then the user's to ensure.
+The OS drops the lock when the process ends however it ends (SIGKILL included), so none is stale.
+`flock` needs a local (or NFS) file system: a gs:// workdir is not locked (a note on stdout says so).
 """
 
 import os
@@ -41,9 +39,9 @@ def is_locked(path: epath.Path) -> bool:
 
 
 def lock(path: epath.Path, workdir: str) -> tuple[int | None, bytes]:
-    """Take the lock of workdir `path` for this process and write our pid in it: (its descriptor, what
-    it held before); ConfigError naming the holder if another process has it. No descriptor where locks
-    are not used (a remote workdir: a note). Closing the descriptor releases it."""
+    """Take the lock of workdir `path` and write our pid in it: (its descriptor, which closing releases,
+    and what it held before); ConfigError naming the holder if another process has it. No descriptor
+    for a remote workdir."""
     if not io.is_local(path):
         print(
             f"note: {workdir} is not a local directory: it is not locked, so make sure one process at "
