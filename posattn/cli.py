@@ -4,9 +4,9 @@ Bad input (a flag that does not parse; a config file that does not exist, does n
 has no get_config or returns no ConfigDict; a `ConfigError` raised while loading or validating a config
 or claiming the workdir; running out of memory) ends the program with one line on stderr and exit
 status 2, never a traceback; a `RunStopped` (a run that saved its work and stopped early, e.g. on
-SIGTERM) ends with one line and its own exit status, and so do SIGINT (130) and SIGTERM (143) anywhere
-else (`posattn.signals`); anything else is a bug and keeps its traceback. The
-workdir's marker records how the run ended.
+SIGTERM) ends with one line and its own exit status, and so do SIGINT (130) and SIGTERM (143) at any
+other moment (`posattn.signals`); anything else is a bug and keeps its traceback. The workdir's marker
+records how the run ended.
 
 Every binary takes one ml_collections config file, `--config=FILE[:ARG]` (`define_config`: a default
 file, `--config.FIELD=VALUE` overrides, the smoke run `:quick`), which states only the fields it
