@@ -37,9 +37,9 @@ def _chain_figures(result: dict, count: int) -> str:
 
 HOW = """## How the trainer survives each fault
 
-- **Preemption notice (SIGTERM) and Ctrl-C (SIGINT)**: `posattn/vision/preemption.py`. On one process a
+- **Preemption notice (SIGTERM) and Ctrl-C (SIGINT)**: `posattn/signals.py`, `Watch`. On one process a
   handler records the signal; the loop polls it at every step, saves a checkpoint at that step, appends
-  `{"step": S, "preempted": true}` to metrics.jsonl and stops with `Preempted`: one line on stderr
+  `{"step": S, "preempted": true}` to metrics.jsonl and stops with `RunStopped`: one line on stderr
   (`stopped: preemption notice (SIGTERM) at step S: saved checkpoint S in ...; rerun the same command to
   resume from step S`, or `stopped: interrupted (SIGINT) at step S: ...`) and **exit status 143**
   (SIGTERM) or **130** (SIGINT), 128 + the signal, what a shell reports for a process the signal ended,
@@ -84,7 +84,7 @@ HOW = """## How the trainer survives each fault
 - **Workdir**: `posattn/workdir.py`, `check(workdir, need_bytes)`: a real write probe (permission bits do
   not tell whether root can write or whether the disk is read-only) and, on local disks, free space for one
   checkpoint (the abstract state's bytes plus 10%), before any data is read or anything compiled.
-- **A workdir belongs to one run (every binary)**: `posattn/ownership.py`. Once its flags are checked, a
+- **A workdir belongs to one run (every binary)**: `posattn/ownership.py`, `posattn/workdir_lock.py`. Once its flags are checked, a
   binary claims its workdir: `workdir.json` records the binary, its config (and the config's
   fingerprint), a status (`running`, `complete`, `interrupted`, `failed`), the pid and the command, and an
   advisory `flock` on `workdir.lock` is held for the whole run. Refused with one line, exit 2 and nothing
@@ -99,8 +99,9 @@ HOW = """## How the trainer survives each fault
   Python instruction (a compiled call finishes first) with one line (`stopped: SIGINT: the run in DIR did
   not finish (workdir.json says interrupted); rerun the same command to ...`), exit 130 or 143, and
   workdir.json saying `interrupted`; the process ends at once, since a KeyboardInterrupt raised into JAX
-  was swallowed by its garbage-collection callback or crashed the interpreter's shutdown. The image
-  trainer keeps its own SIGTERM handler while it trains (save, then stop).
+  was swallowed by its garbage-collection callback or crashed the interpreter's shutdown. One handler
+  (`posattn/signals.py`) serves the whole process; while the image trainer trains it records the signal
+  instead (save, then stop).
 - **NaN**: image regime: the loss, gradient norm and parameter norm are checked before every log and
   checkpoint (`train.NonFiniteLoss`, exit 2), so no checkpoint holds a broken state; theory regime:
   `posattn.theory.gd.fit`/`fit_seeds` raise `gd.NonFiniteLoss` (exit 2) naming the first GD step with a
@@ -136,7 +137,7 @@ def write_report(r: dict, command: str, s: dict) -> str:
         f"The run under test: `tpu_configs/digits.py` (ViT XS/2, batch 128) for {s['steps']} steps, a checkpoint "
         f"every {s['checkpoint_every']} steps (the last 3 kept), an evaluation every {s['eval_every']}; "
         "each launch is `python -m posattn.experiments.train_images` in a subprocess; all launches share one "
-        "compilation cache. How the trainer survives each fault: `posattn/vision/preemption.py` (SIGTERM, "
+        "compilation cache. How the trainer survives each fault: `posattn/signals.py` (SIGTERM, "
         "SIGINT), `posattn/vision/checkpoint.py` (digests, fallback, folders that are not checkpoints), "
         "`posattn/vision/resume.py` (the run a workdir holds, a failed first launch), `posattn/vision/saving.py` "
         "(failed saves), `posattn/workdir.py` (the workdir check); `tests/vision/test_faults.py` checks each in "

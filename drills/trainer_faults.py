@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from posattn import ownership
+from posattn import ownership, workdir_lock
 from posattn.vision import checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -238,7 +238,7 @@ def run_all(
     )
     # (the workdir's marker and lock belong to the workdir, not to the launch: they stay)
     left = sorted(
-        p.name for p in workdir.iterdir() if p.name not in (ownership.MARKER, ownership.LOCK)
+        p.name for p in workdir.iterdir() if p.name not in (ownership.MARKER, workdir_lock.LOCK)
     )
     corrected = _launch(train_command(workdir, steps), env, workdir=workdir)
     aside = sorted(workdir.glob("failed-*"))

@@ -4,9 +4,9 @@ Bad input (a flag that does not parse; a config file that does not exist, does n
 has no get_config or returns no ConfigDict; a `ConfigError` raised while loading or validating a config
 or claiming the workdir; running out of memory) ends the program with one line on stderr and exit
 status 2, never a traceback; a `RunStopped` (a run that saved its work and stopped early, e.g. on
-SIGTERM) ends with one line and its own exit status, and so do SIGINT (130) and SIGTERM (143, once the
-binary holds its workdir: `posattn.ownership`); anything else is a bug and keeps its traceback. The
-workdir's marker records how the run ended.
+SIGTERM) ends with one line and its own exit status, and so do SIGINT (130) and SIGTERM (143) at any
+other moment (`posattn.signals`); anything else is a bug and keeps its traceback. The workdir's marker
+records how the run ended.
 
 Every binary takes one ml_collections config file, `--config=FILE[:ARG]` (`define_config`: a default
 file, `--config.FIELD=VALUE` overrides, the smoke run `:quick`), which states only the fields it
@@ -18,7 +18,6 @@ is written or compiled.
 """
 
 import os
-import signal
 import sys
 
 import jax
@@ -26,7 +25,7 @@ from absl import app, flags
 from ml_collections import config_flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
-from posattn import compile_options, mesh, ownership
+from posattn import compile_options, mesh, ownership, signals
 
 # the config schemas and their loading, which need only ml_collections (library modules import them from
 # posattn.configs; they stay reachable here as the binaries and users spell them)
@@ -41,7 +40,8 @@ from posattn.configs import (
     is_smoke,
     load_config,
 )
-from posattn.errors import ConfigError, RunStopped
+from posattn.errors import ConfigError
+from posattn.signals import RunStopped
 
 CACHE_ENV = "POSATTN_COMPILATION_CACHE"  # a directory, or "off"; the flag below wins over it
 CACHE_OFF = ("off", "0", "false", "no", "none")
@@ -278,15 +278,6 @@ def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
         return ownership.FAILED, 2, "error", str(e)
     if isinstance(e, RunStopped):
         return ownership.INTERRUPTED, e.exit_status, "stopped", str(e)
-    if isinstance(
-        e, KeyboardInterrupt
-    ):  # Ctrl-C before the workdir is claimed (`ownership` then stops it)
-        return (
-            ownership.INTERRUPTED,
-            128 + signal.SIGINT,
-            "stopped",
-            "SIGINT before the run wrote anything",
-        )
     text = str(e)
     if isinstance(e, MemoryError) or (
         isinstance(e, jax.errors.JaxRuntimeError)
@@ -305,11 +296,11 @@ def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
 
 def run(main) -> None:
     """`absl.app.run(main)` with bad flags, missing or broken config files, `ConfigError` and running out
-    of memory turned into one line and exit 2, a `RunStopped` into its line and exit status, SIGINT into
-    one line and 130 (once a workdir is claimed, `posattn.ownership` ends SIGINT and SIGTERM itself);
-    the claimed workdir's marker records how the run ended. JAX's persistent compilation cache is on
+    of memory turned into one line and exit 2, a `RunStopped` into its line and exit status, SIGINT and
+    SIGTERM into one line and 130 or 143 (`signals.install`, a no-op where the binaries' package already
+    made it); the claimed workdir's marker records how the run ended. JAX's persistent compilation cache is on
     (`enable_compilation_cache`, `--compilation_cache`)."""
-
+    signals.install()
     # --help lists the flags the binary defines and those defined for it here (--config, the distributed
     # flags), also when it runs as a console script, whose main module is not the binary's
     main_module = sys.argv[0] if main.__module__ == "__main__" else main.__module__

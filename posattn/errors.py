@@ -1,6 +1,5 @@
-"""The error type that means "the user asked for something invalid", the checks that raise it (a name,
-the types of a config dataclass's fields), and the exception of a run that stopped on purpose before
-its end."""
+"""The error type that means "the user asked for something invalid" and the checks that raise it (a
+name, the types of a config dataclass's fields)."""
 
 import dataclasses
 import difflib
@@ -15,13 +14,6 @@ import numpy as np
 
 class ConfigError(ValueError):
     """Invalid configuration or input: binaries report it in one line and exit with status 2."""
-
-
-class RunStopped(Exception):
-    """A run stopped on purpose before its end, its work saved (e.g. on a preemption notice): binaries
-    report it in one line and exit with `exit_status`, which tells a scheduler the run is unfinished."""
-
-    exit_status = 1
 
 
 def check_choice(value, allowed, what: str):

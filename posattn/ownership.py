@@ -10,11 +10,8 @@ first write. The claim
    corrected relaunch). A workdir without a marker is taken if it is empty, or if its config.json
    records this very config (a run made by `posattn.vision.train` outside the binaries, or before
    markers); any other files are refused: a run never overwrites another. A refusal touches nothing;
-3. takes an advisory lock (`fcntl.flock` on `workdir.lock`) for the rest of the process: a second
-   process on the same workdir is refused, naming the first's pid. The OS drops the lock when the
-   process ends, however it ends (SIGKILL included), so no lock is ever stale. `flock` needs a local
-   (or NFS) file system: a gs:// or other remote workdir is not locked (a note on stdout says so), and
-   one run at a time is then the user's to ensure;
+3. takes the workdir's lock (`posattn.workdir_lock`) for the rest of the process: a second process on
+   the same workdir is refused, naming the first's pid;
 4. writes the marker with status `running`; `release`, which `posattn.cli.run` calls as the binary
    ends, records `complete`, `interrupted` (SIGTERM, SIGINT, a `RunStopped`) or `failed`. A marker left
    `running` while no process holds the lock is a run that was killed. A run that ends having written
@@ -26,15 +23,10 @@ their outputs with the same results (every seed is in the config). A config is c
 (nested dicts flattened to dotted names); `may_change` names the fields a binary lets a resumed run
 change (`posattn.vision.resume.RESUMABLE` for train_images), which the fingerprint leaves out.
 
-While a claim is held, SIGINT and SIGTERM end the process at the next Python instruction (a call into
-compiled code finishes first) with the marker saying `interrupted`, one line on stderr and exit status
-130 or 143, instead of a traceback or a silent death; the image trainer installs its own handlers while
-it trains (save, then stop). The process ends at once (`os._exit`) rather than by raising into the
-running code: a KeyboardInterrupt can land inside JAX's callbacks, where it is swallowed (the run goes
-on) or leaves XLA's threads running into the interpreter's shutdown (a segfault). The files a run
-writes are whole or absent (`posattn.io`), so nothing is left half-written. A SIGINT ignored by the
-parent (a background job) stays ignored. On a multi-process run only process 0 locks and writes the
-marker, every process checks it, and JAX's preemption service keeps SIGTERM.
+While a claim is held, SIGINT and SIGTERM (`posattn.signals`) end the process at the next Python
+instruction with the marker saying `interrupted`, one line on stderr and exit status 130 or 143; the
+files a run writes are whole or absent (`posattn.io`), so nothing is left half-written. On a
+multi-process run only process 0 locks and writes the marker, and every process checks it.
 """
 
 import dataclasses
@@ -45,19 +37,17 @@ import os
 import shlex
 import signal
 import sys
-import threading
 
-import jax
 from etils import epath
 
-from posattn import io
+from posattn import io, signals, workdir_lock
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.vision.resume import differing_fields
 
-MARKER, LOCK = "workdir.json", "workdir.lock"
+MARKER = "workdir.json"
 RUNNING, COMPLETE, INTERRUPTED, FAILED = "running", "complete", "interrupted", "failed"
-_OWN_FILES = (MARKER, LOCK)
+_OWN_FILES = (MARKER, workdir_lock.LOCK)
 
 
 @dataclasses.dataclass
@@ -72,7 +62,6 @@ class _Claim:
     created: list  # directories the claim created, innermost first
     lock_fd: int | None = None
     lock_before: bytes = b""  # the lock file's content (the previous holder's pid) as found
-    handlers: dict = dataclasses.field(default_factory=dict)  # {signal: the handler to restore}
 
 
 _held: _Claim | None = None
@@ -195,13 +184,6 @@ def _listing(path: epath.Path) -> dict:
     return {name: (s.st_size, s.st_mtime_ns) for name, s in stats.items()}
 
 
-def _lock_holder(path: epath.Path) -> str:
-    try:
-        return (path / LOCK).read_text().strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
 def _describe(marker: dict, locked_by: str | None) -> str:
     status = marker["status"]
     if status == RUNNING:
@@ -231,7 +213,7 @@ def check(workdir, binary: str, config, *, may_change=(), resumes: bool = False)
             )
         return None
     read_config_json(path)  # a damaged record stops the run before anything is changed
-    what = _describe(marker, _lock_holder(path) if _is_locked(path) else None)
+    what = _describe(marker, workdir_lock.holder(path) if workdir_lock.is_locked(path) else None)
     if marker["binary"] != binary:
         raise ConfigError(
             f"--workdir={workdir} holds {what}: {binary} does not overwrite it; use a new --workdir"
@@ -254,54 +236,6 @@ def _differences(stored: dict, config, may_change) -> str:
         if k not in may_change
     ]
     return "; ".join(diffs[:4]) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
-
-
-def _is_locked(path: epath.Path) -> bool:
-    """Whether another process holds the workdir's lock (False where locks are not used)."""
-    if not io.is_local(path) or not (path / LOCK).exists():
-        return False
-    import fcntl
-
-    fd = os.open(os.fspath(path / LOCK), os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing drops a shared lock taken here
-
-
-def _lock(path: epath.Path, workdir: str) -> tuple[int | None, bytes]:
-    """Take the workdir's lock for this process and write our pid in it: (its descriptor, what it held
-    before); ConfigError naming the holder if another process has it. No descriptor where locks are not
-    used (a remote workdir: a warning)."""
-    if not io.is_local(path):
-        print(
-            f"note: {workdir} is not a local directory: it is not locked, so make sure one process at a time "
-            "runs in it",
-            flush=True,
-        )
-        return None, b""
-    import fcntl
-
-    fd = os.open(os.fspath(path / LOCK), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise ConfigError(
-            f"--workdir={workdir} is in use by another process (pid {_lock_holder(path)}): wait "
-            "for it to end or stop it, or use another --workdir"
-        ) from None
-    before = os.pread(fd, 64, 0)
-    _write_lock(fd, f"{os.getpid()}\n".encode())
-    return fd, before
-
-
-def _write_lock(fd: int, content: bytes) -> None:
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, content, 0)
 
 
 def _now() -> str:
@@ -334,11 +268,10 @@ def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False)
     writer = io.is_writer()
     created = _created_dirs(path) if writer else []
     path = workdir_lib.check(workdir)  # created, and writable
-    fd, lock_before = _lock(path, workdir) if writer else (None, b"")
+    fd, lock_before = workdir_lock.lock(path, workdir) if writer else (None, b"")
     try:
-        marker = check(
-            workdir, binary, config, may_change=may_change, resumes=resumes
-        )  # again, locked
+        # again, locked
+        marker = check(workdir, binary, config, may_change=may_change, resumes=resumes)
         before = (path / MARKER).read_bytes() if marker is not None else None
         record = {
             "binary": binary,
@@ -360,31 +293,21 @@ def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False)
             os.close(fd)
         raise
     _held = held
-    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(signum) is not signal.SIG_IGN:
-                held.handlers[signum] = signal.signal(signum, _stop)
+    signals.enter(_interrupted)
     return path
 
 
-def _stop(signum, frame):
-    """SIGINT or SIGTERM while the claim is held: record the run as interrupted, say so in one line and
-    end the process now, with 128 + signum (the module docstring says why at once)."""
+def _interrupted(signum) -> str:
+    """SIGINT or SIGTERM while the claim is held (`posattn.signals` then ends the process): record the
+    run as interrupted; the line that says so."""
     name, held = signal.Signals(signum).name, _held
-    if held is None:  # it arrived as the run was releasing its workdir: it has finished
-        line = "as the run was ending"
-    elif not release(INTERRUPTED, name):
-        line = f"before the run wrote anything: {held.workdir} is as it was"
-    else:
-        again = "resume it" if held.resumes else "run it again from the start"
-        line = (
-            f"the run in {held.workdir} did not finish ({MARKER} says interrupted); rerun the same command to "
-            f"{again}"
-        )
-    sys.stdout.flush()
-    sys.stderr.write(f"stopped: {name}: {line}\n")
-    sys.stderr.flush()
-    os._exit(128 + signum)
+    if not release(INTERRUPTED, name):
+        return f"{name}: before the run wrote anything: {held.workdir} is as it was"
+    again = "resume it" if held.resumes else "run it again from the start"
+    return (
+        f"{name}: the run in {held.workdir} did not finish ({MARKER} says interrupted); rerun the "
+        f"same command to {again}"
+    )
 
 
 def release(status: str, message: str | None = None) -> bool:
@@ -393,11 +316,10 @@ def release(status: str, message: str | None = None) -> bool:
     anything in its workdir leaves it as it was found (and returns False): the previous marker back,
     or, for a new workdir, no marker, no lock and no directories created."""
     global _held
+    signals.leave(_interrupted)  # first: a signal from here on finds no claim
     held, _held = _held, None
     if held is None:
         return False
-    for signum, handler in held.handlers.items():
-        signal.signal(signum, handler)
     try:
         if not io.is_writer():
             return True
@@ -418,7 +340,7 @@ def _restore(held: _Claim) -> None:
     if held.before is not None:
         io.write_text(held.path / MARKER, held.before.decode())
         if held.lock_fd is not None:
-            _write_lock(held.lock_fd, held.lock_before)
+            workdir_lock.write(held.lock_fd, held.lock_before)
         return
     for name in _OWN_FILES:
         (held.path / name).unlink(missing_ok=True)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from posattn import ownership
+from posattn import ownership, workdir_lock
 from posattn.errors import ConfigError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -55,10 +55,13 @@ def test_a_claim_marks_and_locks_the_workdir_and_release_records_the_end(tmp_pat
         CONFIG,
     )
     assert m["fingerprint"] == ownership.fingerprint(CONFIG)
-    assert ownership._is_locked(path) and (path / ownership.LOCK).read_text() == f"{os.getpid()}\n"
+    assert (
+        workdir_lock.is_locked(path)
+        and (path / workdir_lock.LOCK).read_text() == f"{os.getpid()}\n"
+    )
     (path / "summary.json").write_text("{}")
     assert ownership.release(ownership.COMPLETE)
-    assert marker(path)["status"] == "complete" and not ownership._is_locked(path)
+    assert marker(path)["status"] == "complete" and not workdir_lock.is_locked(path)
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from posattn import compile_options, io
+from posattn import compile_options, io, signals
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import DATA, batch_sharding, data_mesh, global_batch, replicated
@@ -52,7 +52,6 @@ from posattn.vision import (
     evaluation,
     models,
     optim,
-    preemption,
     resume,
     runs,
     saving,
@@ -267,7 +266,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         )
         workdirs[i] = workdir_lib.check(w, copies * state_bytes, f"{copies} checkpoint(s)")
     with (
-        preemption.Watcher() as watcher,
+        signals.Watch() as watcher,
         saving.orbax_errors_reported(),
         train._out_of_memory_stops(config, mesh, workdirs[0]),
         contextlib.ExitStack() as closing,

@@ -16,7 +16,7 @@ before any file of the workdir changes, so a refused command leaves it as it was
 folders orbax never committed and falls back from a checkpoint that does not restore to the newest one
 that does (`checkpoint.latest_good`), setting both aside; a launch that stopped before its first
 checkpoint is set aside for another config (`resume.set_aside_failed_launch`); a preemption notice
-(SIGTERM) or Ctrl-C (SIGINT) saves at the current step and stops with `preemption.Preempted` (exit
+(SIGTERM) or Ctrl-C (SIGINT) saves at the current step and stops with `signals.RunStopped` (exit
 status 143 or 130 in the binary); a save that fails (full or read-only disk) stops the run at once with
 `saving.SaveFailed`; a non-finite loss stops with `NonFiniteLoss` before any checkpoint holds it.
 The checkpoint manager is closed on every way out, so no save is left running into the interpreter's
@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from posattn import compile_options, io
+from posattn import compile_options, io, signals
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
@@ -43,7 +43,6 @@ from posattn.vision import (
     evaluation,
     models,
     optim,
-    preemption,
     resume,
     runs,
     saving,
@@ -258,7 +257,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     # the caller's handlers are restored on the way out. The checkpoint manager and the metrics log are
     # closed on every way out (`closing`), so no save runs on into the interpreter's shutdown.
     with (
-        preemption.Watcher() as watcher,
+        signals.Watch() as watcher,
         saving.orbax_errors_reported(),
         _out_of_memory_stops(config, mesh, workdir),
         contextlib.ExitStack() as closing,

@@ -26,10 +26,11 @@ import numpy as np
 import pytest
 from etils import epath
 
+from posattn import signals
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, replicated
-from posattn.vision import checkpoint, fault_injection, preemption, saving, train
+from posattn.vision import checkpoint, fault_injection, saving, train
 from posattn.vision.setup import Setup
 from tests.vision.test_train import tiny_digits
 
@@ -85,7 +86,7 @@ def test_sigterm_saves_at_the_current_step_and_the_restart_ends_bitwise_equal(
     handler = signal.getsignal(signal.SIGTERM)
     signal_at_step(monkeypatch, signal.SIGTERM, 2)
     with pytest.raises(
-        preemption.Preempted,
+        signals.RunStopped,
         match=r"^preemption notice \(SIGTERM\) at step 2: saved checkpoint 2 "
         r".* rerun the same command to resume from step 2$",
     ) as err:
@@ -115,7 +116,7 @@ def test_sigint_is_a_stop_request_too_it_saves_and_exits_130_not_a_keyboardinter
     handler = signal.getsignal(signal.SIGINT)
     signal_at_step(monkeypatch, signal.SIGINT, 2)
     with pytest.raises(
-        preemption.Preempted,
+        signals.RunStopped,
         match=r"^interrupted \(SIGINT\) at step 2: saved checkpoint 2 .* "
         r"rerun the same command to resume from step 2$",
     ) as err:
@@ -522,8 +523,8 @@ def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(tmp_path, monkeypat
 @pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_stopped_run_ends_the_binary_with_one_line_and_its_exit_status(signum, status):
     program = (
-        "from posattn import cli\nfrom posattn.vision.preemption import Preempted\n"
-        f"def main(argv):\n    raise Preempted('notice at step 7: rerun to resume', {int(signum)})\n"
+        "from posattn import cli\nfrom posattn.signals import RunStopped\n"
+        f"def main(argv):\n    raise RunStopped('notice at step 7: rerun to resume', {int(signum)})\n"
         "cli.run(main)\n"
     )
     done = subprocess.run(
@@ -545,17 +546,17 @@ def test_a_stop_that_came_after_the_last_poll_is_passed_on_not_lost():
     calls = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
     try:
-        with preemption.Watcher() as watcher:
+        with signals.Watch() as watcher:
             signal.raise_signal(signal.SIGTERM)
             assert watcher.signum == signal.SIGTERM and calls == []  # recorded, not yet passed on
         assert calls == [signal.SIGTERM]
-        with preemption.Watcher() as watcher:  # acted on (saved and stopped): not passed on again
+        with signals.Watch() as watcher:  # acted on (saved and stopped): not passed on again
             signal.raise_signal(signal.SIGTERM)
             stopped = watcher.stopped(7, "/tmp/x")
         assert calls == [signal.SIGTERM] and stopped.exit_status == 143
         with (
             pytest.raises(ValueError),
-            preemption.Watcher(),
+            signals.Watch(),
         ):  # a crash on its way out keeps its own story
             signal.raise_signal(signal.SIGTERM)
             raise ValueError("boom")

@@ -14,10 +14,10 @@ import jax
 import numpy as np
 import pytest
 
-from posattn import cli
+from posattn import cli, signals
 from posattn.errors import ConfigError
 from posattn.vision import config as config_lib
-from posattn.vision import preemption, resume, runs, seeds, sweep, train
+from posattn.vision import resume, runs, seeds, sweep, train
 from posattn.vision.data import pipeline
 from tests import envs
 
@@ -102,7 +102,7 @@ def test_a_preempted_vmapped_run_saves_every_seed_resumes_bitwise_and_a_seed_res
 
     monkeypatch.setattr(pipeline, "train_batches", with_a_signal)
     with pytest.raises(
-        preemption.Preempted, match=r"^preemption notice \(SIGTERM\) at step 5: saved "
+        signals.RunStopped, match=r"^preemption notice \(SIGTERM\) at step 5: saved "
     ):
         seeds.train_seeds(configs, stopped)
     monkeypatch.undo()
