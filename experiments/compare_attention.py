@@ -1,13 +1,13 @@
 r"""Vanilla vs positional attention over seeds, JSL22 Figures 6 and 7.
 
-  python -m posattn.experiments.compare_attention --config=tpu_configs/digits.py --seeds=10 \
+  python -m posattn.experiments.compare_attention --config=tpu_configs/digits.py --config.seeds=10 \
       --workdir=/tmp/compare-digits --config.total_steps=500 --config.optimizer.warmup_steps=50 \
       --config.eval_every=0 --config.checkpoint_every=0
-  python -m posattn.experiments.compare_attention --config=tpu_configs/fashion_mnist.py --seeds=3 \
+  python -m posattn.experiments.compare_attention --config=tpu_configs/fashion_mnist.py --config.seeds=3 \
       --workdir=/tmp/compare-fashion                                   # offline, ~1 CPU-hour
-  python -m posattn.experiments.compare_attention --config=tpu_configs/cifar10.py --seeds=10 \
+  python -m posattn.experiments.compare_attention --config=tpu_configs/cifar10.py --config.seeds=10 \
       --workdir=$WORKDIR/cifar10 --config.data_dir=$TFDS_DATA_DIR     # also cifar100.py, svhn.py
-  python -m posattn.experiments.compare_attention --config=tpu_configs/imagenet.py --seeds=1 \
+  python -m posattn.experiments.compare_attention --config=tpu_configs/imagenet.py --config.seeds=1 \
       --workdir=$WORKDIR/imagenet --config.data_dir=$TFDS_DATA_DIR
 
 Each (attention, seed) is one train_images run of the ViT config with `model.attention` and `seed` set,

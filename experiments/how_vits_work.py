@@ -7,7 +7,7 @@ landscapes) on ResNet, vanilla ViT, AlterNet and positional-attention ViT (docs/
 
 `--config=FILE[:ARG]` (default tpu_configs/pk22.py) with fields runs, models, quick, seed and the
 measurement settings (fields of `suite.Settings`; unset: PK22's code's, docs/how_vits_work.md), each
-overridable as `--config.FIELD=VALUE`; `:quick` (or the older `--quick`) is the smoke run. With no runs,
+overridable as `--config.FIELD=VALUE`; `:quick` is the smoke run. With no runs,
 the models of tpu_configs/how_vits_work.py (`models`) are trained (or resumed) under WORKDIR/runs/. The
 workdir receives config.json, metrics.jsonl, results/MODEL.json, the figures pk22_*.png and summary.md
 (PK22's claims and numbers beside ours).

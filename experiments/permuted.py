@@ -12,7 +12,7 @@ by one fixed random permutation (the same for train and test, and for every seed
 `--config=FILE[:ARG]` (default tpu_configs/permuted.py: the digits) with fields dataset, block_sizes,
 models, seeds, cnn_seeds, permutations, validation_examples, data_dir, vit_steps, cnn_steps, cnn_batch
 and quick, each overridable as
-`--config.FIELD=VALUE`; `:quick` (or the older `--local`) shrinks every cell to a smoke run.
+`--config.FIELD=VALUE`; `:quick` shrinks every cell to a smoke run.
 
 digits: tpu_configs/digits.py (ViT XS/2, 16 patches of 2 x 2; g = 8 is the unpermuted image), with no
 random crop (docs/decisions.md, Recipes: the committed digits runs were made without it). fashion_mnist:

@@ -8,7 +8,7 @@ token noise and initial-model error, token sparsification, and the exact noisele
 `--config=FILE[:ARG]` (default tpu_configs/shallow_vit.py): every field of TokenConfig (tokens.*),
 ModelConfig (model.*, attention excepted: both networks run) and SGDConfig (sgd.*), the grids (n_stars,
 Ns, taus, sigmas, deltas), seed, seeds, remove, remove_step and sparsify_noisy_tokens, each overridable as
-`--config.FIELD=VALUE`; `:quick` (or the older `--quick`) has smaller grids, fewer seeds and steps.
+`--config.FIELD=VALUE`; `:quick` has smaller grids, fewer seeds and steps.
 Writes into --workdir: config.json, metrics.jsonl (one record per stage, and the
 attention history), summary.json, summary.md (each claim of the paper, its number, ours, a verdict),
 phase_maps.png, boundary_sweeps.png, attention.png, sparsification.png.

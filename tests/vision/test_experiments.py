@@ -226,7 +226,7 @@ def test_compare_attention_end_to_end_on_digits(tmp_path):
                 "--config=tpu_configs/digits.py:local",
                 "--workdir=/tmp/x",
             ),
-            "unknown config argument 'local'",
+            "unknown attention 'local'",  # no longer the smoke run: the file's own token
         ),
         (
             ("experiments.train_images", "--workdir=/tmp/x", "extra"),
