@@ -60,19 +60,19 @@ LONG = {
         "--config.gd.n_test=100",
         "--config.gd.n_final_test=100",
     ),
-    "reproduce": ("--quick",),
+    "reproduce": ("--config=tpu_configs/reproduce.py:quick",),
     "phase_three": (),
-    "shallow_vit": ("--quick",),
-    "token_grid": ("--quick",),
-    "compare_attention": (LOCAL, "--seeds=1", "--config.total_steps=100000"),
+    "shallow_vit": ("--config=tpu_configs/shallow_vit.py:quick",),
+    "token_grid": ("--config=tpu_configs/token_grid.py:quick",),
+    "compare_attention": (LOCAL, "--config.seeds=1", "--config.total_steps=100000"),
     "permuted": (
-        "--quick",
+        "--config=tpu_configs/permuted.py:quick",
         "--config.models=vit",
         "--config.seeds=1",
         "--config.block_sizes=2",
         "--config.vit_steps=100000",
     ),
-    "how_vits_work": ("--quick", "--config.models=vit_positional"),
+    "how_vits_work": ("--config=tpu_configs/pk22.py:quick", "--config.models=vit_positional"),
     "shallow_settle": ("--config=tpu_configs/shallow_settle.py:boundary,quick",),
 }
 # Each binary's default config file, tpu_configs/NAME.py: NAME is the binary's own but for these
@@ -114,28 +114,42 @@ def _cases_every_binary() -> list[Case]:
     without gcsfs."""
     run_flags = {
         "train_images": (LOCAL,),
-        "compare_attention": (LOCAL, "--seeds=1"),
+        "compare_attention": (LOCAL, "--config.seeds=1"),
         "theory": THEORY_TINY,
-        "permuted": ("--quick",),
-        "how_vits_work": ("--quick",),
+        "permuted": ("--config=tpu_configs/permuted.py:quick",),
+        "how_vits_work": ("--config=tpu_configs/pk22.py:quick",),
     }
     out = []
     for b in BINARIES:
         base = run_flags.get(b, ())
-        if b == "posemb_similarity":  # reads --workdir, writes --config.out
+        if b == "posemb_similarity":  # reads --config.run, writes --workdir
             out += [
-                Case(b, ("--workdir=",), "empty --workdir"),
-                Case(b, ("--workdir={w}", "--config.out="), "empty --config.out", start="image"),
-                Case(b, ("--workdir={w}", "--config.out=   "), "blank --config.out", start="image"),
-                Case(b, ("--workdir={w}",), "a theory run's workdir", start="theory"),
+                Case(b, ("--config.run={w}", "--workdir="), "empty --workdir", start="image"),
+                Case(
+                    b, ("--config.run=", "--workdir={w}/maps"), "empty --config.run", start="image"
+                ),
                 Case(
                     b,
-                    ("--workdir={w}", "--config.out={w}/theory"),
-                    "--config.out holds a theory run",
+                    ("--config.run=   ", "--workdir={w}/maps"),
+                    "blank --config.run",
+                    start="image",
+                ),
+                Case(
+                    b,
+                    ("--config.run={w}", "--workdir={w}/maps"),
+                    "--config.run: a theory run",
+                    start="theory",
+                ),
+                Case(
+                    b,
+                    ("--config.run={w}", "--workdir={w}/theory"),
+                    "--workdir holds a theory run",
                     start="image, theory inside",
                 ),
                 Case(
-                    b, ("--workdir=gs://posattn-no-such-bucket/run",), "gs:// workdir without gcsfs"
+                    b,
+                    ("--config.run=gs://posattn-no-such-bucket/run", "--workdir={w}/maps"),
+                    "gs:// --config.run without gcsfs",
                 ),
             ]
             continue
@@ -179,8 +193,9 @@ def _cases_config_files() -> list[Case]:
     takes = {
         "train_images": ("--workdir={w}",),
         "theory": ("--workdir={w}",),
-        "compare_attention": ("--seeds=1", "--workdir={w}"),
-        "token_grid": ("--quick", "--workdir={w}"),
+        "compare_attention": ("--config.seeds=1", "--workdir={w}"),
+        # (a broken --config replaces the default; the smoke run needs the file: `FILE:quick`)
+        "token_grid": ("--workdir={w}",),
     }
     return [
         Case(b, (f"--config={{c}}/{name}.py", *rest), f"config file: {name.replace('_', ' ')}")
@@ -208,12 +223,16 @@ def _cases_numbers() -> list[Case]:
         ),
         Case(
             "compare_attention",
-            (LOCAL, "--seeds=1", "--config.total_steps=3000000000", "--workdir={w}"),
+            (LOCAL, "--config.seeds=1", "--config.total_steps=3000000000", "--workdir={w}"),
             "total_steps beyond int32",
         ),
         Case(
             "permuted",
-            ("--quick", "--config.vit_steps=3000000000", "--workdir={w}"),
+            (
+                "--config=tpu_configs/permuted.py:quick",
+                "--config.vit_steps=3000000000",
+                "--workdir={w}",
+            ),
             "steps beyond int32",
         ),
         Case(
@@ -264,7 +283,12 @@ def _cases_damaged_runs() -> list[Case]:
                 f"resume: config.json {damage}",
                 start=start,
             ),
-            Case("posemb_similarity", ("--workdir={w}",), f"config.json {damage}", start=start),
+            Case(
+                "posemb_similarity",
+                ("--config.run={w}", "--workdir={w}/maps"),
+                f"--config.run: config.json {damage}",
+                start=start,
+            ),
             Case(
                 "how_vits_work",
                 ("--config.runs={w}", "--workdir={w}/pk22"),
@@ -379,14 +403,18 @@ def _cases_issue_18() -> list[Case]:
             ("--config=tpu_configs/permuted.py:mnist", "--workdir={w}"),
             "unknown dataset",
         ),
-        Case("posemb_similarity", ("--workdir={w}",), "workdir holds no run"),
         Case(
             "posemb_similarity",
-            ("--workdir={w}", "--config.patches=a,b"),
+            ("--config.run={w}", "--workdir={w}/maps"),
+            "--config.run holds no run",
+        ),
+        Case(
+            "posemb_similarity",
+            ("--config.run={w}", "--workdir={w}/maps", "--config.patches=a,b"),
             "patches not integers",
             start="image",
         ),
-        Case("compare_attention", ("--seeds=0", "--workdir={w}"), "zero seeds"),
+        Case("compare_attention", ("--config.seeds=0", "--workdir={w}"), "zero seeds"),
         Case("compare_attention", ("--config=missing.py", "--workdir={w}"), "config file missing"),
         Case("shallow_vit", ("--workdir={w}", "--no_such_flag=1"), "unknown flag"),
         Case("shallow_vit", ("--workdir={w}", "--config.seeds=0"), "zero seeds"),

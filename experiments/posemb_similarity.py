@@ -1,13 +1,14 @@
 r"""Positional-embedding similarity maps of a trained ViT, JSL22 Figures 1a and 5c.
 
-  python -m posattn.experiments.posemb_similarity --workdir=/tmp/permuted-digits/vit-g2-seed0
-  python -m posattn.experiments.posemb_similarity --workdir=RUN --config.out=DIR --config.threshold=0.5
+  python -m posattn.experiments.posemb_similarity --config.run=/tmp/permuted-digits/vit-g2-seed0 \
+      --workdir=/tmp/maps-g2
+  python -m posattn.experiments.posemb_similarity --config.run=RUN --config.threshold=0.5 --workdir=DIR
 
-`--config=FILE[:ARG]` (default tpu_configs/posemb_similarity.py) with fields out, threshold, patches,
+`--config=FILE[:ARG]` (default tpu_configs/posemb_similarity.py) with fields run, threshold, patches,
 block and images, each overridable as `--config.FIELD=VALUE`.
 
-TRAINED_RUN is a train_images workdir (config.json + checkpoints/), e.g. a cell of experiments.permuted.
-Writes into `out` (default: the run's workdir) posemb_similarity.png, the cosine similarity of chosen
+`run` is the trained run, a train_images workdir (config.json + checkpoints/), e.g. a cell of
+experiments.permuted; it is only read. Writes into --workdir, a workdir of its own, posemb_similarity.png, the cosine similarity of chosen
 patches' positional embeddings to every patch of the grid, with the paper's 0.55 threshold as a
 contour (docs/decisions.md, Analysis and figures): one row for P at initialisation (the run's own
 initial P, from its seed), one as trained, and for a run on permuted pixels (config.permute_block > 0)
@@ -25,209 +26,17 @@ test set; `posattn.analysis.attention_distance`) beside uniform attention's.
 One host: it reads one finished run's positional embeddings (a few thousand numbers).
 """
 
-import functools
-import os
+from posattn import cli
+from posattn.papers.jsl22 import posemb_similarity
 
-import jax
-import ml_collections
-import numpy as np
-from absl import flags, logging
-
-from posattn import cli, ownership
-from posattn import workdir as workdir_lib
-from posattn.errors import ConfigError
-
-_WORKDIR = flags.DEFINE_string("workdir", None, "A trained ViT run (train_images workdir).")
-
-
-def _schema(fields) -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict(
-        {
-            "out": ml_collections.config_dict.placeholder(
-                str
-            ),  # output directory (None: the run's workdir)
-            "threshold": 0.55,  # level drawn as a contour on the maps (Figure 1a's threshold)
-            "patches": "",  # patches to draw (row-major indices); "": all on grids up to 4x4, else 8 spread out
-            # with one P per block (pos_shared=False): whose P, from 0; a run with one shared P takes only 0
-            "block": 0,
-            # images of the run's evaluation split (its validation examples where it holds some out) over which
-            # the attention maps' mean distance is averaged; 0: not measured (it needs the run's dataset)
-            "images": 1000,
-        }
-    )
-
-
-# `:quick` changes nothing: the maps of one trained run take seconds (its smoke run is the run it reads)
-SCHEMA = cli.Schema(
-    "a posemb_similarity config (out, threshold, patches, block, images)",
-    _schema,
-    lambda c: None,
-    "posemb_similarity",
+cli.define_config(
+    "tpu_configs/posemb_similarity.py", posemb_similarity.SCHEMA, "The run and its maps"
 )
-_CONFIG = cli.define_config("tpu_configs/posemb_similarity.py", SCHEMA, "The maps to draw")
+cli.define_workdir("where the maps and their numbers are written")
 
 
-def chosen_patches(text: str, grid_hw) -> list[int]:
-    h, w = grid_hw
-    if text.strip():
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        if not all(t.isdigit() and int(t) < h * w for t in items):
-            raise ConfigError(f"patches={text!r}: give row-major patch indices below {h * w}")
-        return [int(t) for t in items]
-    if h * w <= 16:
-        return list(range(h * w))
-    rows, cols = [0, h // 3, 2 * h // 3, h - 1], [0, w // 2]
-    return [r * w + c for c in cols for r in rows]
-
-
-def main(argv):
-    if len(argv) > 1:
-        raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
-    if _WORKDIR.value is None:
-        raise ConfigError("--workdir=TRAINED_RUN is required")
-    opts = _CONFIG.value  # (`config` is the trained run's, below)
-    ownership.check_run(_WORKDIR.value, "train_images")
-    out = _WORKDIR.value if opts.out is None else ownership.check_path(opts.out, "config.out")
-    if os.path.realpath(out) == os.path.realpath(_WORKDIR.value):  # two files beside the run's own
-        cli.end_dry_run()  # (a dry run stops here, before the write check)
-        workdir_lib.check(out)
-    else:  # a workdir of its own
-        cli.claim(
-            out,
-            "posemb_similarity",
-            {
-                "run": os.path.abspath(_WORKDIR.value),
-                "block": opts.block,
-                "threshold": opts.threshold,
-                "patches": opts.patches,
-            },
-        )
-    if not flags.FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.ERROR)
-    import optax
-
-    from posattn import io
-    from posattn.analysis import attention_distance, posemb
-    from posattn.plots import vision as plots
-    from posattn.vision import runs, setup
-    from posattn.vision.data.permutation import block_permutation
-    from posattn.vision.models import attention_maps
-    from posattn.vision.state import init_state
-
-    model, variables, config, preprocess = runs.load_run(_WORKDIR.value)
-    run_setup = setup.resolve(config)  # its augmentation as applied, its splits
-    if config.model.name != "vit":
-        raise ConfigError(
-            f"the run trained {config.model.name!r}: positional embeddings need a ViT run"
-        )
-    params = variables["params"]
-    if opts.block and np.ndim(params["pos_embedding"]) == 2:
-        raise ConfigError(
-            f"block={opts.block}: the run has one positional embedding P shared by all "
-            "blocks (model.pos_shared or vanilla attention); block picks a block's P only "
-            "in a run with model.pos_shared=False"
-        )
-    shape = preprocess.info.image_shape
-    side, patch = shape[0], model.patch_size
-    grid = (side // patch, side // patch)
-    initial = init_state(model, shape, config.seed, optax.identity())[
-        "params"
-    ]  # the run's own initial P
-    P = posemb.patch_embedding(params, grid, cls=config.model.pool == "cls", block=opts.block)
-    panels = {
-        "at initialisation": posemb.patch_embedding(
-            initial, grid, cls=config.model.pool == "cls", block=opts.block
-        ),
-        "as trained": P,
-    }
-    stats = {}
-    g = config.get("permute_block", 0)
-    permuted = bool(g) and g < side
-    if permuted:
-        perm = block_permutation((side, side), g, config.permute_seed)
-        panels["un-permuted"] = posemb.unpermute_embedding(P, g, patch, perm)
-    maps = {}
-    flipped = run_setup.augment.flip  # mirror images in training: P may be mirror-symmetric
-    for name, emb in panels.items():
-        maps[name] = posemb.similarity_maps(emb)  # whole range; the threshold is drawn as a contour
-        sim = posemb.cosine_similarity(emb.reshape(grid[0] * grid[1], -1))
-        stats[name] = {
-            "rank_correlation": posemb.distance_rank_correlation(sim, grid),
-            **(
-                {
-                    "rank_correlation_flip_folded": posemb.distance_rank_correlation(
-                        sim, grid, fold_flip=True
-                    )
-                }
-                if flipped
-                else {}
-            ),
-            **posemb.neighbour_statistic(sim, grid),
-        }
-        if (
-            permuted and name != "at initialisation" and g > patch
-        ):  # (g = patch: every pair is across blocks)
-            # un-permuted: the neighbours no training image showed side by side; as trained, the same
-            # count of pairs adjacent only in the permuted layout (the control)
-            stats[f"{name}, across blocks"] = posemb.neighbour_statistic(
-                sim, grid, across_blocks=g // patch
-            )
-    distance = {}
-    if (
-        opts.images
-    ):  # the attention's own locality (Fig. 1a shows P's), on the run's held-out images
-        split = run_setup.eval_splits[0]
-        n = min(opts.images, run_setup.split(split).num_examples)
-        x = preprocess(run_setup.split(split).read(np.arange(n))[0])
-        apply = jax.jit(functools.partial(attention_maps, model))
-        per_block = {}
-        for start in range(0, n, 250):
-            chunk = apply(variables, x[start : start + 250])
-            for block, A in chunk.items():
-                d = attention_distance.mean_attention_distance(
-                    A, grid, cls=config.model.pool == "cls"
-                )
-                per_block.setdefault(block, []).append((len(A), d))
-        distance = {
-            "images": n,
-            "split": split,
-            "uniform": attention_distance.uniform_distance(grid),
-            "per_head": {b: (sum(k * d for k, d in v) / n).tolist() for b, v in per_block.items()},
-        }
-        distance["mean"] = float(np.mean([np.mean(d) for d in distance["per_head"].values()]))
-    plots.similarity_maps_figure(
-        maps, chosen_patches(opts.patches, grid), grid, opts.threshold
-    ).savefig(os.path.join(out, "posemb_similarity.png"), dpi=120)
-    result = {
-        "run": os.path.abspath(_WORKDIR.value),
-        "grid": list(grid),
-        "patch_size": patch,
-        "permute_block": g,
-        "attention": config.model.attention,
-        "threshold": opts.threshold,
-        "flip": flipped,
-        "statistic": stats,
-        "attention_distance": distance,
-    }
-    io.write_json(os.path.join(out, "posemb_similarity.json"), result)
-    for name, s in stats.items():
-        rho = (
-            f"rank correlation with distance {s['rank_correlation']:+.3f}; "
-            if "rank_correlation" in s
-            else ""
-        )
-        if "rank_correlation_flip_folded" in s:
-            rho += f"flip-folded {s['rank_correlation_flip_folded']:+.3f}; "
-        print(
-            f"{name}: {rho}neighbours {s['neighbour']:.3f} vs non-neighbours {s['non_neighbour']:.3f} "
-            f"(gap {s['gap']:+.3f}, z {s['z']:.1f}, shuffle p {s['p_value']:.4f})"
-        )
-    if distance:
-        print(
-            f"mean attention distance over {distance['images']} {distance['split']} images: "
-            f"{distance['mean']:.2f} patches (uniform attention {distance['uniform']:.2f}); per block "
-            + ", ".join(f"{b} {np.mean(d):.2f}" for b, d in distance["per_head"].items())
-        )
+def main(config, workdir):
+    posemb_similarity.run(config, workdir, claim=cli.claim)
 
 
 def entry():

@@ -15,137 +15,17 @@ so a study still running (or stopped) can be summarised from what it saved.
 One host, one device: the models are a few thousand parameters; every study vmaps its seeds in one process.
 """
 
-import os
-import time
+from posattn import cli
+from posattn.papers.lwlc23 import settle_study
 
-import jax
-import ml_collections
-from absl import flags
-
-from posattn import cli, io
-from posattn.errors import ConfigError
-from posattn.papers.lwlc23 import settle, settle_grid, settle_report
-from posattn.plots import shallow as plots
-from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
-
-CONFIGS = {"tokens": TokenConfig, "model": ModelConfig, "sgd": SGDConfig}
-
-
-def _schema(fields) -> ml_collections.ConfigDict:
-    """The study's fields (pre-registered values: tpu_configs/shallow_settle.py)."""
-    study = fields.get("study", "boundary")
-    c = ml_collections.ConfigDict(
-        {key: cli.dataclass_section(cls()) for key, cls in CONFIGS.items()}
-    )
-    c.tokens.update(
-        {
-            "L": 30 if study == "init_error" else 60,
-            "tau": 0.5 if study == "sparsify" else 1.0,
-            "alpha_conf": 1 / 30,
-            "theorem_margin": False,
-        }
-    )
-    c.sgd.t_scale = 10.0
-    c.update(
-        {
-            "study": study,
-            "seed": 0,
-            "seeds": 64 if study == "init_error" else 40 if study == "boundary" else 16,
-            "coarse_seeds": 8,
-            "coarse_Ns": (4, 16, 64, 256, 1024, 4096),
-            "window": 2.0,  # each row's fine grid spans N*_coarse / window .. N*_coarse * window
-            "ratio": 1.2,  # of the fine grid
-            "level": settle.LEVEL,
-            "boot": 1000,
-            "analyze_only": False,  # summarise the parts already saved, computing none (a study stopped early)
-            "parts_from": "",  # also read saved parts from this directory (another run's parts/, e.g. still running)
-            # boundary
-            "n_confs": (0, 2, 4),
-            "n_stars": (9, 12, 18, 24),
-            "attentions": ("softmax", "none"),
-            # init_error
-            "sigmas": (0.0, 1 / 6, 0.5, 1.0),
-            "deltas": (0.25, 0.49, 1.0),
-            # sparsify
-            "Ls": (30, 60, 100),
-            "noisy_counts": (5, 10, 20),
-            "noisy_kinds": ("any", "irrelevant"),
-            "noisy_taus": (1.0, 2.0),
-            "policies": ("random", "irrelevant", "noisy", "attention"),
-            "train_Ls": (
-                60,
-            ),  # training-time sparsification (one model per policy and k: the costly part)
-            "train_policies": ("random", "irrelevant", "noisy"),
-        }
-    )
-    return c
-
-
-def _smoke(c):
-    c.update(
-        {
-            "seeds": 4,
-            "coarse_seeds": 2,
-            "coarse_Ns": (4, 16, 64),
-            "window": 1.5,
-            "ratio": 1.5,
-            "boot": 50,
-            "n_confs": (0, 2),
-            "n_stars": (9, 18),
-            "sigmas": (0.0, 1.0),
-            "deltas": (1.0,),
-            "Ls": (30,),
-            "noisy_counts": (5,),
-            "noisy_kinds": ("any",),
-            "noisy_taus": (2.0,),
-            "train_Ls": (30,),
-            "attentions": ("softmax",),
-        }
-    )
-    c.sgd.n_test, c.sgd.t_scale = 100, 4.0
-
-
-SCHEMA = cli.Schema("a shallow_settle config", _schema, _smoke)
-_CONFIG = cli.define_config(
-    "tpu_configs/shallow_settle.py:boundary", SCHEMA, "The study and its grids"
+cli.define_config(
+    "tpu_configs/shallow_settle.py:boundary", settle_study.SCHEMA, "The study and its grids"
 )
-_WORKDIR = flags.DEFINE_string("workdir", None, "where results are written", required=True)
+cli.define_workdir("where results are written")
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
-    config = _CONFIG.value
-    cfg = {key: cls(**config[key].to_dict()) for key, cls in CONFIGS.items()}
-    cfg["model"].check_widths(cfg["tokens"])
-    if config.seeds < 2 or config.coarse_seeds < 1 or config.boot < 10:
-        raise ConfigError(
-            f"seeds={config.seeds}, coarse_seeds={config.coarse_seeds}, boot={config.boot}: need "
-            f"seeds >= 2, coarse_seeds >= 1, boot >= 10"
-        )
-    workdir = _WORKDIR.value
-    record = {"study": config.study, "config": config.to_dict()}
-    cli.claim(workdir, "shallow_settle", record, resumes=True, may_change=("config.analyze_only",))
-    io.write_json(
-        os.path.join(workdir, "config.json"),
-        {**record, "jax_devices": [str(d) for d in jax.devices()]},
-    )
-    t0 = time.perf_counter()
-    run = {
-        "boundary": settle.run_boundary,
-        "init_error": settle.run_init_error,
-        "sparsify": settle.run_sparsify,
-    }[config.study]
-    results = run(
-        config, cfg, settle_grid.part_saver(workdir, config.analyze_only, config.parts_from)
-    )
-    results["seconds"] = time.perf_counter() - t0
-    io.write_json(os.path.join(workdir, "results.json"), results)
-    summary = settle_report.summary_markdown(config.study, results, config)
-    io.write_text(os.path.join(workdir, "summary.md"), summary)
-    fig = plots.settle_figure(config.study, results)
-    fig.savefig(os.path.join(workdir, f"{config.study}.png"), dpi=110)
-    print(summary, flush=True)
+def main(config, workdir):
+    settle_study.run(config, workdir, claim=cli.claim)
 
 
 def entry():

@@ -14,55 +14,34 @@ Open MPI itself, and --coordinator_address/--num_processes/--process_id start an
 one-line message, before any heavy work.
 """
 
-from absl import flags, logging
-
 from posattn import cli
-from posattn.errors import ConfigError
 from posattn.vision import config as config_lib
 
-_CONFIG = cli.define_config(
-    "tpu_configs/digits.py", config_lib.SCHEMA, "An image config file (tpu_configs/)"
-)
-_WORKDIR = flags.DEFINE_string(
-    "workdir", None, "Directory for checkpoints, metrics and the summary."
-)
-_INITIALIZE_DISTRIBUTED = cli.define_distributed_flags()
+cli.define_config("tpu_configs/digits.py", config_lib.SCHEMA, "An image config file (tpu_configs/)")
+cli.define_workdir("Directory for checkpoints, metrics and the summary.")
+cli.define_distributed_flags()
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
-    if _WORKDIR.value is None:
-        raise ConfigError("--workdir=DIR is required")
-    if not flags.FLAGS[
-        "verbosity"
-    ].present:  # quiet library logs (orbax, tfds); --verbosity=0 shows them
-        logging.set_verbosity(logging.ERROR)
+def main(config, workdir):
     import jax  # after flag parsing: a bad flag fails fast, before jax starts
 
     from posattn import io
     from posattn.vision import resume, setup, train
 
-    _INITIALIZE_DISTRIBUTED()
-    setup.resolve(
-        _CONFIG.value, jax.device_count()
-    )  # the whole config, before the workdir is touched
+    setup.resolve(config, jax.device_count())  # the whole config, before the workdir is touched
     # its own (or an unmarked run of this config), writable and locked; the trainer's own check of the
     # fields a resumed run may change follows (`posattn.vision.resume`)
-    cli.claim(
-        _WORKDIR.value, "train_images", _CONFIG.value, may_change=resume.RESUMABLE, resumes=True
-    )
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    cli.claim(workdir, "train_images", config, may_change=resume.RESUMABLE, resumes=True)
+    train.train_and_evaluate(config, workdir)
     if io.is_writer():  # the curves of the whole record (a resumed run's included)
         from posattn.plots import theory as theory_figures
         from posattn.plots import vision as figures
 
-        config = _CONFIG.value
-        records = io.read_jsonl(f"{_WORKDIR.value}/metrics.jsonl")
+        records = io.read_jsonl(f"{workdir}/metrics.jsonl")
         kind = f" ({config.model.attention} attention)" if config.model.name == "vit" else ""
         title = f"{config.dataset}: {config.model.name}{kind}"
         theory_figures.write_png(
-            figures.training_curves_figure(records, title), f"{_WORKDIR.value}/curves.png"
+            figures.training_curves_figure(records, title), f"{workdir}/curves.png"
         )
 
 

@@ -21,7 +21,7 @@ import os
 import sys
 
 import jax
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 from ml_collections.config_flags.config_flags import ConfigFileFlagParser
 
@@ -32,7 +32,6 @@ from posattn import compile_options, mesh, ownership, signals
 from posattn.configs import (
     CONFIG_ROOTS,
     ROOT,
-    SMOKE_TOKENS,
     Schema,
     config_fields,  # noqa: F401
     dataclass_section,
@@ -60,31 +59,34 @@ _DRY_RUN = flags.DEFINE_bool(
 )
 
 
-def define_distributed_flags():
+_DISTRIBUTED_FLAGS = ("coordinator_address", "num_processes", "process_id")
+
+
+def define_distributed_flags() -> None:
     """Define --coordinator_address, --num_processes and --process_id, `jax.distributed.initialize`'s own
-    arguments for clusters it does not detect (docs/distributed.md), and return the function that starts
-    this process of the run from them (`posattn.mesh.initialize_distributed`; call it after flag parsing,
-    before any computation)."""
-    coordinator = flags.DEFINE_string(
+    arguments for clusters it does not detect (docs/distributed.md); `run` starts this process of the run
+    from them (`posattn.mesh.initialize_distributed`) before it calls the binary's main."""
+    flags.DEFINE_string(
         "coordinator_address",
         None,
         "Multi-process run without a cluster JAX "
         "detects: host:port of process 0 (or set JAX_COORDINATOR_ADDRESS).",
     )
-    num_processes = flags.DEFINE_integer(
+    flags.DEFINE_integer(
         "num_processes",
         None,
         "Multi-process run without a detected cluster: the number of processes.",
     )
-    process_id = flags.DEFINE_integer(
+    flags.DEFINE_integer(
         "process_id",
         None,
         "Multi-process run without a detected cluster: this process's index, from 0.",
     )
 
-    return lambda: mesh.initialize_distributed(
-        coordinator.value, num_processes.value, process_id.value
-    )
+
+def define_workdir(help_text: str):
+    """Define the binary's `--workdir=DIR`, where it writes (`run` requires it); returns its FlagHolder."""
+    return flags.DEFINE_string("workdir", None, help_text)
 
 
 class _SchemaFileParser(ConfigFileFlagParser):
@@ -117,6 +119,11 @@ def define_config(default: str, schema: Schema, help_text: str):
     holder = config_flags.DEFINE_config_file("config", None, help_text)
     flags.FLAGS["config"].parser = _SchemaFileParser("config", schema, default, help_text)
     return holder
+
+
+def config_file() -> str:
+    """The --config of this run as given (FILE[:ARG], the file found by `find_config_file`)."""
+    return flags.FLAGS["config"].config_filename
 
 
 def claim(workdir, binary: str, record, **options):
@@ -187,15 +194,6 @@ def _resolve_config_files(argv) -> list[str]:
         if not isinstance(flag.parser, _SchemaFileParser):
             continue
         value = _flag_value(argv, name) or flag.parser.default
-        old = [
-            a
-            for a in argv[1:]
-            if a.lstrip("-") in SMOKE_TOKENS and a.lstrip("-") not in flags.FLAGS
-        ]
-        if old:  # the smoke switch's older spelling (--quick, --local): the config's `quick` token
-            argv = [a for a in argv if a not in old]
-            value += "," if ":" in value else ":"
-            value += "quick"
         path, colon, arg = value.partition(":")
         if is_smoke(arg):  # before JAX starts its backends: a smoke run's programs run briefly
             compile_options.fast_compile_everywhere()
@@ -255,7 +253,7 @@ def enable_compilation_cache(setting: str | None = None) -> str | None:
     """Turn on JAX's persistent compilation cache (on by default in every binary, via `run`); returns
     its directory, or None when `setting` (else $POSATTN_COMPILATION_CACHE) says "off".
 
-    Most of a short run is XLA compiling (`experiments.reproduce --quick`: about 40 of ~60 s), and the
+    Most of a short run is XLA compiling (`experiments.reproduce` with `:quick`: about 40 of ~60 s), and the
     programs of a run depend on its shapes and settings, not on its seed, so a second run finds them
     compiled. Every program is kept, however fast it compiled: a run compiles dozens of small ones.
     """
@@ -294,12 +292,35 @@ def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
     return None
 
 
-def run(main) -> None:
-    """`absl.app.run(main)` with bad flags, missing or broken config files, `ConfigError` and running out
-    of memory turned into one line and exit 2, a `RunStopped` into its line and exit status, SIGINT and
-    SIGTERM into one line and 130 or 143 (`signals.install`, a no-op where the binaries' package already
-    made it); the claimed workdir's marker records how the run ended. JAX's persistent compilation cache is on
-    (`enable_compilation_cache`, `--compilation_cache`)."""
+def _start(argv, cpu_cores: bool):
+    """The binary's flags as its main takes them, `(config, workdir)`, once the checks every binary makes
+    have passed: no positional argument, a --workdir given; library logs quiet unless --verbosity is given
+    (orbax logs every save); with `cpu_cores` one CPU device per core (`mesh.use_cpu_cores`); with the
+    distributed flags defined, this process of a multi-process run started (`mesh.initialize_distributed`).
+    The last two come before JAX starts its backends, and so before main."""
+    if len(argv) > 1:
+        raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
+    if flags.FLAGS.workdir is None:
+        raise ConfigError("--workdir=DIR is required")
+    if not flags.FLAGS["verbosity"].present:  # --verbosity=0 shows them
+        logging.set_verbosity(logging.ERROR)
+    if cpu_cores:
+        mesh.use_cpu_cores()
+    if _DISTRIBUTED_FLAGS[0] in flags.FLAGS:
+        mesh.initialize_distributed(*(flags.FLAGS[name].value for name in _DISTRIBUTED_FLAGS))
+    config = flags.FLAGS["config"].value if "config" in flags.FLAGS else None
+    return config, flags.FLAGS.workdir
+
+
+def run(main, *, cpu_cores: bool = False) -> None:
+    """Run a binary: `main(config, workdir)` with its --config and --workdir (`define_config`,
+    `define_workdir`), once `_start` has made the checks every binary makes, under `absl.app.run` with bad
+    flags, missing or broken config files, `ConfigError` and running out of memory turned into one line and
+    exit 2, a `RunStopped` into its line and exit status, SIGINT and SIGTERM into one line and 130 or 143
+    (`signals.install`, a no-op where the binaries' package already made it); the claimed workdir's marker
+    records how the run ended. JAX's persistent compilation cache is on (`enable_compilation_cache`,
+    `--compilation_cache`). `cpu_cores`: one CPU device per core (`mesh.use_cpu_cores`), for the theory
+    regime's binaries."""
     signals.install()
     # --help lists the flags the binary defines and those defined for it here (--config, the distributed
     # flags), also when it runs as a console script, whose main module is not the binary's
@@ -309,13 +330,14 @@ def run(main) -> None:
             module
         ):
             flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-    if "config" in flags.FLAGS:
-        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS["config"])
+    for name in ("config", "workdir"):
+        if name in flags.FLAGS:
+            flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
 
     def guarded(argv):
         enable_compilation_cache(flags.FLAGS.compilation_cache)
         try:
-            main(argv)
+            main(*_start(argv, cpu_cores))
         except SystemExit as e:
             ownership.release(ownership.COMPLETE if not e.code else ownership.FAILED)
             raise

@@ -45,7 +45,7 @@ def _jit_run_once(fn, static: tuple):
 def fast_compile_everywhere() -> bool:
     """Compile every program of this process at LLVM level 1, through XLA_FLAGS: what a smoke run
     (`--config=FILE:quick`, `posattn.cli`) asks for, since its programs run briefly and compiling is most
-    of its time (`experiments.shallow_vit --quick`: 79.6 s -> 44.7 s wall on 2 cores, empty cache,
+    of its time (`experiments.shallow_vit` with `:quick`: 79.6 s -> 44.7 s wall on 2 cores, empty cache,
     docs/shallow_vit_results.md). XLA reads XLA_FLAGS when JAX starts its backends: after that, or where
     XLA_FLAGS already sets the level, nothing changes. Returns whether the flag was added."""
     flags = os.environ.get("XLA_FLAGS", "")

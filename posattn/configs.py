@@ -35,10 +35,7 @@ def find_config_file(path: str) -> str:
     return next((str(root / path) for root in CONFIG_ROOTS if (root / path).is_file()), path)
 
 
-SMOKE_TOKENS = (
-    "quick",
-    "local",
-)  # the smoke run's token of every binary (`local`: its older spelling)
+SMOKE_TOKENS = ("quick",)  # the smoke run's token of every binary, its one spelling (`FILE:quick`)
 
 
 @dataclasses.dataclass(frozen=True)

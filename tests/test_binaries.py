@@ -3,6 +3,7 @@ config's fields) and --workdir from any directory (and the cluster flags, or why
 --dry_run prints the resolved config and touches nothing, and its default config file runs as `:quick` (its
 smoke run) from /."""
 
+import ast
 import importlib.util
 import json
 import pathlib
@@ -52,6 +53,37 @@ def test_every_binary_is_a_console_script():
     }
 
 
+def test_each_binary_is_its_flags_and_one_call():
+    """--config, --workdir and the distributed flags come from posattn.cli, and main(config, workdir)
+    hands them to one call of the library; the checks every binary makes (no positional argument, a
+    --workdir, quiet library logs) are `cli.run`'s, made once there."""
+    for name in BINARIES:
+        source = (ROOT / "experiments" / f"{name}.py").read_text()
+        tree = ast.parse(source)
+        defined = [
+            c.func.attr
+            for c in ast.walk(tree)
+            if isinstance(c, ast.Call)
+            and isinstance(c.func, ast.Attribute)
+            and c.func.attr.startswith("DEFINE")
+        ]
+        assert not defined and "argv" not in source and "set_verbosity" not in source, name
+        flags = {
+            c.func.attr
+            for c in ast.walk(tree)
+            if isinstance(c, ast.Call)
+            and isinstance(c.func, ast.Attribute)
+            and c.func.attr.startswith("define_")
+        }
+        assert {"define_config", "define_workdir"} <= flags, (name, flags)
+        main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+        assert [a.arg for a in main.args.args] == ["config", "workdir"], name
+        if (
+            name != "train_images"
+        ):  # (its library, posattn.vision, may import neither cli nor plots)
+            assert len(main.body) == 1 and isinstance(main.body[0].value, ast.Call), name
+
+
 @pytest.mark.slow  # (a new process end to end: `pytest -m slow`, as .ci/run)
 def test_help_lists_config_and_workdir_from_the_root_directory():
     procs = {
@@ -80,7 +112,7 @@ def test_help_lists_config_and_workdir_from_the_root_directory():
 # each binary's default config file (tpu_configs/NAME.py unless named here)
 CONFIG = {"train_images": "digits", "compare_attention": "digits", "how_vits_work": "pk22"}
 QUICK = {  # the smoke run's own flags, only where the default would be long
-    "compare_attention": ("--seeds=1",),
+    "compare_attention": ("--config.seeds=1",),
     "permuted": ("--config.models=vit", "--config.seeds=1"),
 }
 
@@ -108,7 +140,8 @@ def test_quick_config_runs_from_the_root_directory(name, tmp_path):
             command(
                 "posemb_similarity",
                 "--config=tpu_configs/posemb_similarity.py:quick",
-                f"--workdir={tmp_path / 'run' / 'vit-g2-seed0'}",
+                f"--config.run={tmp_path / 'run' / 'vit-g2-seed0'}",
+                f"--workdir={tmp_path / 'maps'}",
             ),
             cwd="/",
             env=env(),
@@ -116,10 +149,10 @@ def test_quick_config_runs_from_the_root_directory(name, tmp_path):
             text=True,
             timeout=600,
         )
-        assert (
-            r.returncode == 0
-            and (tmp_path / "run" / "vit-g2-seed0" / "posemb_similarity.png").exists()
-        ), r.stderr
+        assert r.returncode == 0 and (tmp_path / "maps" / "posemb_similarity.png").exists(), (
+            r.stderr
+        )
+        assert not (tmp_path / "run" / "vit-g2-seed0" / "posemb_similarity.png").exists()
 
 
 # a field of each binary's config, and a value its checks accept
@@ -142,17 +175,17 @@ OVERRIDE = {
 @pytest.mark.parametrize("name", BINARIES)
 def test_dry_run_prints_the_resolved_config_and_writes_and_compiles_nothing(name, tmp_path):
     workdir, field, value = tmp_path / "run", *OVERRIDE[name]
-    if (
-        name == "posemb_similarity"
-    ):  # --workdir: a trained run's; without --config.out it writes beside it
-        workdir.mkdir()
-        (workdir / "config.json").write_text("{}")
+    trained = tmp_path / "trained"  # posemb_similarity's config.run: the run it reads
+    if name == "posemb_similarity":
+        trained.mkdir()
+        (trained / "config.json").write_text("{}")
     r = subprocess.run(
         command(
             name,
             "--dry_run",
             f"--workdir={workdir}",
             f"--config.{field}={value}",
+            *([f"--config.run={trained}"] if name == "posemb_similarity" else []),
             f"--compilation_cache={tmp_path / 'cache'}",
         ),
         cwd="/",
@@ -167,10 +200,10 @@ def test_dry_run_prints_the_resolved_config_and_writes_and_compiles_nothing(name
         config = config[key]
     assert config == value
     assert sorted(p.name for p in tmp_path.iterdir()) == (
-        ["run"] if name == "posemb_similarity" else []
+        ["trained"] if name == "posemb_similarity" else []
     )
     if name == "posemb_similarity":
-        assert [p.name for p in workdir.iterdir()] == ["config.json"]
+        assert [p.name for p in trained.iterdir()] == ["config.json"]
     # (no cache folder: JAX made none, so it compiled nothing)
 
 

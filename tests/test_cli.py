@@ -267,9 +267,12 @@ def test_a_signal_while_a_binary_imports_is_one_line_and_writes_nothing(tmp_path
 
 
 def test_running_out_of_memory_is_one_line():
-    program = "from posattn import cli\ndef main(argv):\n    raise MemoryError()\ncli.run(main)\n"
+    program = (
+        "from posattn import cli\ncli.define_workdir('w')\n"
+        "def main(config, workdir):\n    raise MemoryError()\ncli.run(main)\n"
+    )
     out = subprocess.run(
-        [sys.executable, "-c", program],
+        [sys.executable, "-c", program, "--workdir=/nonexistent"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -11,7 +11,7 @@ Hardware: one CPU (2 cores). Expected wall-clock: < 10 minutes for the full run,
 (2 quiet cores, compile included). Expected result: docs/theory_results.md, a committed copy of the full
 run's report.md (each claim, the paper's statement, our number and a verdict).
 
-Fields (posattn/experiments' reproduce SCHEMA): seed (of every run) and quick (the small plan); this
+Fields (posattn.papers.jsl22.reproduce.SCHEMA): seed (of every run) and quick (the small plan); this
 file changes none of them.
 """
 

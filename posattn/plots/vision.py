@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from posattn.vision.sweep import LABELS
+from posattn.papers.jsl22.image_tables import LABELS
 
 COLOURS = {"vit": "tab:blue", "resnet18": "tab:red", "vgg16": "tab:green"}
 

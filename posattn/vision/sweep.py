@@ -1,22 +1,18 @@
-"""Sweeps of image runs (JSL22 Figures 5-7): one config per (model, g, attention, seed) cell, trained in
-its own sub-workdir, the spread of the cells' test accuracies, and the markdown tables that set them
-beside the paper's numbers.
+"""Sweeps of image runs: each cell (one config) trained in its own sub-workdir, the seeds of a cell
+vmapped where they fit, the spread of the cells' accuracies and the gap between two sets of cells (JSL22's
+sweeps, Figures 5-7, are `posattn.papers.jsl22.permuted` and `attention_comparison`).
 
 Each cell is an ordinary `posattn.vision.train.train_and_evaluate` run, so a sweep interrupted anywhere
 resumes: a finished cell of the same config is read back from its `summary.json`, one with a checkpoint
 continues from it.
 """
 
-import copy
 import json
 import os
 
 import numpy as np
 
-from posattn import configs
 from posattn.analysis import bootstrap
-from posattn.errors import ConfigError
-from posattn.vision import config as config_lib
 from posattn.vision import resume, seeds, train
 
 
@@ -78,63 +74,6 @@ def run_seeds(configs, workdirs, say=print, *, vmap: bool = True, dataset=None) 
     return summaries
 
 
-def permuted_cell_config(
-    dataset: str,
-    config_file: str,
-    model: str,
-    g: int,
-    seed: int,
-    *,
-    local: bool,
-    data_dir: str | None = None,
-    steps: int = 0,
-    batch: int = 0,
-    permutation: int = 0,
-    validation_examples: int = 0,
-):
-    """The train_images config of one cell of the Figure 5 sweep (`experiments.permuted`).
-
-    digits: tpu_configs/digits.py with no random crop and the block permutation set here, evaluated
-    and checkpointed only at the end; otherwise the config file's `MODEL,G` argument. steps > 0 and
-    batch > 0 replace the config's (the warm-up shrunk to at most a tenth of the steps). `permutation` is
-    the permutation's seed (config.permute_seed), `validation_examples` the training images held out.
-    """
-    tail = ",quick" if local else ""
-    if dataset == "digits":
-        c = configs.load_config(config_file, model + tail, config_lib.SCHEMA)
-        c.augment.crop_padding = 0
-        c.permute_block = g
-        c.eval_every, c.checkpoint_every = 0, 0
-    else:
-        c = configs.load_config(config_file, f"{model},{g}{tail}", config_lib.SCHEMA)
-        if data_dir:
-            c.data_dir = data_dir
-    c.seed, c.permute_seed, c.validation_examples = seed, permutation, validation_examples
-    if steps:
-        c.total_steps = steps
-        c.optimizer.warmup_steps = min(c.optimizer.warmup_steps, max(steps // 10, 1))
-        c.log_every = min(c.log_every, steps)
-    if batch:
-        c.global_batch_size = batch
-    return c
-
-
-def attention_cell_configs(base, seeds: int, attentions=("vanilla", "positional")) -> dict:
-    """{(attention, seed): config}: a ViT config with model.attention and seed set (Figures 6/7)."""
-    config_lib.check_schema(base)
-    if base.model.name != "vit":
-        raise ConfigError(
-            f"model.name={base.model.name!r}: compare_attention compares ViTs; use a ViT config"
-        )
-    out = {}
-    for attention in attentions:
-        for seed in range(seeds):
-            c = copy.deepcopy(base)
-            c.model.attention, c.seed = attention, seed
-            out[(attention, seed)] = c
-    return out
-
-
 def spread(values) -> dict:
     """Mean, standard deviation (ddof 1 when there are 2+ values), median, quartiles, min, max; in %."""
     v = 100.0 * np.asarray(values, dtype=np.float64)
@@ -169,87 +108,3 @@ def gap(values_a, values_b) -> dict:
         diff = bootstrap.difference_of_means(a, b)
         out.update(welch_95=list(diff["welch"]), bootstrap_95=list(diff["bootstrap"]))
     return out
-
-
-# Names of the models in the tables.
-LABELS = {"vit": "ViT (positional attention)", "resnet18": "ResNet-18", "vgg16": "VGG-16"}
-
-
-def permuted_table(summary: dict) -> str:
-    """Markdown: mean +- std (%) over seeds (and permutations) per model and g (the value alone for one
-    run), with the paper's number where it has one; a ViT cell whose blocks are whole tokens is marked
-    (*): there the permuted problem is the unpermuted one with P's rows relabelled, the same problem in
-    distribution, so its difference from the unpermuted cell is seed noise by construction."""
-    gs = sorted({g for per in summary["accuracy"].values() for g in per}, key=int)
-    paper = summary.get("paper") or {}
-    lines = [
-        f"| model ({summary.get('split', 'test')} accuracy, %) | "
-        + " | ".join(f"g={g}" for g in gs)
-        + " |",
-        "|---" * (len(gs) + 1) + "|",
-    ]
-    for model, per in summary["accuracy"].items():
-        cells = []
-        for g in gs:
-            if g not in per:
-                cell = "-"
-            elif per[g]["n"] == 1:  # one seed: no spread to show
-                cell = f"{per[g]['mean']:.2f}"
-            else:
-                cell = f"{per[g]['mean']:.2f} ± {per[g]['std']:.2f}"
-            ref = paper.get(model, {}).get(g)
-            patch = summary.get("patch_size", {}).get(model)
-            whole = (
-                bool(patch) and g in per and int(g) < summary["image_side"] and int(g) % patch == 0
-            )
-            cells.append(
-                cell + (" (*)" if whole else "") + (f" (paper {ref})" if ref is not None else "")
-            )
-        lines.append(f"| {LABELS.get(model, model)} | " + " | ".join(cells) + " |")
-    if any("(*)" in line for line in lines):
-        lines += [
-            "",
-            "(*) blocks of whole tokens: with P drawn per position, the permuted problem is the "
-            "unpermuted one with P's rows relabelled (the same in distribution): no test of the ViT.",
-        ]
-    return "\n".join(lines)
-
-
-def compare_table(summary: dict) -> str:
-    """Markdown: median (IQR) per attention kind, this run's dataset first, then the paper's rows; then
-    the gap positional - vanilla of this run (`gap`), where the summary has one."""
-    acc, own = summary["accuracy"], summary["paper"].get(summary["dataset"], {})
-    cell = lambda k: f"{acc[k]['median']:.2f} (IQR {acc[k]['iqr']:.2f})"  # noqa: E731
-    lines = [
-        f"| dataset ({summary.get('split', 'test')} accuracy, %) | vanilla: median (IQR) | positional: median (IQR) "
-        "| paper vanilla | paper positional |",
-        "|---|---|---|---|---|",
-        f"| {summary['dataset']} (ViT {summary['variant']}, {summary['steps']} steps, "
-        f"{summary['seeds']} seeds) | {cell('vanilla')} | {cell('positional')} | "
-        f"{own.get('vanilla', '-')} | {own.get('positional', '-')} |",
-    ]
-    for name, ref in summary["paper"].items():
-        if name == summary["dataset"]:
-            continue
-        command = (
-            f"`python -m posattn.experiments.compare_attention --config={ref['config']} "
-            f"--seeds={ref['seeds']} --workdir=DIR --config.data_dir=$TFDS_DATA_DIR`"
-        )
-        lines.append(
-            f"| {name} | needs data: {command} | needs data | {ref['vanilla']} | "
-            f"{ref['positional']} |"
-        )
-    if "gap" in summary:
-        g = summary["gap"]
-        lines += [
-            "",
-            f"positional - vanilla ({summary['dataset']}): {g['mean']:+.2f} ± {g['stderr']:.2f} points "
-            f"(difference of the means ± its standard error over the seeds; of the medians "
-            f"{g['median']:+.2f})",
-        ]
-        if "welch_95" in g:
-            lines[-1] += (
-                f"; 95% intervals over the seeds: Welch [{g['welch_95'][0]:+.2f}, {g['welch_95'][1]:+.2f}], "
-                f"bootstrap [{g['bootstrap_95'][0]:+.2f}, {g['bootstrap_95'][1]:+.2f}]"
-            )
-    return "\n".join(lines)

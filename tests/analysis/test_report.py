@@ -301,10 +301,10 @@ def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monk
 PARSE_SETTINGS = """
 import sys
 from absl import flags
-from experiments import how_vits_work as binary
+from experiments import how_vits_work  # defines its --config flag
 from posattn.papers.pk22 import suite
 flags.FLAGS(sys.argv)
-config = binary._CONFIG.value
+config = flags.FLAGS.config
 print(repr(suite.settings_from(config)), config.training_length, config.dataset)
 """
 
@@ -338,9 +338,9 @@ def test_every_measurement_knob_is_reachable_from_the_binary():
     )
     assert settings_repr == repr(expected) and float(length) == 2.0 and dataset == "fashion_mnist"
     # every field of Settings has its --config field
-    from experiments import how_vits_work as binary
+    from posattn.papers.pk22 import how_vits_work
 
-    schema = binary._schema(None)
+    schema = how_vits_work.SCHEMA.base(None)
     missing = [f.name for f in dataclasses.fields(suite.Settings) if f.name not in schema]
     assert set(missing) <= {
         "hessian_batch_size",

@@ -222,10 +222,7 @@ def test_config_arguments_select_attention_model_block_and_quick():
     c, _ = load_config("permuted_cifar100", "resnet18,8,quick")
     # `quick` shrinks the 32 x 32 images to 16 x 16: as many blocks per side (4), each half as wide
     assert (c.model.name, c.permute_block, c.image_size, c.total_steps) == ("resnet18", 4, 16, 4)
-    c, _ = load_config(
-        "permuted_cifar100", "32,local"
-    )  # the unpermuted baseline stays one block (`local`: the
-    # older spelling of `quick`)
+    c, _ = load_config("permuted_cifar100", "32,quick")  # the unpermuted baseline stays one block
     with tfds.testing.mock_data(num_examples=20):
         assert list(setup_lib.resolve(c, 8).permutation.perm) == [0]  # it resolves (it was refused)
     c, _ = load_config("imagenet", "quick")

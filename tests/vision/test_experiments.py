@@ -11,6 +11,7 @@ import pytest
 
 from posattn.analysis import posemb
 from posattn.errors import ConfigError
+from posattn.papers.jsl22 import image_tables, permuted
 from posattn.vision import sweep
 from posattn.vision.data import permutation as data
 from tests import envs
@@ -128,9 +129,14 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
     cell = json.loads((work / "vit-g2-seed0" / "config.json").read_text())
     assert cell["permute_block"] == 2 and cell["augment"]["crop_padding"] == 0
 
-    r = _run("experiments.posemb_similarity", f"--workdir={work / 'vit-g2-seed0'}")
+    maps = tmp_path / "maps"  # its own workdir; the run it reads is config.run
+    r = _run(
+        "experiments.posemb_similarity",
+        f"--config.run={work / 'vit-g2-seed0'}",
+        f"--workdir={maps / 'g2'}",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
-    result = json.loads((work / "vit-g2-seed0" / "posemb_similarity.json").read_text())
+    result = json.loads((maps / "g2" / "posemb_similarity.json").read_text())
     # g = patch size: every neighbour pair straddles two blocks, so no separate across-block statistic
     assert set(result["statistic"]) == {
         "at initialisation",
@@ -139,18 +145,24 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
     } and result["grid"] == [4, 4]
     assert all(-1 <= s["rank_correlation"] <= 1 for s in result["statistic"].values())
     assert result["permute_block"] == 2 and result["patch_size"] == 2
-    assert (work / "vit-g2-seed0" / "posemb_similarity.png").stat().st_size > 0
+    assert (maps / "g2" / "posemb_similarity.png").stat().st_size > 0
+    assert not (work / "vit-g2-seed0" / "posemb_similarity.png").exists()  # the run is only read
     r = _run(
-        "experiments.posemb_similarity", f"--workdir={work / 'vit-g2-seed0'}", "--config.block=1"
+        "experiments.posemb_similarity",
+        f"--config.run={work / 'vit-g2-seed0'}",
+        f"--workdir={maps / 'block1'}",
+        "--config.block=1",
     )
     assert (
         r.returncode == 2 and "block=1: the run has one positional embedding P shared" in r.stderr
     )
-    r = _run(
-        "experiments.posemb_similarity", f"--workdir={work / 'vit-g4-seed0'}"
-    )  # blocks of 2 x 2 patches
+    r = _run(  # blocks of 2 x 2 patches
+        "experiments.posemb_similarity",
+        f"--config.run={work / 'vit-g4-seed0'}",
+        f"--workdir={maps / 'g4'}",
+    )
     assert r.returncode == 0, r.stderr[-2000:]
-    stats = json.loads((work / "vit-g4-seed0" / "posemb_similarity.json").read_text())["statistic"]
+    stats = json.loads((maps / "g4" / "posemb_similarity.json").read_text())["statistic"]
     assert (
         stats["un-permuted, across blocks"]["pairs"]["neighbour"] == 16
     )  # 1 border x 4 lines x 2 ways x 2 axes
@@ -163,7 +175,7 @@ def test_compare_attention_end_to_end_on_digits(tmp_path):
     r = _run(
         "experiments.compare_attention",
         "--config=tpu_configs/digits.py:quick",
-        "--seeds=1",
+        "--config.seeds=1",
         f"--workdir={cmp_dir}",
         "--config.total_steps=2",
         "--config.optimizer.warmup_steps=1",
@@ -197,8 +209,30 @@ def test_compare_attention_end_to_end_on_digits(tmp_path):
             ("experiments.permuted", "--config=tpu_configs/permuted.py:mnist", "--workdir=/tmp/x"),
             "unknown dataset 'mnist'",
         ),
-        (("experiments.compare_attention", "--seeds=0", "--workdir=/tmp/x"), "--seeds"),
-        (("experiments.posemb_similarity", "--workdir=/nonexistent"), "config.json"),
+        (("experiments.compare_attention", "--config.seeds=0", "--workdir=/tmp/x"), "seeds=0"),
+        (
+            ("experiments.posemb_similarity", "--config.run=/nonexistent", "--workdir=/tmp/x"),
+            "config.json",
+        ),
+        (("experiments.posemb_similarity", "--workdir=/tmp/x"), "config.run is required"),
+        # the smoke run has one spelling, `FILE:quick`
+        (
+            ("experiments.permuted", "--quick", "--workdir=/tmp/x"),
+            "Unknown command line flag 'quick'",
+        ),
+        (
+            (
+                "experiments.train_images",
+                "--config=tpu_configs/digits.py:local",
+                "--workdir=/tmp/x",
+            ),
+            "unknown attention 'local'",  # no longer the smoke run: the file's own token
+        ),
+        (
+            ("experiments.train_images", "--workdir=/tmp/x", "extra"),
+            "unexpected arguments ['extra']",
+        ),
+        (("experiments.phase_three",), "error: --workdir=DIR is required"),
         (
             ("experiments.train_images", "--config=tpu_configs/nope.py", "--workdir=/tmp/x"),
             "config file 'tpu_configs/nope.py' not found (relative to the current directory",
@@ -235,11 +269,11 @@ def test_compare_attention_finds_its_default_config_from_any_directory(tmp_path)
     r = _run(
         "experiments.compare_attention",
         "--config.total_steps=2",
-        "--seeds=0",
+        "--config.seeds=0",
         "--workdir=x",
         cwd=tmp_path,
     )
-    assert r.returncode == 2 and r.stderr.startswith("error: --seeds=0"), (
+    assert r.returncode == 2 and r.stderr.startswith("error: seeds=0"), (
         r.stderr
     )  # the config loaded
 
@@ -255,7 +289,7 @@ def test_the_permuted_table_marks_vit_cells_of_whole_tokens_and_says_why_they_te
             "vgg16": {"4": acc(70, 71), "7": acc(83, 83.5), "28": acc(86, 86.5)},
         },
     }
-    lines = sweep.permuted_table(summary).splitlines()
+    lines = image_tables.permuted_table(summary).splitlines()
     assert lines[0].startswith("| model (validation accuracy, %) |")
     vit, vgg = lines[2], lines[3]
     assert (
@@ -265,13 +299,13 @@ def test_the_permuted_table_marks_vit_cells_of_whole_tokens_and_says_why_they_te
 
 
 def test_permuted_cells_take_their_permutation_seed_and_held_out_examples():
-    c = sweep.permuted_cell_config(
+    c = permuted.permuted_cell_config(
         "digits",
         "tpu_configs/digits.py",
         "vit",
         4,
         1,
-        local=True,
+        quick=True,
         permutation=3,
         validation_examples=100,
     )

@@ -524,11 +524,13 @@ def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(tmp_path, monkeypat
 def test_a_stopped_run_ends_the_binary_with_one_line_and_its_exit_status(signum, status):
     program = (
         "from posattn import cli\nfrom posattn.signals import RunStopped\n"
-        f"def main(argv):\n    raise RunStopped('notice at step 7: rerun to resume', {int(signum)})\n"
+        "cli.define_workdir('w')\n"
+        "def main(config, workdir):\n"
+        f"    raise RunStopped('notice at step 7: rerun to resume', {int(signum)})\n"
         "cli.run(main)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", program],
+        [sys.executable, "-c", program, "--workdir=/nonexistent"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -274,14 +274,14 @@ def test_seeds_whose_programs_do_not_fit_in_memory_run_separately_and_the_log_sa
 def test_compare_attention_vmaps_each_kinds_seeds_to_the_accuracies_of_separate_runs(tmp_path):
     flags = [
         "--config=tpu_configs/digits.py:quick",
-        "--seeds=2",
+        "--config.seeds=2",
         "--config.total_steps=4",
         "--config.optimizer.warmup_steps=1",
         "--config.checkpoint_every=0",
         "--config.eval_every=0",
     ]
     runs = {}
-    for way in ("--vmap_seeds", "--novmap_seeds"):
+    for way in ("--config.vmap_seeds=True", "--config.vmap_seeds=False"):
         r = subprocess.run(
             [
                 sys.executable,
@@ -289,7 +289,7 @@ def test_compare_attention_vmaps_each_kinds_seeds_to_the_accuracies_of_separate_
                 "experiments.compare_attention",
                 *flags,
                 way,
-                f"--workdir={tmp_path / way}",
+                f"--workdir={tmp_path / way.rsplit('=', 1)[1]}",
             ],
             cwd=ROOT,
             capture_output=True,
@@ -297,15 +297,17 @@ def test_compare_attention_vmaps_each_kinds_seeds_to_the_accuracies_of_separate_
             env=envs.devices(1, PYTHONPATH=str(ROOT)),
         )
         assert r.returncode == 0, r.stderr[-2000:]
-        runs[way] = json.loads((tmp_path / way / "summary.json").read_text())["accuracy"]
+        runs[way] = json.loads((tmp_path / way.rsplit("=", 1)[1] / "summary.json").read_text())[
+            "accuracy"
+        ]
         vmapped = r.stdout.count("== 2 seeds in one vmapped program: ")
-        assert vmapped == (2 if way == "--vmap_seeds" else 0), (
+        assert vmapped == (2 if way.endswith("True") else 0), (
             r.stdout
         )  # one program per attention kind
         assert r.stdout.count("vmapped: 2 seeds, ") == vmapped
     for attention in ("vanilla", "positional"):
         np.testing.assert_allclose(
-            runs["--vmap_seeds"][attention]["values"],
-            runs["--novmap_seeds"][attention]["values"],
+            runs["--config.vmap_seeds=True"][attention]["values"],
+            runs["--config.vmap_seeds=False"][attention]["values"],
             rtol=1e-5,
         )

@@ -152,12 +152,15 @@ def verdicts(r: dict) -> list[dict]:
     ]
 
 
+QUICK_CONFIG = " --config=tpu_configs/reproduce.py:quick"  # the smoke run, as report.md states it
+
+
 def report_markdown(rows, results, seconds, quick) -> str:
     """report.md: the table of `verdicts`, how it was run, and the seconds per claim."""
     lines = [
-        f"# JSL22 theory claims, measured{' (--quick)' if quick else ''}",
+        f"# JSL22 theory claims, measured{' (:quick)' if quick else ''}",
         "",
-        f"`python -m posattn.experiments.reproduce --workdir=DIR{' --quick' if quick else ''}` "
+        f"`python -m posattn.experiments.reproduce{QUICK_CONFIG if quick else ''} --workdir=DIR` "
         f"(seed {results['seed']}), {seconds:.0f}s on {jax.device_count()} x "
         f"{jax.devices()[0].device_kind}, {os.cpu_count()} CPU cores. Numbers: report.json.",
         "",

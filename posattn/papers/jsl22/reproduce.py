@@ -10,13 +10,17 @@ records into verdicts beside what the paper states.
 """
 
 import dataclasses
+import os
 import time
 
 import jax
+import ml_collections
 import numpy as np
 
+from posattn import configs, io
+from posattn.errors import check_seed
 from posattn.metrics import classification_error
-from posattn.papers.jsl22 import construction, glm, phases, published, sweep, transfer
+from posattn.papers.jsl22 import construction, glm, phases, published, report, sweep, transfer
 from posattn.plots import theory as figures
 from posattn.theory import data, evaluation
 from posattn.theory import gd as gd_lib
@@ -322,3 +326,50 @@ def run_claims(key, plan: Plan, on_figures=None):
             on_figures(claim_figures)
         print(f"{name}: {seconds[name]:.1f}s", flush=True)
     return records, seconds
+
+
+# seed: of every run; quick: small sizes and few steps (a smoke run of every claim), what `:quick` sets
+# (report.md and report.json say which plan ran)
+SCHEMA = configs.Schema(
+    "a reproduce config (seed, quick)",
+    lambda fields: ml_collections.ConfigDict({"seed": 0, "quick": False}),
+    lambda c: c.update(quick=True),
+    "reproduce",
+)
+
+
+def run(config, workdir: str, claim) -> None:
+    """Every claim (`run_claims`) of `config` (SCHEMA) into `workdir`, claimed first with `claim(workdir,
+    "reproduce", record)` (the binary's `cli.claim`): the figures, report.md and, last, report.json."""
+    plan = QUICK if config.quick else Plan()
+    check_seed(config.seed)  # its key is made after the claim: a dry run compiles nothing
+    # its own, writable and locked, before any work
+    claim(workdir, "reproduce", {"seed": config.seed, "quick": config.quick})
+    key = keys_lib.seed_key(config.seed)
+
+    def write_figures(claim_figures):
+        for name, figure in claim_figures.items():
+            figures.write_png(figure, os.path.join(workdir, name))
+
+    t0 = time.perf_counter()
+    records, seconds = run_claims(key, plan, on_figures=write_figures)
+    total = time.perf_counter() - t0
+    results = {
+        "seed": config.seed,
+        "quick": config.quick,
+        "plan": dataclasses.asdict(plan),
+        "seconds": seconds,
+        **records,
+    }
+    rows = report.verdicts(results)
+    results["claims"] = rows
+    results["total_seconds"] = total
+    # report.json last, written atomically: its presence means the run completed.
+    io.write_text(
+        os.path.join(workdir, "report.md"),
+        report.report_markdown(rows, results, total, config.quick),
+    )
+    io.write_json(os.path.join(workdir, "report.json"), results)
+    for r in rows:
+        print(f"{r['verdict']:>15}  {r['claim']}: {r['measured']}")
+    print(f"{total:.0f}s; report in {workdir}/report.md")

@@ -371,7 +371,7 @@ def write_report(workdir: epath.Path, results: dict, seconds: float | None, quic
     table = claims.markdown(claims.rows(results), order)
     stem = claims.stem_position_table(results)
     timing = [] if seconds is None else [f"{seconds:.0f}s end to end"]
-    head = ", ".join((["--quick"] if quick else []) + timing)
+    head = ", ".join(([":quick"] if quick else []) + timing)
     text = (
         f"# PK22's measurements{f' ({head})' if head else ''}\n\n{table}\n"
         + (stem + "\n" if stem else "")
