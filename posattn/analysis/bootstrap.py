@@ -122,3 +122,27 @@ def difference_of_means(
         "bootstrap": (float(lo), float(hi)),
         "n": (int(a.size), int(b.size)),
     }
+
+
+def mean_interval(
+    values, *, resamples: int = RESAMPLES, level: float = LEVEL, seed: int = SEED
+) -> dict:
+    """The mean of one sample (e.g. one number per seed) with two intervals at `level`: Student's t and
+    the percentile bootstrap of the mean. {"value", "t": (lo, hi), "bootstrap": (lo, hi), "n"}.
+    ConfigError unless the sample has at least 2 values."""
+    from scipy import stats
+
+    x = np.asarray(values, np.float64).ravel()
+    if x.size < 2:
+        raise ConfigError(
+            f"a sample of {x.size} values: an interval over seeds needs at least 2 values"
+        )
+    t = stats.ttest_1samp(x, 0.0).confidence_interval(level)
+    boot = x[np.random.default_rng(seed).integers(0, x.size, (resamples, x.size))].mean(1)
+    lo, hi = np.percentile(boot, [50 * (1 - level), 50 * (1 + level)])
+    return {
+        "value": float(x.mean()),
+        "t": (float(t.low), float(t.high)),
+        "bootstrap": (float(lo), float(hi)),
+        "n": int(x.size),
+    }

@@ -97,3 +97,16 @@ def test_difference_of_means_gives_welchs_interval_by_its_formula_and_a_bootstra
     assert lo < d < hi and hi - lo < 2 * half  # the bootstrap over so few seeds is the narrower one
     with pytest.raises(ConfigError, match="at least 2 values in each"):
         difference_of_means([1.0], b)
+
+
+def test_mean_interval_gives_students_interval_by_its_formula_and_a_bootstrap_inside_the_range():
+    from scipy import stats
+
+    x = np.array([-0.51, -0.43, -0.58])
+    out = bootstrap.mean_interval(x, level=0.99)
+    half = stats.t.ppf(0.995, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size)
+    np.testing.assert_allclose(out["t"], (x.mean() - half, x.mean() + half), rtol=1e-10)
+    lo, hi = out["bootstrap"]
+    assert x.min() <= lo < x.mean() < hi <= x.max() and out["n"] == 3
+    with pytest.raises(ConfigError, match="at least 2 values"):
+        bootstrap.mean_interval([1.0])

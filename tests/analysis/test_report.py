@@ -229,6 +229,14 @@ def test_figures_and_rows_from_results(tmp_path):
     # NLL at theta*: the batches' centre losses (1, 1.2) less the L2 term 0.1
     assert by_key["landscape_nll"]["estimates"]["resnet"]["value"] == pytest.approx(1.0)
     assert by_key["landscape_one"]["estimates"]["resnet"]["value"] == pytest.approx(1.0)
+    # without the L2 term: results that do not hold it at every point have no such number
+    assert by_key["landscape_one_nll"]["ours"]["resnet"] == "n/a"
+    with_l2 = _fake_results(False)
+    with_l2["landscape"]["penalty"] = [[0.5, 0.3, 0.5], [0.2, 0.1, 0.4], [0.5, 0.3, 0.5]]
+    est = claims.estimates(with_l2)
+    # the loss rises by 1.0 from the centre to x = 1 (the grid's last point); the L2 term by 0.4 - 0.1
+    assert est["landscape_one_nll"]["value"] == pytest.approx(1.0 - 0.3)
+    assert est["landscape_one"]["value"] - est["landscape_one_nll"]["value"] == pytest.approx(0.3)
     # ResNet vs vanilla ViT decide the orders; without a vanilla ViT there is nothing to decide
     assert by_key["hessian_ape"]["verdict"] == "-" and by_key["landscape_nll"]["verdict"] == "-"
     shifted = claims.rows(
@@ -443,3 +451,54 @@ def test_the_noise_figure_leaves_empty_bands_out():
     ax = plots.noise_robustness({"ResNet": r}).axes[0]
     assert np.isnan(ax.lines[0].get_ydata()[1])  # not drawn as a drop of 0
     assert any("no frequency at this size: 0.9 pi" in t.get_text() for t in ax.texts)
+
+
+def test_over_seeds_averages_measurements_within_a_model_and_judges_kinds_over_training_seeds(
+    tmp_path,
+):
+    from posattn.papers.pk22 import over_seeds
+
+    # two measurement seeds of each trained model are averaged into that model's number
+    measured = [
+        ("resnet", s, m, {"noise_high": -10.0 - s + m, "landscape_one": 20.0 + s})
+        for s in range(3)
+        for m in (0, 1)
+    ] + [
+        ("vit_vanilla", s, m, {"noise_high": -2.0 + 0.1 * s, "landscape_one": 20.5 + s})
+        for s in range(3)
+        for m in (0, 1)
+    ]
+    got = over_seeds.samples(measured)
+    np.testing.assert_allclose(got["resnet"]["noise_high"], [-9.5, -10.5, -11.5])
+    # the ViT loses far less to the noise on every seed: holds; the rises overlap: undecided
+    noise = over_seeds.judge(got, "noise_high", "vit_vanilla", "resnet", 0.99)
+    assert noise["verdict"] == "holds" and noise["value"] == pytest.approx(-1.9 + 10.5)
+    rise = over_seeds.judge(got, "landscape_one", "resnet", "vit_vanilla", 0.99)
+    assert rise["verdict"] == "undecided"
+    # the claim the other way round fails
+    assert over_seeds.judge(got, "noise_high", "resnet", "vit_vanilla", 0.99)["verdict"] == "fails"
+    # a sign claim: "0 > lower"
+    signed = over_seeds.samples(
+        [("vit_vanilla", s, 0, {"fourier_attention": -0.5 - 0.01 * s}) for s in range(3)]
+    )
+    assert (
+        over_seeds.judge(signed, "fourier_attention", None, "vit_vanilla", 0.99)["verdict"]
+        == "holds"
+    )
+    text = over_seeds.markdown(got)
+    assert "| noise_high | ViT (vanilla) > ResNet |" in text and "not measured" in text
+
+    # collect: one results file per kind and workdir, the training seed from the run's config
+    for seed in (0, 1):
+        run_dir = tmp_path / f"run{seed}"
+        run_dir.mkdir()
+        (run_dir / "config.json").write_text(json.dumps({"seed": seed}))
+        w = tmp_path / f"m{seed}" / "results"
+        w.mkdir(parents=True)
+        r = {**_fake_results(False), "run_dir": str(run_dir), "seed": 0, "settings": {"a": 1}}
+        (w / "resnet.json").write_text(json.dumps(r))
+    found = over_seeds.collect(str(tmp_path / "m0"), str(tmp_path / "m1"))
+    assert [f[:3] for f in found] == [("resnet", 0, 0), ("resnet", 1, 0)]
+    assert found[0][3]["accuracy"] == 75.0
+    with pytest.raises(ConfigError, match="measured twice"):
+        over_seeds.collect(str(tmp_path / "m0"), str(tmp_path / "m0"))

@@ -91,6 +91,10 @@ def _check_every_tool(subj, out, x_test, y_test, layers):
     norms = sum(np.linalg.norm(np.asarray(t)) for t in jax.tree.leaves(subj.params))
     penalty = out["landscape"]["loss_at_optimum"] - out["landscape"]["nll_at_optimum"]
     assert penalty == pytest.approx(SETTINGS.weight_decay * norms, rel=1e-4)
+    # the L2 term at every grid point: the same at theta*, and it moves away from theta*
+    penalty_GxG = np.asarray(out["landscape"]["penalty"])
+    assert penalty_GxG.shape == surface.shape and penalty_GxG[2, 2] == pytest.approx(penalty)
+    assert np.ptp(penalty_GxG) > 0
 
 
 @pytest.mark.slow  # compiles three programs: ~1 min on 2 busy cores (test_a_subject_runs_as_a_module is fast)

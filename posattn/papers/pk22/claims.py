@@ -160,8 +160,16 @@ def estimates(r: dict) -> dict[str, dict | None]:
     c = surf_BxGxG.shape[-1] // 2
     penalty = land.get("penalty_at_optimum", land["loss_at_optimum"] - land["nll_at_optimum"])
     out["landscape_nll"] = est(surf_BxGxG[:, c, c], lambda u: u.mean() - penalty)
+    # the L2 term's own rise (the same for every batch), where the results hold it at every point
+    l2_GxG = np.asarray(land["penalty"], np.float64) if "penalty" in land else None
     for key, x in (("landscape_half", c + c // 2), ("landscape_one", 2 * c)):
         out[key] = est(surf_BxGxG[:, c, [c, x]], lambda u: (u[:, 1] - u[:, 0]).mean())
+        l2_rise = None if l2_GxG is None else l2_GxG[c, x] - l2_GxG[c, c]
+        out[f"{key}_nll"] = (
+            None
+            if l2_rise is None
+            else est(surf_BxGxG[:, c, [c, x]], lambda u, r=l2_rise: (u[:, 1] - u[:, 0]).mean() - r)
+        )
     return out
 
 
@@ -239,6 +247,18 @@ ROWS = (
         "landscape_one",
         "Landscape: ViT flatter: loss rise at (1, 0)",
         "landscape_rise",
+        ("order", [("resnet", "vit_vanilla")]),
+    ),
+    (
+        "landscape_half_nll",
+        "Landscape without the L2 term (the NLL alone): loss rise at (0.5, 0)",
+        "landscape_rise_nll",
+        ("order", [("resnet", "vit_vanilla")]),
+    ),
+    (
+        "landscape_one_nll",
+        "Landscape without the L2 term (the NLL alone): loss rise at (1, 0)",
+        "landscape_rise_nll",
         ("order", [("resnet", "vit_vanilla")]),
     ),
 )

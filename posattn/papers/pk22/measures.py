@@ -170,8 +170,10 @@ def hessian_program(model, variables, settings: Settings, batches, key) -> tuple
 def loss_landscape(model, settings: Settings, variables, batches, key):
     """PK22 Fig. 1 on one batch of training images: (surface_GxG of `objective_fn` along two directions
     drawn from `key` (the same for every batch) and normalised by `settings.landscape_normalisation`,
-    the L2 term at theta*). `batches` are mixed mini-batches (images_MxbxHxWxC, targets_MxbxK), scored
-    together: the loss is the mean over their M b images."""
+    penalty_GxG: the L2 term of that objective at the same points). `batches` are mixed mini-batches
+    (images_MxbxHxWxC, targets_MxbxK), scored together: the loss is the mean over their M b images. The
+    L2 term comes apart so that a rise can be read with and without it: away from theta* it is most of
+    PK22's rise (docs/how_vits_work.md, Issue 46)."""
     params = variables["params"]
     k1, k2 = jax.random.split(key)
     d1 = landscape.random_direction(k1, params, settings.landscape_normalisation)
@@ -183,4 +185,5 @@ def loss_landscape(model, settings: Settings, variables, batches, key):
     surface = landscape.surface(
         loss, params, batch, d1, d2, xs=axis, ys=axis, chunk=settings.landscape_chunk or None
     )
-    return surface, objective.l2_penalty(params, settings.weight_decay, settings.landscape_l2_form)
+    l2 = lambda p, _: objective.l2_penalty(p, settings.weight_decay, settings.landscape_l2_form)  # noqa: E731
+    return surface, landscape.surface(l2, params, None, d1, d2, xs=axis, ys=axis, chunk=len(axis))

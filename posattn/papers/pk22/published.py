@@ -16,4 +16,5 @@ NUMBERS = {
     "variance_other": "positive",
     "landscape_nll": "ViT-Ti 2.49, ResNet-50 2.19 (CIFAR-100)",
     "landscape_rise": "ViT 4.5 and 12.3; ResNet 7.8 and 20.0",
+    "landscape_rise_nll": "not published (PK22's landscape includes the L2 term)",
 }

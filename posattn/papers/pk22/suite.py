@@ -161,9 +161,9 @@ def measure(
         surfaces = []
         for start in range(0, L, E):
             batch = train_batch(np.arange(start, start + E), start // b, 1)
-            surf, penalty = compiled["landscape"](variables, batch, k_land)
+            surf, penalty_GxG = compiled["landscape"](variables, batch, k_land)
             surfaces.append(np.asarray(surf))
-        return np.stack(surfaces), float(penalty)
+        return np.stack(surfaces), np.asarray(penalty_GxG, np.float64)
 
     surf_BxGxG, penalty = timed("landscape", landscape_batches)
     out["landscape"] = _landscape_results(surf_BxGxG, penalty, settings, L)
@@ -237,17 +237,22 @@ def _hessian_results(eigs, settings: Settings) -> dict:
     }
 
 
-def _landscape_results(surf_BxGxG: np.ndarray, penalty: float, settings: Settings, L: int) -> dict:
+def _landscape_results(
+    surf_BxGxG: np.ndarray, penalty_GxG: np.ndarray, settings: Settings, L: int
+) -> dict:
     """The landscape of `L` training images: the mean of its batches' surfaces `surf_BxGxG`, each
-    batch's, and the loss at and along d1 from theta*."""
+    batch's, the L2 term at every point (`penalty_GxG`, the same for every batch), and the loss at and
+    along d1 from theta*."""
     surf, axis = surf_BxGxG.mean(axis=0), landscape.grid(settings.landscape_grid)
     centre = settings.landscape_grid // 2
     row = surf[centre]  # y = 0: the loss along d1 through theta*
     at_optimum = float(row[centre])
+    penalty = float(penalty_GxG[centre, centre])
     return {
         "axis": axis.tolist(),
         "loss": surf.tolist(),
         "batch_loss": surf_BxGxG.tolist(),
+        "penalty": penalty_GxG.tolist(),
         "penalty_at_optimum": penalty,
         "nll_at_optimum": float(at_optimum - penalty),
         "loss_at_optimum": at_optimum,
