@@ -127,7 +127,6 @@ OVER_LIMIT_UNTIL_SPLIT = {
     "posattn/vision/seeds.py",
     "posattn/vision/data/datasets.py",
     "posattn/vision/timm_import.py",
-    "posattn/papers/pk22/claims.py",
 }
 
 

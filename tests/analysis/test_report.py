@@ -14,7 +14,7 @@ from etils import epath
 from ml_collections import ConfigDict
 
 from posattn.errors import ConfigError
-from posattn.papers.pk22 import claims, streams, suite
+from posattn.papers.pk22 import claims, per_model, streams, suite
 from posattn.papers.pk22 import report as pk22_report
 from posattn.vision.models import features
 from posattn.vision.setup import resolve
@@ -24,13 +24,15 @@ def test_layer_changes_split_attention_from_other_layers_and_skip_subsampling():
     names = ["stem", "block_00/conv", "block_01/attention", "block_02/conv", "block_03/attention"]
     sizes = [8, 8, 8, 4, 4]
     values = [-3.0, -1.0, -2.5, -4.0, -4.5]
-    out = claims.layer_changes(names, sizes, values)
+    out = per_model.layer_changes(names, sizes, values)
     assert out["attention"] == pytest.approx((-1.5 - 0.5) / 2) and out["attention_layers"] == 2
     assert (
         out["other"] == pytest.approx(2.0) and out["other_layers"] == 1
     )  # 8 -> 4 is subsampling: left out
     assert out["attention_lowers"] == 1.0 and out["other_lowers"] == 0.0
-    assert np.isnan(claims.layer_changes(["stem", "block_00/conv"], [4, 4], [np.nan, 1.0])["other"])
+    assert np.isnan(
+        per_model.layer_changes(["stem", "block_00/conv"], [4, 4], [np.nan, 1.0])["other"]
+    )
 
 
 def test_model_keys_and_table_columns():
@@ -233,7 +235,7 @@ def test_figures_and_rows_from_results(tmp_path):
     assert by_key["landscape_one_nll"]["ours"]["resnet"] == "n/a"
     with_l2 = _fake_results(False)
     with_l2["landscape"]["penalty"] = [[0.5, 0.3, 0.5], [0.2, 0.1, 0.4], [0.5, 0.3, 0.5]]
-    est = claims.estimates(with_l2)
+    est = per_model.estimates(with_l2)
     # the loss rises by 1.0 from the centre to x = 1 (the grid's last point); the L2 term by 0.4 - 0.1
     assert est["landscape_one_nll"]["value"] == pytest.approx(1.0 - 0.3)
     assert est["landscape_one"]["value"] - est["landscape_one_nll"]["value"] == pytest.approx(0.3)
@@ -437,9 +439,9 @@ def test_rows_mark_empty_noise_bands_and_unconverged_hessians():
     # results written before the flags: a run whose iterations reached settings.hessian_iterations
     old = {**_fake_results(False), "settings": {"hessian_iterations": 5}}
     old["hessian"] = {**old["hessian"], "iterations": [[5, 5], [3, 5]]}
-    assert claims.hessian_not_converged(old) == 3
+    assert per_model.hessian_not_converged(old) == 3
     assert (
-        claims.hessian_not_converged(_fake_results(False)) is None
+        per_model.hessian_not_converged(_fake_results(False)) is None
     )  # neither flags nor a cap: unknown
 
 

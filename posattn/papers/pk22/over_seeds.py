@@ -3,7 +3,7 @@
 A trained model's number on a row of `claims.ROWS` is the mean of its measurements, one per measurement
 seed (other landscape directions, Hessian mini-batches and noise draws); a kind's sample is its trained
 models, one per training seed. So an interval here holds the variation between trained networks, which
-the intervals of `claims.estimates` (over one model's units) leave out. The primary claims (`PRIMARY`,
+the intervals of `per_model.estimates` (over one model's units) leave out. The primary claims (`PRIMARY`,
 named before the runs) are judged with Welch's t and the bootstrap over seeds at the Bonferroni level of
 their family (`PRIMARY_LEVEL`); every other row is exploratory, at 95% and without a verdict.
 """
@@ -17,7 +17,7 @@ from etils import epath
 from posattn import io
 from posattn.analysis import bootstrap
 from posattn.errors import ConfigError
-from posattn.papers.pk22 import claims
+from posattn.papers.pk22 import claims, per_model
 from posattn.vision import runs
 
 # (row of claims.ROWS, the kind claimed higher, the kind claimed lower); None: 0 (a sign claim)
@@ -34,10 +34,10 @@ EXPLORATORY_LEVEL = 0.95
 
 
 def numbers(results: dict) -> dict[str, float]:
-    """{row: value} of one measurement (`claims.estimates`), the rows it has a finite number for."""
+    """{row: value} of one measurement (`per_model.estimates`), the rows it has a finite number for."""
     return {
         key: e["value"]
-        for key, e in claims.estimates(results).items()
+        for key, e in per_model.estimates(results).items()
         if e is not None and math.isfinite(e["value"])
     }
 
