@@ -126,7 +126,6 @@ OVER_LIMIT_UNTIL_SPLIT = {
     "posattn/vision/train.py",
     "posattn/vision/seeds.py",
     "posattn/vision/data/datasets.py",
-    "posattn/vision/timm_import.py",
 }
 
 

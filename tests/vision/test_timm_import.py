@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from posattn.errors import ConfigError
-from posattn.vision import timm_import
+from posattn.vision import timm_heads, timm_import
 from posattn.vision.models import resnet, vit
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
@@ -192,14 +192,14 @@ def test_the_head_count_is_read_from_the_metadata_a_config_json_or_a_timm_name(t
     assert model.num_heads == 2
     # a timm name says its count (vit_small: 6; timm's hub ids and pretrained tags are understood)
     bare = _bare_vit_file(tmp_path / "name", {"architecture": "vit_small_patch16_224.augreg_in21k"})
-    assert timm_import.heads_of(bare) == {
+    assert timm_heads.heads_of(bare) == {
         f"{tmp_path / 'name' / 'config.json'} (architecture "
         "'vit_small_patch16_224.augreg_in21k')": 6
     }
     with pytest.raises(ConfigError, match="num_heads=2 contradicts .*config.json .*: 6 heads"):
         timm_import.load(bare, num_heads=2)
     huge = "timm/vit_huge_patch14_224.orig_in21k"  # 16 heads of 80: not width / 64
-    assert timm_import.heads_of(bare, huge)[f"model_name={huge!r}"] == 16
+    assert timm_heads.heads_of(bare, huge)[f"model_name={huge!r}"] == 16
     with pytest.raises(ConfigError, match="its head counts disagree"):
         timm_import.load(str(FIXTURES / "timm_vit.safetensors"), model_name="vit_tiny_patch16_224")
     with pytest.raises(ConfigError, match="model_name='my_vit' is not a timm ViT this knows"):
