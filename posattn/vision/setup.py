@@ -27,7 +27,7 @@ import numpy as np
 from posattn.errors import INT32_MAX, ConfigError, check_choice
 from posattn.vision import config as config_lib
 from posattn.vision import losses, models
-from posattn.vision.data import arrays, augment, datasets, pipeline
+from posattn.vision.data import arrays, augment, channel_stats, datasets, pipeline
 from posattn.vision.data import split as split_lib
 from posattn.vision.data.permutation import BlockPermutation
 
@@ -179,7 +179,7 @@ class Setup:
         """The dataset as the run reads it: classes, image shape, split sizes, and the channel statistics
         of config.channel_mean/std, else the dataset's known ones, else computed from the training split."""
         c = self.config
-        stats = datasets.check_stats(
+        stats = channel_stats.check(
             c.get("channel_mean"), c.get("channel_std"), self.image_shape[2]
         )
         return datasets.describe(
@@ -381,7 +381,7 @@ def resolve(config, num_devices: int = 1, dataset: datasets.Dataset | None = Non
     if config.validation_examples:
         split_lib.validation_indices(num_train, config.validation_examples)  # (checks the count)
     shape = datasets.shape_at(dataset, config.get("image_size", 0))
-    datasets.check_stats(config.get("channel_mean"), config.get("channel_std"), shape[2])
+    channel_stats.check(config.get("channel_mean"), config.get("channel_std"), shape[2])
     settings, note = resolve_augment(config.augment, dataset, shape[0])
     permutation = BlockPermutation.of(
         shape[:2], config.get("permute_block", 0), config.get("permute_seed", 0)

@@ -17,7 +17,7 @@ from posattn.errors import ConfigError
 from posattn.papers.pk22 import streams
 from posattn.vision import config as config_lib
 from posattn.vision import resume, runs, sweep
-from posattn.vision.data import arrays, datasets, idx, tfds_datasets
+from posattn.vision.data import arrays, channel_stats, datasets, idx, tfds_datasets
 from posattn.vision.setup import resolve
 from tests import envs
 
@@ -105,7 +105,7 @@ def test_fashion_mnist_is_read_from_idx_files(idx_dir, monkeypatch):
     setup = resolve(make_config(dataset="fashion_mnist", idx_dir=str(idx_dir)))
     assert (setup.info.num_train, setup.info.num_test, setup.image_shape) == (12, 5, (28, 28, 1))
     assert (
-        setup.info.mean == datasets.KNOWN_STATS["fashion_mnist"][0]
+        setup.info.mean == channel_stats.KNOWN["fashion_mnist"][0]
     )  # the same for the tfds source
     images, labels = setup.split("test").read(np.arange(5))
     np.testing.assert_array_equal(labels, np.arange(5))
@@ -128,7 +128,7 @@ def test_fashion_mnist_falls_back_to_tfds_and_otherwise_names_both_ways_to_get_i
     assert (info.num_train, info.image_shape, info.mean) == (
         7,
         (28, 28, 1),
-        datasets.KNOWN_STATS["fashion_mnist"][0],
+        channel_stats.KNOWN["fashion_mnist"][0],
     )
 
 

@@ -18,7 +18,7 @@ from posattn.errors import ConfigError
 from posattn.papers.lwlc23 import grid_experiment, grid_report
 from posattn.vision import config as config_lib
 from posattn.vision import resume, train, warm_start
-from posattn.vision.data import datasets, token_grid
+from posattn.vision.data import channel_stats, datasets, token_grid
 from posattn.vision.data import split as split_lib
 from posattn.vision.models import vit
 from posattn.vision.setup import resolve
@@ -210,7 +210,7 @@ def test_fashion_grids_are_registered_with_the_items_statistics(monkeypatch, tmp
         grid, items = datasets.get("fashion_grid/7"), datasets.get("fashion_mnist")
     assert (grid.num_classes, grid.native_shape) == (2, (84, 84, 1))
     # a model pre-trained on the items sees its grids' inputs normalised alike
-    assert grid.stats == items.stats == datasets.KNOWN_STATS["fashion_mnist"]
+    assert grid.stats == items.stats == channel_stats.KNOWN["fashion_mnist"]
     assert (
         datasets.get("digit_grid/7").stats is None
     )  # the digits have none: computed from each split

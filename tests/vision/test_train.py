@@ -17,7 +17,7 @@ from posattn.errors import ConfigError
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
 from posattn.vision import checkpoint, optim, runs, train
 from posattn.vision import config as config_lib
-from posattn.vision.data import datasets, permutation
+from posattn.vision.data import channel_stats, datasets, permutation
 from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
 
@@ -225,8 +225,8 @@ def test_a_run_loads_from_its_workdir_without_its_data(tmp_path, monkeypatch):
         "image_shape": [16, 16, 3],
         "num_train": 20,
         "num_test": 20,
-        "mean": list(datasets.KNOWN_STATS["cifar10"][0]),
-        "std": list(datasets.KNOWN_STATS["cifar10"][1]),
+        "mean": list(channel_stats.KNOWN["cifar10"][0]),
+        "std": list(channel_stats.KNOWN["cifar10"][1]),
         "pixels": "uint8",
         "augment": {
             "crop_padding": 4,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from posattn.errors import ConfigError
-from posattn.vision.data import datasets
+from posattn.vision.data import channel_stats, datasets
 
 
 def pixel_levels(x, what: str) -> tuple[np.ndarray, str]:
@@ -133,7 +133,7 @@ def from_arrays(
     }
     for array in (a for pair in splits.values() for a in pair):
         array.setflags(write=False)
-    stats = datasets.check_stats(mean, std, train_x.shape[-1], ("mean", "std"))
+    stats = channel_stats.check(mean, std, train_x.shape[-1], ("mean", "std"))
     return datasets.InMemoryDataset(
         name, int(num_classes), tuple(train_x.shape[1:]), splits.__getitem__, stats, pixels=scale
     )

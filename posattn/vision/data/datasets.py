@@ -14,8 +14,8 @@ Names (`get`):
 A dataset of your own numpy arrays is made by `arrays.from_arrays` and passed as it is (`dataset=` of
 the train loop, the sweeps and the analysis tools): it has a name but is never registered under it.
 
-Per-channel statistics (on the [0, 1] scale) are the published constants of `KNOWN_STATS` where a
-dataset has them, else computed from its training split (`split.channel_stats`); a run records the
+Per-channel statistics (on the [0, 1] scale) are the published constants of `channel_stats.KNOWN`
+where a dataset has them, else computed from its training split (`channel_stats.of_split`); a run records the
 ones it used (run.json). Every dataset also says whether a horizontal flip keeps an image's label
 (`FLIP_PRESERVES_LABEL`: what `augment.flip` "auto" applies) and on which scale its images were given
 (`PIXEL_SCALES`: what a loaded run's preprocessing takes).
@@ -30,7 +30,7 @@ from typing import Callable, Protocol
 import numpy as np
 
 from posattn.errors import ConfigError
-from posattn.vision.data import idx, token_grid
+from posattn.vision.data import channel_stats, idx, token_grid
 from posattn.vision.data import split as split_lib
 from posattn.vision.data.split import Split, resize_and_center_crop  # noqa: F401 (the public names)
 
@@ -133,16 +133,6 @@ FAMILIES: dict[str, Family] = {
     ),
 }
 
-# Per-channel statistics of the training sets on the [0, 1] scale: the usual published constants (the
-# CIFAR std is the per-pixel std, not the frequently copied per-image 0.2023/0.1994/0.2010), and
-# Fashion-MNIST's over its 60,000 training images, so that both of its sources normalise alike.
-KNOWN_STATS = {
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    "svhn_cropped": ((0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970)),
-    "imagenet2012": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    "fashion_mnist": ((0.2860,), (0.3530,)),
-}
 SPLITS = ("train", "test")
 # Whether a mirror image keeps its label, by dataset name: what `augment.flip` "auto" (None) applies.
 # Digits are not mirror-symmetric (a mirrored 2 or 7 is no digit, SVHN's house numbers alike); clothing,
@@ -233,13 +223,13 @@ def _idx_or_tfds(name: str, data_dir: str | None, idx_dir: str | None) -> Datase
             spec.num_classes,
             spec.image_shape,
             functools.partial(idx.arrays, name, directory),
-            KNOWN_STATS.get(name),
+            channel_stats.KNOWN.get(name),
             FLIP_PRESERVES_LABEL.get(name),
         )
     return tfds_datasets.dataset(
         name,
         data_dir,
-        stats=KNOWN_STATS.get(name),
+        stats=channel_stats.KNOWN.get(name),
         flip_preserves_label=FLIP_PRESERVES_LABEL.get(name),
         other_source=(
             f"its IDX files are not in {directory} either (install them with `{spec.install}`, "
@@ -276,7 +266,7 @@ def get(name: str, *, data_dir: str | None = None, idx_dir: str | None = None) -
     found = tfds_datasets.dataset(
         name,
         data_dir,
-        stats=KNOWN_STATS.get(name),
+        stats=channel_stats.KNOWN.get(name),
         flip_preserves_label=FLIP_PRESERVES_LABEL.get(name),
     )
     if found is None:
@@ -318,35 +308,6 @@ def shape_at(dataset: Dataset, image_size: int = 0) -> tuple[int, int, int]:
     return (image_size or side,) * 2 + (channels,)
 
 
-def check_stats(mean, std, channels: int, fields=("channel_mean", "channel_std")):
-    """(mean, std) as tuples of floats, None if both are empty; ConfigError unless each has one finite
-    number per channel (std positive) or both are empty. `fields` name them in the message."""
-    empty = [v is None or np.size(v) == 0 for v in (mean, std)]
-    if all(empty):
-        return None
-    out = []
-    for field, values, positive in zip(fields, (mean, std), (False, True)):
-        try:
-            v = np.asarray([] if values is None else values, dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError):
-            v = np.full(1, np.nan)
-        if v.shape != (channels,) or not np.isfinite(v).all() or (positive and (v <= 0).any()):
-            raise ConfigError(
-                f"{field}={values!r} must be {channels} finite{' positive' if positive else ''} "
-                f"number(s), one per channel on the [0, 1] pixel scale (set both {fields[0]} and "
-                f"{fields[1]}, or neither to use the dataset's)"
-            )
-        # pixels in [0, 1] have a mean in [0, 1] and a std of at most 1/2 (1 allowed: "no scaling"); a
-        # larger number is a statistic of the 0-255 scale, which would leave the inputs near-constant
-        if (v < 0).any() or (v > 1).any():
-            raise ConfigError(
-                f"{field}={values!r} lies outside [0, 1]: the statistics are on the [0, 1] "
-                "pixel scale (divide statistics of 0..255 pixels by 255)"
-            )
-        out.append(tuple(float(a) for a in v))
-    return tuple(out)
-
-
 def describe(
     dataset: Dataset, image_size: int = 0, *, stats=None, train: Callable[[], Split] | None = None
 ) -> DatasetInfo:
@@ -356,7 +317,7 @@ def describe(
     stats = (
         stats
         or dataset.stats
-        or split_lib.channel_stats(train() if train else dataset.open_split("train", image_size))
+        or channel_stats.of_split(train() if train else dataset.open_split("train", image_size))
     )
     return DatasetInfo(
         name=dataset.name,

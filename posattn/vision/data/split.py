@@ -1,5 +1,5 @@
 """One split of an image dataset behind random access (`Split`), and what every source of splits shares:
-held in memory, resized to a square side, described by its per-channel statistics.
+held in memory, resized to a square side (its per-channel statistics: `channel_stats`).
 
 A `Split` is its size, its image shape and `read(indices_N) -> (images_NxHxWxC uint8, labels_N int32)`.
 An in-memory split indexes one uint8 array; a split too large for memory decodes the examples it is asked
@@ -15,8 +15,6 @@ import numpy as np
 
 from posattn.errors import ConfigError
 
-# Statistics of a training split larger than this are computed on a fixed random sample of this many images.
-STATS_EXAMPLES = 10_000
 # The seed of the draw of validation examples: a constant, so the hold-out never depends on the run's seed.
 VALIDATION_SEED = 20221128
 
@@ -97,27 +95,3 @@ def resized(images_NxHxWxC: np.ndarray, size: int) -> np.ndarray:
     if images_NxHxWxC.shape[1:3] == (size, size):
         return images_NxHxWxC
     return np.stack([resize_and_center_crop(image, size) for image in images_NxHxWxC])
-
-
-def channel_stats(split: Split, chunk: int = 1024) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-channel mean and std of a training split's pixels on the [0, 1] scale.
-
-    Over every image of a split of up to `STATS_EXAMPLES` images, else over a fixed random sample of that
-    many (numpy seed 0): the sample's standard error (~1e-3 of the std) is far below what normalisation
-    is sensitive to, and a split read by index costs one decode per sampled image. Accumulated in float64
-    over chunks (a float copy of a large uint8 split at once would take 8 times its memory).
-    """
-    n = split.num_examples
-    indices = (
-        np.arange(n)
-        if n <= STATS_EXAMPLES
-        else np.sort(np.random.default_rng(0).choice(n, STATS_EXAMPLES, replace=False))
-    )
-    C = split.image_shape[-1]
-    total, squares, count = np.zeros(C), np.zeros(C), 0
-    for start in range(0, len(indices), chunk):
-        x = split.read(indices[start : start + chunk])[0].reshape(-1, C).astype(np.float64) / 255.0
-        total, squares, count = total + x.sum(0), squares + (x * x).sum(0), count + len(x)
-    mean = total / count
-    std = np.sqrt(np.maximum(squares / count - mean * mean, 0.0))
-    return tuple(float(m) for m in mean), tuple(float(s) for s in std)
