@@ -324,21 +324,21 @@ def image_nan(root: pathlib.Path, env: dict, say) -> list[dict]:
     binary with a learning rate that diverges at once (lr=1e30: the warm-up's first step with lr > 0)."""
     from posattn import cli
     from posattn.vision import config as config_lib
-    from posattn.vision import train
+    from posattn.vision import train, train_step
 
     config = cli.load_config("tpu_configs/digits.py", None, config_lib.SCHEMA)
     config.total_steps, config.checkpoint_every = FLAGS.steps, FLAGS.checkpoint_every
     config.eval_every, config.log_every = FLAGS.eval_every, 25
     workdir = root / "image_injected"
-    original = train.make_train_step
-    train.make_train_step = nan_at_step(original, FLAGS.nan_step)
+    original = train_step.make_train_step
+    train_step.make_train_step = nan_at_step(original, FLAGS.nan_step)
     try:
         train.train(config, str(workdir), devices=jax.devices()[:1])
         stopped = "not stopped"
     except train.NonFiniteLoss as e:
         stopped = str(e)
     finally:
-        train.make_train_step = original
+        train_step.make_train_step = original
     metrics = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     results = [
         {

@@ -62,7 +62,7 @@ HOW = """## How the trainer survives each fault
   is moved (the cause may be the code, not the files) and the run stops with one line listing each step
   (exit 2), advising the code that saved them or a new workdir, never to move them away. Checkpoints
   written before the digest existed restore unchecked.
-- **A resume checks everything first**: `posattn/vision/train.py`, `_preflight`: the workdir's
+- **A resume checks everything first**: `posattn/vision/resume.py`, `preflight`: the workdir's
   config.json against the command's config, metrics.jsonl (a line that does not parse before the last
   is refused in one line naming it: only the last line can be an append cut short by a kill, which is
   left out; anything else was written or altered by something else, and dropping records silently

@@ -120,20 +120,9 @@ def test_no_test_imports_a_benchmark_or_a_drill():
 
 
 MAX_MODULE_LINES = 400  # issue 47 item 7: one job a module, none over 400 lines
-# Modules over the limit that are being split elsewhere (issue 47): each leaves this list in the change
-# that splits it, and a module on it that fits the limit fails the test below, so the list only shrinks.
-OVER_LIMIT_UNTIL_SPLIT = {
-    "posattn/vision/train.py",
-    "posattn/vision/seeds.py",
-}
 
 
 def test_every_module_of_posattn_and_experiments_is_at_most_400_lines():
     paths = sorted([*(ROOT / "posattn").rglob("*.py"), *(ROOT / "experiments").rglob("*.py")])
     lines = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in paths}
-    over = {p: n for p, n in lines.items() if n > MAX_MODULE_LINES}
-    assert set(over) <= OVER_LIMIT_UNTIL_SPLIT, {
-        p: n for p, n in over.items() if p not in OVER_LIMIT_UNTIL_SPLIT
-    }
-    fits = sorted(p for p in OVER_LIMIT_UNTIL_SPLIT if lines.get(p, 0) <= MAX_MODULE_LINES)
-    assert not fits, f"split, or gone: take them off OVER_LIMIT_UNTIL_SPLIT: {fits}"
+    assert not {p: n for p, n in lines.items() if n > MAX_MODULE_LINES}

@@ -103,7 +103,7 @@ def damage_checkpoint(step_dir, kind: str) -> str:
 
 def nan_at_step(make_train_step, nan_step: int):
     """`make_train_step` whose step `nan_step` turns every parameter and the loss into NaN (an update
-    that diverged), for `posattn.vision.train.make_train_step`."""
+    that diverged), for `posattn.vision.train_step.make_train_step`."""
 
     def make(setup):
         step_fn = make_train_step(setup)

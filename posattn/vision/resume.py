@@ -15,6 +15,7 @@ from etils import epath
 
 from posattn import io
 from posattn.errors import ConfigError
+from posattn.vision import checkpoint
 
 # What a run writes in its workdir (experiments/train_images.py adds curves.png).
 RUN_OUTPUTS = (
@@ -179,3 +180,27 @@ def check_resume(stored: dict | None, config, checkpoint_step: int | None, workd
             "the values of its config.json to resume it, or use a new --workdir"
         )
     return [f"{k} {old!r} -> {new!r}" for k, (old, new) in diffs.items()]
+
+
+def preflight(config, workdir, abstract_state) -> dict:
+    """Everything a run on `workdir` needs to know before it changes any file there, checked: which run
+    the workdir holds (a refused config raises ConfigError), whether its metrics record reads
+    (ConfigError naming a damaged line), the newest checkpoint that restores (CheckpointError if none
+    of several does) and the step folders to skip. Reads only."""
+    found = checkpoint.survey(checkpoint.checkpoints_dir(workdir))
+    stored = read_record(workdir)
+    failed = failed_launch(stored, config, found.latest)
+    plan = {
+        "failed_launch": failed,
+        "temporary": () if failed else found.temporary,
+        "changes": check_resume(None if failed else stored, config, found.latest, workdir),
+        "state": None,
+        "skipped": [],
+    }
+    if failed:  # what it left is set aside whole
+        return plan
+    if (workdir / "metrics.jsonl").exists():
+        io.read_jsonl(workdir / "metrics.jsonl")
+    with checkpoint.manager(str(workdir), read_only=True) as reader:
+        plan["state"], plan["skipped"] = checkpoint.latest_good(reader, abstract_state)
+    return plan

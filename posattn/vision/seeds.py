@@ -7,7 +7,7 @@ config.json, run.json, metrics.jsonl, summary.json and checkpoints of that seed'
 axis), so each seed reads back, restores (`runs.load_run`) and resumes as a separate run. Every
 seed keeps its own numbers: its initial state (made by the same program a separate run uses), its batch
 order (`pipeline.train_batches` of its seed: the batch of step t is a pure function of (seed, t)), its
-step keys (fold_in(key(seed), t + 1), inside the vmapped `train.make_train_step`), its evaluation and
+step keys (fold_in(key(seed), t + 1), inside the vmapped `train_step.make_train_step`), its evaluation and
 its checkpoints.
 
 Layout on the mesh: the train state carries a leading seed axis S and is replicated over "data", as a
@@ -30,32 +30,31 @@ memory free). `posattn.vision.sweep.run_seeds` then trains them one after anothe
 """
 
 import contextlib
-import dataclasses
 import json
 import os
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from posattn import compile_options, io, signals
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
-from posattn.mesh import DATA, batch_sharding, data_mesh, global_batch, replicated
+from posattn.mesh import data_mesh, global_batch, replicated
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.vision import (
     checkpoint,
+    device_memory,
     evaluation,
     models,
     optim,
     resume,
     runs,
     saving,
+    seed_axis,
     train,
+    train_step,
     warm_start,
 )
 from posattn.vision.data import pipeline
@@ -95,133 +94,6 @@ def check_seed_configs(configs, workdirs) -> None:
             )
 
 
-@dataclasses.dataclass(frozen=True)
-class Footprint:
-    """Bytes per device of the vmapped programs of `seeds` seeds, from XLA's buffer assignment
-    (arguments + outputs + temporaries - donated aliases; the larger of the train and eval programs),
-    beside the bytes free there (None: unknown). `state_bytes` is one seed's train state."""
-
-    seeds: int
-    state_bytes: int
-    program_bytes: int | None
-    free_bytes: int | None
-
-    @property
-    def fits(self) -> bool:
-        """Whether the programs take at most 90% of the memory free (the rest for XLA's own buffers and
-        fragmentation); True where either number is unknown (the run then stops with `OutOfMemory` if
-        they do not fit)."""
-        if self.program_bytes is None or self.free_bytes is None:
-            return True
-        return self.program_bytes <= 0.9 * self.free_bytes
-
-    def __str__(self) -> str:
-        mib = lambda n: f"{n / 2**20:,.1f} MiB"  # noqa: E731
-        if self.program_bytes is None:
-            return f"{self.seeds} seeds, train state {mib(self.state_bytes)} per seed, program size unknown"
-        free = "unknown" if self.free_bytes is None else mib(self.free_bytes)
-        return (
-            f"{self.seeds} seeds, {mib(self.program_bytes / self.seeds)} per seed and device (train "
-            f"state {mib(self.state_bytes)}, the rest batches and activations): "
-            f"{mib(self.program_bytes)} of {free} free per device"
-        )
-
-
-def _program_bytes(compiled) -> int | None:
-    m = compiled.memory_analysis()
-    if m is None:
-        return None
-    return int(
-        m.argument_size_in_bytes
-        + m.output_size_in_bytes
-        + m.temp_size_in_bytes
-        - m.alias_size_in_bytes
-    )
-
-
-def free_bytes(device) -> int | None:
-    """Memory free on `device`: its allocator's limit less what is in use; for a CPU device, the host's
-    available memory (/proc/meminfo) shared by the process's local devices; None where unknown."""
-    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-    if stats and "bytes_limit" in stats:
-        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
-    try:
-        with open("/proc/meminfo") as f:
-            kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):
-        return None
-    return kib * 1024 // len(jax.local_devices())
-
-
-def _seed_batch(local_batches: list[dict], mesh) -> dict:
-    """Each seed's host-local batch (this process's rows) -> global arrays (S, B, ...), the B axis split
-    along "data" (the seeds' batches laid out as a separate run's batch is)."""
-    sharding = NamedSharding(mesh, P(None, DATA))
-    out = {}
-    for key in local_batches[0]:
-        local = np.stack([np.asarray(b[key]) for b in local_batches])
-        shape = (local.shape[0], local.shape[1] * jax.process_count(), *local.shape[2:])
-        out[key] = jax.make_array_from_process_local_data(sharding, local, shape)
-    return out
-
-
-def _stack(trees: list):
-    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
-
-
-def _seed(tree, s: int):
-    """Seed s's slice of a stacked host pytree, as a separate run's (0-d arrays stay arrays)."""
-    return jax.tree.map(lambda a: np.asarray(a[s]), tree)
-
-
-def _compile(setup, mesh, state_S, batch_S, hyper_S, eval_batch):
-    """The vmapped train step (state, batch and hyperparameters with a seed axis) and eval step (the
-    seeds' states on one shared evaluation batch), compiled for these arguments."""
-    repl = replicated(mesh)
-    train_step = jax.jit(
-        jax.vmap(train.make_train_step(setup)),
-        in_shardings=(repl, NamedSharding(mesh, P(None, DATA)), repl),
-        out_shardings=(repl, repl),
-        donate_argnums=(0,),
-    )
-    eval_step = jax.jit(
-        jax.vmap(evaluation.make_eval_step(setup), in_axes=(0, None, 0)),
-        in_shardings=(repl, batch_sharding(mesh), repl),
-        out_shardings=repl,
-        donate_argnums=(2,),
-    )
-    totals = _zero_totals_S(len(hyper_S["seed"]), mesh)
-    return (
-        train_step.lower(state_S, batch_S, hyper_S).compile(),
-        eval_step.lower(state_S, eval_batch, totals).compile(),
-    )
-
-
-def _replicated(host_tree, mesh):
-    """Host arrays that every process holds alike -> replicated global arrays."""
-    return jax.tree.map(
-        lambda v: jax.make_array_from_process_local_data(replicated(mesh), v), host_tree
-    )
-
-
-def _zero_totals_S(num_seeds: int, mesh) -> dict:
-    """`evaluation.make_eval_step`'s totals, one per seed, replicated (made on the host: nothing to compile)."""
-    zeros = {k: np.zeros((num_seeds,), np.float32) for k in ("correct", "count", "loss_sum")}
-    return _replicated(zeros, mesh)
-
-
-def _evaluate_seeds(eval_step, state_S, setup, mesh, num_seeds: int) -> list[dict]:
-    """`evaluation.evaluate` of every seed: `evaluation.split_metrics` of each split the run evaluates, per seed."""
-    per_split = evaluation.split_totals(
-        eval_step, state_S, setup, mesh, lambda: _zero_totals_S(num_seeds, mesh)
-    )
-    out = [{} for _ in range(num_seeds)]
-    for split, totals in per_split.items():
-        for s in range(num_seeds):
-            out[s].update(evaluation.split_metrics(split, **{k: v[s] for k, v in totals.items()}))
-    return out
-
-
 def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
     """Train `configs` (the same config but for `seed`) in one vmapped program, seed s in `workdirs[s]`
     (resuming from their checkpoints); [summary of each seed], as `train.train` writes it, with
@@ -243,9 +115,9 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
     setup.info
     repl = replicated(mesh)
     # Each seed's numbers (train.train's, for its initial state) and all of them stacked (the step's).
-    host_hypers = [train.step_hyperparameters(c) for c in configs]
-    hypers = [_replicated(h, mesh) for h in host_hypers]
-    hyper_S = _replicated(jax.tree.map(lambda *v: np.stack(v), *host_hypers), mesh)
+    host_hypers = [train_step.step_hyperparameters(c) for c in configs]
+    hypers = [seed_axis.from_host(h, mesh) for h in host_hypers]
+    hyper_S = seed_axis.from_host(jax.tree.map(lambda *v: np.stack(v), *host_hypers), mesh)
     tx = optim.make_optimizer(config.optimizer, hypers[0])
     # The program of a separate run's initial state (train.train's), so each seed starts from its bits.
     init_fn = jax.jit(
@@ -271,7 +143,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         train._out_of_memory_stops(config, mesh, workdirs[0]),
         contextlib.ExitStack() as closing,
     ):
-        plans = [train._preflight(c, w, abstract_state) for c, w in zip(configs, workdirs)]
+        plans = [resume.preflight(c, w, abstract_state) for c, w in zip(configs, workdirs)]
         starts = [
             0 if p["state"] is None else int(jax.device_get(p["state"]["step"])) for p in plans
         ]
@@ -295,18 +167,28 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
             )
             for c in configs
         ]
-        first = _seed_batch([next(b) for b in batches], mesh)
+        first = seed_axis.seed_batch([next(b) for b in batches], mesh)
         eval_first = global_batch(next(setup.eval_batches("test")), mesh)
         state_S = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct((num_seeds, *x.shape), x.dtype, sharding=repl),
             abstract_state,
         )
-        train_step, eval_step = _compile(setup, mesh, state_S, first, hyper_S, eval_first)
+        step_S, eval_step = seed_axis.compile_programs(
+            setup, mesh, state_S, first, hyper_S, eval_first
+        )
         sizes = [
-            b for b in (_program_bytes(train_step), _program_bytes(eval_step)) if b is not None
+            b
+            for b in (
+                device_memory.program_bytes(step_S),
+                device_memory.program_bytes(eval_step),
+            )
+            if b is not None
         ]
-        footprint = Footprint(
-            num_seeds, state_bytes, max(sizes) if sizes else None, free_bytes(mesh.devices.flat[0])
+        footprint = device_memory.Footprint(
+            num_seeds,
+            state_bytes,
+            max(sizes) if sizes else None,
+            device_memory.free_bytes(mesh.devices.flat[0]),
         )
         fits = footprint.fits
         if (
@@ -346,7 +228,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                     transfer = jax.jit(warm_start.transfer, out_shardings=repl)
                     state["params"] = transfer(state["params"], pretrained)
             states.append(state)
-        state = jax.jit(lambda *s: _stack(s), out_shardings=repl)(*states)
+        state = jax.jit(lambda *s: seed_axis.stack(s), out_shardings=repl)(*states)
         resumed_from = None if plans[0]["state"] is None else start
         changes = plans[0][
             "changes"
@@ -367,8 +249,12 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         pending, window, train_metrics, evals = [], [], [{}] * num_seeds, []
         t_go, timed_seconds, log_seconds, log_steps = None, 0.0, 0.0, 0
         for step in range(start + 1, total + 1):
-            batch = first if step == start + 1 else _seed_batch([next(b) for b in batches], mesh)
-            state, metrics = train_step(state, batch, hyper_S)
+            batch = (
+                first
+                if step == start + 1
+                else seed_axis.seed_batch([next(b) for b in batches], mesh)
+            )
+            state, metrics = step_S(state, batch, hyper_S)
             pending.append((step, metrics))
             if t_go is None:
                 jax.block_until_ready(metrics)
@@ -397,7 +283,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
             window.append(
                 [
                     train._check_finite(
-                        [(t, _seed(m, s)) for t, m in pulled], savers[s], workdirs[s]
+                        [(t, seed_axis.seed_slice(m, s)) for t, m in pulled], savers[s], workdirs[s]
                     )
                     for s in range(num_seeds)
                 ]
@@ -431,9 +317,9 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
             if do_ckpt:
                 host = jax.device_get(state)
                 for s, saver in enumerate(savers):
-                    saver.save(_seed(host, s), step)
+                    saver.save(seed_axis.seed_slice(host, s), step)
             if do_eval:
-                evals = _evaluate_seeds(eval_step, state, setup, mesh, num_seeds)
+                evals = seed_axis.evaluate_seeds(eval_step, state, setup, mesh, num_seeds)
                 for log, e in zip(logs, evals):
                     log.write(paired_test_metrics({"step": step, **e}))
                 for s, e in enumerate(evals):
@@ -449,7 +335,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         for saver in savers:
             saver.wait(total)
         if not evals:
-            evals = _evaluate_seeds(eval_step, state, setup, mesh, num_seeds)
+            evals = seed_axis.evaluate_seeds(eval_step, state, setup, mesh, num_seeds)
         seconds = time.perf_counter() - t_run
         summaries = []
         for s, w in enumerate(workdirs):

@@ -29,9 +29,7 @@ import math
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
 from posattn import compile_options, io, signals
 from posattn import workdir as workdir_lib
@@ -48,8 +46,8 @@ from posattn.vision import (
     saving,
     warm_start,
 )
-from posattn.vision.data import augment
-from posattn.vision.setup import Setup, resolve
+from posattn.vision import train_step as train_step_lib
+from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
 
 
@@ -81,60 +79,6 @@ def _out_of_memory_stops(config, mesh, workdir):
             f"{mesh.devices.size} devices do not fit; lower them (or use more devices, a smaller "
             f"model or compute_dtype='bfloat16'); {kept}"
         ) from e
-
-
-def step_hyperparameters(config) -> dict[str, np.ndarray]:
-    """The numbers of `config` that the train step takes as arguments: the seed and the optimiser's
-    (`optim.hyperparameters`), as scalars.
-
-    Traced, not baked into the program: runs that differ only in them (other seeds, a resume with a longer
-    total_steps, an lr sweep) reuse one compiled step, in one process or through the persistent
-    compilation cache.
-    """
-    return {
-        "seed": np.int32(config.seed),
-        **optim.hyperparameters(config.optimizer, config.total_steps),
-    }
-
-
-def make_train_step(setup: Setup):
-    """(state, batch, hyper) -> (state, metrics): one AdamW step on the augmented global batch (un-jitted);
-    `hyper` is `step_hyperparameters(setup.config)`, as arrays.
-
-    The key of step t is fold_in(key(seed), t + 1) (0 is the init key): a pure function of the step.
-    """
-    config, num_classes = setup.config, setup.info.num_classes
-    grad_fn = jax.value_and_grad(setup.loss_fn, has_aux=True)
-
-    def step(state, batch, hyper):
-        tx = optim.make_optimizer(config.optimizer, hyper)
-        key = jax.random.fold_in(jax.random.key(hyper["seed"]), state["step"] + 1)
-        aug_key, mix_key, drop_key = jax.random.split(key, 3)
-        images = setup.training_inputs(aug_key, batch["image"])
-        labels = jax.nn.one_hot(batch["label"], num_classes, dtype=jnp.float32)
-        if setup.augment.mixup_alpha > 0:
-            images, labels = augment.mixup(mix_key, images, labels, setup.augment.mixup_alpha)
-        (loss, (logits, batch_stats)), grads = grad_fn(
-            state["params"], state["batch_stats"], images, labels, drop_key, True
-        )
-        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-        params = optax.apply_updates(state["params"], updates)
-        new_state = {
-            "step": state["step"] + 1,
-            "params": params,
-            "batch_stats": batch_stats,
-            "opt_state": opt_state,
-        }
-        metrics = {
-            "loss": loss,
-            "accuracy": jnp.mean(jnp.argmax(logits, -1) == jnp.argmax(labels, -1)),
-            "grad_norm": optax.tree.norm(grads),
-            "param_norm": optax.tree.norm(params),  # non-finite when an update broke the parameters
-            "lr": optim.learning_rate(hyper, state["step"]),
-        }
-        return new_state, metrics
-
-    return step
 
 
 # ---------------------------------------------------------------------------------- outputs
@@ -182,30 +126,6 @@ def _mean(window: list) -> dict:
 # ---------------------------------------------------------------------------------- the run
 
 
-def _preflight(config, workdir, abstract_state) -> dict:
-    """Everything a run on `workdir` needs to know before it changes any file there, checked: which run
-    the workdir holds (a refused config raises ConfigError), whether its metrics record reads
-    (ConfigError naming a damaged line), the newest checkpoint that restores (CheckpointError if none
-    of several does) and the step folders to skip. Reads only."""
-    found = checkpoint.survey(checkpoint.checkpoints_dir(workdir))
-    stored = resume.read_record(workdir)
-    failed = resume.failed_launch(stored, config, found.latest)
-    plan = {
-        "failed_launch": failed,
-        "temporary": () if failed else found.temporary,
-        "changes": resume.check_resume(None if failed else stored, config, found.latest, workdir),
-        "state": None,
-        "skipped": [],
-    }
-    if failed:  # what it left is set aside whole
-        return plan
-    if (workdir / "metrics.jsonl").exists():
-        io.read_jsonl(workdir / "metrics.jsonl")
-    with checkpoint.manager(str(workdir), read_only=True) as reader:
-        plan["state"], plan["skipped"] = checkpoint.latest_good(reader, abstract_state)
-    return plan
-
-
 def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, dict]:
     """Train and evaluate as `config` says, in (and resuming from) `workdir`: (final state, summary).
 
@@ -230,7 +150,8 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     repl, batch_shard = replicated(mesh), batch_sharding(mesh)
     # The seed and optimiser numbers, replicated arrays that every process holds (traced by the programs).
     hyper = jax.tree.map(
-        lambda v: jax.make_array_from_process_local_data(repl, v), step_hyperparameters(config)
+        lambda v: jax.make_array_from_process_local_data(repl, v),
+        train_step_lib.step_hyperparameters(config),
     )
     tx = optim.make_optimizer(config.optimizer, hyper)
     init_fn = jax.jit(
@@ -263,7 +184,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         contextlib.ExitStack() as closing,
     ):
         # On every process, so all stop together; nothing in the workdir has changed if it raises.
-        plan = _preflight(config, workdir, abstract_state)
+        plan = resume.preflight(config, workdir, abstract_state)
         if plan["failed_launch"]:
             where = resume.set_aside_failed_launch(workdir)
             _say(
@@ -329,7 +250,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         )  # (the "auto" defaults resolved: setup.resolve_augment)
 
         train_step = jax.jit(
-            make_train_step(setup),
+            train_step_lib.make_train_step(setup),
             in_shardings=(repl, batch_shard, repl),
             out_shardings=(repl, repl),
             donate_argnums=(0,),

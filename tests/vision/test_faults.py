@@ -30,7 +30,7 @@ from posattn import signals
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, replicated
-from posattn.vision import checkpoint, fault_injection, saving, train
+from posattn.vision import checkpoint, fault_injection, saving, train, train_step
 from posattn.vision.setup import Setup
 from tests.vision.test_train import tiny_digits
 
@@ -433,7 +433,7 @@ def test_out_of_memory_stops_the_run_with_one_line(tmp_path, monkeypatch):
 
         return step
 
-    monkeypatch.setattr(train, "make_train_step", make_train_step)
+    monkeypatch.setattr(train_step, "make_train_step", make_train_step)
     with pytest.raises(
         train.OutOfMemory,
         match=r"^out of memory \(RESOURCE_EXHAUSTED: Out of memory allocating 9 "
@@ -505,7 +505,7 @@ def test_checkpoint_bytes_counts_every_array_of_the_state():
 @pytest.mark.slow
 def test_a_nan_injected_at_a_chosen_step_stops_the_run_there(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        train, "make_train_step", fault_injection.nan_at_step(train.make_train_step, 4)
+        train_step, "make_train_step", fault_injection.nan_at_step(train_step.make_train_step, 4)
     )
     with pytest.raises(
         train.NonFiniteLoss,

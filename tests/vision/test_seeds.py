@@ -17,7 +17,7 @@ import pytest
 from posattn import cli, signals
 from posattn.errors import ConfigError
 from posattn.vision import config as config_lib
-from posattn.vision import resume, runs, seeds, sweep, train
+from posattn.vision import device_memory, resume, runs, seeds, sweep, train
 from posattn.vision.data import pipeline
 from tests import envs
 
@@ -182,14 +182,17 @@ def test_one_workdir_per_seed_is_required():
 
 
 def test_the_footprint_fits_within_nine_tenths_of_the_free_memory_and_says_its_numbers():
-    assert seeds.Footprint(2, 2**20, 9 * 2**20, 10 * 2**20).fits
-    tight = seeds.Footprint(2, 2**20, 10 * 2**20, 10 * 2**20)
+    assert device_memory.Footprint(2, 2**20, 9 * 2**20, 10 * 2**20).fits
+    tight = device_memory.Footprint(2, 2**20, 10 * 2**20, 10 * 2**20)
     assert not tight.fits
     assert str(tight) == (
         "2 seeds, 5.0 MiB per seed and device (train state 1.0 MiB, the rest batches and "
         "activations): 10.0 MiB of 10.0 MiB free per device"
     )
-    assert seeds.Footprint(2, 2**20, None, 10).fits and seeds.Footprint(2, 2**20, 10, None).fits
+    assert (
+        device_memory.Footprint(2, 2**20, None, 10).fits
+        and device_memory.Footprint(2, 2**20, 10, None).fits
+    )
 
 
 @pytest.mark.parametrize(

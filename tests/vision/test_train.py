@@ -15,7 +15,7 @@ import tensorflow_datasets as tfds
 from posattn import cli
 from posattn.errors import ConfigError
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
-from posattn.vision import checkpoint, optim, runs, train
+from posattn.vision import checkpoint, optim, runs, train, train_step
 from posattn.vision import config as config_lib
 from posattn.vision.data import channel_stats, datasets, permutation
 from posattn.vision.setup import resolve
@@ -46,7 +46,7 @@ def test_one_step_golden_values():
     c = tiny_digits(total_steps=10, optimizer__warmup_steps=0)
     mesh = data_mesh(jax.devices()[:1])
     setup = resolve(c, 1)
-    hyper = train.step_hyperparameters(c)
+    hyper = train_step.step_hyperparameters(c)
     tx = optim.make_optimizer(c.optimizer, hyper)
     state = jax.jit(
         lambda: init_state(setup.model, setup.image_shape, c.seed, tx),
@@ -54,7 +54,7 @@ def test_one_step_golden_values():
     )()
     images = (np.arange(16 * 8 * 8).reshape(16, 8, 8, 1) * 7 % 256).astype(np.uint8)
     batch = {"image": jnp.asarray(images), "label": jnp.asarray(np.arange(16) % 10, jnp.int32)}
-    step = jax.jit(train.make_train_step(setup))
+    step = jax.jit(train_step.make_train_step(setup))
     init_params = jax.tree.map(
         np.asarray, state["params"]
     )  # the step donates nothing here, but copy anyway
@@ -262,7 +262,7 @@ class TinyBatchNormNet(nn.Module):
 def test_batch_norm_statistics_are_global_over_the_sharded_batch_and_checkpointed(tmp_path):
     c = tiny_digits(total_steps=4)
     setup = dataclasses.replace(resolve(c, 1), model=TinyBatchNormNet())
-    hyper = train.step_hyperparameters(c)
+    hyper = train_step.step_hyperparameters(c)
     tx = optim.make_optimizer(c.optimizer, hyper)
     batch = next(setup.train_batches())
     init = lambda: init_state(setup.model, setup.image_shape, c.seed, tx)  # noqa: E731
@@ -272,7 +272,7 @@ def test_batch_norm_statistics_are_global_over_the_sharded_batch_and_checkpointe
         repl = replicated(mesh)
         state = jax.jit(init, out_shardings=repl)()
         step = jax.jit(
-            train.make_train_step(setup),
+            train_step.make_train_step(setup),
             in_shardings=(repl, batch_sharding(mesh), repl),
             out_shardings=(repl, repl),
             donate_argnums=(0,),
