@@ -81,7 +81,7 @@ HOW = """## How the trainer survives each fault
   rerun the same command); orbax's own tracebacks of it (one per thread) are left out unless
   `--verbosity` is given. The checkpoint manager is closed on every way out of a run, so no save runs on
   into the interpreter's shutdown.
-- **Workdir**: `posattn/workdir.py`, `check(workdir, need_bytes)`: a real write probe (permission bits do
+- **Workdir**: `posattn/workdir.py`, `check_writable(workdir, need_bytes)`: a real write probe (permission bits do
   not tell whether root can write or whether the disk is read-only) and, on local disks, free space for one
   checkpoint (the abstract state's bytes plus 10%), before any data is read or anything compiled.
 - **A workdir belongs to one run (every binary)**: `posattn/ownership.py`, `posattn/workdir_lock.py`. Once its flags are checked, a

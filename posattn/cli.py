@@ -128,10 +128,10 @@ def config_file() -> str:
 
 def claim(workdir, binary: str, record, **options):
     """`ownership.claim(workdir, binary, record, **options)`: where a binary, its checks done, starts its
-    work. Under --dry_run instead `ownership.check` (it reads the workdir and changes nothing, so a workdir
+    work. Under --dry_run instead `ownership.check_claim` (it reads the workdir and changes nothing, so a workdir
     the run would refuse is refused now, in one line) and `end_dry_run`."""
     if _DRY_RUN.value:
-        ownership.check(workdir, binary, record, **options)
+        ownership.check_claim(workdir, binary, record, **options)
         end_dry_run()
     return ownership.claim(workdir, binary, record, **options)
 

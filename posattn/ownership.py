@@ -191,7 +191,9 @@ def _describe(marker: dict, locked_by: str | None) -> str:
     return f"a {marker['binary']} run ({status})"
 
 
-def check(workdir, binary: str, config, *, may_change=(), resumes: bool = False) -> dict | None:
+def check_claim(
+    workdir, binary: str, config, *, may_change=(), resumes: bool = False
+) -> dict | None:
     """Raise ConfigError unless `binary` with `config` may run in `workdir` (the rules of the module
     docstring); read only, so a refusal touches nothing. Returns the workdir's marker (None if none)."""
     path = _reachable(workdir)
@@ -253,7 +255,7 @@ def _created_dirs(path: epath.Path) -> list:
 
 def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False) -> epath.Path:
     """Make `workdir` the workdir of this process's run of `binary` with `config` (a dict or an
-    ml_collections.ConfigDict): `check`, create it (writable: `posattn.workdir.check`), lock it and
+    ml_collections.ConfigDict): `check_claim`, create it (writable: `posattn.workdir.check_writable`), lock it and
     write the marker (status running); its path. ConfigError, with nothing touched, if refused.
 
     `may_change`: dotted config fields a resumed run may change. `resumes`: the binary continues a run
@@ -263,15 +265,15 @@ def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False)
     global _held
     if _held is not None:
         raise RuntimeError(f"this process already holds {_held.workdir}: one claim per process")
-    marker = check(workdir, binary, config, may_change=may_change, resumes=resumes)
+    marker = check_claim(workdir, binary, config, may_change=may_change, resumes=resumes)
     path = epath.Path(workdir)
     writer = io.is_writer()
     created = _created_dirs(path) if writer else []
-    path = workdir_lib.check(workdir)  # created, and writable
+    path = workdir_lib.check_writable(workdir)  # created, and writable
     fd, lock_before = workdir_lock.lock(path, workdir) if writer else (None, b"")
     try:
         # again, locked
-        marker = check(workdir, binary, config, may_change=may_change, resumes=resumes)
+        marker = check_claim(workdir, binary, config, may_change=may_change, resumes=resumes)
         before = (path / MARKER).read_bytes() if marker is not None else None
         record = {
             "binary": binary,

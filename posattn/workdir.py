@@ -1,7 +1,7 @@
 """The check every run makes of its `--workdir` before any work: it can be written, and it has room.
 
 A workdir that cannot be written (permissions, a read-only or full disk, a path through a file) would
-otherwise surface as a traceback at the first save, possibly hours in; `check` turns it into one
+otherwise surface as a traceback at the first save, possibly hours in; `check_writable` turns it into one
 `ConfigError` line before the run computes anything. Paths may be local or any `etils.epath` location
 (gs:// on a TPU pod): the write probe works on both, the free-space figure only on local disks.
 """
@@ -57,7 +57,7 @@ def free_bytes(path) -> int | None:
     return shutil.disk_usage(os.fspath(path)).free
 
 
-def check(workdir, need_bytes: int = 0, need_what: str = "one checkpoint") -> epath.Path:
+def check_writable(workdir, need_bytes: int = 0, need_what: str = "one checkpoint") -> epath.Path:
     """Create `workdir` if needed and raise ConfigError unless a file can be written there and its disk
     has `need_bytes` free (for `need_what`, which the message names); the workdir's path.
 

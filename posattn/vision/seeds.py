@@ -136,7 +136,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         copies = workdir_lib.checkpoint_copies(
             config.keep_checkpoints, saves, workdir_lib.saved_checkpoints(w)
         )
-        workdirs[i] = workdir_lib.check(w, copies * state_bytes, f"{copies} checkpoint(s)")
+        workdirs[i] = workdir_lib.check_writable(w, copies * state_bytes, f"{copies} checkpoint(s)")
     with (
         signals.Watch() as watcher,
         saving.orbax_errors_reported(),

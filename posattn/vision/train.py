@@ -171,7 +171,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         config.keep_checkpoints, saves, workdir_lib.saved_checkpoints(workdir)
     )
     need = "one checkpoint" if copies == 1 else f"{copies} checkpoints (those kept and the next)"
-    workdir = workdir_lib.check(
+    workdir = workdir_lib.check_writable(
         workdir, copies * workdir_lib.checkpoint_bytes(abstract_state), need
     )
     # From here a stop request (SIGTERM, SIGINT) is recorded and honoured at the next step, with a save;

@@ -473,7 +473,7 @@ def test_a_probe_that_fails_with_a_file_systems_own_error_is_one_line_too(tmp_pa
         match=r"cannot be written \(PermissionDeniedError: no write access to "
         r"bucket\): choose a writable directory$",
     ):
-        workdir_lib.check(tmp_path / "run")
+        workdir_lib.check_writable(tmp_path / "run")
 
 
 def test_the_free_space_asked_for_is_the_checkpoints_kept_and_the_next(tmp_path):
