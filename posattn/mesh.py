@@ -40,6 +40,13 @@ def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
+def replicate_from_host(host_tree, mesh: jax.sharding.Mesh):
+    """Host arrays that every process holds alike -> global arrays replicated over `mesh`."""
+    return jax.tree.map(
+        lambda v: jax.make_array_from_process_local_data(replicated(mesh), v), host_tree
+    )
+
+
 def split_runs(fn, runs, *shared):
     """`fn(runs, *shared)`, with the leading (run) axis of every leaf of `runs` split over "data" when it
     divides evenly over its devices: each device calls `fn` on its own runs (`jax.shard_map`), so a sweep

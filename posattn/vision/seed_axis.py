@@ -9,7 +9,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from posattn.mesh import DATA, batch_sharding, replicated
+from posattn.mesh import DATA, batch_sharding, replicate_from_host, replicated
 from posattn.vision import evaluation, train_step
 
 
@@ -26,6 +26,7 @@ def seed_batch(local_batches: list[dict], mesh) -> dict:
 
 
 def stack(trees: list):
+    """Pytrees of equal structure -> one pytree whose leaves have a leading axis over them."""
     return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
 
 
@@ -57,17 +58,10 @@ def compile_programs(setup, mesh, state_S, batch_S, hyper_S, eval_batch):
     )
 
 
-def from_host(host_tree, mesh):
-    """Host arrays that every process holds alike -> replicated global arrays."""
-    return jax.tree.map(
-        lambda v: jax.make_array_from_process_local_data(replicated(mesh), v), host_tree
-    )
-
-
 def zero_totals(num_seeds: int, mesh) -> dict:
     """`evaluation.make_eval_step`'s totals, one per seed, replicated (made on the host: nothing to compile)."""
     zeros = {k: np.zeros((num_seeds,), np.float32) for k in ("correct", "count", "loss_sum")}
-    return from_host(zeros, mesh)
+    return replicate_from_host(zeros, mesh)
 
 
 def evaluate_seeds(eval_step, state_S, setup, mesh, num_seeds: int) -> list[dict]:

@@ -41,7 +41,7 @@ from jax.experimental import multihost_utils
 from posattn import compile_options, io, signals
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
-from posattn.mesh import data_mesh, global_batch, replicated
+from posattn.mesh import data_mesh, global_batch, replicate_from_host, replicated
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.vision import (
     checkpoint,
@@ -116,8 +116,8 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
     repl = replicated(mesh)
     # Each seed's numbers (train.train's, for its initial state) and all of them stacked (the step's).
     host_hypers = [train_step.step_hyperparameters(c) for c in configs]
-    hypers = [seed_axis.from_host(h, mesh) for h in host_hypers]
-    hyper_S = seed_axis.from_host(jax.tree.map(lambda *v: np.stack(v), *host_hypers), mesh)
+    hypers = [replicate_from_host(h, mesh) for h in host_hypers]
+    hyper_S = replicate_from_host(jax.tree.map(lambda *v: np.stack(v), *host_hypers), mesh)
     tx = optim.make_optimizer(config.optimizer, hypers[0])
     # The program of a separate run's initial state (train.train's), so each seed starts from its bits.
     init_fn = jax.jit(

@@ -34,7 +34,7 @@ import numpy as np
 from posattn import compile_options, io, signals
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
-from posattn.mesh import batch_sharding, data_mesh, global_batch, replicated
+from posattn.mesh import batch_sharding, data_mesh, global_batch, replicate_from_host, replicated
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.vision import (
     checkpoint,
@@ -149,10 +149,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     # Model, optimizer and the abstract state (shapes only: nothing is computed yet).
     repl, batch_shard = replicated(mesh), batch_sharding(mesh)
     # The seed and optimiser numbers, replicated arrays that every process holds (traced by the programs).
-    hyper = jax.tree.map(
-        lambda v: jax.make_array_from_process_local_data(repl, v),
-        train_step_lib.step_hyperparameters(config),
-    )
+    hyper = replicate_from_host(train_step_lib.step_hyperparameters(config), mesh)
     tx = optim.make_optimizer(config.optimizer, hyper)
     init_fn = jax.jit(
         lambda seed: init_state(setup.model, setup.image_shape, seed, tx),
