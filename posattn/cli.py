@@ -39,7 +39,7 @@ from posattn.configs import (
     is_smoke,
     load_config,
 )
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, first_line
 from posattn.signals import RunStopped
 
 CACHE_ENV = "POSATTN_COMPILATION_CACHE"  # a directory, or "off"; the flag below wins over it
@@ -281,7 +281,7 @@ def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
         isinstance(e, jax.errors.JaxRuntimeError)
         and ("RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower())
     ):
-        first = (text.strip().splitlines() or [type(e).__name__])[0]
+        first = first_line(e, type(e).__name__)
         return (
             ownership.FAILED,
             2,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import ml_collections
 
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, first_line
 
 # Where a relative config path such as "tpu_configs/digits.py" or "posattn/theory/presets.py" is looked
 # for when the current directory does not hold it: the repository (a checkout or an editable install),
@@ -190,7 +190,7 @@ def _config_file_step(file: pathlib.Path, path: str, what: str, step):
     except Exception as e:  # noqa: BLE001 - whatever the file's code raises, it is the file's fault
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == str(file)]
         where = f", line {lines[-1]}" if lines else ""
-        first = (str(e).strip().splitlines() or [""])[0]
+        first = first_line(e)
         raise ConfigError(
             f"config file {path}{where}: {what} raised {type(e).__name__}: {first}"
         ) from e

@@ -16,6 +16,12 @@ class ConfigError(ValueError):
     """Invalid configuration or input: binaries report it in one line and exit with status 2."""
 
 
+def first_line(e: BaseException, default: str = "") -> str:
+    """The first non-empty line of an exception's message (`default` if it has none): what a one-line
+    report quotes of an error from a library (orbax, XLA, the file system)."""
+    return (str(e).strip().splitlines() or [default])[0]
+
+
 def check_choice(value, allowed, what: str):
     """`value` if it is one of `allowed`, else ConfigError naming the nearest valid name.
 

@@ -42,7 +42,7 @@ from etils import epath
 
 from posattn import io, signals, workdir_lock
 from posattn import workdir as workdir_lib
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, first_line
 from posattn.vision.resume import differing_fields
 
 MARKER = "workdir.json"
@@ -75,7 +75,7 @@ def _reachable(workdir) -> epath.Path:
         path.exists()
     except Exception as e:  # noqa: BLE001 - whatever the file system raises, the workdir is out of reach
         raise ConfigError(
-            f"--workdir={workdir} cannot be reached ({type(e).__name__}: {_first_line(e)}): "
+            f"--workdir={workdir} cannot be reached ({type(e).__name__}: {first_line(e)}): "
             "install what it names, or choose a directory this machine can reach"
         ) from e
     return path
@@ -132,7 +132,7 @@ def read_marker(workdir) -> dict | None:
     except Exception as e:  # noqa: BLE001 - unreadable for whatever reason: the workdir is not ours to take
         raise ConfigError(
             f"--workdir={workdir}: its {MARKER} cannot be read ({type(e).__name__}: "
-            f"{_first_line(e)}): restore it, or use a new --workdir"
+            f"{first_line(e)}): restore it, or use a new --workdir"
         ) from e
     if not isinstance(marker, dict) or not {"binary", "config", "status"} <= marker.keys():
         raise ConfigError(
@@ -153,7 +153,7 @@ def read_config_json(workdir) -> dict | None:
     except Exception as e:  # noqa: BLE001 - JSONDecodeError, UnicodeDecodeError, the file system's own
         raise ConfigError(
             f"--workdir={workdir}: its config.json is damaged ({type(e).__name__}: "
-            f"{_first_line(e)}): restore it from a copy, or use a new --workdir"
+            f"{first_line(e)}): restore it from a copy, or use a new --workdir"
         ) from e
     if not isinstance(record, dict):
         raise ConfigError(
@@ -161,10 +161,6 @@ def read_config_json(workdir) -> dict | None:
             "config: restore it from a copy, or use a new --workdir"
         )
     return record
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [""])[0]
 
 
 def _listing(path: epath.Path) -> dict:

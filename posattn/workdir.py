@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from etils import epath
 
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, first_line
 
 # Orbax stores a checkpoint's arrays uncompressed, plus metadata (tree structure, shapes, manifests):
 # about 5% of the arrays' bytes for the digits ViT (1.66 MB on disk for 1.63 MB of arrays). A tenth
@@ -72,8 +72,8 @@ def check_writable(workdir, need_bytes: int = 0, need_what: str = "one checkpoin
         probe.write_text("")
         probe.unlink()
     except Exception as e:  # noqa: BLE001 - whatever the file system raises, the workdir is unusable
-        first_line = (str(e).splitlines() or [""])[0]
-        reason = getattr(e, "strerror", None) or f"{type(e).__name__}: {first_line}"
+        first = first_line(e)
+        reason = getattr(e, "strerror", None) or f"{type(e).__name__}: {first}"
         room = " with room for the checkpoints" if need_bytes else ""
         raise ConfigError(
             f"--workdir={workdir} cannot be written ({reason}): choose a writable directory{room}"

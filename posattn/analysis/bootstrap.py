@@ -115,11 +115,10 @@ def difference_of_means(
     boot = b[rng.integers(0, b.size, (resamples, b.size))].mean(1) - a[
         rng.integers(0, a.size, (resamples, a.size))
     ].mean(1)
-    lo, hi = np.percentile(boot, [50 * (1 - level), 50 * (1 + level)])
     return {
         "value": float(b.mean() - a.mean()),
         "welch": (float(welch.low), float(welch.high)),
-        "bootstrap": (float(lo), float(hi)),
+        "bootstrap": percentiles(boot, level),
         "n": (int(a.size), int(b.size)),
     }
 
@@ -138,11 +137,10 @@ def mean_interval(
             f"a sample of {x.size} values: an interval over seeds needs at least 2 values"
         )
     t = stats.ttest_1samp(x, 0.0).confidence_interval(level)
-    boot = x[np.random.default_rng(seed).integers(0, x.size, (resamples, x.size))].mean(1)
-    lo, hi = np.percentile(boot, [50 * (1 - level), 50 * (1 + level)])
+    boot = x[resample_indices(x.size, resamples, seed)].mean(1)
     return {
         "value": float(x.mean()),
         "t": (float(t.low), float(t.high)),
-        "bootstrap": (float(lo), float(hi)),
+        "bootstrap": percentiles(boot, level),
         "n": int(x.size),
     }

@@ -32,7 +32,7 @@ import tensorstore as ts  # orbax's own storage layer (a dependency of orbax-che
 from etils import epath
 
 from posattn import io
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, first_line
 
 CHECKPOINTS_DIR = "checkpoints"
 UNREADABLE_DIR = "checkpoints_unreadable"
@@ -158,7 +158,7 @@ def save(mngr: ocp.CheckpointManager, state: dict) -> None:
 
 def short_error(e: BaseException) -> str:
     """`TYPE: first line` of an exception, without tensorstore's long details."""
-    first = (str(e).strip().splitlines() or [""])[0]
+    first = first_line(e)
     # tensorstore's details, however its version spells them (0.1.71 adds a "[source locations=...]" part)
     first = re.split(r"\. See full TensorStore details| \[tensorstore_spec=| \[source loc", first)[
         0

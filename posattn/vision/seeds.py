@@ -38,7 +38,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from posattn import compile_options, io, signals
+from posattn import compile_options, io, progress, signals
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, global_batch, replicate_from_host, replicated
@@ -205,13 +205,13 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         for c, w, plan, h in zip(configs, workdirs, plans, hypers):
             if plan["failed_launch"]:
                 where = resume.set_aside_failed_launch(w)
-                train._say(
+                progress.say(
                     f"{w} held a launch of another config that stopped before its first checkpoint: "
                     f"its files are set aside in {where}; starting afresh"
                 )
             moved.append(checkpoint.set_aside(checkpoint.checkpoints_dir(w), plan["skipped"]))
             for bad in moved[-1]:
-                train._say(f"checkpoint {bad.step} of {w} {bad.reason}: moved to {bad.moved_to}")
+                progress.say(f"checkpoint {bad.step} of {w} {bad.reason}: moved to {bad.moved_to}")
             mngr = checkpoint.manager(str(w), keep=config.keep_checkpoints)
             closing.callback(saving.close, mngr)
             io.write_json(w / "config.json", resume.record(c))
@@ -237,13 +237,13 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         model_name = config.model.name
         if model_name == "vit":
             model_name = f"ViT {config.model.variant} ({config.model.attention} attention)"
-        train._say(
+        progress.say(
             f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
             f"{jax.process_count()} processes; vmapped: {footprint}"
             + ("" if resumed_from is None else f"; resumed from step {start}")
             + (f"; changed from its config.json: {', '.join(changes)}" if changes else "")
         )
-        train._say(f"augmentation: {setup.augment_note}")
+        progress.say(f"augmentation: {setup.augment_note}")
 
         batch_size = config.global_batch_size
         pending, window, train_metrics, evals = [], [], [{}] * num_seeds, []
@@ -259,7 +259,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
             if t_go is None:
                 jax.block_until_ready(metrics)
                 t_go = time.perf_counter()
-                train._say(
+                progress.say(
                     f"step {step}/{total}  compiled and ran the first step of {num_seeds} seeds in "
                     f"{t_go - t_run:.1f}s"
                 )
@@ -304,13 +304,13 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                             "images_per_second": images_per_second,
                         }
                     )
-                eta = train._eta((total - step) * log_seconds / log_steps) if log_steps else "?"
+                eta = progress.eta((total - step) * log_seconds / log_steps if log_steps else None)
                 log_seconds, log_steps = 0.0, 0
                 losses = " ".join(f"{m['loss']:.4f}" for m in train_metrics)
                 shown = (
                     "?" if images_per_second is None else f"{num_seeds * images_per_second:,.0f}"
                 )
-                train._say(
+                progress.say(
                     f"step {step}/{total}  loss {losses}  lr {train_metrics[0]['lr']:.2e}  "
                     f"{shown} img/s ({num_seeds} seeds)  ETA {eta}"
                 )
@@ -323,7 +323,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                 for log, e in zip(logs, evals):
                     log.write(paired_test_metrics({"step": step, **e}))
                 for s, e in enumerate(evals):
-                    train._say(
+                    progress.say(
                         f"step {step}/{total}  seed {configs[s].seed}  {evaluation.evaluation_line(e)}"
                     )
             if stop:
@@ -356,6 +356,6 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                 "vmapped_seeds": num_seeds,
             }
             io.write_json(w / "summary.json", summary)
-            train._say(f"summary of {w}: " + json.dumps(summary, sort_keys=True))
+            progress.say(f"summary of {w}: " + json.dumps(summary, sort_keys=True))
             summaries.append(summary)
         return summaries

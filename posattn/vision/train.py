@@ -31,9 +31,9 @@ import time
 import jax
 import numpy as np
 
-from posattn import compile_options, io, signals
+from posattn import compile_options, io, progress, signals
 from posattn import workdir as workdir_lib
-from posattn.errors import ConfigError
+from posattn.errors import ConfigError, first_line
 from posattn.mesh import batch_sharding, data_mesh, global_batch, replicate_from_host, replicated
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.vision import (
@@ -74,7 +74,7 @@ def _out_of_memory_stops(config, mesh, workdir):
             else f"the last checkpoint, step {last}, stays in {workdir}/checkpoints"
         )
         raise OutOfMemory(
-            f"out of memory ({str(e).splitlines()[0][:160]}): global_batch_size="
+            f"out of memory ({first_line(e)[:160]}): global_batch_size="
             f"{config.global_batch_size} and eval_batch_size={config.eval_batch_size} over "
             f"{mesh.devices.size} devices do not fit; lower them (or use more devices, a smaller "
             f"model or compute_dtype='bfloat16'); {kept}"
@@ -82,16 +82,6 @@ def _out_of_memory_stops(config, mesh, workdir):
 
 
 # ---------------------------------------------------------------------------------- outputs
-
-
-def _say(message: str) -> None:
-    if io.is_writer():
-        print(message, flush=True)
-
-
-def _eta(seconds: float) -> str:
-    seconds = int(max(seconds, 0))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def _check_finite(pending: list, saver: saving.Saver, workdir) -> list:
@@ -184,7 +174,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         plan = resume.preflight(config, workdir, abstract_state)
         if plan["failed_launch"]:
             where = resume.set_aside_failed_launch(workdir)
-            _say(
+            progress.say(
                 f"{workdir} held a launch of another config that stopped before its first checkpoint: its "
                 f"files are set aside in {where}; starting afresh"
             )
@@ -201,7 +191,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         state = plan["state"]
         resumed_from = None if state is None else int(jax.device_get(state["step"]))
         for bad in skipped:
-            _say(
+            progress.say(
                 f"checkpoint {bad.step} {bad.reason}: moved to {bad.moved_to}, "
                 + (
                     "starting from step 0"
@@ -210,7 +200,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
                 )
             )
         if plan["temporary"]:
-            _say(
+            progress.say(
                 f"removed {', '.join(plan['temporary'])} from {mngr.directory}: orbax's unfinished saves, "
                 "left by a run stopped while saving"
             )
@@ -238,11 +228,11 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             if plan["changes"]
             else ""
         )
-        _say(
+        progress.say(
             f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
             f"{jax.process_count()} processes{resumed}"
         )
-        _say(
+        progress.say(
             f"augmentation: {setup.augment_note}"
         )  # (the "auto" defaults resolved: setup.resolve_augment)
 
@@ -272,7 +262,9 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             if t_go is None:
                 jax.block_until_ready(metrics)
                 t_go = time.perf_counter()
-                _say(f"step {step}/{total}  compiled and ran the first step in {t_go - t_run:.1f}s")
+                progress.say(
+                    f"step {step}/{total}  compiled and ran the first step in {t_go - t_run:.1f}s"
+                )
             else:
                 log_steps += 1
             saver.poll(step)  # a save that failed stops the run now, not at the next save
@@ -298,7 +290,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             if do_log:
                 train_metrics, window = _mean(window), []
                 images_per_second = log_steps * batch_size / log_seconds if log_steps else None
-                eta = _eta((total - step) * log_seconds / log_steps) if log_steps else "?"
+                eta = progress.eta((total - step) * log_seconds / log_steps if log_steps else None)
                 log_seconds, log_steps = 0.0, 0
                 log.write(
                     {
@@ -307,7 +299,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
                         "images_per_second": images_per_second,
                     }
                 )
-                _say(
+                progress.say(
                     f"step {step}/{total}  loss {train_metrics['loss']:.4f}  "
                     f"acc {train_metrics['accuracy']:.3f}  lr {train_metrics['lr']:.2e}  "
                     f"{'?' if images_per_second is None else f'{images_per_second:,.0f}'} img/s  ETA {eta}"
@@ -317,7 +309,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             if do_eval:
                 evals = evaluation.evaluate(eval_step, state, setup, mesh)
                 log.write(paired_test_metrics({"step": step, **evals}))
-                _say(f"step {step}/{total}  {evaluation.evaluation_line(evals)}")
+                progress.say(f"step {step}/{total}  {evaluation.evaluation_line(evals)}")
             if stop:  # the save of `step` completes first; no summary.json: the run is unfinished
                 saver.wait(step)
                 log.write({"step": step, "preempted": True})
@@ -340,7 +332,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             num_params=num_params,
         )
         io.write_json(workdir / "summary.json", summary)
-        _say("summary: " + json.dumps(summary, sort_keys=True))
+        progress.say("summary: " + json.dumps(summary, sort_keys=True))
         return state, summary
 
 

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from posattn import io
+from posattn import progress
 from posattn.metric_log import MetricLog, from_theory
 from posattn.papers.jsl22 import glm, phases
 from posattn.theory import evaluation, keys
@@ -34,15 +34,13 @@ class Progress:
         step = int(entry["step"])
         self.log.write(from_theory(entry))
         rate = step / (now - self.t0) if step and now > self.t0 else float("nan")
-        eta = (self.total - step) / rate if rate == rate and rate > 0 else float("nan")
-        if io.is_writer():
-            print(
-                f"step {step:6d}/{self.total}  loss {float(entry['loss']):.4g}  "
-                f"test error {100 * float(entry['test_error']):6.2f}%  "
-                f"patch assoc. {100 * float(entry['patch_association_share']):5.1f}% rows  "
-                f"{rate:8.1f} steps/s  ETA {eta:6.1f}s",
-                flush=True,
-            )
+        eta = (self.total - step) / rate if rate == rate and rate > 0 else None
+        progress.say(
+            f"step {step:6d}/{self.total}  loss {float(entry['loss']):.4g}  "
+            f"test error {100 * float(entry['test_error']):6.2f}%  "
+            f"patch assoc. {100 * float(entry['patch_association_share']):5.1f}% rows  "
+            f"{rate:8.1f} steps/s  ETA {progress.eta(eta)}"
+        )
 
 
 def seed_summary(

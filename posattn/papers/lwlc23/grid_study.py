@@ -8,7 +8,7 @@ import time
 
 import ml_collections
 
-from posattn import io, ownership
+from posattn import io, ownership, progress
 from posattn.papers.lwlc23 import grid_experiment, grid_report, published
 from posattn.plots import token_grid as plots
 from posattn.vision.setup import resolve
@@ -47,11 +47,10 @@ def run(config, workdir: str, claim, config_file: str = "") -> None:
     io.write_text(metrics_path, "")
     t0, cells, pretrained, runs = time.perf_counter(), [], {}, len(configs) + len(pretrains)
 
-    def progress(i, name, what):
+    def report(i, name, what):
         elapsed = time.perf_counter() - t0
-        print(
-            f"[{i}/{runs}] {name}: {what}; {elapsed:.0f}s, ETA {elapsed * (runs - i) / i:.0f}s",
-            flush=True,
+        progress.say(
+            f"[{i}/{runs}] {name}: {what}; {elapsed:.0f}s, ETA {progress.eta(elapsed * (runs - i) / i)}"
         )
 
     for name, cell_config in configs.items():
@@ -59,7 +58,7 @@ def run(config, workdir: str, claim, config_file: str = "") -> None:
         if pre and pre not in pretrained:
             pretrained[pre] = done = grid_experiment.pretrain(pretrains[pre], cell_config.init_from)
             io.append_jsonl(metrics_path, done)
-            progress(
+            report(
                 len(cells) + len(pretrained),
                 pre,
                 f"pre-trained, test accuracy {done['test_accuracy']:.4f} on {done['dataset']}",
@@ -69,7 +68,7 @@ def run(config, workdir: str, claim, config_file: str = "") -> None:
         )
         cells.append(cell)
         io.append_jsonl(metrics_path, cell)
-        progress(
+        report(
             len(cells) + len(pretrained),
             name,
             f"test accuracy {cell['test_accuracy']:.4f}, relevant mass "

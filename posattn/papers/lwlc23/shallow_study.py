@@ -14,7 +14,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from posattn import compile_options, configs, io
+from posattn import compile_options, configs, io, progress
 from posattn.errors import ConfigError, check_seed
 from posattn.papers.lwlc23 import published, report
 from posattn.plots import shallow as plots
@@ -128,14 +128,13 @@ class Stages:
         index = list(self.work).index(name)
         # The first stage is mostly compilation, so its rate says nothing about the rest.
         eta = (
-            f"{elapsed * (sum(self.work.values()) - self.done) / self.done:.0f}s"
+            progress.eta(elapsed * (sum(self.work.values()) - self.done) / self.done)
             if index
             else "after the next stage"
         )
-        print(
+        progress.say(
             f"[{index + 1}/{len(self.work)}] {name}: done at {elapsed:.1f}s, "
-            f"{self.done / elapsed:.0f} run-steps/s, ETA {eta}",
-            flush=True,
+            f"{self.done / elapsed:.0f} run-steps/s, ETA {eta}"
         )
 
 

@@ -18,7 +18,7 @@ import time
 import jax
 from etils import epath
 
-from posattn import configs, io
+from posattn import configs, io, progress
 from posattn.errors import ConfigError
 from posattn.papers.pk22 import claims, suite
 from posattn.plots import analysis as plots
@@ -82,11 +82,6 @@ def training_config(model: str, quick: bool, training_length: float = 1.0, datas
 
 def _read_json(path) -> dict:
     return json.loads(epath.Path(path).read_text())
-
-
-def _say(message: str) -> None:
-    if io.is_writer():
-        print(message, flush=True)
 
 
 PIPELINES = 2  # models trained and measured at once (docs/how_vits_work.md, Time)
@@ -176,11 +171,11 @@ def measure_one(
     if path.exists():
         found = _read_json(path)
         if all(found.get(k) == v for k, v in measured_as.items()):
-            _say(f"{key}: results found in {path}, kept")
+            progress.say(f"{key}: results found in {path}, kept")
             return key, found
-        _say(f"{key}: {path} holds another run, settings or seed; measuring again")
+        progress.say(f"{key}: {path} holds another run, settings or seed; measuring again")
     t = time.perf_counter()
-    _say(f"measuring {key} ({run_dir})")
+    progress.say(f"measuring {key} ({run_dir})")
     r = suite.measure(model, variables, config, settings, jax.random.key(seed), name=key)
     r.update(measured_as)
     r["training"] = training_summary(run_dir, config)
@@ -269,7 +264,7 @@ def run(
     def pipeline(i: int, item: str) -> tuple[str, dict]:
         training_seconds = None
         if not runs:
-            _say(
+            progress.say(
                 f"[{i + 1}/{len(items)}] training {item} in {workdir / 'runs' / item}; "
                 f"{time.perf_counter() - t0:.0f}s so far"
             )
@@ -381,4 +376,4 @@ def write_report(workdir: epath.Path, results: dict, seconds: float | None, quic
         + time_table(results)
     )
     io.write_text(workdir / "summary.md", text)
-    _say(text)
+    progress.say(text)

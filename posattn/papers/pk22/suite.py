@@ -24,15 +24,12 @@ import time
 import jax
 import numpy as np
 
+from posattn import progress
 from posattn.analysis import frequency_noise, hessian, landscape, programs, subject
 from posattn.papers.pk22 import measures, streams
 from posattn.papers.pk22.settings import QUICK, Settings, settings_from  # noqa: F401 (suite.Settings, ...)
 from posattn.vision.models.sown import STEM
 from posattn.vision.setup import resolve
-
-
-def _say(message: str) -> None:
-    print(message, flush=True)
 
 
 def measure(
@@ -104,7 +101,7 @@ def measure(
         "compile_wall": time.perf_counter() - t,
         **{f"compile_{k}": v for k, v in compile_s.items()},
     }
-    _say(
+    progress.say(
         f"  {name}: compiled its {len(specs)} programs in {seconds['compile_wall']:.1f}s ("
         + ", ".join(f"{k} {v:.1f}s" for k, v in compile_s.items())
         + ")"
@@ -114,7 +111,7 @@ def measure(
         t = time.perf_counter()
         out = jax.block_until_ready(fn())
         seconds[f"run_{tool}"] = time.perf_counter() - t
-        _say(f"  {name}: ran {tool} in {seconds[f'run_{tool}']:.1f}s")
+        progress.say(f"  {name}: ran {tool} in {seconds[f'run_{tool}']:.1f}s")
         return out
 
     # Fourier, variance and accuracy under band-limited noise on the test split (PK22 Figs. 4, 5, 6)
