@@ -34,15 +34,13 @@ def main(config, workdir):
     cli.claim(workdir, "train_images", config, may_change=resume.RESUMABLE, resumes=True)
     train.train_and_evaluate(config, workdir)
     if io.is_writer():  # the curves of the whole record (a resumed run's included)
-        from posattn.plots import theory as theory_figures
+        from posattn.plots import save_png
         from posattn.plots import vision as figures
 
         records = io.read_jsonl(f"{workdir}/metrics.jsonl")
         kind = f" ({config.model.attention} attention)" if config.model.name == "vit" else ""
         title = f"{config.dataset}: {config.model.name}{kind}"
-        theory_figures.write_png(
-            figures.training_curves_figure(records, title), f"{workdir}/curves.png"
-        )
+        save_png(figures.training_curves_figure(records, title), f"{workdir}/curves.png")
 
 
 def entry():

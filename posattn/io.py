@@ -44,14 +44,20 @@ def jsonable(x):
     return x
 
 
-def write_text(path, text: str) -> None:
-    """Write `text` atomically: a temporary file beside `path`, renamed into place."""
+def write_bytes(path, data: bytes) -> None:
+    """Write `data` atomically: a temporary file beside `path`, renamed into place (a reader never
+    sees half a file; a run stopped mid-write leaves the previous one)."""
     if not is_writer():
         return
     path = epath.Path(path)
     tmp = path.parent / (path.name + ".tmp")
-    tmp.write_text(text)
+    tmp.write_bytes(data)
     tmp.replace(path)
+
+
+def write_text(path, text: str) -> None:
+    """Write `text` atomically (`write_bytes`, UTF-8)."""
+    write_bytes(path, text.encode())
 
 
 def write_json(path, obj) -> None:

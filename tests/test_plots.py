@@ -2,6 +2,7 @@
 seed drawn once, similarity maps over their whole range."""
 
 import numpy as np
+import pytest
 
 from posattn.plots import theory, vision
 
@@ -45,3 +46,31 @@ def test_similarity_maps_show_the_whole_range_and_the_threshold():
     small = vision.similarity_maps_figure({"p": 0.2 * maps}, [0, 1], (4, 4), 0.55)
     assert small.axes[0].get_images()[0].get_clim() == (-0.2, 0.2)
     assert fig.get_size_inches()[0] > 10  # 8 maps a row, each large enough to read
+
+
+def test_every_figure_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    from posattn.plots import save_png
+
+    path = tmp_path / "fig.png"
+    save_png(
+        vision.compare_figure(
+            {
+                "dataset": "digits",
+                "variant": "XS/2",
+                "seeds": 1,
+                "accuracy": {"vanilla": {"values": [90.0]}},
+            }
+        ),
+        path,
+    )
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (tmp_path / "fig.png.tmp").exists()
+
+    class Broken:  # a figure whose rendering fails half way leaves the previous file
+        def savefig(self, buffer, **kwargs):
+            buffer.write(b"\x89PNG half")
+            raise RuntimeError("renderer died")
+
+    before = path.read_bytes()
+    with pytest.raises(RuntimeError):
+        save_png(Broken(), path)
+    assert path.read_bytes() == before

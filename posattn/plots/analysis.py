@@ -1,7 +1,7 @@
 """Figures of PK22's measurements (Figs. 1, 2, 4, 5, 6), one panel per model, side by side.
 
 Every function takes {model label: results of `posattn.papers.pk22.suite.measure`} and returns a
-`matplotlib.figure.Figure` (no pyplot, no backend switch); `save` writes it as a PNG.
+`matplotlib.figure.Figure` (no pyplot, no backend switch); `posattn.plots.save_png` writes it.
 """
 
 import numpy as np
@@ -9,10 +9,6 @@ from matplotlib import cm
 from matplotlib.figure import Figure
 
 ATTENTION_SHADE = dict(color="0.85", zorder=0)  # PK22 shades attention layers grey
-
-
-def save(fig: Figure, path: str) -> None:
-    fig.savefig(path, dpi=110, bbox_inches="tight")
 
 
 def _depth(n: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Figures of LWLC23's shallow-ViT regime (`posattn.shallow`), as `matplotlib.figure.Figure` objects.
 
 Each function takes the dictionaries the library returns and builds one figure; the caller saves it
-(`fig.savefig(path)`). Published values, where the paper gives them, are passed in by the caller
+(`posattn.plots.save_png`). Published values, where the paper gives them, are passed in by the caller
 (`posattn.papers.lwlc23.published`) and drawn beside ours.
 """
 

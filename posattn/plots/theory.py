@@ -2,7 +2,7 @@
 (Figure 2, transfer, the sample-size sweep).
 
 Each function returns a `matplotlib.figure.Figure` built without pyplot (no backend is switched);
-`write_png` writes one.
+`posattn.plots.save_png` writes one.
 """
 
 import matplotlib
@@ -11,12 +11,6 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 PHASE_COLOURS = {"I": "#fde0c5", "II": "#c6dbef", "III": "#c7e9c0"}
-DPI = 120
-
-
-def write_png(fig: Figure, path) -> None:
-    """Write `fig` as a PNG file at `path`."""
-    fig.savefig(str(path), dpi=DPI)
 
 
 def _blank_diagonal(A) -> np.ndarray:

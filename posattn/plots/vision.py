@@ -2,7 +2,7 @@
 similarity maps) and Figures 6/7 (vanilla vs positional attention over seeds).
 
 Each function returns a `matplotlib.figure.Figure` (no pyplot: the user's backend is never touched);
-the caller saves it, e.g. `fig.savefig(path, dpi=120)`.
+the caller saves it (`posattn.plots.save_png`).
 """
 
 import matplotlib

@@ -205,13 +205,14 @@ def _fake_results(attention: bool, shift: float = 0.0):
 
 def test_figures_and_rows_from_results(tmp_path):
     from posattn.plots import analysis as plots
+    from posattn.plots import save_png
 
     results = {"ResNet": _fake_results(False), "ViT": _fake_results(True)}
     for name in ("hessian_spectra", "fourier_profiles", "feature_variance", "loss_landscapes"):
         assert (
             len(getattr(plots, name)(results).axes) >= 2
         )  # a panel per model (rendering is slow: not here)
-    plots.save(plots.noise_robustness(results), str(tmp_path / "noise.png"))
+    save_png(plots.noise_robustness(results), tmp_path / "noise.png")
     assert (tmp_path / "noise.png").stat().st_size > 1000
     rows = claims.rows({"resnet": _fake_results(False), "vit_positional": _fake_results(True)})
     by_key = {r["key"]: r for r in rows}

@@ -14,6 +14,7 @@ import pytest
 from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.papers.jsl22.overlay import deviations, overlay
+from posattn.plots import save_png
 from posattn.plots import theory as figures
 from posattn.theory import (
     GDConfig,
@@ -459,7 +460,7 @@ def test_exact_population_gd_and_the_overlay(tmp_path):
     (E,) = runs.values()
     for name in ("alpha", "A_within", "A_across", "test_loss"):  # same start, same test set
         assert E.history[name][0] == h[name][0], name
-    figures.write_png(figures.overlay_figure(h, {100: E.history}), tmp_path / "overlay.png")
+    save_png(figures.overlay_figure(h, {100: E.history}), tmp_path / "overlay.png")
     gaps = deviations(h, {100: E.history})[100]
     assert 0 < gaps["max_gap_gamma_minus_rho"] < np.inf and gaps["final_risk_P"] == h["loss"][-1]
     assert (tmp_path / "overlay.png").stat().st_size > 0

@@ -12,6 +12,7 @@ import ml_collections
 from posattn import configs, io
 from posattn.errors import ConfigError
 from posattn.papers.jsl22 import image_tables, published
+from posattn.plots import save_png
 from posattn.plots import vision as plots
 from posattn.vision import config as config_lib
 from posattn.vision import setup, sweep
@@ -114,7 +115,7 @@ def run(config, workdir: str, claim) -> None:
         ),
     }
     io.write_json(os.path.join(workdir, "summary.json"), summary)
-    plots.compare_figure(summary).savefig(os.path.join(workdir, "compare.png"), dpi=120)
+    save_png(plots.compare_figure(summary), os.path.join(workdir, "compare.png"))
     table = image_tables.compare_table(summary)
     io.write_text(os.path.join(workdir, "summary.md"), table + "\n")
     print(table)

@@ -11,6 +11,7 @@ import ml_collections
 from posattn import configs, io
 from posattn.errors import ConfigError
 from posattn.papers.jsl22 import image_tables, published
+from posattn.plots import save_png
 from posattn.plots import vision as plots
 from posattn.vision import config as config_lib
 from posattn.vision import setup, sweep
@@ -178,7 +179,7 @@ def run(config, workdir: str, claim) -> None:
         "paper": {m: {str(g): v for g, v in per.items()} for m, per in (paper or {}).items()},
     }
     io.write_json(os.path.join(workdir, "summary.json"), summary)
-    plots.permuted_figure(summary).savefig(os.path.join(workdir, "permuted.png"), dpi=120)
+    save_png(plots.permuted_figure(summary), os.path.join(workdir, "permuted.png"))
     table = image_tables.permuted_table(summary)
     io.write_text(os.path.join(workdir, "summary.md"), table + "\n")
     print(table)

@@ -15,6 +15,7 @@ import numpy as np
 
 from posattn import configs, io
 from posattn.errors import INT32_MAX, ConfigError
+from posattn.plots import save_png
 from posattn.plots import theory as figures
 from posattn.theory import population
 from posattn.theory.population import reduced
@@ -84,7 +85,7 @@ def run(config, workdir: str, claim) -> None:
             f"gamma - rho {gap[-1]:.2f}; P[a set all +-1] {splits[0]['full_set_mass']:.4%}",
             flush=True,
         )
-    figures.write_png(figures.phase_three_figure(runs), os.path.join(workdir, "phase_three.png"))
+    save_png(figures.phase_three_figure(runs), os.path.join(workdir, "phase_three.png"))
     io.write_json(
         os.path.join(workdir, "summary.json"),
         {"preset": config.preset, "steps": steps, "alpha0": ALPHA0, "runs": rows},

@@ -74,6 +74,7 @@ def run(opts, workdir: str, claim) -> None:
 
     from posattn import io
     from posattn.analysis import attention_distance, posemb
+    from posattn.plots import save_png
     from posattn.plots import vision as plots
     from posattn.vision import runs, setup
     from posattn.vision.data.permutation import block_permutation
@@ -161,9 +162,12 @@ def run(opts, workdir: str, claim) -> None:
             "per_head": {b: (sum(k * d for k, d in v) / n).tolist() for b, v in per_block.items()},
         }
         distance["mean"] = float(np.mean([np.mean(d) for d in distance["per_head"].values()]))
-    plots.similarity_maps_figure(
-        maps, chosen_patches(opts.patches, grid), grid, opts.threshold
-    ).savefig(os.path.join(workdir, "posemb_similarity.png"), dpi=120)
+    save_png(
+        plots.similarity_maps_figure(
+            maps, chosen_patches(opts.patches, grid), grid, opts.threshold
+        ),
+        os.path.join(workdir, "posemb_similarity.png"),
+    )
     result = {
         "run": os.path.abspath(trained),
         "grid": list(grid),

@@ -21,6 +21,7 @@ from posattn import configs, io
 from posattn.errors import check_seed
 from posattn.metrics import classification_error
 from posattn.papers.jsl22 import construction, glm, phases, published, report, sweep, transfer
+from posattn.plots import save_png
 from posattn.plots import theory as figures
 from posattn.theory import data, evaluation
 from posattn.theory import gd as gd_lib
@@ -349,7 +350,7 @@ def run(config, workdir: str, claim) -> None:
 
     def write_figures(claim_figures):
         for name, figure in claim_figures.items():
-            figures.write_png(figure, os.path.join(workdir, name))
+            save_png(figure, os.path.join(workdir, name))
 
     t0 = time.perf_counter()
     records, seconds = run_claims(key, plan, on_figures=write_figures)

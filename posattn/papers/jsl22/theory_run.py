@@ -13,6 +13,7 @@ import numpy as np
 from posattn import io
 from posattn.errors import ConfigError, check_seed
 from posattn.papers.jsl22 import overlay, run_report
+from posattn.plots import save_png
 from posattn.plots import theory as figures
 from posattn.theory import data, keys, population, presets
 from posattn.theory import gd as gd_lib
@@ -82,12 +83,12 @@ def run(config, workdir: str, claim) -> None:
     history, params, task = runs[0]
     phase_spans = summary["phases"]["phases"]
     if writer:
-        figures.write_png(
+        save_png(
             figures.attention_figure(params["A"], data.same_set_mask(task.sets)),
             path("attention.png"),
         )
-        figures.write_png(figures.dynamics_figure(history, phase_spans), path("dynamics.png"))
-        figures.write_png(
+        save_png(figures.dynamics_figure(history, phase_spans), path("dynamics.png"))
+        save_png(
             figures.error_figure(history, summary["label_noise_rate"], summary["glm_error"]),
             path("test_error.png"),
         )
@@ -104,9 +105,7 @@ def run(config, workdir: str, claim) -> None:
         )
         e_histories = {n: r.history for n, r in empirical.items()}
         if writer:
-            figures.write_png(
-                figures.overlay_figure(history, e_histories, phase_spans), path("overlay.png")
-            )
+            save_png(figures.overlay_figure(history, e_histories, phase_spans), path("overlay.png"))
         summary["overlay"] = overlay.deviations(history, e_histories)
     io.write_text(path("summary.md"), run_report.summary_markdown(summary, theory, gd))
     io.write_json(path("summary.json"), summary)

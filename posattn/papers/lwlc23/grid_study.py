@@ -10,6 +10,7 @@ import ml_collections
 
 from posattn import io, ownership, progress
 from posattn.papers.lwlc23 import grid_experiment, grid_report, published
+from posattn.plots import save_png
 from posattn.plots import token_grid as plots
 from posattn.vision.setup import resolve
 
@@ -83,7 +84,7 @@ def run(config, workdir: str, claim, config_file: str = "") -> None:
         "token_grid_pruning.png": plots.pruning(curves),
     }
     for name, fig in figures.items():
-        fig.savefig(os.path.join(workdir, name), dpi=110)
+        save_png(fig, os.path.join(workdir, name), dpi=110)
     first = next(iter(configs.values()))
     pre_text = ""
     if pretrained:

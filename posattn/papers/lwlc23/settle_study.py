@@ -12,6 +12,7 @@ import ml_collections
 from posattn import configs, io
 from posattn.errors import ConfigError
 from posattn.papers.lwlc23 import settle, settle_grid, settle_report
+from posattn.plots import save_png
 from posattn.plots import shallow as plots
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
 
@@ -125,5 +126,5 @@ def run(config, workdir: str, claim) -> None:
     summary = settle_report.summary_markdown(config.study, results, config)
     io.write_text(os.path.join(workdir, "summary.md"), summary)
     fig = plots.settle_figure(config.study, results)
-    fig.savefig(os.path.join(workdir, f"{config.study}.png"), dpi=110)
+    save_png(fig, os.path.join(workdir, f"{config.study}.png"), dpi=110)
     print(summary, flush=True)

@@ -17,6 +17,7 @@ import numpy as np
 from posattn import compile_options, configs, io, progress
 from posattn.errors import ConfigError, check_seed
 from posattn.papers.lwlc23 import published, report
+from posattn.plots import save_png
 from posattn.plots import shallow as plots
 from posattn.shallow import dynamics, grid, phase_map, population, sparsify, train
 from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
@@ -268,7 +269,7 @@ def run(config, workdir: str, claim) -> None:
         "sparsification.png": plots.sparsification(ks, curves, paper=published.SPARSIFICATION_LOSS),
     }
     for name, fig in figures.items():
-        fig.savefig(os.path.join(workdir, name), dpi=110)
+        save_png(fig, os.path.join(workdir, name), dpi=110)
     summary = {
         "rows": rows,
         "exact_population": exact,

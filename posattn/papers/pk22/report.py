@@ -22,6 +22,7 @@ from posattn import configs, io, progress
 from posattn.errors import ConfigError
 from posattn.papers.pk22 import claims, suite
 from posattn.plots import analysis as plots
+from posattn.plots import save_png
 from posattn.vision import config as config_lib
 from posattn.vision import runs
 from posattn.vision.models import alternet
@@ -361,7 +362,7 @@ def write_report(workdir: epath.Path, results: dict, seconds: float | None, quic
     """The figures (models side by side) and summary.md (`seconds`: the run's wall clock, None: unknown)."""
     labelled = {claims.LABELS.get(k, k): r for k, r in results.items()}
     for name, figure in FIGURES.items():
-        plots.save(figure(labelled), str(workdir / f"pk22_{name}.png"))
+        save_png(figure(labelled), workdir / f"pk22_{name}.png", dpi=110, bbox_inches="tight")
     order = list(results)
     table = claims.markdown(claims.rows(results), order)
     stem = claims.stem_position_table(results)
