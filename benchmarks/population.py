@@ -21,7 +21,7 @@ import numpy as np
 from absl import app, flags
 
 from benchmarks.report import machine, update_section
-from posattn import mesh as mesh_lib
+from posattn import compile_options
 from posattn.theory import gd as gd_lib
 from posattn.theory import make_task, same_set_mask, sample
 from posattn.theory.model import empirical_risk, forward, init_params
@@ -95,7 +95,7 @@ def three_value_point(cfg, task, a, gamma, rho, alpha, v_perp, key):
 
 def main(argv):
     del argv
-    mesh_lib.use_cpu_cores()  # as the binaries do: the whole run's exact (P) pass split over the cores
+    compile_options.use_cpu_cores()  # as the binaries do: the whole run's exact (P) pass split over the cores
     rows = []
     for preset in ("small", "paper"):
         cfg, gd = get_preset(preset)

@@ -20,7 +20,7 @@ import jax
 from absl import app, flags
 
 from benchmarks.report import machine, update_section
-from posattn import mesh as mesh_lib
+from posattn import compile_options
 from posattn.theory import draw as draw_lib
 from posattn.theory import grid as grid_lib
 from posattn.theory import keys as keys_lib
@@ -92,7 +92,7 @@ def section_body(ways, rows) -> str:
 
 def main(argv):
     del argv
-    mesh_lib.use_cpu_cores()  # as the binaries do: one CPU device per core, the seeds split over them
+    compile_options.use_cpu_cores()  # as the binaries do: one CPU device per core, the seeds split over them
     cfg, gd = get_preset("small")
     gd = dataclasses.replace(gd, N=FLAGS.N, steps=FLAGS.steps, n_test=FLAGS.n_test)
     plain = jax.jit(functools.partial(plain_sweep, cfg=cfg, gd=gd))

@@ -38,6 +38,7 @@ from absl import app, flags
 from jax.sharding import PartitionSpec as P
 
 from benchmarks.report import machine, update_section
+from posattn import compile_options
 from posattn import mesh as mesh_lib
 from posattn.theory import GDConfig, TheoryConfig, fused, make_task, sample
 from posattn.theory.model import empirical_risk, init_params
@@ -286,7 +287,7 @@ def section_body(rows, split_rows, verdicts) -> str:
 
 def main(argv):
     del argv
-    mesh_lib.use_cpu_cores()  # as the binaries do: one CPU device per core, the sample axis split over them
+    compile_options.use_cpu_cores()  # as the binaries do: one CPU device per core, the sample axis split over them
     paper_cfg, paper_gd = get_preset("paper")
     small = TheoryConfig(D=10, C=2, d=100, q=0.4, partition="random")
     cases = {  # --cases key -> (row name, problem)

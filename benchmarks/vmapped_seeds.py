@@ -13,7 +13,7 @@ summary.json: images per second over the steps after the first (which compiles),
 checkpoints excluded. The vmapped summary counts one seed's images, so its program's throughput is N
 times it; the separate runs' is their images over their timed seconds, summed over the N runs. The wall
 seconds of each way (compiling, evaluating and saving included) stand beside. The CPU has one device
-per core (`posattn.mesh.use_cpu_cores`, as the binaries), the batch split over them in both ways.
+per core (`posattn.compile_options.use_cpu_cores`, as the binaries), the batch split over them in both ways.
 """
 
 import os
@@ -23,8 +23,7 @@ import time
 from absl import app, flags, logging
 
 from benchmarks.report import DOCS, machine, update_section
-from posattn import cli
-from posattn import mesh as mesh_lib
+from posattn import cli, compile_options
 from posattn.vision import config as config_lib
 from posattn.vision import seeds as seeds_lib
 from posattn.vision import train
@@ -93,7 +92,7 @@ def main(argv):
     del argv
     if not FLAGS["verbosity"].present:  # quiet library logs (orbax), as the binaries
         logging.set_verbosity(logging.ERROR)
-    mesh_lib.use_cpu_cores()  # as the binaries do: one CPU device per core
+    compile_options.use_cpu_cores()  # as the binaries do: one CPU device per core
     rows = []
     with tempfile.TemporaryDirectory() as root:
         for n in map(int, FLAGS.seeds):

@@ -42,12 +42,10 @@ from posattn.configs import (
 from posattn.errors import ConfigError, first_line
 from posattn.signals import RunStopped
 
-CACHE_ENV = "POSATTN_COMPILATION_CACHE"  # a directory, or "off"; the flag below wins over it
-CACHE_OFF = ("off", "0", "false", "no", "none")
 flags.DEFINE_string(
     "compilation_cache",
     None,
-    f"JAX's persistent compilation cache: a directory, or 'off'. Default: ${CACHE_ENV}, "
+    f"JAX's persistent compilation cache: a directory, or 'off'. Default: ${compile_options.CACHE_ENV}, "
     f"else $JAX_COMPILATION_CACHE_DIR, else ~/.cache/posattn/jax (per user)",
 )
 _DRY_RUN = flags.DEFINE_bool(
@@ -249,26 +247,6 @@ def _parse_flags(argv):
         )
 
 
-def enable_compilation_cache(setting: str | None = None) -> str | None:
-    """Turn on JAX's persistent compilation cache (on by default in every binary, via `run`); returns
-    its directory, or None when `setting` (else $POSATTN_COMPILATION_CACHE) says "off".
-
-    Most of a short run is XLA compiling (`experiments.reproduce` with `:quick`: about 40 of ~60 s), and the
-    programs of a run depend on its shapes and settings, not on its seed, so a second run finds them
-    compiled. Every program is kept, however fast it compiled: a run compiles dozens of small ones.
-    """
-    setting = os.environ.get(CACHE_ENV, "") if setting is None else setting
-    if setting.strip().lower() in CACHE_OFF:
-        return None
-    default = os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "posattn", "jax"
-    )
-    path = setting or jax.config.jax_compilation_cache_dir or default
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    return path
-
-
 def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
     """How a binary that raised `e` ends: (marker status, exit status, prefix, one-line message), or
     None for a bug (its traceback is kept)."""
@@ -295,7 +273,7 @@ def _outcome(e: BaseException) -> tuple[str, int, str, str] | None:
 def _start(argv, cpu_cores: bool):
     """The binary's flags as its main takes them, `(config, workdir)`, once the checks every binary makes
     have passed: no positional argument, a --workdir given; library logs quiet unless --verbosity is given
-    (orbax logs every save); with `cpu_cores` one CPU device per core (`mesh.use_cpu_cores`); with the
+    (orbax logs every save); with `cpu_cores` one CPU device per core (`compile_options.use_cpu_cores`); with the
     distributed flags defined, this process of a multi-process run started (`mesh.initialize_distributed`).
     The last two come before JAX starts its backends, and so before main."""
     if len(argv) > 1:
@@ -305,7 +283,7 @@ def _start(argv, cpu_cores: bool):
     if not flags.FLAGS["verbosity"].present:  # --verbosity=0 shows them
         logging.set_verbosity(logging.ERROR)
     if cpu_cores:
-        mesh.use_cpu_cores()
+        compile_options.use_cpu_cores()
     if _DISTRIBUTED_FLAGS[0] in flags.FLAGS:
         mesh.initialize_distributed(*(flags.FLAGS[name].value for name in _DISTRIBUTED_FLAGS))
     config = flags.FLAGS["config"].value if "config" in flags.FLAGS else None
@@ -318,8 +296,8 @@ def run(main, *, cpu_cores: bool = False) -> None:
     flags, missing or broken config files, `ConfigError` and running out of memory turned into one line and
     exit 2, a `RunStopped` into its line and exit status, SIGINT and SIGTERM into one line and 130 or 143
     (`signals.install`, a no-op where the binaries' package already made it); the claimed workdir's marker
-    records how the run ended. JAX's persistent compilation cache is on (`enable_compilation_cache`,
-    `--compilation_cache`). `cpu_cores`: one CPU device per core (`mesh.use_cpu_cores`), for the theory
+    records how the run ended. JAX's persistent compilation cache is on (`compile_options.enable_compilation_cache`,
+    `--compilation_cache`). `cpu_cores`: one CPU device per core (`compile_options.use_cpu_cores`), for the theory
     regime's binaries."""
     signals.install()
     # --help lists the flags the binary defines and those defined for it here (--config, the distributed
@@ -335,7 +313,7 @@ def run(main, *, cpu_cores: bool = False) -> None:
             flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
 
     def guarded(argv):
-        enable_compilation_cache(flags.FLAGS.compilation_cache)
+        compile_options.enable_compilation_cache(flags.FLAGS.compilation_cache)
         try:
             main(*_start(argv, cpu_cores))
         except SystemExit as e:

@@ -77,29 +77,6 @@ def map_runs(fn, keys, *shared):
     return split_runs(local, keys, *shared)
 
 
-DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
-
-
-def use_cpu_cores(count: int | None = None) -> None:
-    """Give JAX's CPU backend `count` devices (default: one per core this process may run on), so that
-    code sharded over "data" runs on every core.
-
-    XLA's CPU backend runs one device's program on one core at a time where its operations are small
-    (the theory regime's tile and pattern loops), so on a CPU the devices are the way to use the other
-    cores (docs/decisions.md, "CPU devices"). Call it before JAX starts its backends (the binaries do, first
-    thing); a choice made already wins and is left as it is: an XLA_FLAGS device count (the tests
-    simulate 8 devices), `jax_num_cpu_devices` set by the user, or backends that are already running
-    (then the library runs on the devices they have, one included). No effect on other platforms'
-    devices.
-    """
-    if DEVICE_COUNT_FLAG in os.environ.get("XLA_FLAGS", "") or jax.config.jax_num_cpu_devices >= 0:
-        return
-    try:
-        jax.config.update("jax_num_cpu_devices", count or len(os.sched_getaffinity(0)))
-    except RuntimeError:  # backends already started: keep their devices
-        pass
-
-
 def initialize_distributed(
     coordinator_address: str | None = None,
     num_processes: int | None = None,

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from posattn import mesh as mesh_lib
+from posattn import compile_options
 from posattn.errors import ConfigError
 from posattn.metrics import classification_error
 from posattn.theory import GDConfig, TheoryConfig, fit, make_task, optim, same_set_mask, sample
@@ -425,7 +425,7 @@ def test_a_sweep_split_over_devices_needs_no_communication():
 def test_use_cpu_cores_gives_devices_only_where_nothing_was_chosen():
     """A fresh process gets the CPU devices asked for; one whose JAX already started keeps its device;
     the tests' XLA_FLAGS count (8 here) wins over the call."""
-    mesh_lib.use_cpu_cores(3)
+    compile_options.use_cpu_cores(3)
     assert jax.device_count() == 8
     flags = re.sub(
         r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", "")
@@ -433,7 +433,7 @@ def test_use_cpu_cores_gives_devices_only_where_nothing_was_chosen():
     env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
     env.pop("JAX_NUM_CPU_DEVICES", None)
     count = (
-        "import jax, jax.numpy as jnp; from posattn import mesh; {} mesh.use_cpu_cores(3); "
+        "import jax, jax.numpy as jnp; from posattn import compile_options; {} compile_options.use_cpu_cores(3); "
         "print(jax.device_count())"
     )
     for started, want in (("", "3"), ("jnp.zeros(1);", "1")):

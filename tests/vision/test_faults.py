@@ -182,10 +182,10 @@ RESUMES = """
 import pathlib, shutil, sys
 import jax
 from absl import logging
-from posattn import cli
+from posattn import compile_options
 from posattn.vision import train
 from tests.vision.test_train import tiny_digits
-cli.enable_compilation_cache()  # the test run's: the straight run's programs are compiled
+compile_options.enable_compilation_cache()  # the test run's: the straight run's programs are compiled
 logging.set_verbosity(logging.ERROR)  # as the binary does
 damaged = pathlib.Path(sys.argv[1])
 for i in range(int(sys.argv[2])):
