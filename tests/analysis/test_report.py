@@ -281,9 +281,23 @@ def test_two_runs_of_one_model_stop_the_report_before_any_training(tmp_path):
     assert not (tmp_path / "pk22").exists()
 
 
+def test_two_given_runs_of_one_model_stop_the_report_before_any_measurement(tmp_path):
+    # --config.runs: the model of each run is read from its config.json
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(
+            json.dumps({"dataset": "digits", "model": {"name": "vit", "attention": "vanilla"}})
+        )
+    with pytest.raises(ConfigError, match=r"two runs of the same model \(vit_vanilla\)"):
+        pk22_report.run(str(tmp_path / "pk22"), runs=[str(tmp_path / "a"), str(tmp_path / "b")])
+    assert not (tmp_path / "pk22").exists()
+
+
 def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monkeypatch):
     config = ConfigDict({"model": {"name": "vit", "attention": "positional", "variant": "XS/2"}})
-    monkeypatch.setattr(pk22_report.runs, "load_run", lambda run_dir: (None, None, config, None))
+    monkeypatch.setattr(
+        pk22_report.trained_runs, "load_run", lambda run_dir: (None, None, config, None)
+    )
     measured = []
 
     def measure(model, variables, config, settings, key, name):

@@ -24,7 +24,7 @@ from posattn.papers.pk22 import claims, suite
 from posattn.plots import analysis as plots
 from posattn.plots import save_png
 from posattn.vision import config as config_lib
-from posattn.vision import runs
+from posattn.vision import runs as trained_runs  # (not `runs`: run()'s argument of that name)
 from posattn.vision.models import alternet
 from posattn.vision.setup import resolve
 
@@ -160,7 +160,7 @@ def measure_one(
     """(model key, results) of one trained run: read from results/KEY.json when that file holds this
     run's results with these settings and seed, else measured (`suite.measure`) and written there and to
     metrics.jsonl."""
-    model, variables, config, _ = runs.load_run(run_dir)
+    model, variables, config, _ = trained_runs.load_run(run_dir)
     key = claims.model_key(config)
     path = workdir / "results" / f"{key}.json"
     # as results/KEY.json stores them (a JSON round trip turns tuples into lists)
@@ -233,7 +233,7 @@ def run(
         else {model: training_config(model, quick, training_length, dataset) for model in models}
     )
     keys = (
-        [claims.model_key(runs.run_config(r)) for r in runs]
+        [claims.model_key(trained_runs.run_config(r)) for r in runs]
         if runs
         else [claims.model_key(configs[model]) for model in models]
     )
