@@ -504,3 +504,12 @@ def test_over_seeds_averages_measurements_within_a_model_and_judges_kinds_over_t
     assert found[0][3]["accuracy"] == 75.0
     with pytest.raises(ConfigError, match="measured twice"):
         over_seeds.collect(str(tmp_path / "m0"), str(tmp_path / "m0"))
+
+
+def test_pk22_settings_refuse_lanczos_in_one_program():
+    assert suite.Settings().hessian_method == suite.QUICK.hessian_method == "lanczos"
+    with pytest.raises(ConfigError, match="hessian_loop='program' with hessian_method='lanczos'"):
+        suite.Settings(hessian_loop="program")
+    with pytest.raises(ConfigError, match="hessian_method='arnoldi' must be one of power, lanczos"):
+        suite.Settings(hessian_method="arnoldi")
+    assert suite.Settings(hessian_loop="program", hessian_method="power").hessian_loop == "program"
