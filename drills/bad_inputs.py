@@ -28,23 +28,12 @@ import time
 
 from absl import app, flags
 
+from experiments import BINARIES, DEFAULT_CONFIG
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DIGITS = "--config=tpu_configs/digits.py"
 LOCAL = "--config=tpu_configs/digits.py:quick"
 SIGNALS = {"SIGINT": 130, "SIGTERM": 143}
-BINARIES = (
-    "train_images",
-    "theory",
-    "reproduce",
-    "phase_three",
-    "shallow_vit",
-    "token_grid",
-    "compare_attention",
-    "permuted",
-    "posemb_similarity",
-    "how_vits_work",
-    "shallow_settle",
-)
 THEORY_TINY = (
     "--config.gd.steps=50",
     "--config.gd.N=100",
@@ -75,8 +64,6 @@ LONG = {
     "how_vits_work": ("--config=tpu_configs/pk22.py:quick", "--config.models=vit_positional"),
     "shallow_settle": ("--config=tpu_configs/shallow_settle.py:boundary,quick",),
 }
-# Each binary's default config file, tpu_configs/NAME.py: NAME is the binary's own but for these
-DEFAULT_CONFIG = {"train_images": "digits", "compare_attention": "digits", "how_vits_work": "pk22"}
 # Broken config files (`{c}/NAME.py`)
 CONFIG_FILES = {
     "raises": 'raise RuntimeError("the config file fails while it loads")\n',
@@ -204,12 +191,12 @@ def _cases_config_files() -> list[Case]:
     ] + [
         Case(
             b,
-            (f"--config=tpu_configs/{name}.py", "--workdir={w}"),
-            f"{name}.py, another binary's config file",
+            (f"--config={path}", "--workdir={w}"),
+            f"{pathlib.Path(path).name}, another binary's config file",
         )
         for b in BINARIES
-        for name in sorted({DEFAULT_CONFIG.get(o, o) for o in BINARIES})
-        if name != DEFAULT_CONFIG.get(b, b)
+        for path in sorted(set(DEFAULT_CONFIG.values()))
+        if path != DEFAULT_CONFIG[b]
     ]
 
 

@@ -45,8 +45,8 @@ from absl import app, flags, logging
 from benchmarks.report import machine
 from drills import bad_inputs, trainer_faults
 from drills.reliability_report import write_report
-from posattn.theory.fault_injection import nan_at_step as theory_nan_at_step
-from posattn.vision.fault_injection import damage_checkpoint, nan_at_step
+from tests.theory.fault_injection import nan_at_step as theory_nan_at_step
+from tests.vision.fault_injection import damage_checkpoint, nan_at_step
 
 ROOT = bad_inputs.ROOT
 DOC = ROOT / "docs" / "reliability.md"

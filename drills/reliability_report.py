@@ -113,7 +113,7 @@ was written); the pod path of the preemption notice is JAX's service and was not
 pod), and on a pod a failed save is learnt at the next save (every host must stop at the same step), not
 at the next step; a save that fails in orbax's background write is learnt when that write ends, so the
 steps that computed meanwhile (the overlap that makes saving asynchronous) are lost with it; the full
-and read-only disks of section 7 are injected into orbax's save (`posattn/vision/fault_injection.py`),
+and read-only disks of section 7 are injected into orbax's save (`tests/vision/fault_injection.py`),
 as a real one makes it fail, not mounted; `theory.grid.fit_grid` (one compiled call for a sweep) has no
 per-chunk NaN stop; the theory binaries do not resume: an interrupted run is run again from the start.
 """

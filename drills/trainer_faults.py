@@ -73,7 +73,7 @@ def _injected(command: list, code: str, from_step: int, at: str) -> list:
     """`command` with every save from `from_step` failing with errno `code` (`failing_saves`)."""
     return _wrapped(
         command,
-        "import errno\nfrom posattn.vision.fault_injection import failing_saves",
+        "import errno\nfrom tests.vision.fault_injection import failing_saves",
         f"failing_saves(errno.{code}, from_step={from_step}, at={at!r})",
     )
 

@@ -1,34 +1,23 @@
-"""The one convention of the eleven binaries: each is a console script, its --help lists --config (with the
-config's fields) and --workdir from any directory (and the cluster flags, or why it runs on one host), its
---dry_run prints the resolved config and touches nothing, and its default config file runs as `:quick` (its
-smoke run) from /."""
+"""The one convention of every binary (experiments.BINARIES): each is a console script, its --help
+lists --config (with the config's fields) and --workdir from any directory (and the cluster flags, or
+why it runs on one host), its --dry_run prints the resolved config and touches nothing, and its default
+config file runs as `:quick` (its smoke run) from /."""
 
 import ast
 import importlib.util
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import tomllib
 
 import pytest
 
+from experiments import BINARIES, DEFAULT_CONFIG
 from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-BINARIES = (
-    "theory",
-    "reproduce",
-    "train_images",
-    "compare_attention",
-    "permuted",
-    "how_vits_work",
-    "phase_three",
-    "posemb_similarity",
-    "shallow_vit",
-    "shallow_settle",
-    "token_grid",
-)
 # posattn.experiments as installed (setup.py maps experiments/ under posattn); experiments.NAME with this
 # checkout on the path where the installed package is another checkout's (an editable install elsewhere)
 INSTALLED = (
@@ -51,6 +40,31 @@ def test_every_binary_is_a_console_script():
     assert scripts == {
         f"posattn-{n.replace('_', '-')}": f"posattn.experiments.{n}:entry" for n in BINARIES
     }
+
+
+def test_the_one_list_names_every_binary_with_the_default_config_it_defines():
+    """experiments.DEFAULT_CONFIG: one entry a file of experiments/, whose `cli.define_config` default
+    is the entry's config file, and the README counts them."""
+    files = {p.stem for p in (ROOT / "experiments").glob("*.py")} - {"__init__"}
+    assert sorted(BINARIES) == sorted(files)
+    for name in BINARIES:
+        tree = ast.parse((ROOT / "experiments" / f"{name}.py").read_text())
+        (call,) = [
+            c
+            for c in ast.walk(tree)
+            if isinstance(c, ast.Call)
+            and isinstance(c.func, ast.Attribute)
+            and c.func.attr == "define_config"
+        ]
+        assert ast.literal_eval(call.args[0]).split(":")[0] == DEFAULT_CONFIG[name], (
+            name
+        )  # ([:ARG])
+        assert (ROOT / DEFAULT_CONFIG[name]).is_file(), name
+    words = "one two three four five six seven eight nine ten eleven twelve thirteen".split()
+    counts = re.findall(
+        rf"\b({'|'.join(words)}) binaries\b", (ROOT / "README.md").read_text(), re.I
+    )
+    assert counts and {c.lower() for c in counts} == {words[len(BINARIES) - 1]}, counts
 
 
 def test_each_binary_is_its_flags_and_one_call():
@@ -109,8 +123,6 @@ def test_help_lists_config_and_workdir_from_the_root_directory():
         assert ("--coordinator_address: " in out) != ("\nOne host" in out), (name, out)
 
 
-# each binary's default config file (tpu_configs/NAME.py unless named here)
-CONFIG = {"train_images": "digits", "compare_attention": "digits", "how_vits_work": "pk22"}
 QUICK = {  # the smoke run's own flags, only where the default would be long
     "compare_attention": ("--config.seeds=1",),
     "permuted": ("--config.models=vit", "--config.seeds=1"),
@@ -123,7 +135,7 @@ def test_quick_config_runs_from_the_root_directory(name, tmp_path):
     r = subprocess.run(
         command(
             name,
-            f"--config=tpu_configs/{CONFIG.get(name, name)}.py:quick",
+            f"--config={DEFAULT_CONFIG[name]}:quick",
             *QUICK.get(name, ()),
             f"--workdir={tmp_path / 'run'}",
         ),
@@ -171,7 +183,7 @@ OVERRIDE = {
 }
 
 
-@pytest.mark.slow  # (eleven processes, 1-6 s each on 2 cores)
+@pytest.mark.slow  # (a process a binary, 1-6 s each on 2 cores)
 @pytest.mark.parametrize("name", BINARIES)
 def test_dry_run_prints_the_resolved_config_and_writes_and_compiles_nothing(name, tmp_path):
     workdir, field, value = tmp_path / "run", *OVERRIDE[name]

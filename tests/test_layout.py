@@ -1,5 +1,6 @@
 """The layout of the package (docs of `posattn.papers`): tools never import a study, matplotlib or the
-drills; no import circles among posattn's modules; tests import no benchmark or drill."""
+drills; the library imports no test helper; no import circles among posattn's modules; tests import no
+benchmark or drill."""
 
 import ast
 import pathlib
@@ -51,6 +52,16 @@ def test_tools_import_no_study_no_figure_and_no_matplotlib_even_inside_functions
             if _inside(i, (*STUDIES_AND_FIGURES, "matplotlib", "benchmarks", "drills"))
         )
         for m in TOOLS
+    }
+    assert not {m: i for m, i in offending.items() if i}
+
+
+def test_the_library_imports_no_test_helper_drill_or_benchmark():
+    """What only the tests and drills need (the faults they inject: tests/vision/fault_injection.py,
+    tests/theory/fault_injection.py) lives beside them, not in posattn."""
+    offending = {
+        m: sorted(i for i in _imports(m, p) if _inside(i, ("tests", "drills", "benchmarks")))
+        for m, p in MODULES.items()
     }
     assert not {m: i for m, i in offending.items() if i}
 

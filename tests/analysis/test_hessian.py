@@ -364,14 +364,3 @@ def test_lanczos_is_refused_under_jit_and_its_cap_where_the_step_would_ignore_it
     M = jnp.diag(jnp.arange(1.0, 4.0))
     with pytest.raises(ConfigError, match=r"1 <= k < P for method 'lanczos'"):
         eigensolvers.lanczos(lambda v: M @ v, jnp.ones(3), k=3)
-
-
-def test_pk22_settings_refuse_lanczos_in_one_program():
-    from posattn.papers.pk22 import suite
-
-    assert suite.Settings().hessian_method == suite.QUICK.hessian_method == "lanczos"
-    with pytest.raises(ConfigError, match="hessian_loop='program' with hessian_method='lanczos'"):
-        suite.Settings(hessian_loop="program")
-    with pytest.raises(ConfigError, match="hessian_method='arnoldi' must be one of power, lanczos"):
-        suite.Settings(hessian_method="arnoldi")
-    assert suite.Settings(hessian_loop="program", hessian_method="power").hessian_loop == "program"

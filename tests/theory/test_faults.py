@@ -9,7 +9,6 @@ from posattn.errors import ConfigError
 from posattn.theory import (
     GDConfig,
     TheoryConfig,
-    fault_injection,
     fit,
     programs,
 )
@@ -21,6 +20,7 @@ from posattn.theory import (
 )
 from posattn.theory.gd import fit_seeds
 from posattn.theory.keys import consecutive_seed_keys
+from tests.theory import fault_injection
 
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
 GD = GDConfig(N=256, steps=23, lr=0.01, lr_A=30.0, a0=4.0, eval_every=10, n_test=256)

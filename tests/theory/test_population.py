@@ -13,9 +13,6 @@ import pytest
 
 from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
-from posattn.papers.jsl22.overlay import deviations, overlay
-from posattn.plots import save_png
-from posattn.plots import theory as figures
 from posattn.theory import (
     GDConfig,
     Task,
@@ -442,28 +439,6 @@ def test_method_is_static_and_wrong_starts_are_refused():
             traced(params, SMALL, small_task, method), risks[method], rtol=1e-5
         )
     assert abs(risks["multiset"] - risks["general"]) > 1e-3 * risks["general"]
-
-
-@pytest.mark.slow
-def test_exact_population_gd_and_the_overlay(tmp_path):
-    # GD on the exact (P) through gd.fit (the multiset path, GDConfig's default; at C=2 it is the only
-    # one: L * 3^(D-C) = 38M patterns is past the general path's limit), then (E) from the same start.
-    cfg = TheoryConfig(D=16, C=2, d=8, q=0.4, partition="random")
-    gd = GDConfig(steps=60, lr=0.01, lr_A=30.0, a0=4.0, eval_every=20, n_test=2000)
-    exact, runs = overlay(jax.random.key(0), cfg, gd, Ns=(100,), devices=jax.devices()[:1])
-    h = exact.history
-    # The exact risk of the history agrees with its fresh-sample estimate (2000 test samples).
-    np.testing.assert_allclose(h["loss"], h["test_loss"], atol=0.03)
-    assert h["v_perp_norm"][-1] < h["v_perp_norm"][0]  # the noise part of v is a loss: it decays
-    A = jnp.asarray(exact.params["A"])  # the traced gradient kept A three-valued (f32 round-off)
-    assert float(three_value_form(A, exact.task.sets)[3]) <= 1e-6 * float(jnp.abs(A).max())
-    (E,) = runs.values()
-    for name in ("alpha", "A_within", "A_across", "test_loss"):  # same start, same test set
-        assert E.history[name][0] == h[name][0], name
-    save_png(figures.overlay_figure(h, {100: E.history}), tmp_path / "overlay.png")
-    gaps = deviations(h, {100: E.history})[100]
-    assert 0 < gaps["max_gap_gamma_minus_rho"] < np.inf and gaps["final_risk_P"] == h["loss"][-1]
-    assert (tmp_path / "overlay.png").stat().st_size > 0
 
 
 @pytest.mark.slow

@@ -30,8 +30,9 @@ from posattn import signals
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, replicated
-from posattn.vision import checkpoint, fault_injection, saving, train, train_step
+from posattn.vision import checkpoint, saving, train, train_step
 from posattn.vision.setup import Setup
+from tests.vision import fault_injection
 from tests.vision.test_train import tiny_digits
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
