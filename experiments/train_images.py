@@ -31,7 +31,14 @@ def main(config, workdir):
     setup.resolve(config, jax.device_count())  # the whole config, before the workdir is touched
     # its own (or an unmarked run of this config), writable and locked; the trainer's own check of the
     # fields a resumed run may change follows (`posattn.vision.resume`)
-    cli.claim(workdir, "train_images", config, may_change=resume.RESUMABLE, resumes=True)
+    cli.claim(
+        workdir,
+        "train_images",
+        config,
+        may_change=resume.RESUMABLE,
+        resumes=True,
+        complete=config_lib.complete,
+    )
     train.train_and_evaluate(config, workdir)
     if io.is_writer():  # the curves of the whole record (a resumed run's included)
         from posattn.plots import save_png

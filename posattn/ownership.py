@@ -188,10 +188,12 @@ def _describe(marker: dict, locked_by: str | None) -> str:
 
 
 def check_claim(
-    workdir, binary: str, config, *, may_change=(), resumes: bool = False
+    workdir, binary: str, config, *, may_change=(), resumes: bool = False, complete=None
 ) -> dict | None:
     """Raise ConfigError unless `binary` with `config` may run in `workdir` (the rules of the module
-    docstring); read only, so a refusal touches nothing. Returns the workdir's marker (None if none)."""
+    docstring); read only, so a refusal touches nothing. Returns the workdir's marker (None if none).
+    `complete` (the binary's schema: e.g. `vision.config.complete`) fills in a stored config's fields
+    added since it was recorded, before it is compared; None compares it as stored."""
     path = _reachable(workdir)
     marker = read_marker(path)
     again = "resume it" if resumes else "run it again"
@@ -204,7 +206,7 @@ def check_claim(
                 f"--workdir={workdir} holds files ({shown}) but no {MARKER} or config.json: not a run "
                 f"{binary} can continue; use a new or empty --workdir"
             )
-        if entries and (diffs := _differences(stored, config, may_change)):
+        if entries and (diffs := _differences(stored, config, may_change, complete)):
             raise ConfigError(
                 f"--workdir={workdir} holds a run whose config.json is another config ({diffs}): "
                 f"rerun with that config to {again}, or use a new --workdir"
@@ -216,7 +218,7 @@ def check_claim(
         raise ConfigError(
             f"--workdir={workdir} holds {what}: {binary} does not overwrite it; use a new --workdir"
         )
-    diffs = _differences(marker["config"], config, may_change)
+    diffs = _differences(marker["config"], config, may_change, complete)
     if diffs and marker["status"] != FAILED:
         raise ConfigError(
             f"--workdir={workdir} holds {what} of another config ({diffs}): rerun with its "
@@ -225,9 +227,10 @@ def check_claim(
     return marker
 
 
-def _differences(stored: dict, config, may_change) -> str:
-    """The fields (at most 4 shown) where `config` differs from the `stored` record, leaving out
-    `may_change`, as "field old -> new; ..."; "" if none."""
+def _differences(stored: dict, config, may_change, complete=None) -> str:
+    """The fields (at most 4 shown) where `config` differs from the `stored` record (`complete`d, if
+    given), leaving out `may_change`, as "field old -> new; ..."; "" if none."""
+    stored = stored if complete is None else complete(stored)
     diffs = [
         f"{k} {old!r} -> {new!r}"
         for k, (old, new) in differing_fields(stored, _flat_config(config)).items()
@@ -249,19 +252,22 @@ def _created_dirs(path: epath.Path) -> list:
     return out
 
 
-def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False) -> epath.Path:
+def claim(
+    workdir, binary: str, config, *, may_change=(), resumes: bool = False, complete=None
+) -> epath.Path:
     """Make `workdir` the workdir of this process's run of `binary` with `config` (a dict or an
     ml_collections.ConfigDict): `check_claim`, create it (writable: `posattn.workdir.check_writable`), lock it and
     write the marker (status running); its path. ConfigError, with nothing touched, if refused.
 
     `may_change`: dotted config fields a resumed run may change. `resumes`: the binary continues a run
-    when rerun (rather than running it again), as its messages then say.
-    One claim per process; `release` ends it.
+    when rerun (rather than running it again), as its messages then say. `complete`: as in
+    `check_claim`. One claim per process; `release` ends it.
     """
     global _held
     if _held is not None:
         raise RuntimeError(f"this process already holds {_held.workdir}: one claim per process")
-    marker = check_claim(workdir, binary, config, may_change=may_change, resumes=resumes)
+    options = {"may_change": may_change, "resumes": resumes, "complete": complete}
+    marker = check_claim(workdir, binary, config, **options)
     path = epath.Path(workdir)
     writer = io.is_writer()
     created = _created_dirs(path) if writer else []
@@ -269,7 +275,7 @@ def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False)
     fd, lock_before = workdir_lock.lock(path, workdir) if writer else (None, b"")
     try:
         # again, locked
-        marker = check_claim(workdir, binary, config, may_change=may_change, resumes=resumes)
+        marker = check_claim(workdir, binary, config, **options)
         before = (path / MARKER).read_bytes() if marker is not None else None
         record = {
             "binary": binary,

@@ -16,6 +16,7 @@ from etils import epath
 from posattn import io
 from posattn.errors import ConfigError
 from posattn.vision import checkpoint
+from posattn.vision import config as vision_config
 
 # What a run writes in its workdir (experiments/train_images.py adds curves.png).
 RUN_OUTPUTS = (
@@ -39,20 +40,15 @@ def _clipping_stays_on_or_off(old, new) -> bool:
     return on(old) == on(new)
 
 
-def _stays_at(default):
-    # a workdir recorded before the field existed ran as its default does: absent and default are equal
-    return lambda old, new: {old, new} <= {_ABSENT, default}
-
-
 # The fields that may change when a run resumes from a workdir, with the condition on (old, new) where
 # there is one. They steer the loop and its outputs, or say where the same data lies; none changes what
 # a step computes from the state and the batch, except the learning-rate knobs, which a NonFiniteLoss
 # stop tells the user to change to get past a divergence. A changed total_steps stretches the cosine
 # schedule from the resumed step on; it must still reach the checkpoint's step (`check_resume`).
 # eval_batch_size may change since every test example counts once whatever the batch, and evaluate_test
-# since it only says which splits the evaluations read. init_from only names the start of a run,
-# recorded as "" or absent (older workdirs) when it had none; validation_examples (the training examples
-# held out) stays, absent in the workdirs from before it, which held out none.
+# since it only says which splits the evaluations read. A field a workdir's record lacks (recorded
+# before the field existed, e.g. init_from, validation_examples) is compared at the value the run was
+# trained with (`vision.config.complete`), so an older workdir resumes with the schema's values.
 RESUMABLE = {
     "total_steps",
     "log_every",
@@ -65,14 +61,8 @@ RESUMABLE = {
     "idx_dir",
     "optimizer.lr",
     "optimizer.grad_clip",
-    "init_from",
-    "validation_examples",
 }
-RESUME_CONDITIONS = {
-    "optimizer.grad_clip": _clipping_stays_on_or_off,
-    "init_from": _stays_at(""),
-    "validation_examples": _stays_at(0),
-}
+RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off}
 
 
 def record(config) -> dict:
@@ -81,7 +71,8 @@ def record(config) -> dict:
 
 
 def read_record(workdir) -> dict | None:
-    """The config a workdir's config.json records, None if it has none; ConfigError (one line) if it is
+    """The config a workdir's config.json records, completed (`vision.config.complete`: a field added
+    since at the value the run was trained with), None if it has none; ConfigError (one line) if it is
     not a JSON object."""
     path = epath.Path(workdir) / "config.json"
     if not path.exists():
@@ -93,7 +84,7 @@ def read_record(workdir) -> dict | None:
         raise ConfigError(f"{path} does not parse ({e}); {fix}") from None
     if not isinstance(stored, dict):
         raise ConfigError(f"{path} is not a JSON object; {fix}")
-    return stored
+    return vision_config.complete(stored)
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
@@ -126,16 +117,17 @@ def differing_fields(old: dict, new: dict) -> dict:
     }
 
 
+def _changes(stored: dict, config) -> dict:
+    """`differing_fields` of a workdir's record, completed (`vision.config.complete`), and `config`."""
+    return differing_fields(vision_config.complete(stored), record(config))
+
+
 def failed_launch(stored: dict | None, config, checkpoint_step: int | None) -> bool:
     """Whether the workdir holds a launch of another config (`stored`, its config.json; any field
     differs) that stopped before its first checkpoint: nothing trained is at stake, so `config` may
     start afresh there once `set_aside_failed_launch` has moved what it left (its metrics record of
     what went wrong included)."""
-    return (
-        stored is not None
-        and checkpoint_step is None
-        and bool(differing_fields(stored, record(config)))
-    )
+    return stored is not None and checkpoint_step is None and bool(_changes(stored, config))
 
 
 def set_aside_failed_launch(workdir) -> epath.Path:
@@ -155,11 +147,12 @@ def set_aside_failed_launch(workdir) -> epath.Path:
 def check_resume(stored: dict | None, config, checkpoint_step: int | None, workdir) -> list[str]:
     """Raise ConfigError unless `config` may continue the run recorded in `workdir`; list the changes.
 
-    `stored` is the workdir's config.json (None if it has none), `checkpoint_step` the step of its latest
-    checkpoint (None if it has none). total_steps must not lie below the checkpoint's step, and every field
-    must be as stored except those `RESUMABLE` allows to change: total_steps, log_every, eval_every,
-    checkpoint_every, keep_checkpoints, eval_batch_size, data_dir, idx_dir, optimizer.lr, optimizer.grad_clip
-    (not switched on or off) and init_from (between absent and ""). Returns the allowed changes made, as
+    `stored` is the workdir's config.json (None if it has none; a field it lacks counts at the value the
+    run was trained with: `vision.config.complete`), `checkpoint_step` the step of its latest checkpoint
+    (None if it has none). total_steps must not lie below the checkpoint's step, and every field must be
+    as stored except those `RESUMABLE` allows to change: total_steps, log_every, eval_every,
+    checkpoint_every, keep_checkpoints, eval_batch_size, evaluate_test, data_dir, idx_dir, optimizer.lr
+    and optimizer.grad_clip (not switched on or off). Returns the allowed changes made, as
     "field old -> new", for the resume message.
     """
     if checkpoint_step is not None and checkpoint_step > config.total_steps:
@@ -168,7 +161,7 @@ def check_resume(stored: dict | None, config, checkpoint_step: int | None, workd
             f"total_steps={config.total_steps}: resume with --config.total_steps="
             f"{checkpoint_step} or more, or use a new --workdir"
         )
-    diffs = {} if stored is None else differing_fields(stored, record(config))
+    diffs = {} if stored is None else _changes(stored, config)
     refused = [
         f"{k} {old!r} -> {new!r}"
         for k, (old, new) in diffs.items()

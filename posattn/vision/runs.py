@@ -66,28 +66,14 @@ def restore_state(
 def run_config(workdir) -> ml_collections.ConfigDict:
     """The config a run in `workdir` was trained with (its config.json; JSON's lists back to the tuples
     of the config's fields, e.g. channel_mean). An image run recorded before a field joined
-    `base_config()` gets that field's default, the behaviour it was trained with (a field is only ever
-    added with a default that keeps the former behaviour, e.g. init_from "": a fresh start)."""
+    `base_config()` gets the value it was trained with (`vision_config.complete`)."""
     path = epath.Path(workdir) / "config.json"
     if not path.exists():
         raise ConfigError(f"{path} not found: a run's workdir holds config.json and checkpoints/")
-    recorded = ml_collections.ConfigDict(json.loads(path.read_text(), object_hook=_lists_to_tuples))
-    if "model" not in recorded or "dataset" not in recorded:  # not an image run: its reader says so
-        return recorded
-    return _with_later_fields(recorded, vision_config.base_config())
-
-
-def _with_later_fields(recorded: ml_collections.ConfigDict, base: ml_collections.ConfigDict):
-    """`recorded` with every field of `base` it lacks, at base's value, sections included."""
-    for key, value in base.items():
-        if key not in recorded:
-            with recorded.unlocked():
-                recorded[key] = value
-        elif isinstance(value, ml_collections.ConfigDict) and isinstance(
-            recorded[key], ml_collections.ConfigDict
-        ):
-            _with_later_fields(recorded[key], value)
-    return recorded
+    recorded = json.loads(path.read_text())
+    if "model" in recorded and "dataset" in recorded:  # an image run (another's reader refuses it)
+        recorded = vision_config.complete(recorded)
+    return ml_collections.ConfigDict(json.loads(json.dumps(recorded), object_hook=_lists_to_tuples))
 
 
 def _lists_to_tuples(record: dict) -> dict:
@@ -103,7 +89,7 @@ def _run_record(workdir, config) -> dict:
         if run_path.exists()
         else {
             "num_classes": datasets.num_classes(config.dataset),
-            "image_shape": datasets.image_shape(config.dataset, config.get("image_size", 0)),
+            "image_shape": datasets.image_shape(config.dataset, config.image_size),
         }
     )
     return {**run, "image_shape": tuple(run["image_shape"])}
@@ -130,9 +116,7 @@ def run_preprocess(workdir) -> Preprocess:
         try:
             run = {
                 **dataclasses.asdict(
-                    datasets.dataset_info(
-                        config.dataset, config.get("data_dir"), config.get("image_size", 0)
-                    )
+                    datasets.dataset_info(config.dataset, config.data_dir, config.image_size)
                 ),
                 **run,
             }
@@ -156,9 +140,7 @@ def run_preprocess(workdir) -> Preprocess:
     )
     return Preprocess(
         info,
-        BlockPermutation.of(
-            info.image_shape[:2], config.get("permute_block", 0), config.get("permute_seed", 0)
-        ),
+        BlockPermutation.of(info.image_shape[:2], config.permute_block, config.permute_seed),
     )
 
 

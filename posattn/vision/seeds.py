@@ -126,7 +126,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         compiler_options=compile_options.run_once(mesh.devices.flat[0].platform),
     )
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hypers[0]["seed"]), repl)
-    pretrained = warm_start.load(config.init_from) if config.get("init_from") else None
+    pretrained = warm_start.load(config.init_from) if config.init_from else None
     if pretrained is not None:
         jax.eval_shape(warm_start.transfer, abstract_state["params"], pretrained)
     num_params = models.param_count(abstract_state["params"])

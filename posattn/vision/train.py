@@ -148,7 +148,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     )
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hyper["seed"]), repl)
     # A pre-trained start (config.init_from), checked against this model before any file changes.
-    pretrained = warm_start.load(config.init_from) if config.get("init_from") else None
+    pretrained = warm_start.load(config.init_from) if config.init_from else None
     if pretrained is not None:
         jax.eval_shape(warm_start.transfer, abstract_state["params"], pretrained)
     num_params = models.param_count(abstract_state["params"])
