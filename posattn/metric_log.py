@@ -11,6 +11,10 @@ Every record is a flat dict of scalars with an integer "step". Keys shared by bo
     test_error      fraction of test examples classified wrong, in [0, 1]
     test_accuracy   1 - test_error
 
+A study's binary that runs no optimiser of its own (shallow_vit, token_grid, how_vits_work) writes one
+record per stage, cell or model, its "step" that record's place in the run, and may nest its results
+(TensorBoard takes the top-level numbers).
+
 Anything else a regime measures keeps its own name (theory: alpha, A_within, patch_association_share,
 ...; images: train_grad_norm, train_lr, images_per_second, ...). `from_theory` and `paired_test_metrics` put a
 regime's own names into this schema; `MetricLog` writes a record to both files (process 0 only).

@@ -40,10 +40,9 @@ import sys
 
 from etils import epath
 
-from posattn import io, signals, workdir_lock
+from posattn import io, run_record, signals, workdir_lock
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError, first_line
-from posattn.vision.resume import differing_fields
 
 MARKER = "workdir.json"
 RUNNING, COMPLETE, INTERRUPTED, FAILED = "running", "complete", "interrupted", "failed"
@@ -90,36 +89,10 @@ def check_path(workdir, flag: str = "workdir") -> str:
     return str(workdir)
 
 
-def _flat_config(config) -> dict:
-    """The config as plain JSON (dicts, lists, numbers, strings), as the marker stores it; nested
-    ml_collections.ConfigDicts as their dicts."""
-    as_json = lambda x: (
-        json.loads(x.to_json_best_effort()) if hasattr(x, "to_json_best_effort") else str(x)
-    )
-    return json.loads(
-        json.dumps(
-            io.jsonable(config) if isinstance(config, dict) else config,
-            sort_keys=True,
-            default=as_json,
-        )
-    )
-
-
 def fingerprint(config: dict, may_change=()) -> str:
     """SHA-256 (16 hex digits) of the config's fields, leaving out `may_change`."""
-    kept = {k: v for k, v in _dotted(config).items() if k not in may_change}
+    kept = {k: v for k, v in run_record.dotted(config).items() if k not in may_change}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _dotted(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        out.update(
-            _dotted(value, f"{prefix}{key}.")
-            if isinstance(value, dict)
-            else {f"{prefix}{key}": value}
-        )
-    return out
 
 
 def read_marker(workdir) -> dict | None:
@@ -140,27 +113,6 @@ def read_marker(workdir) -> dict | None:
             "status): restore it, or use a new --workdir"
         )
     return marker
-
-
-def read_config_json(workdir) -> dict | None:
-    """The JSON object of `workdir`/config.json (None if there is none); ConfigError, naming the fault,
-    if it is empty, cut short or not a JSON object, so that no reader of the run meets a traceback."""
-    path = epath.Path(workdir) / "config.json"
-    try:
-        if not path.exists():
-            return None
-        record = json.loads(path.read_text())
-    except Exception as e:  # noqa: BLE001 - JSONDecodeError, UnicodeDecodeError, the file system's own
-        raise ConfigError(
-            f"--workdir={workdir}: its config.json is damaged ({type(e).__name__}: "
-            f"{first_line(e)}): restore it from a copy, or use a new --workdir"
-        ) from e
-    if not isinstance(record, dict):
-        raise ConfigError(
-            f"--workdir={workdir}: its config.json holds a {type(record).__name__}, not a "
-            "config: restore it from a copy, or use a new --workdir"
-        )
-    return record
 
 
 def _listing(path: epath.Path) -> dict:
@@ -199,7 +151,7 @@ def check_claim(
     again = "resume it" if resumes else "run it again"
     if marker is None:  # a new workdir, or a run made outside the binaries (or before markers)
         entries = sorted(_listing(path))
-        stored = read_config_json(path) if entries else None
+        stored = run_record.read_config(path) if entries else None
         if entries and stored is None:
             shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
             raise ConfigError(
@@ -212,7 +164,7 @@ def check_claim(
                 f"rerun with that config to {again}, or use a new --workdir"
             )
         return None
-    read_config_json(path)  # a damaged record stops the run before anything is changed
+    run_record.read_config(path)  # a damaged record stops the run before anything is changed
     what = _describe(marker, workdir_lock.holder(path) if workdir_lock.is_locked(path) else None)
     if marker["binary"] != binary:
         raise ConfigError(
@@ -233,7 +185,7 @@ def _differences(stored: dict, config, may_change, complete=None) -> str:
     stored = stored if complete is None else complete(stored)
     diffs = [
         f"{k} {old!r} -> {new!r}"
-        for k, (old, new) in differing_fields(stored, _flat_config(config)).items()
+        for k, (old, new) in run_record.differing_fields(stored, run_record.as_json(config)).items()
         if k not in may_change
     ]
     return "; ".join(diffs[:4]) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
@@ -279,8 +231,8 @@ def claim(
         before = (path / MARKER).read_bytes() if marker is not None else None
         record = {
             "binary": binary,
-            "config": _flat_config(config),
-            "fingerprint": fingerprint(_flat_config(config), may_change),
+            "config": run_record.as_json(config),
+            "fingerprint": fingerprint(run_record.as_json(config), may_change),
             "status": RUNNING,
             "pid": os.getpid(),
             "command": shlex.join(sys.orig_argv),
@@ -365,7 +317,7 @@ def check_run(workdir, binary: str) -> None:
             f"--workdir={workdir} holds a {marker['binary']} run, not a {binary} run: give the "
             f"workdir of a {binary} run"
         )
-    if read_config_json(workdir) is None:
+    if run_record.read_config(workdir) is None:
         raise ConfigError(
             f"--workdir={workdir} has no config.json: it holds no {binary} run (give the workdir "
             f"of a finished {binary} run)"

@@ -165,3 +165,26 @@ def test_no_module_reads_a_config_field_with_a_default_of_its_own():
             ):
                 found.append(f"{where}:{node.lineno}")
     assert not found
+
+
+def test_the_run_record_and_the_metrics_have_one_writer_each():
+    """Issue 47 item 4: config.json and run.json are named, written and read in `posattn.run_record`
+    alone (timm_heads reads timm's own config.json), and only `posattn.metric_log` appends to a
+    metrics record."""
+    named, appended = [], []
+    for path in sorted([*(ROOT / "posattn").rglob("*.py"), *(ROOT / "experiments").rglob("*.py")]):
+        where = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            if (
+                isinstance(node, ast.Constant)
+                and node.value in ("config.json", "run.json")
+                and where not in ("posattn/run_record.py", *NOT_OUR_CONFIGS)
+            ):
+                named.append(f"{where}:{node.lineno}")
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "append_jsonl"
+                and where not in ("posattn/metric_log.py", "posattn/io.py")
+            ):
+                appended.append(f"{where}:{node.lineno}")
+    assert not named and not appended

@@ -1,6 +1,6 @@
 """Which run a workdir holds, and which changes of its config a resumed run may make.
 
-A workdir records the config of its run in config.json (`record`); a run started on it again must be
+A workdir records the config of its run in config.json (`posattn.run_record`); a run started on it again must be
 the same run (`check_resume`), apart from the fields in `RESUMABLE`. A launch that stopped before its
 first checkpoint (out of memory, a diverged first step) trained nothing that a resume could continue:
 another config may then start afresh in the same workdir, once what the failed launch wrote is set aside
@@ -8,20 +8,18 @@ in WORKDIR/failed-<its start time>/ (`set_aside_failed_launch`), kept, not delet
 """
 
 import datetime
-import json
-import math
 
 from etils import epath
 
-from posattn import io
+from posattn import io, run_record
 from posattn.errors import ConfigError
 from posattn.vision import checkpoint
 from posattn.vision import config as vision_config
 
 # What a run writes in its workdir (experiments/train_images.py adds curves.png).
 RUN_OUTPUTS = (
-    "config.json",
-    "run.json",
+    run_record.CONFIG_FILE,
+    run_record.RUN_FILE,
     "metrics.jsonl",
     "summary.json",
     "curves.png",
@@ -30,7 +28,6 @@ RUN_OUTPUTS = (
     "checkpoints_unreadable",
 )
 FAILED_PREFIX = "failed-"
-_ABSENT = "(absent)"
 
 
 def _clipping_stays_on_or_off(old, new) -> bool:
@@ -65,61 +62,17 @@ RESUMABLE = {
 RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off}
 
 
-def record(config) -> dict:
-    """The config as the JSON object a workdir's config.json holds."""
-    return json.loads(config.to_json_best_effort())
-
-
 def read_record(workdir) -> dict | None:
-    """The config a workdir's config.json records, completed (`vision.config.complete`: a field added
-    since at the value the run was trained with), None if it has none; ConfigError (one line) if it is
-    not a JSON object."""
-    path = epath.Path(workdir) / "config.json"
-    if not path.exists():
-        return None
-    fix = f"it records the config of the run in {workdir}: restore it, or use a new --workdir"
-    try:
-        stored = json.loads(path.read_text())
-    except ValueError as e:
-        raise ConfigError(f"{path} does not parse ({e}); {fix}") from None
-    if not isinstance(stored, dict):
-        raise ConfigError(f"{path} is not a JSON object; {fix}")
-    return vision_config.complete(stored)
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _same(a, b) -> bool:
-    # NaN is a value a config can hold (a diverging learning rate) and compares unequal to itself
-    return a == b or (
-        isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
-    )
-
-
-def differing_fields(old: dict, new: dict) -> dict:
-    """{dotted field: (old value, new value)} of the fields where two config records differ.
-
-    A field present in only one record differs, with "(absent)" for the missing value.
-    """
-    a, b = _flatten(old), _flatten(new)
-    return {
-        k: (a.get(k, _ABSENT), b.get(k, _ABSENT))
-        for k in sorted(a.keys() | b.keys())
-        if not (k in a and k in b and _same(a[k], b[k]))
-    }
+    """The config a workdir's config.json records (`run_record.read_config`), completed
+    (`vision.config.complete`: a field added since at the value the run was trained with), None if it
+    has none; ConfigError (one line) if it is damaged."""
+    stored = run_record.read_config(workdir)
+    return None if stored is None else vision_config.complete(stored)
 
 
 def _changes(stored: dict, config) -> dict:
-    """`differing_fields` of a workdir's record, completed (`vision.config.complete`), and `config`."""
-    return differing_fields(vision_config.complete(stored), record(config))
+    """`run_record.differing_fields` of a workdir's record, completed (`vision.config.complete`), and `config`."""
+    return run_record.differing_fields(vision_config.complete(stored), run_record.as_json(config))
 
 
 def failed_launch(stored: dict | None, config, checkpoint_step: int | None) -> bool:
@@ -135,7 +88,7 @@ def set_aside_failed_launch(workdir) -> epath.Path:
     written>/ (the same name on every process of a multi-process run); where they went."""
     workdir = epath.Path(workdir)
     launched = datetime.datetime.fromtimestamp(
-        (workdir / "config.json").stat().mtime, datetime.timezone.utc
+        (workdir / run_record.CONFIG_FILE).stat().mtime, datetime.timezone.utc
     )
     dest = io.unused_path(workdir / f"{FAILED_PREFIX}{launched:%Y%m%d-%H%M%S}")
     for name in RUN_OUTPUTS:

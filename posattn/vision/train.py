@@ -183,8 +183,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             str(workdir), keep=config.keep_checkpoints
         )  # removes orbax's temporaries
         closing.callback(saving.close, mngr)
-        io.write_json(workdir / "config.json", resume.record(config))
-        runs.write_run_record(workdir, setup)
+        runs.write_run_record(workdir, config, setup)
         if io.is_writer():  # a summary of an earlier, shorter run of this workdir no longer holds
             (workdir / "summary.json").unlink(missing_ok=True)
 

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from posattn import cli
+from posattn import cli, run_record
 from posattn.errors import ConfigError
 from posattn.vision import config as config_lib
 from posattn.vision import resume, runs, sweep, train
@@ -182,11 +182,11 @@ def test_an_older_workdir_lacking_later_fields_resumes_with_the_schema_values(wo
         "changed from its config.json: keep_checkpoints 2 -> 5, total_steps 2 -> 6\n"
         in capsys.readouterr().out
     )
-    assert json.loads((workdir / "config.json").read_text()) == resume.record(longer)
+    assert json.loads((workdir / "config.json").read_text()) == run_record.as_json(longer)
 
 
 def test_an_older_record_is_completed_from_the_schema_at_the_values_it_ran_with():
-    base = resume.record(config_lib.base_config())
+    base = run_record.as_json(config_lib.base_config())
     old = json.loads(json.dumps(base))
     del old["init_from"], old["channel_mean"], old["model"]["pos_init_std"]
     old["model"]["attention"] = "vanilla"
@@ -195,7 +195,7 @@ def test_an_older_record_is_completed_from_the_schema_at_the_values_it_ran_with(
     assert completed["model"]["pos_init_std"] == 1.0  # its default when the run was made
     assert completed["model"]["attention"] == "vanilla"  # what the run recorded wins
     assert "init_from" not in old  # the record itself is left as it was
-    assert resume.differing_fields(completed, base) == {
+    assert run_record.differing_fields(completed, base) == {
         "model.attention": ("vanilla", "positional"),
         "model.pos_init_std": (1.0, 0.02),
     }
@@ -203,7 +203,7 @@ def test_an_older_record_is_completed_from_the_schema_at_the_values_it_ran_with(
 
 def test_check_resume_allows_only_the_resumable_fields():
     c = _short()
-    stored = resume.record(c)
+    stored = run_record.as_json(c)
     assert resume.check_resume(stored, c, 2, "w") == []
     assert (
         resume.check_resume(None, _short(seed=1), None, "w") == []
@@ -214,7 +214,7 @@ def test_check_resume_allows_only_the_resumable_fields():
         "optimizer.grad_clip 1.0 -> 0.5",
         "optimizer.lr 0.001 -> nan",
     ]
-    nan_stored = resume.record(
+    nan_stored = run_record.as_json(
         changed
     )  # NaN equals NaN here: the run diverged and is resumed as is
     assert resume.check_resume(nan_stored, changed, 2, "w") == []
@@ -234,7 +234,7 @@ def test_check_resume_allows_only_the_resumable_fields():
 
 def test_sweep_reads_back_a_cell_only_of_the_same_config(tmp_path, monkeypatch):
     c = _short()
-    (tmp_path / "config.json").write_text(json.dumps(resume.record(c)))
+    (tmp_path / "config.json").write_text(json.dumps(run_record.as_json(c)))
     (tmp_path / "summary.json").write_text(
         json.dumps({"steps": c.total_steps, "test_accuracy": 0.5})
     )
@@ -251,7 +251,7 @@ def test_sweep_reads_back_a_cell_only_of_the_same_config(tmp_path, monkeypatch):
 
 
 def test_a_launch_without_a_checkpoint_is_a_failed_launch_for_any_other_config():
-    stored = resume.record(_short())
+    stored = run_record.as_json(_short())
     assert not resume.failed_launch(stored, _short(), None)  # the same run starts again
     assert resume.failed_launch(
         stored, _short(optimizer__lr=1e-4), None
