@@ -25,7 +25,7 @@ cli.define_distributed_flags()
 def main(config, workdir):
     import jax  # after flag parsing: a bad flag fails fast, before jax starts
 
-    from posattn import io
+    from posattn import io, metric_log
     from posattn.vision import resume, setup, train
 
     setup.resolve(config, jax.device_count())  # the whole config, before the workdir is touched
@@ -44,7 +44,7 @@ def main(config, workdir):
         from posattn.plots import save_png
         from posattn.plots import vision as figures
 
-        records = io.read_jsonl(f"{workdir}/metrics.jsonl")
+        records = metric_log.read(workdir)
         kind = f" ({config.model.attention} attention)" if config.model.name == "vit" else ""
         title = f"{config.dataset}: {config.model.name}{kind}"
         save_png(figures.training_curves_figure(records, title), f"{workdir}/curves.png")

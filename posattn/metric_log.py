@@ -30,6 +30,14 @@ from etils import epath
 from posattn import io
 
 TENSORBOARD_DIR = "tensorboard"
+METRICS_FILE = "metrics.jsonl"
+
+
+def read(workdir) -> list[dict]:
+    """Every record of `workdir`'s metrics.jsonl, in order (`io.read_jsonl`: a last line cut short by a
+    kill is left out; a damaged line before it is a ConfigError); [] where the run wrote none."""
+    path = epath.Path(workdir) / METRICS_FILE
+    return io.read_jsonl(path) if path.exists() else []
 
 
 def paired_test_metrics(record: dict) -> dict:
@@ -60,7 +68,7 @@ class MetricLog:
     """
 
     def __init__(self, workdir, *, fresh: bool = False, start_step: int | None = None):
-        self.path = f"{workdir}/metrics.jsonl"
+        self.path = f"{workdir}/{METRICS_FILE}"
         if fresh:
             io.write_text(self.path, "")
         elif start_step is not None and io.is_writer() and epath.Path(self.path).exists():

@@ -11,7 +11,7 @@ import datetime
 
 from etils import epath
 
-from posattn import io, run_record
+from posattn import io, metric_log, run_record
 from posattn.errors import ConfigError
 from posattn.vision import checkpoint
 from posattn.vision import config as vision_config
@@ -20,7 +20,7 @@ from posattn.vision import config as vision_config
 RUN_OUTPUTS = (
     run_record.CONFIG_FILE,
     run_record.RUN_FILE,
-    "metrics.jsonl",
+    metric_log.METRICS_FILE,
     "summary.json",
     "curves.png",
     "tensorboard",
@@ -145,8 +145,7 @@ def preflight(config, workdir, abstract_state) -> dict:
     }
     if failed:  # what it left is set aside whole
         return plan
-    if (workdir / "metrics.jsonl").exists():
-        io.read_jsonl(workdir / "metrics.jsonl")
+    metric_log.read(workdir)
     with checkpoint.manager(str(workdir), read_only=True) as reader:
         plan["state"], plan["skipped"] = checkpoint.latest_good(reader, abstract_state)
     return plan

@@ -118,12 +118,10 @@ def last_epoch_change(run_dir, steps_per_epoch: float) -> dict:
     of the logged training loss (each log the mean since the one before) from the first to the last log
     whose steps lie in the last epoch; "converged" where it is under `CONVERGED` in size. NaN where the
     last epoch holds fewer than two logs."""
-    logs = [
-        json.loads(line)
-        for line in (epath.Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-        if line.strip()
-    ]
-    logs = sorted((m for m in logs if m.get("train_loss") is not None), key=lambda m: m["step"])
+    logs = sorted(
+        (m for m in metric_log.read(run_dir) if m.get("train_loss") is not None),
+        key=lambda m: m["step"],
+    )
     last = logs[-1]["step"]
     # a log is the mean over the steps since the previous one: those of the last epoch lie wholly in it
     epoch = [
