@@ -37,7 +37,7 @@ def main(config, workdir):
         config,
         may_change=resume.RESUMABLE,
         resumes=True,
-        complete=config_lib.complete,
+        complete=config_lib.SCHEMA.complete,
     )
     train.train_and_evaluate(config, workdir)
     if io.is_writer():  # the curves of the whole record (a resumed run's included)

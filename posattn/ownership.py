@@ -144,8 +144,8 @@ def check_claim(
 ) -> dict | None:
     """Raise ConfigError unless `binary` with `config` may run in `workdir` (the rules of the module
     docstring); read only, so a refusal touches nothing. Returns the workdir's marker (None if none).
-    `complete` (the binary's schema: e.g. `vision.config.complete`) fills in a stored config's fields
-    added since it was recorded, before it is compared; None compares it as stored."""
+    `complete` (the binary's `configs.Schema.complete`, e.g. the image schema's) fills in the fields a
+    stored config lacks (added since it was recorded) before it is compared; None compares it as is."""
     path = _reachable(workdir)
     marker = read_marker(path)
     again = "resume it" if resumes else "run it again"

@@ -7,11 +7,9 @@ smoke run, the `quick` token (`--config=tpu_configs/digits.py:quick`), is `shrin
 can still be overridden on the command line (`--config.model.attention=vanilla`).
 
 A run recorded before a field existed is read back with that field at the value it was trained with
-(`complete`: the schema's default, or `FORMER_DEFAULTS`'); how a workdir's recorded config may change
-when the run resumes is `posattn.vision.resume`'s concern.
+(`SCHEMA.complete`: the schema's default, or `FORMER_DEFAULTS`'); how a workdir's recorded config may
+change when the run resumes is `posattn.vision.resume`'s concern.
 """
-
-import json
 
 import ml_collections
 
@@ -97,28 +95,10 @@ def base_config() -> ml_collections.ConfigDict:
 
 
 # The value a run recorded before a field existed was trained with, where the field's default has
-# changed since it joined the schema (every other field joined with a default that keeps the former
-# behaviour): P started as N(0, 1) until model.pos_init_std joined at 1.0; its default is 0.02 since.
+# changed since it joined the schema (`configs.Schema.complete`; every other field joined with a default
+# that keeps the former behaviour): P started as N(0, 1) until model.pos_init_std joined at 1.0; its
+# default is 0.02 since.
 FORMER_DEFAULTS = {"model.pos_init_std": 1.0}
-
-
-def complete(recorded: dict) -> dict:
-    """An image run's recorded config (the JSON object of its config.json) with every field of
-    `base_config()` it lacks (a run of an older version), at the value it was trained with: that of
-    `FORMER_DEFAULTS`, else the schema's default; sections included. The one place an older record is
-    filled in: whoever reads a run's config reads it completed. A new dict; `recorded` is unchanged."""
-
-    def fill(record: dict, base: dict, prefix: str) -> dict:
-        out = dict(record)
-        for key, default in base.items():
-            if key not in out:
-                out[key] = FORMER_DEFAULTS.get(f"{prefix}{key}", default)
-            elif isinstance(default, dict) and isinstance(out[key], dict):
-                out[key] = fill(out[key], default, f"{prefix}{key}.")
-        return out
-
-    # (to_json_best_effort: the record's own shape, JSON lists for the tuple fields)
-    return fill(recorded, json.loads(base_config().to_json_best_effort()), "")
 
 
 def check_schema(config) -> None:
@@ -169,4 +149,5 @@ SCHEMA = configs.Schema(
     "an image config (posattn.vision.config.base_config)",
     lambda fields: base_config(),
     shrink_to_local,
+    former_defaults=FORMER_DEFAULTS,
 )

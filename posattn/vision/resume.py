@@ -1,10 +1,11 @@
 """Which run a workdir holds, and which changes of its config a resumed run may make.
 
-A workdir records the config of its run in config.json (`posattn.run_record`); a run started on it again must be
-the same run (`check_resume`), apart from the fields in `RESUMABLE`. A launch that stopped before its
-first checkpoint (out of memory, a diverged first step) trained nothing that a resume could continue:
-another config may then start afresh in the same workdir, once what the failed launch wrote is set aside
-in WORKDIR/failed-<its start time>/ (`set_aside_failed_launch`), kept, not deleted.
+A workdir records the config of its run in config.json (`posattn.run_record`); a run started on it
+again must be the same run (`check_resume`), apart from the fields in `RESUMABLE`. A launch that
+stopped before its first checkpoint (out of memory, a diverged first step) trained nothing that a
+resume could continue: another config may then start afresh in the same workdir, once what the failed
+launch wrote is set aside in WORKDIR/failed-<its start time>/ (`set_aside_failed_launch`), kept, not
+deleted.
 """
 
 import datetime
@@ -45,7 +46,7 @@ def _clipping_stays_on_or_off(old, new) -> bool:
 # eval_batch_size may change since every test example counts once whatever the batch, and evaluate_test
 # since it only says which splits the evaluations read. A field a workdir's record lacks (recorded
 # before the field existed, e.g. init_from, validation_examples) is compared at the value the run was
-# trained with (`vision.config.complete`), so an older workdir resumes with the schema's values.
+# trained with (`vision.config.SCHEMA.complete`), so an older workdir resumes with the schema's values.
 RESUMABLE = {
     "total_steps",
     "log_every",
@@ -64,15 +65,18 @@ RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off}
 
 def read_record(workdir) -> dict | None:
     """The config a workdir's config.json records (`run_record.read_config`), completed
-    (`vision.config.complete`: a field added since at the value the run was trained with), None if it
-    has none; ConfigError (one line) if it is damaged."""
+    (`vision.config.SCHEMA.complete`: a field added since at the value the run was trained with), None
+    if it has none; ConfigError (one line) if it is damaged."""
     stored = run_record.read_config(workdir)
-    return None if stored is None else vision_config.complete(stored)
+    return None if stored is None else vision_config.SCHEMA.complete(stored)
 
 
 def _changes(stored: dict, config) -> dict:
-    """`run_record.differing_fields` of a workdir's record, completed (`vision.config.complete`), and `config`."""
-    return run_record.differing_fields(vision_config.complete(stored), run_record.as_json(config))
+    """`run_record.differing_fields` of a workdir's record, completed
+    (`vision.config.SCHEMA.complete`), and `config`."""
+    return run_record.differing_fields(
+        vision_config.SCHEMA.complete(stored), run_record.as_json(config)
+    )
 
 
 def failed_launch(stored: dict | None, config, checkpoint_step: int | None) -> bool:
@@ -101,11 +105,11 @@ def check_resume(stored: dict | None, config, checkpoint_step: int | None, workd
     """Raise ConfigError unless `config` may continue the run recorded in `workdir`; list the changes.
 
     `stored` is the workdir's config.json (None if it has none; a field it lacks counts at the value the
-    run was trained with: `vision.config.complete`), `checkpoint_step` the step of its latest checkpoint
-    (None if it has none). total_steps must not lie below the checkpoint's step, and every field must be
-    as stored except those `RESUMABLE` allows to change: total_steps, log_every, eval_every,
-    checkpoint_every, keep_checkpoints, eval_batch_size, evaluate_test, data_dir, idx_dir, optimizer.lr
-    and optimizer.grad_clip (not switched on or off). Returns the allowed changes made, as
+    run was trained with: `vision.config.SCHEMA.complete`), `checkpoint_step` the step of its latest
+    checkpoint (None if it has none). total_steps must not lie below the checkpoint's step, and every
+    field must be as stored except those `RESUMABLE` allows to change: total_steps, log_every,
+    eval_every, checkpoint_every, keep_checkpoints, eval_batch_size, evaluate_test, data_dir, idx_dir,
+    optimizer.lr and optimizer.grad_clip (not switched on or off). Returns the allowed changes made, as
     "field old -> new", for the resume message.
     """
     if checkpoint_step is not None and checkpoint_step > config.total_steps:

@@ -65,7 +65,7 @@ def restore_state(
 def run_config(workdir) -> ml_collections.ConfigDict:
     """The config a run in `workdir` was trained with (its config.json; JSON's lists back to the tuples
     of the config's fields, e.g. channel_mean). An image run recorded before a field joined
-    `base_config()` gets the value it was trained with (`vision_config.complete`)."""
+    `base_config()` gets the value it was trained with (`vision_config.SCHEMA.complete`)."""
     recorded = run_record.read_config(workdir)
     if recorded is None:
         raise ConfigError(
@@ -73,7 +73,7 @@ def run_config(workdir) -> ml_collections.ConfigDict:
             "config.json and checkpoints/"
         )
     if "model" in recorded and "dataset" in recorded:  # an image run (another's reader refuses it)
-        recorded = vision_config.complete(recorded)
+        recorded = vision_config.SCHEMA.complete(recorded)
     return ml_collections.ConfigDict(json.loads(json.dumps(recorded), object_hook=_lists_to_tuples))
 
 

@@ -190,7 +190,7 @@ def test_an_older_record_is_completed_from_the_schema_at_the_values_it_ran_with(
     old = json.loads(json.dumps(base))
     del old["init_from"], old["channel_mean"], old["model"]["pos_init_std"]
     old["model"]["attention"] = "vanilla"
-    completed = config_lib.complete(old)
+    completed = config_lib.SCHEMA.complete(old)
     assert completed["init_from"] == "" and completed["channel_mean"] == []  # JSON's shape
     assert completed["model"]["pos_init_std"] == 1.0  # its default when the run was made
     assert completed["model"]["attention"] == "vanilla"  # what the run recorded wins

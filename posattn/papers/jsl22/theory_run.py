@@ -32,7 +32,8 @@ def run(config, workdir: str, claim) -> None:
         )
     seeds = list(range(config.seed, config.seed + config.seeds))
     check_seed(config.seed)  # its key is made after the claim: a dry run compiles nothing
-    claim(workdir, "theory", config)  # its own, writable and locked, before any work
+    # its own, writable and locked, before any work; a record of an older version completed by the schema
+    claim(workdir, "theory", config, complete=presets.SCHEMA.complete)
     key = keys.seed_key(config.seed)
     path = lambda name: os.path.join(workdir, name)
     run_record.write_config(workdir, config)

@@ -108,7 +108,8 @@ def create_model(
     AlterNet's), pos_shared, pos_add, pos_init_std (std of the initial P), pool (gap | cls); for ResNet-18
     and VGG-16 width (channels of the first stage, the others scaled with it; 0 = the published 64);
     dropout for all. Missing fields take the schema's defaults (`vision.config.base_config`); an
-    unknown field is a ConfigError naming the nearest valid one. The model refuses (ConfigError) images of other channels (and for the ViT, another size).
+    unknown field is a ConfigError naming the nearest valid one. The model refuses (ConfigError)
+    images of other channels (and for the ViT, another size).
     """
     if isinstance(model_cfg, str):
         model_cfg = {"name": model_cfg}
