@@ -25,19 +25,26 @@ cli.define_distributed_flags()
 def main(config, workdir):
     import jax  # after flag parsing: a bad flag fails fast, before jax starts
 
-    from posattn import io
+    from posattn import io, metric_log
     from posattn.vision import resume, setup, train
 
     setup.resolve(config, jax.device_count())  # the whole config, before the workdir is touched
     # its own (or an unmarked run of this config), writable and locked; the trainer's own check of the
     # fields a resumed run may change follows (`posattn.vision.resume`)
-    cli.claim(workdir, "train_images", config, may_change=resume.RESUMABLE, resumes=True)
+    cli.claim(
+        workdir,
+        "train_images",
+        config,
+        may_change=resume.RESUMABLE,
+        resumes=True,
+        complete=config_lib.SCHEMA.complete,
+    )
     train.train_and_evaluate(config, workdir)
     if io.is_writer():  # the curves of the whole record (a resumed run's included)
         from posattn.plots import save_png
         from posattn.plots import vision as figures
 
-        records = io.read_jsonl(f"{workdir}/metrics.jsonl")
+        records = metric_log.read(workdir)
         kind = f" ({config.model.attention} attention)" if config.model.name == "vit" else ""
         title = f"{config.dataset}: {config.model.name}{kind}"
         save_png(figures.training_curves_figure(records, title), f"{workdir}/curves.png")

@@ -9,6 +9,7 @@ command line: `posattn.cli` defines the flags and parses argv on top of it.
 import dataclasses
 import difflib
 import importlib.util
+import json
 import os
 import pathlib
 import traceback
@@ -54,12 +55,38 @@ class Schema:
     A file that changes no field (its binary's defaults) would fit any schema, so it says whose it is:
     `schema="KIND"`, checked against `kind` (a file of another kind is refused instead of running this
     binary's defaults).
+
+    The schema is also where a field's default lives for a run recorded before the field existed:
+    `complete` fills such a record in (`former_defaults` where the default has changed since).
     """
 
     name: str  # what the config is, for messages ("an image config (...)")
     base: Callable[[ml_collections.ConfigDict], ml_collections.ConfigDict]
     smoke: Callable[[ml_collections.ConfigDict], object] | None = None
     kind: str = ""  # what a config file names in `schema` to say it is this schema's
+    # {dotted field: the value a run recorded before the field existed ran with}, for the fields whose
+    # default has changed since they joined the schema (the others joined with a default that keeps
+    # the former behaviour)
+    former_defaults: typing.Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+    def complete(self, recorded: dict) -> dict:
+        """A run's recorded config (the JSON object of its config.json or its marker) with every field of
+        the schema it lacks (a run of an older version), at the value it was trained with: that of
+        `former_defaults`, else the schema's default (`base` of the record's own fields, e.g. the theory
+        preset it names); sections included. The one place an older record is filled in. A new dict;
+        `recorded` is unchanged."""
+
+        def fill(record: dict, base: dict, prefix: str) -> dict:
+            out = dict(record)
+            for key, default in base.items():
+                if key not in out:
+                    out[key] = self.former_defaults.get(f"{prefix}{key}", default)
+                elif isinstance(default, dict) and isinstance(out[key], dict):
+                    out[key] = fill(out[key], default, f"{prefix}{key}.")
+            return out
+
+        # (to_json_best_effort: the record's own shape, JSON lists for the tuple fields)
+        return fill(recorded, json.loads(self.base(recorded).to_json_best_effort()), "")
 
 
 def is_smoke(arg: str | None) -> bool:

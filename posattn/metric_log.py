@@ -11,6 +11,10 @@ Every record is a flat dict of scalars with an integer "step". Keys shared by bo
     test_error      fraction of test examples classified wrong, in [0, 1]
     test_accuracy   1 - test_error
 
+A study's binary that runs no optimiser of its own (shallow_vit, token_grid, how_vits_work) writes one
+record per stage, cell or model, its "step" that record's place in the run, and may nest its results
+(TensorBoard takes the top-level numbers).
+
 Anything else a regime measures keeps its own name (theory: alpha, A_within, patch_association_share,
 ...; images: train_grad_norm, train_lr, images_per_second, ...). `from_theory` and `paired_test_metrics` put a
 regime's own names into this schema; `MetricLog` writes a record to both files (process 0 only).
@@ -26,6 +30,14 @@ from etils import epath
 from posattn import io
 
 TENSORBOARD_DIR = "tensorboard"
+METRICS_FILE = "metrics.jsonl"
+
+
+def read(workdir) -> list[dict]:
+    """Every record of `workdir`'s metrics.jsonl, in order (`io.read_jsonl`: a last line cut short by a
+    kill is left out; a damaged line before it is a ConfigError); [] where the run wrote none."""
+    path = epath.Path(workdir) / METRICS_FILE
+    return io.read_jsonl(path) if path.exists() else []
 
 
 def paired_test_metrics(record: dict) -> dict:
@@ -56,7 +68,7 @@ class MetricLog:
     """
 
     def __init__(self, workdir, *, fresh: bool = False, start_step: int | None = None):
-        self.path = f"{workdir}/metrics.jsonl"
+        self.path = f"{workdir}/{METRICS_FILE}"
         if fresh:
             io.write_text(self.path, "")
         elif start_step is not None and io.is_writer() and epath.Path(self.path).exists():

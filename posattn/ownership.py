@@ -40,10 +40,9 @@ import sys
 
 from etils import epath
 
-from posattn import io, signals, workdir_lock
+from posattn import io, run_record, signals, workdir_lock
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError, first_line
-from posattn.vision.resume import differing_fields
 
 MARKER = "workdir.json"
 RUNNING, COMPLETE, INTERRUPTED, FAILED = "running", "complete", "interrupted", "failed"
@@ -90,36 +89,10 @@ def check_path(workdir, flag: str = "workdir") -> str:
     return str(workdir)
 
 
-def _flat_config(config) -> dict:
-    """The config as plain JSON (dicts, lists, numbers, strings), as the marker stores it; nested
-    ml_collections.ConfigDicts as their dicts."""
-    as_json = lambda x: (
-        json.loads(x.to_json_best_effort()) if hasattr(x, "to_json_best_effort") else str(x)
-    )
-    return json.loads(
-        json.dumps(
-            io.jsonable(config) if isinstance(config, dict) else config,
-            sort_keys=True,
-            default=as_json,
-        )
-    )
-
-
 def fingerprint(config: dict, may_change=()) -> str:
     """SHA-256 (16 hex digits) of the config's fields, leaving out `may_change`."""
-    kept = {k: v for k, v in _dotted(config).items() if k not in may_change}
+    kept = {k: v for k, v in run_record.dotted(config).items() if k not in may_change}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _dotted(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        out.update(
-            _dotted(value, f"{prefix}{key}.")
-            if isinstance(value, dict)
-            else {f"{prefix}{key}": value}
-        )
-    return out
 
 
 def read_marker(workdir) -> dict | None:
@@ -140,27 +113,6 @@ def read_marker(workdir) -> dict | None:
             "status): restore it, or use a new --workdir"
         )
     return marker
-
-
-def read_config_json(workdir) -> dict | None:
-    """The JSON object of `workdir`/config.json (None if there is none); ConfigError, naming the fault,
-    if it is empty, cut short or not a JSON object, so that no reader of the run meets a traceback."""
-    path = epath.Path(workdir) / "config.json"
-    try:
-        if not path.exists():
-            return None
-        record = json.loads(path.read_text())
-    except Exception as e:  # noqa: BLE001 - JSONDecodeError, UnicodeDecodeError, the file system's own
-        raise ConfigError(
-            f"--workdir={workdir}: its config.json is damaged ({type(e).__name__}: "
-            f"{first_line(e)}): restore it from a copy, or use a new --workdir"
-        ) from e
-    if not isinstance(record, dict):
-        raise ConfigError(
-            f"--workdir={workdir}: its config.json holds a {type(record).__name__}, not a "
-            "config: restore it from a copy, or use a new --workdir"
-        )
-    return record
 
 
 def _listing(path: epath.Path) -> dict:
@@ -188,35 +140,37 @@ def _describe(marker: dict, locked_by: str | None) -> str:
 
 
 def check_claim(
-    workdir, binary: str, config, *, may_change=(), resumes: bool = False
+    workdir, binary: str, config, *, may_change=(), resumes: bool = False, complete=None
 ) -> dict | None:
     """Raise ConfigError unless `binary` with `config` may run in `workdir` (the rules of the module
-    docstring); read only, so a refusal touches nothing. Returns the workdir's marker (None if none)."""
+    docstring); read only, so a refusal touches nothing. Returns the workdir's marker (None if none).
+    `complete` (the binary's `configs.Schema.complete`, e.g. the image schema's) fills in the fields a
+    stored config lacks (added since it was recorded) before it is compared; None compares it as is."""
     path = _reachable(workdir)
     marker = read_marker(path)
     again = "resume it" if resumes else "run it again"
     if marker is None:  # a new workdir, or a run made outside the binaries (or before markers)
         entries = sorted(_listing(path))
-        stored = read_config_json(path) if entries else None
+        stored = run_record.read_config(path) if entries else None
         if entries and stored is None:
             shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
             raise ConfigError(
                 f"--workdir={workdir} holds files ({shown}) but no {MARKER} or config.json: not a run "
                 f"{binary} can continue; use a new or empty --workdir"
             )
-        if entries and (diffs := _differences(stored, config, may_change)):
+        if entries and (diffs := _differences(stored, config, may_change, complete)):
             raise ConfigError(
                 f"--workdir={workdir} holds a run whose config.json is another config ({diffs}): "
                 f"rerun with that config to {again}, or use a new --workdir"
             )
         return None
-    read_config_json(path)  # a damaged record stops the run before anything is changed
+    run_record.read_config(path)  # a damaged record stops the run before anything is changed
     what = _describe(marker, workdir_lock.holder(path) if workdir_lock.is_locked(path) else None)
     if marker["binary"] != binary:
         raise ConfigError(
             f"--workdir={workdir} holds {what}: {binary} does not overwrite it; use a new --workdir"
         )
-    diffs = _differences(marker["config"], config, may_change)
+    diffs = _differences(marker["config"], config, may_change, complete)
     if diffs and marker["status"] != FAILED:
         raise ConfigError(
             f"--workdir={workdir} holds {what} of another config ({diffs}): rerun with its "
@@ -225,12 +179,13 @@ def check_claim(
     return marker
 
 
-def _differences(stored: dict, config, may_change) -> str:
-    """The fields (at most 4 shown) where `config` differs from the `stored` record, leaving out
-    `may_change`, as "field old -> new; ..."; "" if none."""
+def _differences(stored: dict, config, may_change, complete=None) -> str:
+    """The fields (at most 4 shown) where `config` differs from the `stored` record (`complete`d, if
+    given), leaving out `may_change`, as "field old -> new; ..."; "" if none."""
+    stored = stored if complete is None else complete(stored)
     diffs = [
         f"{k} {old!r} -> {new!r}"
-        for k, (old, new) in differing_fields(stored, _flat_config(config)).items()
+        for k, (old, new) in run_record.differing_fields(stored, run_record.as_json(config)).items()
         if k not in may_change
     ]
     return "; ".join(diffs[:4]) + (f"; and {len(diffs) - 4} more" if len(diffs) > 4 else "")
@@ -249,19 +204,22 @@ def _created_dirs(path: epath.Path) -> list:
     return out
 
 
-def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False) -> epath.Path:
+def claim(
+    workdir, binary: str, config, *, may_change=(), resumes: bool = False, complete=None
+) -> epath.Path:
     """Make `workdir` the workdir of this process's run of `binary` with `config` (a dict or an
     ml_collections.ConfigDict): `check_claim`, create it (writable: `posattn.workdir.check_writable`), lock it and
     write the marker (status running); its path. ConfigError, with nothing touched, if refused.
 
     `may_change`: dotted config fields a resumed run may change. `resumes`: the binary continues a run
-    when rerun (rather than running it again), as its messages then say.
-    One claim per process; `release` ends it.
+    when rerun (rather than running it again), as its messages then say. `complete`: as in
+    `check_claim`. One claim per process; `release` ends it.
     """
     global _held
     if _held is not None:
         raise RuntimeError(f"this process already holds {_held.workdir}: one claim per process")
-    marker = check_claim(workdir, binary, config, may_change=may_change, resumes=resumes)
+    options = {"may_change": may_change, "resumes": resumes, "complete": complete}
+    marker = check_claim(workdir, binary, config, **options)
     path = epath.Path(workdir)
     writer = io.is_writer()
     created = _created_dirs(path) if writer else []
@@ -269,12 +227,12 @@ def claim(workdir, binary: str, config, *, may_change=(), resumes: bool = False)
     fd, lock_before = workdir_lock.lock(path, workdir) if writer else (None, b"")
     try:
         # again, locked
-        marker = check_claim(workdir, binary, config, may_change=may_change, resumes=resumes)
+        marker = check_claim(workdir, binary, config, **options)
         before = (path / MARKER).read_bytes() if marker is not None else None
         record = {
             "binary": binary,
-            "config": _flat_config(config),
-            "fingerprint": fingerprint(_flat_config(config), may_change),
+            "config": run_record.as_json(config),
+            "fingerprint": fingerprint(run_record.as_json(config), may_change),
             "status": RUNNING,
             "pid": os.getpid(),
             "command": shlex.join(sys.orig_argv),
@@ -359,7 +317,7 @@ def check_run(workdir, binary: str) -> None:
             f"--workdir={workdir} holds a {marker['binary']} run, not a {binary} run: give the "
             f"workdir of a {binary} run"
         )
-    if read_config_json(workdir) is None:
+    if run_record.read_config(workdir) is None:
         raise ConfigError(
             f"--workdir={workdir} has no config.json: it holds no {binary} run (give the workdir "
             f"of a finished {binary} run)"

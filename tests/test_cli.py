@@ -312,3 +312,20 @@ def test_a_smoke_run_compiles_at_llvm_level_one(arg, fast):
     flags_line, again = out.stdout.strip().splitlines()[-2:]
     assert (compile_options.FAST_COMPILE_FLAG in flags_line) == fast
     assert again == str(not fast)  # added once, never twice
+
+
+def test_a_schema_completes_an_older_record_from_its_own_defaults_and_keeps_what_it_recorded():
+    """Issue 47 item 3: a run recorded before a field existed is read with the schema's value, the
+    one the run ran with (a former default where the default has changed since)."""
+    from posattn.theory import presets
+
+    recorded = json.loads(presets.preset_config("small").to_json_best_effort())
+    del recorded["overlay_N"], recorded["theory"]["d"]
+    recorded["seed"] = 7
+    completed = presets.SCHEMA.complete(recorded)
+    # the preset it names (small's d is 32; the default preset's, 16), and what it recorded
+    assert (completed["theory"]["d"], completed["seed"]) == (32, 7)
+    assert completed["overlay_N"] == list(presets.DEFAULT_NS) and "overlay_N" not in recorded
+    image = config_lib.SCHEMA.complete({"model": {"name": "vgg16"}, "dataset": "svhn"})
+    assert (image["model"]["name"], image["model"]["pos_init_std"]) == ("vgg16", 1.0)  # former
+    assert image["augment"]["crop_padding"] == config_lib.AUTO_CROP

@@ -137,3 +137,59 @@ def test_every_module_of_posattn_and_experiments_is_at_most_400_lines():
     paths = sorted([*(ROOT / "posattn").rglob("*.py"), *(ROOT / "experiments").rglob("*.py")])
     lines = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in paths}
     assert not {p: n for p, n in lines.items() if n > MAX_MODULE_LINES}
+
+
+# Names a checked config goes by (a config's section included); `.get` on one would be a second default.
+CONFIG_NAMES = ("config", "c", "cfg", "aug_cfg", "model_cfg", "opt", "opts")
+# A `.get` on a dict of that name that is not one of our configs: timm's hub config.json.
+NOT_OUR_CONFIGS = {"posattn/vision/timm_heads.py"}
+
+
+def test_no_module_reads_a_config_field_with_a_default_of_its_own():
+    """Issue 47 item 3: a field's default lives in its schema alone. A config is checked against its
+    schema (which fills every field) before it is read, and an older run's record is completed from the
+    schema (`vision.config.complete`), so `config.get(field, default)` would be a second default."""
+    found = []
+    paths = sorted([*(ROOT / "posattn").rglob("*.py"), *(ROOT / "experiments").rglob("*.py")])
+    for path in paths:
+        where = str(path.relative_to(ROOT))
+        if where in NOT_OUR_CONFIGS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in CONFIG_NAMES
+            ):
+                found.append(f"{where}:{node.lineno}")
+    assert not found
+
+
+def test_the_run_record_and_the_metrics_have_one_writer_each():
+    """Issue 47 item 4: config.json and run.json are named, written and read in `posattn.run_record`
+    alone (timm_heads reads timm's own config.json), and metrics.jsonl in `posattn.metric_log` alone,
+    the only module that appends to a metrics record."""
+    owners = {
+        "config.json": ("posattn/run_record.py", *NOT_OUR_CONFIGS),
+        "run.json": ("posattn/run_record.py",),
+        "metrics.jsonl": ("posattn/metric_log.py",),
+    }
+    named, appended = [], []
+    for path in sorted([*(ROOT / "posattn").rglob("*.py"), *(ROOT / "experiments").rglob("*.py")]):
+        where = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text(), where)):
+            if (
+                isinstance(node, ast.Constant)
+                and node.value in owners
+                and where not in owners[node.value]
+            ):
+                named.append(f"{where}:{node.lineno}")
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "append_jsonl"
+                and where not in ("posattn/metric_log.py", "posattn/io.py")
+            ):
+                appended.append(f"{where}:{node.lineno}")
+    assert not named and not appended

@@ -100,3 +100,17 @@ def test_a_record_cut_short_by_a_kill_is_left_out_when_the_run_resumes(tmp_path)
         r"delimiter\): repair or delete that line, then rerun$",
     ):
         io.read_jsonl(tmp_path / "bad.jsonl")
+
+
+def test_read_gives_every_record_of_a_run_and_none_for_a_run_that_wrote_none(tmp_path):
+    from posattn import metric_log
+
+    assert metric_log.read(tmp_path) == []
+    log = MetricLog(tmp_path, fresh=True)
+    log.write({"step": 0, "stage": "attention", "band": {"low": 0.1}})  # a study's nested record
+    log.write({"step": 1, "train_loss": 0.5})
+    log.close()
+    assert metric_log.read(tmp_path) == [
+        {"step": 0, "stage": "attention", "band": {"low": 0.1}},
+        {"step": 1, "train_loss": 0.5},
+    ]

@@ -101,6 +101,19 @@ def test_fields_a_resumed_run_may_change_are_not_the_config(tmp_path):
     assert marker(path)["config"] == changed
 
 
+def test_a_run_recorded_before_a_field_existed_is_compared_completed_by_its_schema(tmp_path):
+    path = finished(tmp_path)  # its marker and config.json lack "warmup", added to the schema since
+    later = {**CONFIG, "warmup": 0}
+    complete = lambda stored: {"warmup": 0, **stored}  # the schema's completion (its default 0)
+    with pytest.raises(ConfigError, match=r"warmup '\(absent\)' -> 0"):
+        ownership.check_claim(path, "train_images", later)
+    ownership.check_claim(path, "train_images", later, complete=complete)
+    with pytest.raises(ConfigError, match="warmup 0 -> 5"):
+        ownership.check_claim(path, "train_images", {**later, "warmup": 5}, complete=complete)
+    (path / ownership.MARKER).unlink()  # a run from before markers: its config.json is compared
+    ownership.check_claim(path, "train_images", later, complete=complete)
+
+
 def test_a_failed_run_may_be_replaced_by_another_config_of_its_binary(tmp_path):
     path = tmp_path / "run"
     ownership.claim(path, "theory", CONFIG)

@@ -6,7 +6,9 @@ the binaries merge it onto (`posattn.configs.load_config`: a field the schema la
 smoke run, the `quick` token (`--config=tpu_configs/digits.py:quick`), is `shrink_to_local`. Every field
 can still be overridden on the command line (`--config.model.attention=vanilla`).
 
-How a workdir's recorded config may change when the run resumes is `posattn.vision.resume`'s concern.
+A run recorded before a field existed is read back with that field at the value it was trained with
+(`SCHEMA.complete`: the schema's default, or `FORMER_DEFAULTS`'); how a workdir's recorded config may
+change when the run resumes is `posattn.vision.resume`'s concern.
 """
 
 import ml_collections
@@ -92,6 +94,13 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
+# The value a run recorded before a field existed was trained with, where the field's default has
+# changed since it joined the schema (`configs.Schema.complete`; every other field joined with a default
+# that keeps the former behaviour): P started as N(0, 1) until model.pos_init_std joined at 1.0; its
+# default is 0.02 since.
+FORMER_DEFAULTS = {"model.pos_init_std": 1.0}
+
+
 def check_schema(config) -> None:
     """ConfigError unless `config` has the sections and fields of `base_config()` (e.g. a theory config
     file given to an image binary), naming the missing ones."""
@@ -120,7 +129,7 @@ def shrink_to_local(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     c.model.variant = "test/2" if c.model.name == "vit" else c.model.variant
     c.model.patch_size = 0
     if c.dataset != "digits":
-        if c.get("permute_block"):
+        if c.permute_block:
             side = c.image_size or datasets.image_shape(c.dataset)[0]
             c.permute_block = max(1, c.permute_block * 16 // side)
         c.image_size = 16
@@ -140,4 +149,5 @@ SCHEMA = configs.Schema(
     "an image config (posattn.vision.config.base_config)",
     lambda fields: base_config(),
     shrink_to_local,
+    former_defaults=FORMER_DEFAULTS,
 )

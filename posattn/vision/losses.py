@@ -48,6 +48,8 @@ def classification_loss(
     rng,
     train: bool,
     *,
+    # 0 (plain cross-entropy), not the schema's 0.1: the analysis tools measure the plain loss; a run's
+    # training loss passes its config.label_smoothing (`setup.Setup.loss_fn`)
     label_smoothing: float = 0.0,
 ):
     """(mean loss, (logits_BxK, batch_stats after the pass)) of `model` on normalised images.

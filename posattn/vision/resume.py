@@ -1,27 +1,27 @@
 """Which run a workdir holds, and which changes of its config a resumed run may make.
 
-A workdir records the config of its run in config.json (`record`); a run started on it again must be
-the same run (`check_resume`), apart from the fields in `RESUMABLE`. A launch that stopped before its
-first checkpoint (out of memory, a diverged first step) trained nothing that a resume could continue:
-another config may then start afresh in the same workdir, once what the failed launch wrote is set aside
-in WORKDIR/failed-<its start time>/ (`set_aside_failed_launch`), kept, not deleted.
+A workdir records the config of its run in config.json (`posattn.run_record`); a run started on it
+again must be the same run (`check_resume`), apart from the fields in `RESUMABLE`. A launch that
+stopped before its first checkpoint (out of memory, a diverged first step) trained nothing that a
+resume could continue: another config may then start afresh in the same workdir, once what the failed
+launch wrote is set aside in WORKDIR/failed-<its start time>/ (`set_aside_failed_launch`), kept, not
+deleted.
 """
 
 import datetime
-import json
-import math
 
 from etils import epath
 
-from posattn import io
+from posattn import io, metric_log, run_record
 from posattn.errors import ConfigError
 from posattn.vision import checkpoint
+from posattn.vision import config as vision_config
 
 # What a run writes in its workdir (experiments/train_images.py adds curves.png).
 RUN_OUTPUTS = (
-    "config.json",
-    "run.json",
-    "metrics.jsonl",
+    run_record.CONFIG_FILE,
+    run_record.RUN_FILE,
+    metric_log.METRICS_FILE,
     "summary.json",
     "curves.png",
     "tensorboard",
@@ -29,7 +29,6 @@ RUN_OUTPUTS = (
     "checkpoints_unreadable",
 )
 FAILED_PREFIX = "failed-"
-_ABSENT = "(absent)"
 
 
 def _clipping_stays_on_or_off(old, new) -> bool:
@@ -39,20 +38,15 @@ def _clipping_stays_on_or_off(old, new) -> bool:
     return on(old) == on(new)
 
 
-def _stays_at(default):
-    # a workdir recorded before the field existed ran as its default does: absent and default are equal
-    return lambda old, new: {old, new} <= {_ABSENT, default}
-
-
 # The fields that may change when a run resumes from a workdir, with the condition on (old, new) where
 # there is one. They steer the loop and its outputs, or say where the same data lies; none changes what
 # a step computes from the state and the batch, except the learning-rate knobs, which a NonFiniteLoss
 # stop tells the user to change to get past a divergence. A changed total_steps stretches the cosine
 # schedule from the resumed step on; it must still reach the checkpoint's step (`check_resume`).
 # eval_batch_size may change since every test example counts once whatever the batch, and evaluate_test
-# since it only says which splits the evaluations read. init_from only names the start of a run,
-# recorded as "" or absent (older workdirs) when it had none; validation_examples (the training examples
-# held out) stays, absent in the workdirs from before it, which held out none.
+# since it only says which splits the evaluations read. A field a workdir's record lacks (recorded
+# before the field existed, e.g. init_from, validation_examples) is compared at the value the run was
+# trained with (`vision.config.SCHEMA.complete`), so an older workdir resumes with the schema's values.
 RESUMABLE = {
     "total_steps",
     "log_every",
@@ -65,65 +59,24 @@ RESUMABLE = {
     "idx_dir",
     "optimizer.lr",
     "optimizer.grad_clip",
-    "init_from",
-    "validation_examples",
 }
-RESUME_CONDITIONS = {
-    "optimizer.grad_clip": _clipping_stays_on_or_off,
-    "init_from": _stays_at(""),
-    "validation_examples": _stays_at(0),
-}
-
-
-def record(config) -> dict:
-    """The config as the JSON object a workdir's config.json holds."""
-    return json.loads(config.to_json_best_effort())
+RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off}
 
 
 def read_record(workdir) -> dict | None:
-    """The config a workdir's config.json records, None if it has none; ConfigError (one line) if it is
-    not a JSON object."""
-    path = epath.Path(workdir) / "config.json"
-    if not path.exists():
-        return None
-    fix = f"it records the config of the run in {workdir}: restore it, or use a new --workdir"
-    try:
-        stored = json.loads(path.read_text())
-    except ValueError as e:
-        raise ConfigError(f"{path} does not parse ({e}); {fix}") from None
-    if not isinstance(stored, dict):
-        raise ConfigError(f"{path} is not a JSON object; {fix}")
-    return stored
+    """The config a workdir's config.json records (`run_record.read_config`), completed
+    (`vision.config.SCHEMA.complete`: a field added since at the value the run was trained with), None
+    if it has none; ConfigError (one line) if it is damaged."""
+    stored = run_record.read_config(workdir)
+    return None if stored is None else vision_config.SCHEMA.complete(stored)
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _same(a, b) -> bool:
-    # NaN is a value a config can hold (a diverging learning rate) and compares unequal to itself
-    return a == b or (
-        isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b)
+def _changes(stored: dict, config) -> dict:
+    """`run_record.differing_fields` of a workdir's record, completed
+    (`vision.config.SCHEMA.complete`), and `config`."""
+    return run_record.differing_fields(
+        vision_config.SCHEMA.complete(stored), run_record.as_json(config)
     )
-
-
-def differing_fields(old: dict, new: dict) -> dict:
-    """{dotted field: (old value, new value)} of the fields where two config records differ.
-
-    A field present in only one record differs, with "(absent)" for the missing value.
-    """
-    a, b = _flatten(old), _flatten(new)
-    return {
-        k: (a.get(k, _ABSENT), b.get(k, _ABSENT))
-        for k in sorted(a.keys() | b.keys())
-        if not (k in a and k in b and _same(a[k], b[k]))
-    }
 
 
 def failed_launch(stored: dict | None, config, checkpoint_step: int | None) -> bool:
@@ -131,11 +84,7 @@ def failed_launch(stored: dict | None, config, checkpoint_step: int | None) -> b
     differs) that stopped before its first checkpoint: nothing trained is at stake, so `config` may
     start afresh there once `set_aside_failed_launch` has moved what it left (its metrics record of
     what went wrong included)."""
-    return (
-        stored is not None
-        and checkpoint_step is None
-        and bool(differing_fields(stored, record(config)))
-    )
+    return stored is not None and checkpoint_step is None and bool(_changes(stored, config))
 
 
 def set_aside_failed_launch(workdir) -> epath.Path:
@@ -143,7 +92,7 @@ def set_aside_failed_launch(workdir) -> epath.Path:
     written>/ (the same name on every process of a multi-process run); where they went."""
     workdir = epath.Path(workdir)
     launched = datetime.datetime.fromtimestamp(
-        (workdir / "config.json").stat().mtime, datetime.timezone.utc
+        (workdir / run_record.CONFIG_FILE).stat().mtime, datetime.timezone.utc
     )
     dest = io.unused_path(workdir / f"{FAILED_PREFIX}{launched:%Y%m%d-%H%M%S}")
     for name in RUN_OUTPUTS:
@@ -155,11 +104,12 @@ def set_aside_failed_launch(workdir) -> epath.Path:
 def check_resume(stored: dict | None, config, checkpoint_step: int | None, workdir) -> list[str]:
     """Raise ConfigError unless `config` may continue the run recorded in `workdir`; list the changes.
 
-    `stored` is the workdir's config.json (None if it has none), `checkpoint_step` the step of its latest
-    checkpoint (None if it has none). total_steps must not lie below the checkpoint's step, and every field
-    must be as stored except those `RESUMABLE` allows to change: total_steps, log_every, eval_every,
-    checkpoint_every, keep_checkpoints, eval_batch_size, data_dir, idx_dir, optimizer.lr, optimizer.grad_clip
-    (not switched on or off) and init_from (between absent and ""). Returns the allowed changes made, as
+    `stored` is the workdir's config.json (None if it has none; a field it lacks counts at the value the
+    run was trained with: `vision.config.SCHEMA.complete`), `checkpoint_step` the step of its latest
+    checkpoint (None if it has none). total_steps must not lie below the checkpoint's step, and every
+    field must be as stored except those `RESUMABLE` allows to change: total_steps, log_every,
+    eval_every, checkpoint_every, keep_checkpoints, eval_batch_size, evaluate_test, data_dir, idx_dir,
+    optimizer.lr and optimizer.grad_clip (not switched on or off). Returns the allowed changes made, as
     "field old -> new", for the resume message.
     """
     if checkpoint_step is not None and checkpoint_step > config.total_steps:
@@ -168,7 +118,7 @@ def check_resume(stored: dict | None, config, checkpoint_step: int | None, workd
             f"total_steps={config.total_steps}: resume with --config.total_steps="
             f"{checkpoint_step} or more, or use a new --workdir"
         )
-    diffs = {} if stored is None else differing_fields(stored, record(config))
+    diffs = {} if stored is None else _changes(stored, config)
     refused = [
         f"{k} {old!r} -> {new!r}"
         for k, (old, new) in diffs.items()
@@ -199,8 +149,7 @@ def preflight(config, workdir, abstract_state) -> dict:
     }
     if failed:  # what it left is set aside whole
         return plan
-    if (workdir / "metrics.jsonl").exists():
-        io.read_jsonl(workdir / "metrics.jsonl")
+    metric_log.read(workdir)
     with checkpoint.manager(str(workdir), read_only=True) as reader:
         plan["state"], plan["skipped"] = checkpoint.latest_good(reader, abstract_state)
     return plan

@@ -16,7 +16,7 @@ import jax
 import ml_collections
 from etils import epath
 
-from posattn import io
+from posattn import run_record
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, replicated
 from posattn.vision import config as vision_config
@@ -27,17 +27,16 @@ from posattn.vision.data.permutation import BlockPermutation
 from posattn.vision.setup import Preprocess, Setup, build_model
 from posattn.vision.state import init_state, model_variables
 
-RUN_FILE = "run.json"
 
-
-def write_run_record(workdir, setup: Setup) -> None:
-    """run.json: the run's `DatasetInfo` (dataset name, classes, image shape, split sizes, channel
+def write_run_record(workdir, config, setup: Setup) -> None:
+    """The record of an image run starting in `workdir` (`posattn.run_record`): config.json, `config`;
+    run.json, the run's `DatasetInfo` (dataset name, classes, image shape, split sizes, channel
     statistics, the pixel scale its images were given on), what building and feeding the model needs
-    beyond config.json, so that `load_run` needs no data; and "augment", the training augmentation as
+    beyond config.json, so that `load_run` needs no data, and "augment", the training augmentation as
     resolved (`setup.resolve_augment`: the config's "auto" values made numbers)."""
-    io.write_json(
-        epath.Path(workdir) / RUN_FILE,
-        {**dataclasses.asdict(setup.info), "augment": dataclasses.asdict(setup.augment)},
+    run_record.write_config(workdir, config)
+    run_record.write_run(
+        workdir, {**dataclasses.asdict(setup.info), "augment": dataclasses.asdict(setup.augment)}
     )
 
 
@@ -66,28 +65,16 @@ def restore_state(
 def run_config(workdir) -> ml_collections.ConfigDict:
     """The config a run in `workdir` was trained with (its config.json; JSON's lists back to the tuples
     of the config's fields, e.g. channel_mean). An image run recorded before a field joined
-    `base_config()` gets that field's default, the behaviour it was trained with (a field is only ever
-    added with a default that keeps the former behaviour, e.g. init_from "": a fresh start)."""
-    path = epath.Path(workdir) / "config.json"
-    if not path.exists():
-        raise ConfigError(f"{path} not found: a run's workdir holds config.json and checkpoints/")
-    recorded = ml_collections.ConfigDict(json.loads(path.read_text(), object_hook=_lists_to_tuples))
-    if "model" not in recorded or "dataset" not in recorded:  # not an image run: its reader says so
-        return recorded
-    return _with_later_fields(recorded, vision_config.base_config())
-
-
-def _with_later_fields(recorded: ml_collections.ConfigDict, base: ml_collections.ConfigDict):
-    """`recorded` with every field of `base` it lacks, at base's value, sections included."""
-    for key, value in base.items():
-        if key not in recorded:
-            with recorded.unlocked():
-                recorded[key] = value
-        elif isinstance(value, ml_collections.ConfigDict) and isinstance(
-            recorded[key], ml_collections.ConfigDict
-        ):
-            _with_later_fields(recorded[key], value)
-    return recorded
+    `base_config()` gets the value it was trained with (`vision_config.SCHEMA.complete`)."""
+    recorded = run_record.read_config(workdir)
+    if recorded is None:
+        raise ConfigError(
+            f"{epath.Path(workdir) / run_record.CONFIG_FILE} not found: a run's workdir holds "
+            "config.json and checkpoints/"
+        )
+    if "model" in recorded and "dataset" in recorded:  # an image run (another's reader refuses it)
+        recorded = vision_config.SCHEMA.complete(recorded)
+    return ml_collections.ConfigDict(json.loads(json.dumps(recorded), object_hook=_lists_to_tuples))
 
 
 def _lists_to_tuples(record: dict) -> dict:
@@ -97,15 +84,10 @@ def _lists_to_tuples(record: dict) -> dict:
 def _run_record(workdir, config) -> dict:
     """run.json of `workdir`; for a workdir written before it existed, the dataset's classes and image
     shape, known without its data."""
-    run_path = epath.Path(workdir) / RUN_FILE
-    run = (
-        json.loads(run_path.read_text())
-        if run_path.exists()
-        else {
-            "num_classes": datasets.num_classes(config.dataset),
-            "image_shape": datasets.image_shape(config.dataset, config.get("image_size", 0)),
-        }
-    )
+    run = run_record.read_run(workdir) or {
+        "num_classes": datasets.num_classes(config.dataset),
+        "image_shape": datasets.image_shape(config.dataset, config.image_size),
+    }
     return {**run, "image_shape": tuple(run["image_shape"])}
 
 
@@ -130,9 +112,7 @@ def run_preprocess(workdir) -> Preprocess:
         try:
             run = {
                 **dataclasses.asdict(
-                    datasets.dataset_info(
-                        config.dataset, config.get("data_dir"), config.get("image_size", 0)
-                    )
+                    datasets.dataset_info(config.dataset, config.data_dir, config.image_size)
                 ),
                 **run,
             }
@@ -156,9 +136,7 @@ def run_preprocess(workdir) -> Preprocess:
     )
     return Preprocess(
         info,
-        BlockPermutation.of(
-            info.image_shape[:2], config.get("permute_block", 0), config.get("permute_seed", 0)
-        ),
+        BlockPermutation.of(info.image_shape[:2], config.permute_block, config.permute_seed),
     )
 
 

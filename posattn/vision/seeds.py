@@ -38,7 +38,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from posattn import compile_options, io, progress, signals
+from posattn import compile_options, io, progress, run_record, signals
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, global_batch, replicate_from_host, replicated
@@ -83,9 +83,9 @@ def check_seed_configs(configs, workdirs) -> None:
         raise ConfigError(
             f"seeds {seeds}: a seed given twice would train the same run twice; give distinct seeds"
         )
-    first = {**resume.record(configs[0]), "seed": None}
+    first = {**run_record.as_json(configs[0]), "seed": None}
     for i, c in enumerate(configs[1:], 1):
-        diffs = resume.differing_fields(first, {**resume.record(c), "seed": None})
+        diffs = run_record.differing_fields(first, {**run_record.as_json(c), "seed": None})
         if diffs:
             shown = "; ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in diffs.items())
             raise ConfigError(
@@ -126,7 +126,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         compiler_options=compile_options.run_once(mesh.devices.flat[0].platform),
     )
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hypers[0]["seed"]), repl)
-    pretrained = warm_start.load(config.init_from) if config.get("init_from") else None
+    pretrained = warm_start.load(config.init_from) if config.init_from else None
     if pretrained is not None:
         jax.eval_shape(warm_start.transfer, abstract_state["params"], pretrained)
     num_params = models.param_count(abstract_state["params"])
@@ -214,8 +214,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                 progress.say(f"checkpoint {bad.step} of {w} {bad.reason}: moved to {bad.moved_to}")
             mngr = checkpoint.manager(str(w), keep=config.keep_checkpoints)
             closing.callback(saving.close, mngr)
-            io.write_json(w / "config.json", resume.record(c))
-            runs.write_run_record(w, setup)
+            runs.write_run_record(w, c, setup)
             if io.is_writer():
                 (w / "summary.json").unlink(missing_ok=True)
             log = MetricLog(w, start_step=start)

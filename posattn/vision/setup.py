@@ -179,11 +179,9 @@ class Setup:
         """The dataset as the run reads it: classes, image shape, split sizes, and the channel statistics
         of config.channel_mean/std, else the dataset's known ones, else computed from the training split."""
         c = self.config
-        stats = channel_stats.check(
-            c.get("channel_mean"), c.get("channel_std"), self.image_shape[2]
-        )
+        stats = channel_stats.check(c.channel_mean, c.channel_std, self.image_shape[2])
         return datasets.describe(
-            self.dataset, c.get("image_size", 0), stats=stats, train=lambda: self.split("train")
+            self.dataset, c.image_size, stats=stats, train=lambda: self.split("train")
         )
 
     @property
@@ -311,7 +309,7 @@ def resolve_augment(aug_cfg, dataset: datasets.Dataset, side: int) -> tuple[augm
     `config.AUTO_CROP` (-1) is 1/8 of the side, rounded half up, and flip None is what the dataset
     declares (`datasets.flip_preserves_label`; unknown: no flip). ConfigError for another negative
     crop_padding, or settings `augment.Settings` refuses."""
-    name, crop, flip = dataset.name, aug_cfg.get("crop_padding", 0), aug_cfg.get("flip", False)
+    name, crop, flip = dataset.name, aug_cfg.crop_padding, aug_cfg.flip
     crop_why = flip_why = "as configured"
     if crop == config_lib.AUTO_CROP:
         # CIFAR's 4 px of 32: a shift of up to 1/8 of the side keeps the object in view, at every size
@@ -367,9 +365,7 @@ def resolve(config, num_devices: int = 1, dataset: datasets.Dataset | None = Non
     check_choice(config.compute_dtype, COMPUTE_DTYPES, "compute_dtype")
     _check_loop_fields(config, num_devices)
     if dataset is None:
-        dataset = datasets.get(
-            config.dataset, data_dir=config.get("data_dir"), idx_dir=config.get("idx_dir")
-        )
+        dataset = datasets.get(config.dataset, data_dir=config.data_dir, idx_dir=config.idx_dir)
     elif config.dataset != dataset.name:
         raise ConfigError(
             f"config.dataset={config.dataset!r} but the dataset passed is {dataset.name!r}: set "
@@ -380,12 +376,10 @@ def resolve(config, num_devices: int = 1, dataset: datasets.Dataset | None = Non
     )  # the data are there (a dataset not prepared says how to prepare it)
     if config.validation_examples:
         split_lib.validation_indices(num_train, config.validation_examples)  # (checks the count)
-    shape = datasets.shape_at(dataset, config.get("image_size", 0))
-    channel_stats.check(config.get("channel_mean"), config.get("channel_std"), shape[2])
+    shape = datasets.shape_at(dataset, config.image_size)
+    channel_stats.check(config.channel_mean, config.channel_std, shape[2])
     settings, note = resolve_augment(config.augment, dataset, shape[0])
-    permutation = BlockPermutation.of(
-        shape[:2], config.get("permute_block", 0), config.get("permute_seed", 0)
-    )
+    permutation = BlockPermutation.of(shape[:2], config.permute_block, config.permute_seed)
     return Setup(
         config=config,
         dataset=dataset,

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from posattn import run_record
 from posattn.analysis import bootstrap
 from posattn.vision import resume, seeds, train
 
@@ -23,8 +24,8 @@ def finished_summary(config, workdir: str) -> dict | None:
     if os.path.exists(path) and stored is not None:
         with open(path) as f:
             summary = json.load(f)
-        if summary.get("steps") == config.total_steps and not resume.differing_fields(
-            stored, resume.record(config)
+        if summary.get("steps") == config.total_steps and not run_record.differing_fields(
+            stored, run_record.as_json(config)
         ):
             return summary
     return None

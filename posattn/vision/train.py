@@ -148,7 +148,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     )
     abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hyper["seed"]), repl)
     # A pre-trained start (config.init_from), checked against this model before any file changes.
-    pretrained = warm_start.load(config.init_from) if config.get("init_from") else None
+    pretrained = warm_start.load(config.init_from) if config.init_from else None
     if pretrained is not None:
         jax.eval_shape(warm_start.transfer, abstract_state["params"], pretrained)
     num_params = models.param_count(abstract_state["params"])
@@ -183,8 +183,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             str(workdir), keep=config.keep_checkpoints
         )  # removes orbax's temporaries
         closing.callback(saving.close, mngr)
-        io.write_json(workdir / "config.json", resume.record(config))
-        runs.write_run_record(workdir, setup)
+        runs.write_run_record(workdir, config, setup)
         if io.is_writer():  # a summary of an earlier, shorter run of this workdir no longer holds
             (workdir / "summary.json").unlink(missing_ok=True)
 

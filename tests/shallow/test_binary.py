@@ -45,6 +45,7 @@ def test_tiny_run_writes_every_output(tmp_path):
     assert "ETA" in out.stdout and "run-steps/s" in out.stdout
     for name in (
         "config.json",
+        "run.json",
         "metrics.jsonl",
         "summary.json",
         "summary.md",
@@ -59,10 +60,15 @@ def test_tiny_run_writes_every_output(tmp_path):
     assert (
         len(summary["maps"]["vit"]["success_rate"]) == 3 and len(summary["maps"]["free"]["N"]) == 2
     )
-    stages = [
-        json.loads(line)["stage"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["stage"] for r in records] == [
+        "attention",
+        "grid vit",
+        "grid free",
+        "sparsification",
+        "exact population",
     ]
-    assert stages == ["attention", "grid vit", "grid free", "sparsification", "exact population"]
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]  # one schema: `posattn.metric_log`
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["sgd"]["steps"] == 20
     assert config["grids"]["taus"] == [0, 1]  # given as 1,0: a sweep is read in ascending order

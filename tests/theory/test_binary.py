@@ -39,6 +39,7 @@ def test_tiny_run_writes_every_output(tmp_path):
     assert "steps/s" in out.stdout and "ETA" in out.stdout
     for name in (
         "config.json",
+        "run.json",
         "metrics.jsonl",
         "summary.json",
         "summary.md",

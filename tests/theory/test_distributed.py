@@ -41,7 +41,7 @@ def test_seed_sweep_of_two_processes_of_four_devices_matches_one_process_of_eigh
         "8 seeds:" in outputs[0] and "step" not in outputs[1] and "8 seeds:" not in outputs[1]
     )  # only 0 reports
     assert (
-        len(json.loads((two / "config.json").read_text())["jax_devices"]) == 8
+        len(json.loads((two / "run.json").read_text())["jax_devices"]) == 8
     )  # the processes joined
     assert json.loads((two / "workdir.json").read_text())["status"] == "complete"
     assert (two / "attention.png").stat().st_size > 0

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from posattn import cli
+from posattn import cli, run_record
 from posattn.errors import ConfigError
 from posattn.vision import config as config_lib
 from posattn.vision import resume, runs, sweep, train
@@ -167,9 +167,43 @@ def test_a_longer_total_steps_resumes_and_is_recorded(workdir, capsys):
     )
 
 
+def test_an_older_workdir_lacking_later_fields_resumes_with_the_schema_values(workdir, capsys):
+    # A workdir written before init_from, validation_examples, evaluate_test and attention_options
+    # existed ran as their defaults do: resumed at those values, it continues, and no field it lacked
+    # is reported as changed; config.json then records every field.
+    recorded = json.loads((workdir / "config.json").read_text())
+    del recorded["init_from"], recorded["validation_examples"], recorded["evaluate_test"]
+    del recorded["model"]["attention_options"]
+    (workdir / "config.json").write_text(json.dumps(recorded))
+    longer = _short(total_steps=6, keep_checkpoints=5)
+    _, summary = train.train(longer, str(workdir), devices=jax.devices()[:1])
+    assert (summary["resumed_from_step"], summary["steps"]) == (2, 6)
+    assert (
+        "changed from its config.json: keep_checkpoints 2 -> 5, total_steps 2 -> 6\n"
+        in capsys.readouterr().out
+    )
+    assert json.loads((workdir / "config.json").read_text()) == run_record.as_json(longer)
+
+
+def test_an_older_record_is_completed_from_the_schema_at_the_values_it_ran_with():
+    base = run_record.as_json(config_lib.base_config())
+    old = json.loads(json.dumps(base))
+    del old["init_from"], old["channel_mean"], old["model"]["pos_init_std"]
+    old["model"]["attention"] = "vanilla"
+    completed = config_lib.SCHEMA.complete(old)
+    assert completed["init_from"] == "" and completed["channel_mean"] == []  # JSON's shape
+    assert completed["model"]["pos_init_std"] == 1.0  # its default when the run was made
+    assert completed["model"]["attention"] == "vanilla"  # what the run recorded wins
+    assert "init_from" not in old  # the record itself is left as it was
+    assert run_record.differing_fields(completed, base) == {
+        "model.attention": ("vanilla", "positional"),
+        "model.pos_init_std": (1.0, 0.02),
+    }
+
+
 def test_check_resume_allows_only_the_resumable_fields():
     c = _short()
-    stored = resume.record(c)
+    stored = run_record.as_json(c)
     assert resume.check_resume(stored, c, 2, "w") == []
     assert (
         resume.check_resume(None, _short(seed=1), None, "w") == []
@@ -180,7 +214,7 @@ def test_check_resume_allows_only_the_resumable_fields():
         "optimizer.grad_clip 1.0 -> 0.5",
         "optimizer.lr 0.001 -> nan",
     ]
-    nan_stored = resume.record(
+    nan_stored = run_record.as_json(
         changed
     )  # NaN equals NaN here: the run diverged and is resumed as is
     assert resume.check_resume(nan_stored, changed, 2, "w") == []
@@ -192,14 +226,15 @@ def test_check_resume_allows_only_the_resumable_fields():
     ):
         with pytest.raises(ConfigError, match="another config"):
             resume.check_resume(stored, refused, 2, "w")
-    del stored["model"]["pos_init_std"]  # a record written before a field existed
-    with pytest.raises(ConfigError, match=r"model.pos_init_std '\(absent\)' -> 1.0"):
-        resume.check_resume(stored, c, 2, "w")
+    del stored["model"]["pos_init_std"]  # a record written before a field existed: it ran at 1.0
+    assert resume.check_resume(stored, _short(model__pos_init_std=1.0), 2, "w") == []
+    with pytest.raises(ConfigError, match=r"model.pos_init_std 1.0 -> 0.5"):
+        resume.check_resume(stored, _short(model__pos_init_std=0.5), 2, "w")
 
 
 def test_sweep_reads_back_a_cell_only_of_the_same_config(tmp_path, monkeypatch):
     c = _short()
-    (tmp_path / "config.json").write_text(json.dumps(resume.record(c)))
+    (tmp_path / "config.json").write_text(json.dumps(run_record.as_json(c)))
     (tmp_path / "summary.json").write_text(
         json.dumps({"steps": c.total_steps, "test_accuracy": 0.5})
     )
@@ -216,7 +251,7 @@ def test_sweep_reads_back_a_cell_only_of_the_same_config(tmp_path, monkeypatch):
 
 
 def test_a_launch_without_a_checkpoint_is_a_failed_launch_for_any_other_config():
-    stored = resume.record(_short())
+    stored = run_record.as_json(_short())
     assert not resume.failed_launch(stored, _short(), None)  # the same run starts again
     assert resume.failed_launch(
         stored, _short(optimizer__lr=1e-4), None
@@ -228,14 +263,17 @@ def test_a_launch_without_a_checkpoint_is_a_failed_launch_for_any_other_config()
 
 
 def test_a_run_recorded_before_a_field_existed_reads_back_with_its_default(tmp_path):
-    # A finished run of an older version lacks fields added since (init_from, attention_options): it
-    # was trained as their defaults say, so reading it (to measure or resume it) fills them in.
+    # A finished run of an older version lacks fields added since (init_from, attention_options,
+    # pos_init_std): it was trained as their defaults then said, so reading it (to measure or resume it)
+    # fills them in (pos_init_std at its former default: `config.FORMER_DEFAULTS`).
     recorded = config_lib.base_config().to_dict()
     del recorded["init_from"], recorded["model"]["attention_options"]
+    del recorded["model"]["pos_init_std"]
     recorded["model"]["attention"] = "vanilla"
     (tmp_path / "config.json").write_text(json.dumps(recorded))
     config = runs.run_config(tmp_path)
     assert config.init_from == "" and config.model.attention_options == ""
+    assert config.model.pos_init_std == 1.0 and config.channel_mean == ()
     assert config.model.attention == "vanilla"  # what the run recorded wins
     config_lib.check_schema(config)
     # another binary's record (a theory run) is returned as it is, for its reader to refuse

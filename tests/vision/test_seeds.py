@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from posattn import cli, signals
+from posattn import cli, run_record, signals
 from posattn.errors import ConfigError
 from posattn.vision import config as config_lib
 from posattn.vision import device_memory, resume, runs, seeds, sweep, train
@@ -69,7 +69,7 @@ def test_vmapped_seeds_give_the_losses_and_accuracies_of_separate_runs(tmp_path)
         assert set(vmapped[s]) - {"vmapped_seeds"} == set(alone)
         assert vmapped[s]["augmentation"] == alone["augmentation"]
         # the workdir of a seed records its own run, as a separate run's does
-        assert resume.read_record(tmp_path / f"v{s}") == resume.record(c)
+        assert resume.read_record(tmp_path / f"v{s}") == run_record.as_json(c)
         assert json.loads((tmp_path / f"v{s}" / "summary.json").read_text()) == vmapped[s]
     assert (
         len({v["test_loss"] for v in vmapped}) == 3

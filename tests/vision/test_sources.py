@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from posattn import cli, io
+from posattn import cli
 from posattn.errors import ConfigError
 from posattn.papers.pk22 import streams
 from posattn.vision import config as config_lib
-from posattn.vision import resume, runs, sweep
+from posattn.vision import runs, sweep
 from posattn.vision.data import arrays, channel_stats, datasets, idx, tfds_datasets
 from posattn.vision.setup import resolve
 from tests import envs
@@ -274,8 +274,7 @@ def test_a_run_on_float_arrays_preprocesses_floats_from_its_record_as_it_trained
 def _record(workdir: pathlib.Path, setup) -> pathlib.Path:
     """`workdir` holding the record of a run of `setup` (config.json, run.json) and nothing else."""
     workdir.mkdir()
-    io.write_json(workdir / "config.json", resume.record(setup.config))
-    runs.write_run_record(workdir, setup)
+    runs.write_run_record(workdir, setup.config, setup)
     return workdir
 
 

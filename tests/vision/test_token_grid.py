@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posattn import cli
+from posattn import cli, run_record
 from posattn.analysis.slot_attention import prune_least_attended, relevant_mass
 from posattn.errors import ConfigError
 from posattn.papers.lwlc23 import grid_experiment
@@ -261,9 +261,9 @@ def test_a_run_recorded_before_init_from_existed_resumes():
     base = cli.load_config(
         os.path.join(ROOT, "tpu_configs", "digits.py"), "quick", config_lib.SCHEMA
     )
-    old = resume.record(base)
+    old = run_record.as_json(base)
     del old["init_from"]
-    assert resume.check_resume(old, base, 2, "w") == ["init_from '(absent)' -> ''"]
+    assert resume.check_resume(old, base, 2, "w") == []  # it started fresh, as init_from "" does
     base.init_from = "/some/run"
     with pytest.raises(ConfigError, match="init_from"):
         resume.check_resume(old, base, 2, "w")
@@ -373,6 +373,7 @@ def test_tiny_run_of_the_binary(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     for name in (
         "config.json",
+        "run.json",
         "metrics.jsonl",
         "summary.json",
         "summary.md",
@@ -397,6 +398,7 @@ def test_tiny_run_of_the_binary(tmp_path):
         ("pretrained", 6),
     ]
     assert records[2]["init_from"] == str(tmp_path / "pretrain_vanilla_s0")
+    assert [r["step"] for r in records] == [0, 1, 2]  # one schema: `posattn.metric_log`
     assert (
         json.loads((tmp_path / "pretrain_vanilla_s0" / "config.json").read_text())["dataset"]
         == "digits"

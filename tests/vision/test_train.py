@@ -228,6 +228,9 @@ def test_a_run_loads_from_its_workdir_without_its_data(tmp_path, monkeypatch):
         "mean": list(channel_stats.KNOWN["cifar10"][0]),
         "std": list(channel_stats.KNOWN["cifar10"][1]),
         "pixels": "uint8",
+        "jax_devices": [
+            str(d) for d in jax.devices()
+        ],  # every device, not only those it trained on
         "augment": {
             "crop_padding": 4,
             "flip": True,

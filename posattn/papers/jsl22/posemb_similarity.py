@@ -108,7 +108,7 @@ def run(opts, workdir: str, claim) -> None:
         "as trained": P,
     }
     stats = {}
-    g = config.get("permute_block", 0)
+    g = config.permute_block
     permuted = bool(g) and g < side
     if permuted:
         perm = block_permutation((side, side), g, config.permute_seed)

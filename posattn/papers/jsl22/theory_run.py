@@ -3,14 +3,13 @@
 population risk, the overlay of (E) runs (`overlay`).
 """
 
-import dataclasses
 import os
 import time
 
 import jax
 import numpy as np
 
-from posattn import io
+from posattn import io, run_record
 from posattn.errors import ConfigError, check_seed
 from posattn.papers.jsl22 import overlay, run_report
 from posattn.plots import save_png
@@ -33,20 +32,12 @@ def run(config, workdir: str, claim) -> None:
         )
     seeds = list(range(config.seed, config.seed + config.seeds))
     check_seed(config.seed)  # its key is made after the claim: a dry run compiles nothing
-    claim(workdir, "theory", config)  # its own, writable and locked, before any work
+    # its own, writable and locked, before any work; a record of an older version completed by the schema
+    claim(workdir, "theory", config, complete=presets.SCHEMA.complete)
     key = keys.seed_key(config.seed)
     path = lambda name: os.path.join(workdir, name)
-    io.write_json(
-        path("config.json"),
-        {
-            "preset": config.preset,
-            "seed": config.seed,
-            "seeds": config.seeds,
-            "theory": dataclasses.asdict(theory),
-            "gd": dataclasses.asdict(gd),
-            "jax_devices": [str(d) for d in jax.devices()],
-        },
-    )
+    run_record.write_config(workdir, config)
+    run_record.write_run(workdir)
     writer = (
         io.is_writer()
     )  # process 0 of a multi-process run prints and writes; every process computes

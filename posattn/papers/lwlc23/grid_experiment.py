@@ -256,7 +256,7 @@ def run_cell(config, workdir: str, ks, *, seed: int = 0) -> dict:
     state = runs.restore_state(workdir, setup.model, setup.image_shape, config)
     R = int(config.dataset.rpartition("/")[2])
     _, confusion, _ = token_grid.slot_counts(R)
-    grids = slot_grids(config.dataset, "test", config.get("data_dir"))
+    grids = slot_grids(config.dataset, "test", config.data_dir)
     inputs = setup.eval_inputs(grids.images_NxHxWxC)
     metrics = slot_attention.evaluate(
         setup.model,

@@ -8,7 +8,7 @@ import time
 
 import ml_collections
 
-from posattn import io, ownership, progress
+from posattn import io, metric_log, ownership, progress, run_record
 from posattn.papers.lwlc23 import grid_experiment, grid_report, published
 from posattn.plots import save_png
 from posattn.plots import token_grid as plots
@@ -43,9 +43,9 @@ def run(config, workdir: str, claim, config_file: str = "") -> None:
     }
     # its own (its runs resume), writable and locked, before any training
     claim(workdir, "token_grid", record, resumes=True)
-    io.write_json(os.path.join(workdir, "config.json"), record)
-    metrics_path = os.path.join(workdir, "metrics.jsonl")
-    io.write_text(metrics_path, "")
+    run_record.write_config(workdir, record)
+    run_record.write_run(workdir)
+    log = metric_log.MetricLog(workdir, fresh=True)  # step: the record's place in the run
     t0, cells, pretrained, runs = time.perf_counter(), [], {}, len(configs) + len(pretrains)
 
     def report(i, name, what):
@@ -58,7 +58,7 @@ def run(config, workdir: str, claim, config_file: str = "") -> None:
         pre = os.path.basename(cell_config.init_from) if cell_config.init_from else None
         if pre and pre not in pretrained:
             pretrained[pre] = done = grid_experiment.pretrain(pretrains[pre], cell_config.init_from)
-            io.append_jsonl(metrics_path, done)
+            log.write({"step": len(cells) + len(pretrained) - 1, **done})
             report(
                 len(cells) + len(pretrained),
                 pre,
@@ -68,13 +68,14 @@ def run(config, workdir: str, claim, config_file: str = "") -> None:
             cell_config, os.path.join(workdir, name), ks, seed=grid.seed
         )
         cells.append(cell)
-        io.append_jsonl(metrics_path, cell)
+        log.write({"step": len(cells) + len(pretrained) - 1, **cell})
         report(
             len(cells) + len(pretrained),
             name,
             f"test accuracy {cell['test_accuracy']:.4f}, relevant mass "
             f"{cell['relevant_mass']:.3f} (chance {cell['chance_mass']:.3f})",
         )
+    log.close()
     seconds = time.perf_counter() - t0
 
     curves = grid_report.curves(cells)

@@ -6,10 +6,9 @@ study of `settle` and writes its results, summary and figure.
 import os
 import time
 
-import jax
 import ml_collections
 
-from posattn import configs, io
+from posattn import configs, io, run_record
 from posattn.errors import ConfigError
 from posattn.papers.lwlc23 import settle, settle_grid, settle_report
 from posattn.plots import save_png
@@ -108,10 +107,8 @@ def run(config, workdir: str, claim) -> None:
         )
     record = {"study": config.study, "config": config.to_dict()}
     claim(workdir, "shallow_settle", record, resumes=True, may_change=("config.analyze_only",))
-    io.write_json(
-        os.path.join(workdir, "config.json"),
-        {**record, "jax_devices": [str(d) for d in jax.devices()]},
-    )
+    run_record.write_config(workdir, record)
+    run_record.write_run(workdir)
     t0 = time.perf_counter()
     study = {
         "boundary": settle.run_boundary,

@@ -10,11 +10,10 @@ import math
 import os
 import time
 
-import jax
 import ml_collections
 import numpy as np
 
-from posattn import compile_options, configs, io, progress
+from posattn import compile_options, configs, io, metric_log, progress, run_record
 from posattn.errors import ConfigError, check_seed
 from posattn.papers.lwlc23 import published, report
 from posattn.plots import save_png
@@ -116,17 +115,18 @@ def grids_from(config, tokens: TokenConfig) -> dict:
 
 class Stages:
     """Prints each stage's time, and the elapsed time and ETA of the whole run, weighting stages by their
-    SGD work (runs x steps); appends each stage's record to metrics.jsonl."""
+    SGD work (runs x steps); writes each stage's record to the run's metrics (`metric_log`, its "step"
+    the stage's place in `work`)."""
 
-    def __init__(self, path, work: dict):
-        self.path, self.work, self.done, self.t0 = path, work, 0.0, time.perf_counter()
-        io.write_text(path, "")
+    def __init__(self, workdir, work: dict):
+        self.work, self.done, self.t0 = work, 0.0, time.perf_counter()
+        self.log = metric_log.MetricLog(workdir, fresh=True)
 
     def __call__(self, name: str, record: dict):
         self.done += self.work[name]
         elapsed = time.perf_counter() - self.t0
-        io.append_jsonl(self.path, {"stage": name, "elapsed_s": elapsed, **record})
         index = list(self.work).index(name)
+        self.log.write({"step": index, "stage": name, "elapsed_s": elapsed, **record})
         # The first stage is mostly compilation, so its rate says nothing about the rest.
         eta = (
             progress.eta(elapsed * (sum(self.work.values()) - self.done) / self.done)
@@ -163,10 +163,8 @@ def run(config, workdir: str, claim) -> None:
     }
     claim(workdir, "shallow_vit", record)  # its own, writable and locked, before any work
     keys = grid.seed_keys(config.seed, g["seeds"])
-    io.write_json(
-        os.path.join(workdir, "config.json"),
-        {**record, "jax_devices": [str(d) for d in jax.devices()]},
-    )
+    run_record.write_config(workdir, record)
+    run_record.write_run(workdir)
     print(f"{tokens}\n{model}\n{sgd}\ngrids {g}", flush=True)
     R = g["seeds"]
     n_map = len(g["n_stars"]) * len(g["Ns"])
@@ -179,7 +177,7 @@ def run(config, workdir: str, claim) -> None:
         "exact population": 1,
     }
     T = train.iterations(sgd, tokens.alpha_star)  # the progress estimate's steps per run
-    stage = Stages(os.path.join(workdir, "metrics.jsonl"), {k: v * T for k, v in work.items()})
+    stage = Stages(workdir, {k: v * T for k, v in work.items()})
     t0 = time.perf_counter()
 
     ks = list(range(0, g["remove"] + 1, config.remove_step))
@@ -248,6 +246,7 @@ def run(config, workdir: str, claim) -> None:
         stage("exact population", exact)
     finally:  # a stage that failed or a signal: the stages not yet started never start
         pool.shutdown(wait=True, cancel_futures=True)
+        stage.log.close()
     seconds = time.perf_counter() - t0
 
     rows = [

@@ -2,8 +2,6 @@
 measurement settings) and the driver that checks it and hands it to `report.run`.
 """
 
-import dataclasses
-
 import ml_collections
 
 from posattn import configs, ownership
@@ -109,15 +107,15 @@ def run(config, workdir: str, claim) -> None:
     claim(
         workdir,
         "how_vits_work",
-        {
-            "runs": runs,
-            "models": models,
-            "quick": config.quick,
-            "seed": config.seed,
-            "training_length": config.training_length,
-            "dataset": config.dataset,
-            "settings": dataclasses.asdict(settings),
-        },
+        report.config_record(
+            runs,
+            models,
+            config.quick,
+            config.seed,
+            config.training_length,
+            config.dataset,
+            settings,
+        ),
         resumes=True,
     )
     report.run(

@@ -18,7 +18,7 @@ import time
 import jax
 from etils import epath
 
-from posattn import configs, io, progress
+from posattn import configs, io, metric_log, progress, run_record
 from posattn.errors import ConfigError
 from posattn.papers.pk22 import claims, suite
 from posattn.plots import analysis as plots
@@ -118,12 +118,10 @@ def last_epoch_change(run_dir, steps_per_epoch: float) -> dict:
     of the logged training loss (each log the mean since the one before) from the first to the last log
     whose steps lie in the last epoch; "converged" where it is under `CONVERGED` in size. NaN where the
     last epoch holds fewer than two logs."""
-    logs = [
-        json.loads(line)
-        for line in (epath.Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-        if line.strip()
-    ]
-    logs = sorted((m for m in logs if m.get("train_loss") is not None), key=lambda m: m["step"])
+    logs = sorted(
+        (m for m in metric_log.read(run_dir) if m.get("train_loss") is not None),
+        key=lambda m: m["step"],
+    )
     last = logs[-1]["step"]
     # a log is the mean over the steps since the previous one: those of the last epoch lie wholly in it
     epoch = [
@@ -155,11 +153,11 @@ def measure_one(
     settings: suite.Settings,
     seed: int,
     training_seconds: float | None,
-    write_lock: threading.Lock,
+    log_metrics,
 ) -> tuple[str, dict]:
     """(model key, results) of one trained run: read from results/KEY.json when that file holds this
-    run's results with these settings and seed, else measured (`suite.measure`) and written there and to
-    metrics.jsonl."""
+    run's results with these settings and seed, else measured (`suite.measure`) and written there and,
+    its headline numbers, to `log_metrics` (a record of metrics.jsonl)."""
     model, variables, config, _ = trained_runs.load_run(run_dir)
     key = claims.model_key(config)
     path = workdir / "results" / f"{key}.json"
@@ -182,28 +180,39 @@ def measure_one(
     r["training"] = training_summary(run_dir, config)
     r["seconds"] = time.perf_counter() - t
     r["training_seconds"] = training_seconds
-    with write_lock:
-        io.write_json(path, r)
-        io.append_jsonl(
-            workdir / "metrics.jsonl",
-            {
-                "model": key,
-                "seconds": r["seconds"],
-                **r["seconds_by_program"],
-                "training_seconds": r["training_seconds"],
-                "test_accuracy": r["noise"]["clean_accuracy"],
-                **{
-                    f"hessian_{k}": r["hessian"][k]
-                    for k in ("nep", "ape", "nep_interval", "ape_interval", "min", "max")
-                },
-                "noise_drop_points": r["noise"]["drop_points"],
-                **{
-                    f"landscape_{k}": r["landscape"][k]
-                    for k in ("nll_at_optimum", "delta_at_half", "delta_at_one")
-                },
+    io.write_json(path, r)
+    log_metrics(
+        {
+            "model": key,
+            "seconds": r["seconds"],
+            **r["seconds_by_program"],
+            "training_seconds": r["training_seconds"],
+            "test_accuracy": r["noise"]["clean_accuracy"],
+            **{
+                f"hessian_{k}": r["hessian"][k]
+                for k in ("nep", "ape", "nep_interval", "ape_interval", "min", "max")
             },
-        )
+            "noise_drop_points": r["noise"]["drop_points"],
+            **{
+                f"landscape_{k}": r["landscape"][k]
+                for k in ("nll_at_optimum", "delta_at_half", "delta_at_one")
+            },
+        },
+    )
     return key, r
+
+
+def config_record(runs, models, quick, seed, training_length, dataset, settings) -> dict:
+    """The config of a report run, as its claim and its config.json record it."""
+    return {
+        "runs": list(runs),
+        "models": list(models),
+        "quick": quick,
+        "seed": seed,
+        "training_length": training_length,
+        "dataset": dataset,
+        "settings": dataclasses.asdict(settings),
+    }
 
 
 def run(
@@ -247,22 +256,18 @@ def run(
         )
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "results").mkdir(exist_ok=True)
-    io.write_json(
-        workdir / "config.json",
-        {
-            "runs": list(runs),
-            "models": list(models),
-            "quick": quick,
-            "seed": seed,
-            "training_length": training_length,
-            "dataset": dataset,
-            "settings": dataclasses.asdict(settings),
-        },
+    run_record.write_config(
+        workdir, config_record(runs, models, quick, seed, training_length, dataset, settings)
     )
-    t0, write_lock = time.perf_counter(), threading.Lock()
+    run_record.write_run(workdir)
+    t0, lock, log = time.perf_counter(), threading.Lock(), metric_log.MetricLog(workdir)
     items = list(runs) or list(configs)
 
     def pipeline(i: int, item: str) -> tuple[str, dict]:
+        def log_metrics(record: dict) -> None:  # (the pipelines run in threads)
+            with lock:  # step: the model's place in the report
+                log.write({"step": items.index(item), **record})
+
         training_seconds = None
         if not runs:
             progress.say(
@@ -270,7 +275,7 @@ def run(
                 f"{time.perf_counter() - t0:.0f}s so far"
             )
             item, training_seconds = train_one(workdir, item, configs[item])
-        return measure_one(workdir, item, settings, seed, training_seconds, write_lock)
+        return measure_one(workdir, item, settings, seed, training_seconds, log_metrics)
 
     started = list(runs) or start_order(configs)
     with concurrent.futures.ThreadPoolExecutor(max_workers=PIPELINES) as pool:
@@ -282,6 +287,8 @@ def run(
                 wait=True, cancel_futures=True
             )  # the pipelines not yet started never start
             raise
+        finally:
+            log.close()
     write_report(workdir, results, time.perf_counter() - t0, quick)
     return results
 

@@ -165,7 +165,7 @@ QUICK = Settings(
 def settings_from(config) -> Settings:
     """The `Settings` of a how_vits_work config: `QUICK` if config.quick else the defaults, with every
     field of the config that is a field of `Settings` and is set (not None) in its place."""
-    base = QUICK if config.get("quick") else Settings()
+    base = QUICK if config.quick else Settings()
     overrides = {
         f.name: config[f.name]
         for f in dataclasses.fields(Settings)

@@ -211,6 +211,9 @@ class Settings:
     fractional count, no NaN, flip True or False: a config's "auto" values are `setup.resolve_augment`'s).
     """
 
+    # Settings() augments nothing: these are not the schema's defaults (vision.config.base_config),
+    # whose crop_padding -1 and flip None are "auto" values that only `setup.resolve_augment` can make
+    # numbers (they depend on the dataset and the image side); a run's settings come from its config.
     crop_padding: int = 0
     flip: bool = False
     randaugment_layers: int = 0
@@ -233,8 +236,8 @@ class Settings:
 
     @classmethod
     def from_config(cls, aug_cfg) -> "Settings":
-        """The settings of a config's `augment` fields (missing ones off)."""
-        return cls(**{f.name: aug_cfg.get(f.name, f.default) for f in dataclasses.fields(cls)})
+        """The settings of a config's `augment` fields, its "auto" values resolved (every field)."""
+        return cls(**{f.name: aug_cfg[f.name] for f in dataclasses.fields(cls)})
 
 
 def augment(key, images_uint8_BxHxWxC, settings: Settings, info):

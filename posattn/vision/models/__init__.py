@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posattn.errors import ConfigError, check_choice
+from posattn.vision import config as vision_config
 from posattn.vision.models import alternet, resnet, vgg, vit
 from posattn.vision.models.attention import ATTENTIONS
 from posattn.vision.models.sown import (
@@ -77,23 +78,8 @@ MODELS = {
     "vgg16": vgg.build,
     "alternet": alternet.build,
 }
-# The fields of `config.model` with the value a missing field takes (those of the shared config).
-MODEL_FIELDS = {
-    "name": "vit",
-    "variant": "Ti/4",
-    "patch_size": 0,
-    "attention": "positional",
-    "attention_options": "",
-    "pos_shared": True,
-    "pos_add": False,
-    "pos_init_std": 0.02,
-    "pool": "gap",
-    "dropout": 0.0,
-    "width": 0,
-    "depth": 0,
-    "num_heads": 0,
-    "mlp_dim": 0,
-}
+# The fields of `config.model` with the value a missing field takes: the schema's, its one source.
+MODEL_FIELDS = vision_config.base_config().model.to_dict()
 # The CNNs whose model.width is the channels of their first stage (the later stages scale with it; 0:
 # the published 64), e.g. for CPU-sized runs.
 WIDTH_MODELS = ("resnet18", "vgg16")
@@ -121,8 +107,9 @@ def create_model(
     `ATTENTIONS`) and attention_options (its own knobs, "name=value,...": `attention.parse_options`; also
     AlterNet's), pos_shared, pos_add, pos_init_std (std of the initial P), pool (gap | cls); for ResNet-18
     and VGG-16 width (channels of the first stage, the others scaled with it; 0 = the published 64);
-    dropout for all. Missing fields take the defaults of the shared config; an unknown field is a ConfigError naming the nearest valid one. The
-    model refuses (ConfigError) images of other channels (and for the ViT, another size).
+    dropout for all. Missing fields take the schema's defaults (`vision.config.base_config`); an
+    unknown field is a ConfigError naming the nearest valid one. The model refuses (ConfigError)
+    images of other channels (and for the ViT, another size).
     """
     if isinstance(model_cfg, str):
         model_cfg = {"name": model_cfg}

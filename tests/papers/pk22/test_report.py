@@ -2,7 +2,6 @@
 over_seeds); its settings and trainings: test_settings.py."""
 
 import json
-import threading
 
 import numpy as np
 import pytest
@@ -206,8 +205,9 @@ def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monk
     monkeypatch.setattr(pk22_report, "training_summary", lambda run_dir, config: {})
     (tmp_path / "results").mkdir()
     one = lambda settings, seed, run_dir="run": pk22_report.measure_one(  # noqa: E731
-        epath.Path(tmp_path), run_dir, settings, seed, None, threading.Lock()
+        epath.Path(tmp_path), run_dir, settings, seed, None, logged.append
     )
+    logged = []
     assert one(suite.QUICK, 0)[0] == "vit_positional" and len(measured) == 1
     one(suite.QUICK, 0)
     assert len(measured) == 1  # the same run, settings and seed: read back
@@ -218,6 +218,7 @@ def test_results_are_kept_only_for_the_same_run_settings_and_seed(tmp_path, monk
     ):
         one(settings, seed, run_dir)
     assert len(measured) == 4  # another seed, other settings, another run: each measured again
+    assert [r["model"] for r in logged] == ["vit_positional"] * 4  # a metrics record per measure
 
 
 def test_positional_statements_are_kept_only_where_every_length_agrees():
