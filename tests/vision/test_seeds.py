@@ -256,7 +256,7 @@ def test_seeds_whose_programs_do_not_fit_in_memory_run_separately_and_the_log_sa
     tmp_path, monkeypatch
 ):
     # 0.5 MiB free per device; the programs of 2 seeds take 0.8 MiB
-    monkeypatch.setattr(seeds, "free_bytes", lambda device: 2**19)
+    monkeypatch.setattr(device_memory, "free_bytes", lambda device: 2**19)
     configs = [tiny(s, total_steps=2) for s in (0, 1)]
     dirs = [str(tmp_path / f"seed{s}") for s in (0, 1)]
     said = []

@@ -264,9 +264,11 @@ def run(
     items = list(runs) or list(configs)
 
     def pipeline(i: int, item: str) -> tuple[str, dict]:
+        step = items.index(item)  # the model's place in the report (`item` becomes its run dir)
+
         def log_metrics(record: dict) -> None:  # (the pipelines run in threads)
-            with lock:  # step: the model's place in the report
-                log.write({"step": items.index(item), **record})
+            with lock:
+                log.write({"step": step, **record})
 
         training_seconds = None
         if not runs:
