@@ -11,11 +11,14 @@ cell, vmapped (`posattn.shallow.grid`).
 """
 
 import dataclasses
+import math
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from posattn.shallow import grid, phase_map, train
-from posattn.shallow.config import ModelConfig, SGDConfig, TokenConfig
+from posattn.shallow.config import TWO_E, ModelConfig, SGDConfig, TokenConfig
 
 ALPHA_THIRTIETHS = (
     8,
@@ -59,7 +62,14 @@ AMENDMENT_1 = {
     "G4": {"tau": 1.0, "sigma": 1.0, "delta": 1.0},
     "G5": {"d": 64, "tau": 1.0, "sigma": 1.0, "delta": 1.0},
 }
-ALL_SETTINGS = {**SETTINGS, **AMENDMENT_1}
+# Amendment 2 (2026-11-29, after G1-G5 ran): confusion tokens at Theorem 1's limit in every alpha_* row,
+# n_# = floor(n_* / 2e) (`Setting.n_confs`), at L = 60 so that every row holds at least 2.
+AMENDMENT_2 = {
+    "H1": {"L": 60, "tau": 1.0, "confusion": "theorem_limit"},
+    "H2": {"L": 60, "tau": 1.5, "confusion": "theorem_limit"},
+    "H3": {"L": 60, "d": 64, "tau": 1.0, "confusion": "theorem_limit"},
+}
+ALL_SETTINGS = {**SETTINGS, **AMENDMENT_1, **AMENDMENT_2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +80,7 @@ class Setting:
     tokens: TokenConfig
     model: ModelConfig
     sgd: SGDConfig
+    confusion_at_limit: bool = False  # n_# = floor(n_* / 2e) in every row, else 0
 
     @classmethod
     def of(cls, name: str) -> "Setting":
@@ -94,11 +105,15 @@ class Setting:
             w_o_std=0.1,
         )
         sgd = SGDConfig(batch=8, eta=f["eta"], t_scale=f["t_scale"], n_test=500, success="error")
-        return cls(name, tokens, model, sgd)
+        return cls(name, tokens, model, sgd, f.get("confusion") == "theorem_limit")
 
     def n_stars(self) -> list[int]:
         """n_* of each alpha_* row: the same fractions of L."""
         return [round(a * self.tokens.L / 30) for a in ALPHA_THIRTIETHS]
+
+    def n_confs(self) -> list[int]:
+        """n_# of each alpha_* row: the largest Theorem 1 allows (n_* >= 2e n_#), or 0."""
+        return [math.floor(n / TWO_E) if self.confusion_at_limit else 0 for n in self.n_stars()]
 
     def row_grid(self, n_star: int) -> list[int]:
         """The N grid of a row: NS up to T x batch, the most samples a run of that row draws."""
@@ -106,12 +121,24 @@ class Setting:
         return [n for n in NS if n <= top]
 
 
+def screening_cells(setting: Setting) -> grid.Cell:
+    """The cells of `setting`'s screening grid, row by row (alpha_* rows, each with its n_#, times NS):
+    the order of a product over (n_star, N)."""
+    rows = [
+        grid.product_cells(
+            setting.tokens, setting.model, setting.sgd, n_star=[n], n_conf=[c], N=NS
+        )[0]
+        for n, c in zip(setting.n_stars(), setting.n_confs())
+    ]
+    return jax.tree.map(lambda *a: jnp.concatenate(a), *rows)
+
+
 def screen(setting: Setting, seeds: int = SEEDS, seed: int = 0) -> dict:
     """The screening grid of `setting` (one compiled, vmapped computation): per alpha_* row its N grid,
     success rates and N* (`phase_map.boundary`; "below" when censored at the grid's first N, "above"
     beyond its last), the mean test hinge loss at `HINGE_CELL`, and the three criteria."""
     n_stars = setting.n_stars()
-    cells, _ = grid.product_cells(setting.tokens, setting.model, setting.sgd, n_star=n_stars, N=NS)
+    cells = screening_cells(setting)
     out = grid.run_cells(
         grid.seed_keys(seed, seeds),
         cells,
@@ -131,6 +158,7 @@ def screen(setting: Setting, seeds: int = SEEDS, seed: int = 0) -> dict:
             {
                 "alpha_star": n_star / setting.tokens.L,
                 "n_star": n_star,
+                "n_conf": setting.n_confs()[i],
                 "N": Ns,
                 "success_rate": rate.tolist(),
                 "N_star": n_star_hat,
