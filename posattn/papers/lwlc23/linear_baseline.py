@@ -14,10 +14,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from posattn.papers.lwlc23 import regime_search
-from posattn.shallow import phase_map
 from posattn.shallow.config import TokenConfig
 from posattn.shallow.data import sample
 
@@ -42,25 +40,15 @@ def screen(setting: regime_search.Setting, seeds: int = regime_search.SEEDS, see
     keys = jax.random.split(jax.random.key(seed), seeds)
     rows = []
     for n_star in setting.n_stars():
-        Ns = setting.row_grid(n_star)
         rate = [
             float(
                 jnp.mean(
-                    jax.vmap(lambda k: test_errors(k, n_star, tokens=setting.tokens, N=N))(keys)
-                    == 0
+                    jax.vmap(lambda k: test_errors(k, n_star, tokens=setting.tokens, N=N) == 0)(
+                        keys
+                    )
                 )
             )
-            for N in Ns
+            for N in setting.row_grid(n_star)
         ]
-        n_star_hat = phase_map.boundary(Ns, rate)
-        censored = "below" if n_star_hat == Ns[0] else "above" if np.isnan(n_star_hat) else ""
-        rows.append(
-            {
-                "n_star": n_star,
-                "N": Ns,
-                "success_rate": rate,
-                "N_star": n_star_hat,
-                "censored": censored,
-            }
-        )
+        rows.append(regime_search.row(setting, n_star, rate))
     return {"setting": setting.name, "rows": rows}

@@ -121,6 +121,22 @@ class Setting:
         return [n for n in NS if n <= top]
 
 
+def row(setting: Setting, n_star: int, success_rate) -> dict:
+    """One alpha_* row of a screening grid from its success rates over NS (cut to the row's N grid):
+    N* (`phase_map.boundary`; "below" when censored at the grid's first N, "above" beyond its last)."""
+    Ns = setting.row_grid(n_star)
+    rate = [float(r) for r in success_rate[: len(Ns)]]
+    n_star_hat = phase_map.boundary(Ns, rate)
+    return {
+        "alpha_star": n_star / setting.tokens.L,
+        "n_star": n_star,
+        "N": Ns,
+        "success_rate": rate,
+        "N_star": n_star_hat,
+        "censored": "below" if n_star_hat == Ns[0] else "above" if np.isnan(n_star_hat) else "",
+    }
+
+
 def screening_cells(setting: Setting) -> grid.Cell:
     """The cells of `setting`'s screening grid, row by row (alpha_* rows, each with its n_#, times NS):
     the order of a product over (n_star, N)."""
@@ -148,23 +164,10 @@ def screen(setting: Setting, seeds: int = SEEDS, seed: int = 0) -> dict:
     )
     success = np.asarray(out["success"], float).reshape(len(n_stars), len(NS), seeds).mean(-1)
     hinge = np.asarray(out["test_hinge"], float).reshape(len(n_stars), len(NS), seeds).mean(-1)
-    rows = []
-    for i, n_star in enumerate(n_stars):
-        Ns = setting.row_grid(n_star)
-        rate = success[i, : len(Ns)]
-        n_star_hat = phase_map.boundary(Ns, rate)
-        censored = "below" if n_star_hat == Ns[0] else "above" if np.isnan(n_star_hat) else ""
-        rows.append(
-            {
-                "alpha_star": n_star / setting.tokens.L,
-                "n_star": n_star,
-                "n_conf": setting.n_confs()[i],
-                "N": Ns,
-                "success_rate": rate.tolist(),
-                "N_star": n_star_hat,
-                "censored": censored,
-            }
-        )
+    rows = [
+        {**row(setting, n_star, success[i]), "n_conf": setting.n_confs()[i]}
+        for i, n_star in enumerate(n_stars)
+    ]
     h = hinge[ALPHA_THIRTIETHS.index(HINGE_CELL[0]), NS.index(HINGE_CELL[1])]
     criteria = {
         # (censored below, N* is the grid's first N, 8 < 50; censored above, it lies beyond 1024)
