@@ -16,7 +16,7 @@ donations).
 FLOPs: the analytic count of `posattn.vision.models.flops` (matmul FLOPs; one training step = 3
 forward passes, forward + backward, the usual convention of MFU), with XLA's cost analysis of the
 compiled step beside it as a check (XLA also counts elementwise work and the optimiser). Model-FLOPs
-utilisation = analytic FLOPs / median step time / the dense bf16 peak of the device (`PEAK_TFLOPS_*`),
+utilisation = analytic FLOPs / median step time / the dense bf16 peak of the device (`posattn.vision.utilisation.PEAK_TFLOPS_*`),
 so only for bf16 runs on a device listed there.
 
 The peer (`--peer=timm`, the default): `timm.models.vision_transformer.VisionTransformer` of the same
@@ -51,7 +51,7 @@ from absl import app, flags
 
 from benchmarks import profile
 from benchmarks.report import machine, update_section
-from posattn.vision import losses, models, optim
+from posattn.vision import losses, models, optim, utilisation
 from posattn.vision.models import flops as vit_flops
 
 flags.DEFINE_integer("batch_cifar", 32, "Batch of the CIFAR ViT-Ti/4 shape.")
@@ -86,17 +86,6 @@ SHAPES = {  # name -> (variant, image side, classes, batch flag)
     "ImageNet ViT-Ti/16": ("Ti/16", 224, 1000, "batch_imagenet"),
     "ImageNet ViT-S/16": ("S/16", 224, 1000, "batch_imagenet"),
 }
-# Dense bf16 peak TFLOP/s by device_kind. A TPU's kind is matched whole ("TPU v5" is v5p, "TPU v5 lite"
-# v5e); a GPU's by the first name in this order that it contains, so that an H100 PCIe card is not
-# given the SXM card's peak. A card without a peak here (H100 NVL) gets no MFU rather than another's.
-PEAK_TFLOPS_TPU = {"TPU v4": 275.0, "TPU v5 lite": 197.0, "TPU v5": 459.0, "TPU v6 lite": 918.0}
-PEAK_TFLOPS_GPU = (
-    ("H100 PCIe", 756.0),
-    ("H100 NVL", None),
-    ("H100", 989.0),
-    ("H200", 989.0),
-    ("A100", 312.0),
-)
 # Issue 17's goals.
 GOAL_POSITIONAL_SPEEDUP = 1.25
 GOAL_VANILLA_OVER_TIMM = 1.0
@@ -286,7 +275,7 @@ def measure(name: str, batch: int, dtype, profile_dir: str = "") -> tuple[dict, 
             "gflops": analytic / 1e9,
             "xla_gflops": r["flops"] / 1e9,
             "compile_s": r["compile_s"],
-            "mfu": _mfu(analytic, step_s, dtype),
+            "mfu": utilisation.mfu(analytic, step_s, jax.devices()[:1], dtype),
         }
     profiled = []
     if profile_dir:
@@ -309,15 +298,6 @@ def measure(name: str, batch: int, dtype, profile_dir: str = "") -> tuple[dict, 
                     f"{label}: no profile ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
                 )
     return out, profiled
-
-
-def _mfu(flops: float, step_s: float, dtype):
-    """Model-FLOPs utilisation against the dense bf16 peak, so only for bf16 runs."""
-    kind = jax.devices()[0].device_kind
-    if dtype != jnp.bfloat16:
-        return None
-    peak = PEAK_TFLOPS_TPU.get(kind, next((v for k, v in PEAK_TFLOPS_GPU if k in kind), None))
-    return None if peak is None else flops / step_s / (peak * 1e12)
 
 
 def timm_model(variant: str, side: int, classes: int):
@@ -436,7 +416,7 @@ def goals(results: dict) -> list[str]:
         for a in ("vanilla", "positional")
     )
     if r and r["vanilla"]["mfu"] is None:
-        mfu += " (MFU needs a bfloat16 run on a device of PEAK_TFLOPS_*: not measured)"
+        mfu += " (MFU needs a bfloat16 run on a device of utilisation.PEAK_TFLOPS_*: not measured)"
     return [
         f"- positional attention at least {GOAL_POSITIONAL_SPEEDUP}x vanilla's images/s: {pos}.",
         f"- our vanilla ViT at least as fast as timm + torch.compile (ours / timm): {peer}.",

@@ -23,6 +23,9 @@ from jax.sharding import PartitionSpec as P
 from posattn.errors import ConfigError
 
 DATA = "data"
+# The image trainer's second batch axis (ZeRO-3 parameter sharding, `posattn.vision.sharding`): a batch is
+# split over "data" x "fsdp" where a mesh has both.
+FSDP = "fsdp"
 
 
 def data_mesh(devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
@@ -32,8 +35,8 @@ def data_mesh(devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
 
 
 def batch_sharding(mesh: jax.sharding.Mesh) -> NamedSharding:
-    """Leading (sample) axis split over "data", the rest whole."""
-    return NamedSharding(mesh, P(DATA))
+    """Leading (sample) axis split over "data" (and "fsdp" where the mesh has it), the rest whole."""
+    return NamedSharding(mesh, P((DATA, FSDP) if FSDP in mesh.axis_names else DATA))
 
 
 def replicated(mesh: jax.sharding.Mesh) -> NamedSharding:

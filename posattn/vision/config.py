@@ -73,6 +73,14 @@ def base_config() -> ml_collections.ConfigDict:
     c.model.pool = "gap"
     c.model.dropout = 0.0
 
+    # The device mesh (posattn.vision.sharding): the batch runs over data x fsdp; fsdp also shards
+    # every weight and its optimizer state (ZeRO-3), model the ViT's heads and MLP (Megatron); their
+    # product is the device count, -1 the devices the others leave. All on data: data parallelism.
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.data = -1
+    c.mesh.fsdp = 1
+    c.mesh.model = 1
+
     c.global_batch_size = 128
     c.eval_batch_size = 256
     c.total_steps = 1000
@@ -91,6 +99,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval_every = 500
     c.checkpoint_every = 500
     c.keep_checkpoints = 3
+    # "A,B": a jax.profiler trace of steps A to B in WORKDIR/profile (TensorBoard's profile tab); "" none
+    c.profile_steps = ""
     return c
 
 

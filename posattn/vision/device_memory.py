@@ -1,10 +1,15 @@
 """How much device memory a compiled program needs, from XLA's buffer assignment (`program_bytes`), how
-much a device has free (`free_bytes`), and whether S vmapped seeds fit (`Footprint`).
+much a device has free (`free_bytes`), whether S vmapped seeds fit (`Footprint`), and a run that does
+not fit stopped with one line (`out_of_memory_stops`).
 """
 
+import contextlib
 import dataclasses
 
 import jax
+
+from posattn.errors import ConfigError, first_line
+from posattn.vision import checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,3 +68,29 @@ def free_bytes(device) -> int | None:
     except (OSError, StopIteration, ValueError):
         return None
     return kib * 1024 // len(jax.local_devices())
+
+
+class OutOfMemory(ConfigError):
+    """The run's programs do not fit the devices' memory: the run stops; its batch or model must shrink."""
+
+
+@contextlib.contextmanager
+def out_of_memory_stops(config, mesh, workdir):
+    """XLA's RESOURCE_EXHAUSTED (a batch too large for the devices) as one `OutOfMemory` line."""
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        last = checkpoint.survey(checkpoint.checkpoints_dir(workdir)).latest
+        kept = (
+            "nothing was saved, so the corrected command may reuse this --workdir"
+            if last is None
+            else f"the last checkpoint, step {last}, stays in {workdir}/checkpoints"
+        )
+        raise OutOfMemory(
+            f"out of memory ({first_line(e)[:160]}): global_batch_size="
+            f"{config.global_batch_size} and eval_batch_size={config.eval_batch_size} over "
+            f"{mesh.devices.size} devices do not fit; lower them (or use more devices, a smaller "
+            f"model, compute_dtype='bfloat16', or shard the state with mesh.fsdp); {kept}"
+        ) from e

@@ -59,6 +59,12 @@ RESUMABLE = {
     "idx_dir",
     "optimizer.lr",
     "optimizer.grad_clip",
+    "profile_steps",
+    # the layout over the devices (a checkpoint restores onto any mesh); the step computes the same
+    # up to the order of its float reductions
+    "mesh.data",
+    "mesh.fsdp",
+    "mesh.model",
 }
 RESUME_CONDITIONS = {"optimizer.grad_clip": _clipping_stays_on_or_off}
 

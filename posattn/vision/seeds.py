@@ -32,7 +32,6 @@ memory free). `posattn.vision.sweep.run_seeds` then trains them one after anothe
 import contextlib
 import json
 import os
-import time
 
 import jax
 import numpy as np
@@ -45,6 +44,7 @@ from posattn.mesh import data_mesh, global_batch, replicate_from_host, replicate
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.vision import (
     checkpoint,
+    chrono,
     device_memory,
     evaluation,
     models,
@@ -53,17 +53,21 @@ from posattn.vision import (
     runs,
     saving,
     seed_axis,
+    sharding,
     train,
     train_step,
+    utilisation,
     warm_start,
 )
+from posattn.vision import config as config_lib
 from posattn.vision.data import pipeline
 from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
 
 
 class NotVmapped(ConfigError):
-    """The seeds cannot run in one program (checkpoints of different steps, or not enough memory);
+    """The seeds cannot run in one program (checkpoints of different steps, not enough memory, or a
+    mesh that shards the state);
     nothing was changed: train them separately."""
 
 
@@ -111,6 +115,13 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
     check_seed_configs(configs, workdirs)
     config, num_seeds = configs[0], len(configs)
     mesh = data_mesh(devices)
+    config_lib.check_schema(config)
+    if sharding.mesh_shape(config.mesh, mesh.devices.size)[1:] != (1, 1):
+        # the seed axis would need rules of its own; fsdp and model are for a state too large to copy
+        raise NotVmapped(
+            f"vmapped seeds run data-parallel, and mesh.fsdp={config.mesh.fsdp}, "
+            f"mesh.model={config.mesh.model} shard the state: train the seeds separately"
+        )
     setup = resolve(config, mesh.devices.size, dataset)
     setup.info
     repl = replicated(mesh)
@@ -140,7 +151,7 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
     with (
         signals.Watch() as watcher,
         saving.orbax_errors_reported(),
-        train._out_of_memory_stops(config, mesh, workdirs[0]),
+        device_memory.out_of_memory_stops(config, mesh, workdirs[0]),
         contextlib.ExitStack() as closing,
     ):
         plans = [resume.preflight(c, w, abstract_state) for c, w in zip(configs, workdirs)]
@@ -154,9 +165,16 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                 "one program trains seeds at one step; train them separately"
             )
         start, total = starts[0], config.total_steps
-        t_run = (
-            time.perf_counter()
-        )  # as train.train's: the run's seconds include compiling its step
+        # As train.train's: the run's seconds include compiling its step. Images/s count one seed's
+        # images; the FLOPs (MFU) are the program's, every seed's.
+        flops = utilisation.training_step_flops(setup.model, config.global_batch_size)
+        clock = chrono.Chrono(
+            total_steps=total,
+            global_batch_size=config.global_batch_size,
+            step_flops=None if flops is None else num_seeds * flops,
+            devices=mesh.devices.flat,
+            dtype=setup.model.dtype,
+        )
         # The programs, compiled before any file changes: their buffer sizes decide whether they fit.
         batches = [
             pipeline.train_batches(
@@ -244,26 +262,21 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
         )
         progress.say(f"augmentation: {setup.augment_note}")
 
-        batch_size = config.global_batch_size
         pending, window, train_metrics, evals = [], [], [{}] * num_seeds, []
-        t_go, timed_seconds, log_seconds, log_steps = None, 0.0, 0.0, 0
         for step in range(start + 1, total + 1):
-            batch = (
-                first
-                if step == start + 1
-                else seed_axis.seed_batch([next(b) for b in batches], mesh)
-            )
+            with clock.feeding():
+                batch = (
+                    first
+                    if step == start + 1
+                    else seed_axis.seed_batch([next(b) for b in batches], mesh)
+                )
             state, metrics = step_S(state, batch, hyper_S)
             pending.append((step, metrics))
-            if t_go is None:
-                jax.block_until_ready(metrics)
-                t_go = time.perf_counter()
+            if (compiled := clock.stepped(metrics)) is not None:
                 progress.say(
                     f"step {step}/{total}  compiled and ran the first step of {num_seeds} seeds in "
-                    f"{t_go - t_run:.1f}s"
+                    f"{compiled:.1f}s"
                 )
-            else:
-                log_steps += 1
             for saver in savers:
                 saver.poll(step)
             is_last = step == total
@@ -287,31 +300,27 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                     for s in range(num_seeds)
                 ]
             )
-            dt = time.perf_counter() - t_go
-            timed_seconds, log_seconds = timed_seconds + dt, log_seconds + dt
+            clock.pause()
             if do_log:
                 train_metrics = [
                     train._mean([m for chunk in window for m in chunk[s]]) for s in range(num_seeds)
                 ]
                 window = []
-                images_per_second = log_steps * batch_size / log_seconds if log_steps else None
+                measures = clock.window(step)
                 for log, m in zip(logs, train_metrics):
                     log.write(
                         {
                             "step": step,
                             **{f"train_{k}": v for k, v in m.items()},
-                            "images_per_second": images_per_second,
+                            **{k: v for k, v in measures.items() if k != "eta"},
                         }
                     )
-                eta = progress.eta((total - step) * log_seconds / log_steps if log_steps else None)
-                log_seconds, log_steps = 0.0, 0
                 losses = " ".join(f"{m['loss']:.4f}" for m in train_metrics)
-                shown = (
-                    "?" if images_per_second is None else f"{num_seeds * images_per_second:,.0f}"
-                )
+                ips = measures["images_per_second"]
+                measures["images_per_second"] = None if ips is None else num_seeds * ips
                 progress.say(
                     f"step {step}/{total}  loss {losses}  lr {train_metrics[0]['lr']:.2e}  "
-                    f"{shown} img/s ({num_seeds} seeds)  ETA {eta}"
+                    f"{chrono.line(measures)} ({num_seeds} seeds)  ETA {measures['eta']}"
                 )
             if do_ckpt:
                 host = jax.device_get(state)
@@ -330,12 +339,11 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                     saver.wait(step)
                     log.write({"step": step, "preempted": True})
                 raise watcher.stopped(step, ", ".join(str(m.directory) for m in mngrs))
-            t_go = time.perf_counter()
+            clock.resume()
         for saver in savers:
             saver.wait(total)
         if not evals:
             evals = seed_axis.evaluate_seeds(eval_step, state, setup, mesh, num_seeds)
-        seconds = time.perf_counter() - t_run
         summaries = []
         for s, w in enumerate(workdirs):
             summary = {
@@ -344,13 +352,13 @@ def train_seeds(configs, workdirs, *, devices=None, dataset=None) -> list[dict]:
                     train_metrics[s],
                     setup,
                     mesh,
+                    clock,
                     steps=total,
                     start=start,
                     resumed_from=resumed_from,
                     moved_aside=moved[s],
-                    seconds=seconds,
-                    timed_seconds=timed_seconds,
                     num_params=num_params,
+                    state_bytes=num_seeds * state_bytes,  # every seed's, replicated
                 ),
                 "vmapped_seeds": num_seeds,
             }

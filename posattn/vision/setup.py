@@ -25,8 +25,8 @@ import ml_collections
 import numpy as np
 
 from posattn.errors import INT32_MAX, ConfigError, check_choice
+from posattn.vision import chrono, losses, models
 from posattn.vision import config as config_lib
-from posattn.vision import losses, models
 from posattn.vision.data import arrays, augment, channel_stats, datasets, pipeline
 from posattn.vision.data import split as split_lib
 from posattn.vision.data.permutation import BlockPermutation
@@ -275,8 +275,8 @@ def _check_loop_fields(config, num_devices: int) -> None:
         _check_count(config, field, 1, f"a positive multiple of the {num_devices} devices")
         if config[field] % num_devices:
             raise ConfigError(
-                f"{field}={config[field]} does not divide by the {num_devices} devices; "
-                f"use a positive multiple of {num_devices}"
+                f"{field}={config[field]} does not divide by the {num_devices} devices a batch "
+                f"is split over (the mesh's data x fsdp); use a positive multiple of {num_devices}"
             )
     _check_count(
         config, "seed", 0, "an integer >= 0"
@@ -289,6 +289,7 @@ def _check_loop_fields(config, num_devices: int) -> None:
             "evaluate_test=False and validation_examples=0 leave nothing to evaluate: hold out a "
             "validation split (e.g. --config.validation_examples=10000)"
         )
+    chrono.profile_window(config.profile_steps, config.total_steps)
     if not 0.0 <= config.label_smoothing < 1.0:
         raise ConfigError(f"label_smoothing={config.label_smoothing} must lie in [0, 1)")
     opt = config.optimizer

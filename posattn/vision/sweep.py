@@ -14,7 +14,7 @@ import numpy as np
 
 from posattn import run_record
 from posattn.analysis import bootstrap
-from posattn.vision import resume, seeds, train
+from posattn.vision import device_memory, resume, seeds, train
 
 
 def finished_summary(config, workdir: str) -> dict | None:
@@ -68,7 +68,7 @@ def run_seeds(configs, workdirs, say=print, *, vmap: bool = True, dataset=None) 
             ):
                 summaries[i] = s
             return summaries
-        except (seeds.NotVmapped, train.OutOfMemory) as e:
+        except (seeds.NotVmapped, device_memory.OutOfMemory) as e:
             say(f"== separate runs instead: {e}")
     for i in todo:
         summaries[i] = run_cell(configs[i], workdirs[i], say, dataset=dataset)

@@ -33,19 +33,24 @@ import numpy as np
 
 from posattn import compile_options, io, progress, signals
 from posattn import workdir as workdir_lib
-from posattn.errors import ConfigError, first_line
-from posattn.mesh import batch_sharding, data_mesh, global_batch, replicate_from_host, replicated
+from posattn.errors import ConfigError
+from posattn.mesh import batch_sharding, global_batch, replicate_from_host, replicated
 from posattn.metric_log import MetricLog, paired_test_metrics
 from posattn.vision import (
     checkpoint,
+    chrono,
+    device_memory,
     evaluation,
     models,
     optim,
     resume,
     runs,
     saving,
+    sharding,
+    utilisation,
     warm_start,
 )
+from posattn.vision import config as config_lib
 from posattn.vision import train_step as train_step_lib
 from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
@@ -53,32 +58,6 @@ from posattn.vision.state import init_state
 
 class NonFiniteLoss(ConfigError):
     """The loss (or gradient norm) became NaN or inf: the run stops; its recipe needs changing."""
-
-
-class OutOfMemory(ConfigError):
-    """The run's programs do not fit the devices' memory: the run stops; its batch or model must shrink."""
-
-
-@contextlib.contextmanager
-def _out_of_memory_stops(config, mesh, workdir):
-    """XLA's RESOURCE_EXHAUSTED (a batch too large for the devices) as one `OutOfMemory` line."""
-    try:
-        yield
-    except jax.errors.JaxRuntimeError as e:
-        if "RESOURCE_EXHAUSTED" not in str(e):
-            raise
-        last = checkpoint.survey(checkpoint.checkpoints_dir(workdir)).latest
-        kept = (
-            "nothing was saved, so the corrected command may reuse this --workdir"
-            if last is None
-            else f"the last checkpoint, step {last}, stays in {workdir}/checkpoints"
-        )
-        raise OutOfMemory(
-            f"out of memory ({first_line(e)[:160]}): global_batch_size="
-            f"{config.global_batch_size} and eval_batch_size={config.eval_batch_size} over "
-            f"{mesh.devices.size} devices do not fit; lower them (or use more devices, a smaller "
-            f"model or compute_dtype='bfloat16'); {kept}"
-        ) from e
 
 
 # ---------------------------------------------------------------------------------- outputs
@@ -133,20 +112,26 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     Over several processes, `posattn.mesh.initialize_distributed` must have run first, before any
     computation (the binary calls it; docs/distributed.md).
     """
-    mesh = data_mesh(devices)
-    setup = resolve(config, mesh.devices.size, dataset)
+    config_lib.check_schema(config)  # (before config.mesh is read)
+    mesh = sharding.make_mesh(config.mesh, devices)
+    sharding.check_model(config.model.name, mesh)
+    setup = resolve(config, sharding.batch_shards(mesh), dataset)
     setup.info  # the dataset's facts (its statistics may read the training split), before any file changes
-    # Model, optimizer and the abstract state (shapes only: nothing is computed yet).
+    # Model, optimizer and the abstract state (shapes only: nothing is computed yet), each leaf with its
+    # sharding over the mesh (`sharding.state_shardings`).
     repl, batch_shard = replicated(mesh), batch_sharding(mesh)
     # The seed and optimiser numbers, replicated arrays that every process holds (traced by the programs).
     hyper = replicate_from_host(train_step_lib.step_hyperparameters(config), mesh)
     tx = optim.make_optimizer(config.optimizer, hyper)
+    init = lambda seed: init_state(setup.model, setup.image_shape, seed, tx)
+    state_sh = sharding.state_shardings(jax.eval_shape(init, hyper["seed"]), mesh)
     init_fn = jax.jit(
-        lambda seed: init_state(setup.model, setup.image_shape, seed, tx),
-        out_shardings=repl,
+        init,
+        out_shardings=state_sh,
         compiler_options=compile_options.run_once(mesh.devices.flat[0].platform),
     )
-    abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hyper["seed"]), repl)
+    abstract_state = sharding.with_shardings(jax.eval_shape(init_fn, hyper["seed"]), state_sh)
+    state_bytes = sharding.bytes_per_device(abstract_state)
     # A pre-trained start (config.init_from), checked against this model before any file changes.
     pretrained = warm_start.load(config.init_from) if config.init_from else None
     if pretrained is not None:
@@ -167,7 +152,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     with (
         signals.Watch() as watcher,
         saving.orbax_errors_reported(),
-        _out_of_memory_stops(config, mesh, workdir),
+        device_memory.out_of_memory_stops(config, mesh, workdir),
         contextlib.ExitStack() as closing,
     ):
         # On every process, so all stop together; nothing in the workdir has changed if it raises.
@@ -208,7 +193,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             if (
                 pretrained is not None
             ):  # a fresh start from the pre-trained parameters (Adam's moments are 0 alike)
-                state["params"] = jax.jit(warm_start.transfer, out_shardings=repl)(
+                state["params"] = jax.jit(warm_start.transfer, out_shardings=state_sh["params"])(
                     state["params"], pretrained
                 )
         start = int(jax.device_get(state["step"]))
@@ -228,8 +213,10 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             else ""
         )
         progress.say(
-            f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices, "
-            f"{jax.process_count()} processes{resumed}"
+            f"{config.dataset}: {model_name}, {num_params:,} parameters, {mesh.devices.size} devices "
+            f"(mesh {' x '.join(f'{k} {v}' for k, v in mesh.shape.items())}), "
+            f"{jax.process_count()} processes, train state {state_bytes / 2**20:,.1f} MiB per device"
+            f"{resumed}"
         )
         progress.say(
             f"augmentation: {setup.augment_note}"
@@ -237,13 +224,13 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
 
         train_step = jax.jit(
             train_step_lib.make_train_step(setup),
-            in_shardings=(repl, batch_shard, repl),
-            out_shardings=(repl, repl),
+            in_shardings=(state_sh, batch_shard, repl),
+            out_shardings=(state_sh, repl),
             donate_argnums=(0,),
         )
         eval_step = jax.jit(
             evaluation.make_eval_step(setup),
-            in_shardings=(repl, batch_shard, repl),
+            in_shardings=(state_sh, batch_shard, repl),
             out_shardings=repl,
             donate_argnums=(2,),
         )
@@ -253,19 +240,28 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         batches = setup.train_batches(start_step=start)
         pending, window, train_metrics, evals = [], [], {}, {}
         # Throughput counts the steps after the first (which compiles) and excludes evals and checkpoints.
-        t_run = time.perf_counter()
-        t_go, timed_seconds, log_seconds, log_steps = None, 0.0, 0.0, 0
+        clock = chrono.Chrono(
+            total_steps=total,
+            global_batch_size=batch_size,
+            step_flops=utilisation.training_step_flops(setup.model, batch_size),
+            devices=mesh.devices.flat,
+            dtype=setup.model.dtype,
+        )
+        profile = chrono.Profile(
+            chrono.profile_window(config.profile_steps, total), workdir / "profile"
+        )
+        closing.callback(profile.close)
         for step in range(start + 1, total + 1):
-            state, metrics = train_step(state, global_batch(next(batches), mesh), hyper)
+            with clock.feeding():
+                batch = global_batch(next(batches), mesh)
+            profile.before(step)
+            state, metrics = train_step(state, batch, hyper)
+            profile.after(step, metrics)
             pending.append((step, metrics))
-            if t_go is None:
-                jax.block_until_ready(metrics)
-                t_go = time.perf_counter()
+            if (compiled := clock.stepped(metrics)) is not None:
                 progress.say(
-                    f"step {step}/{total}  compiled and ran the first step in {t_go - t_run:.1f}s"
+                    f"step {step}/{total}  compiled and ran the first step in {compiled:.1f}s"
                 )
-            else:
-                log_steps += 1
             saver.poll(step)  # a save that failed stops the run now, not at the next save
             is_last = step == total
             # Polled at every step (on a pod, every host must reach the agreed step); a notice during
@@ -284,24 +280,21 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
                 pending, saver, workdir
             )  # waits for the pending steps to finish
             pending = []
-            dt = time.perf_counter() - t_go
-            timed_seconds, log_seconds = timed_seconds + dt, log_seconds + dt
+            clock.pause()
             if do_log:
                 train_metrics, window = _mean(window), []
-                images_per_second = log_steps * batch_size / log_seconds if log_steps else None
-                eta = progress.eta((total - step) * log_seconds / log_steps if log_steps else None)
-                log_seconds, log_steps = 0.0, 0
+                measures = clock.window(step)
                 log.write(
                     {
                         "step": step,
                         **{f"train_{k}": v for k, v in train_metrics.items()},
-                        "images_per_second": images_per_second,
+                        **{k: v for k, v in measures.items() if k != "eta"},
                     }
                 )
                 progress.say(
                     f"step {step}/{total}  loss {train_metrics['loss']:.4f}  "
                     f"acc {train_metrics['accuracy']:.3f}  lr {train_metrics['lr']:.2e}  "
-                    f"{'?' if images_per_second is None else f'{images_per_second:,.0f}'} img/s  ETA {eta}"
+                    f"{chrono.line(measures)}  ETA {measures['eta']}"
                 )
             if do_ckpt:
                 saver.save(state, step)
@@ -313,7 +306,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
                 saver.wait(step)
                 log.write({"step": step, "preempted": True})
                 raise watcher.stopped(step, mngr.directory)
-            t_go = time.perf_counter()
+            clock.resume()
         saver.wait(total)
         if not evals:  # nothing left to train (the checkpoint was already final): evaluate it
             evals = evaluation.evaluate(eval_step, state, setup, mesh)
@@ -322,13 +315,13 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
             train_metrics,
             setup,
             mesh,
+            clock,
             steps=int(jax.device_get(state["step"])),
             start=start,
             resumed_from=resumed_from,
             moved_aside=skipped,
-            seconds=time.perf_counter() - t_run,
-            timed_seconds=timed_seconds,
             num_params=num_params,
+            state_bytes=state_bytes,
         )
         io.write_json(workdir / "summary.json", summary)
         progress.say("summary: " + json.dumps(summary, sort_keys=True))
@@ -340,18 +333,19 @@ def run_summary(
     train_metrics: dict,
     setup,
     mesh,
+    clock: chrono.Chrono,
     *,
     steps: int,
     start: int,
     resumed_from,
     moved_aside,
-    seconds: float,
-    timed_seconds: float,
     num_params: int,
+    state_bytes: int,
 ) -> dict:
     """summary.json of a run (docs/metrics.md): its evaluation, last training metrics, steps, the
-    checkpoints it moved aside, time and throughput (the steps after the first, which compiles), and
-    the augmentation as applied. One writer for a run and for each seed of a vmapped one."""
+    checkpoints it moved aside, time, throughput and MFU (`clock`'s: the steps after the first, which
+    compiles), the augmentation as applied, the mesh and the train state's bytes per device. One writer
+    for a run and for each seed of a vmapped one."""
     timed_steps = max(steps - start - 1, 0)
     return {
         **evals,
@@ -361,13 +355,18 @@ def run_summary(
         "steps_this_run": steps - start,
         "resumed_from_step": resumed_from,
         "checkpoints_moved_aside": [vars(bad) for bad in moved_aside],
-        "seconds": seconds,
+        "seconds": time.perf_counter() - clock.t_start,
         "images_per_second": (
-            timed_steps * setup.config.global_batch_size / timed_seconds if timed_steps else None
+            timed_steps * setup.config.global_batch_size / clock.timed_seconds
+            if timed_steps
+            else None
         ),
+        "mfu": clock.run_mfu(timed_steps),
         "param_count": num_params,
         "augmentation": setup.augment_note,  # as applied (run.json records the settings)
         "devices": mesh.devices.size,
+        "mesh": dict(mesh.shape),
+        "state_bytes_per_device": state_bytes,
         "processes": jax.process_count(),
     }
 

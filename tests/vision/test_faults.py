@@ -30,7 +30,7 @@ from posattn import signals
 from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, replicated
-from posattn.vision import checkpoint, saving, train, train_step
+from posattn.vision import checkpoint, device_memory, saving, train, train_step
 from posattn.vision.setup import Setup
 from tests.vision import fault_injection
 from tests.vision.test_train import tiny_digits
@@ -436,7 +436,7 @@ def test_out_of_memory_stops_the_run_with_one_line(tmp_path, monkeypatch):
 
     monkeypatch.setattr(train_step, "make_train_step", make_train_step)
     with pytest.raises(
-        train.OutOfMemory,
+        device_memory.OutOfMemory,
         match=r"^out of memory \(RESOURCE_EXHAUSTED: Out of memory allocating 9 "
         r"bytes.\): global_batch_size=16 and eval_batch_size=16 over 1 "
         r"devices do not fit; .*nothing was saved, so the corrected command "

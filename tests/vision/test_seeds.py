@@ -199,7 +199,7 @@ def test_the_footprint_fits_within_nine_tenths_of_the_free_memory_and_says_its_n
     "error",
     [
         seeds.NotVmapped("the seeds' checkpoints are at steps [2, 0]"),
-        train.OutOfMemory("out of memory (RESOURCE_EXHAUSTED)"),
+        device_memory.OutOfMemory("out of memory (RESOURCE_EXHAUSTED)"),
     ],
 )
 def test_the_sweep_trains_the_seeds_separately_where_the_vmapped_run_is_refused_or_runs_out_of_memory(

@@ -177,6 +177,7 @@ def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path, capsy
     }
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written.pop("checkpoints_moved_aside") == summary.pop("checkpoints_moved_aside") == []
+    assert written.pop("mesh") == summary.pop("mesh") == {"data": 8, "fsdp": 1, "model": 1}
     assert written == pytest.approx(summary)
     for key in ("test_accuracy", "train_loss", "steps", "seconds", "images_per_second"):
         assert summary[key] is not None
