@@ -2,8 +2,8 @@
 of a variant's shape can be overridden (`override_shape`), so a ViT of one's own width, depth, heads
 and MLP size needs no new family.
 
-Widths, depths, heads and MLP sizes of Ti, S and B are those of the ViT paper (Dosovitskiy et al. 2021)
-and DeiT (Touvron et al. 2021). "test" is a tiny model for unit tests and "XS" is sized for the 8 x 8
+Widths, depths, heads and MLP sizes of Ti, S, B, L and H are those of the ViT paper (Dosovitskiy et al.
+2021) and DeiT (Touvron et al. 2021), g that of Zhai et al. 2022 ("Scaling Vision Transformers"). "test" is a tiny model for unit tests and "XS" is sized for the 8 x 8
 digits, where it reaches >= 95% test accuracy in a couple of minutes on a 2-core CPU.
 """
 
@@ -28,10 +28,13 @@ VIT_SHAPES = {
     "Ti": ViTShape(width=192, depth=12, num_heads=3, mlp_dim=768),
     "S": ViTShape(width=384, depth=12, num_heads=6, mlp_dim=1536),
     "B": ViTShape(width=768, depth=12, num_heads=12, mlp_dim=3072),
+    "L": ViTShape(width=1024, depth=24, num_heads=16, mlp_dim=4096),
+    "H": ViTShape(width=1280, depth=32, num_heads=16, mlp_dim=5120),
+    "g": ViTShape(width=1408, depth=40, num_heads=16, mlp_dim=6144),
 }
 
 # The variants the configs and papers use; any known family with any patch size also parses.
-NAMED_VARIANTS = ("test/2", "XS/2", "Ti/4", "S/4", "Ti/16", "S/16", "B/16")
+NAMED_VARIANTS = ("test/2", "XS/2", "Ti/4", "S/4", "Ti/16", "S/16", "B/16", "L/16", "H/14", "g/14")
 
 
 def parse_variant(variant: str) -> tuple[ViTShape, int]:
