@@ -93,6 +93,13 @@ def batch_shards(mesh: jax.sharding.Mesh) -> int:
     return math.prod(mesh.shape[axis] for axis in BATCH_AXES if axis in mesh.shape)
 
 
+def batch_shards_of(mesh_cfg, num_devices: int) -> int:
+    """`batch_shards` of the mesh `mesh_cfg` would make over `num_devices` (ConfigError as `mesh_shape`):
+    what a config's batch sizes must divide by, checked before any mesh is built."""
+    data, fsdp, _ = mesh_shape(mesh_cfg, num_devices)
+    return data * fsdp
+
+
 def check_model(model_name: str, mesh: jax.sharding.Mesh) -> None:
     """ConfigError if a "model" axis is asked of a model without tensor-parallel rules: its devices would
     all compute the same thing."""

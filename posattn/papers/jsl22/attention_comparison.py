@@ -15,7 +15,7 @@ from posattn.papers.jsl22 import image_tables, published
 from posattn.plots import save_png
 from posattn.plots import vision as plots
 from posattn.vision import config as config_lib
-from posattn.vision import setup, sweep
+from posattn.vision import setup, sharding, sweep
 
 ATTENTIONS = ("vanilla", "positional")
 # The paper's numbers (Figures 6 and 7), each beside the config file that runs its dataset here.
@@ -79,7 +79,10 @@ def run(config, workdir: str, claim) -> None:
     cells = attention_cell_configs(base, config.seeds, ATTENTIONS)
     # every cell's batch divides by this run's devices; the cells differ only in attention and seed, so
     # they evaluate the same splits (the test set's, unless the config reads no test image)
-    splits = [setup.resolve(c, jax.device_count()) for c in cells.values()][-1].eval_splits
+    splits = [
+        setup.resolve(c, sharding.batch_shards_of(c.mesh, jax.device_count()))
+        for c in cells.values()
+    ][-1].eval_splits
     # its own (its cells resume), writable and locked, before any training
     claim(workdir, "compare_attention", {"config": base, "seeds": config.seeds}, resumes=True)
     runs = {}

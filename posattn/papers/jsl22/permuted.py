@@ -14,7 +14,7 @@ from posattn.papers.jsl22 import image_tables, published
 from posattn.plots import save_png
 from posattn.plots import vision as plots
 from posattn.vision import config as config_lib
-from posattn.vision import setup, sweep
+from posattn.vision import setup, sharding, sweep
 
 DATASETS = {  # dataset -> (config file, image side, paper numbers of Figure 5 or None)
     "digits": ("tpu_configs/digits.py", 8, None),
@@ -149,7 +149,9 @@ def run(config, workdir: str, claim) -> None:
         for p in perms(g)
     }
     for c in cells.values():  # all validated up front
-        setup.resolve(c, jax.device_count())  # every cell's batch divides by this run's devices
+        setup.resolve(
+            c, sharding.batch_shards_of(c.mesh, jax.device_count())
+        )  # every cell's batch divides by this run's devices
 
     # its own (its cells resume), writable and locked, before any training
     claim(workdir, "permuted", config, resumes=True)
