@@ -107,3 +107,19 @@ def test_a_vit_trains_to_the_same_losses_on_any_mesh(tmp_path):
     for shape, summary in summaries.items():
         split = shape[1] * shape[2]
         assert whole / split <= summary["state_bytes_per_device"] <= 1.1 * whole / split
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet18", "vgg16"])
+def test_the_cnns_take_fsdp(tmp_path, name):
+    """ResNet-18 and VGG-16 (BatchNorm over the global batch) on (2, 4, 1): the losses of (8, 1, 1),
+    a quarter of the state per device."""
+    losses, state = {}, {}
+    for shape in [(8, 1, 1), (2, 4, 1)]:
+        c = tiny_digits(total_steps=6, log_every=1, model__name=name, model__width=8)
+        c.mesh.data, c.mesh.fsdp, c.mesh.model = shape
+        workdir = tmp_path / "x".join(map(str, shape))
+        state[shape] = train.train(c, str(workdir))[1]["state_bytes_per_device"]
+        losses[shape] = [r["train_loss"] for r in read_metrics(workdir) if "train_loss" in r]
+    np.testing.assert_allclose(losses[(2, 4, 1)], losses[(8, 1, 1)], rtol=2e-5)
+    assert state[(8, 1, 1)] / 4 <= state[(2, 4, 1)] <= 1.1 * state[(8, 1, 1)] / 4
