@@ -62,7 +62,10 @@ def mesh_shape(mesh_cfg, num_devices: int) -> tuple[int, int, int]:
             )
     rest = [axis for axis, size in zip(AXES, sizes) if size == REST]
     if len(rest) > 1:
-        raise ConfigError(f"mesh.{rest[0]} and mesh.{rest[1]} are both -1: give one of them a size")
+        raise ConfigError(
+            f"mesh.{rest[0]} and mesh.{rest[1]} are both -1 (mesh.data is -1 by default): give one "
+            f"of them a size, e.g. --config.mesh.{rest[0]}=1"
+        )
     fixed = math.prod(size for size in sizes if size != REST)
     if rest:
         if num_devices % fixed:

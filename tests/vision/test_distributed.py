@@ -35,9 +35,20 @@ def digits_quick():
 
 
 @pytest.mark.slow
-def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path):
+@pytest.mark.parametrize(
+    "mesh",
+    [
+        [],
+        ["--config.mesh.data=2", "--config.mesh.fsdp=4"],
+        ["--config.mesh.data=1", "--config.mesh.fsdp=8"],
+    ],
+    ids=["data", "2x4x1", "1x8x1"],
+)
+def test_two_processes_of_four_devices_match_one_process_of_eight(tmp_path, mesh):
+    """Data parallel; the state sharded over fsdp within each process (2, 4, 1); and over both
+    processes (1, 8, 1), where each process holds, saves and restores only its half of the state."""
     outputs = multiprocess.run_two_processes(
-        "experiments.train_images", [*FLAGS, f"--workdir={tmp_path / 'two'}"], tmp_path
+        "experiments.train_images", [*FLAGS, *mesh, f"--workdir={tmp_path / 'two'}"], tmp_path
     )
     assert "2 processes" in outputs[0] and "summary:" in outputs[0]
     assert (
