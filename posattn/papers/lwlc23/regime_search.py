@@ -69,7 +69,16 @@ AMENDMENT_2 = {
     "H2": {"L": 60, "tau": 1.5, "confusion": "theorem_limit"},
     "H3": {"L": 60, "d": 64, "tau": 1.0, "confusion": "theorem_limit"},
 }
-ALL_SETTINGS = {**SETTINGS, **AMENDMENT_1, **AMENDMENT_2}
+# Amendment 3 (2026-11-29, after amendment 2's runs): where the data has a sample complexity of the
+# paper's size (the mean-token baseline's N* of 27-1,024 at d = 16, tau = 1.5), a start that does not
+# embed the patterns: errors of norm 2 and 4 (twice and four times the embedding's own column norm, so
+# W_V, W_Q, W_K are mostly their random errors and the start attends to no pattern in particular).
+AMENDMENT_3 = {
+    "I1": {"tau": 1.5, "sigma": 2.0, "delta": 2.0},
+    "I2": {"tau": 1.5, "sigma": 4.0, "delta": 4.0},
+    "I3": {"tau": 2.0, "sigma": 2.0, "delta": 2.0},
+}
+ALL_SETTINGS = {**SETTINGS, **AMENDMENT_1, **AMENDMENT_2, **AMENDMENT_3}
 
 
 @dataclasses.dataclass(frozen=True)
