@@ -78,7 +78,13 @@ AMENDMENT_3 = {
     "I2": {"tau": 1.5, "sigma": 4.0, "delta": 4.0},
     "I3": {"tau": 2.0, "sigma": 2.0, "delta": 2.0},
 }
-ALL_SETTINGS = {**SETTINGS, **AMENDMENT_1, **AMENDMENT_2, **AMENDMENT_3}
+# Amendment 4 (2026-11-29, after amendment 3's runs: I1 met criteria 1 and 2 with a hinge loss of 0.017,
+# I2 criterion 3 only): the errors between them.
+AMENDMENT_4 = {
+    "I4": {"tau": 1.5, "sigma": 2.5, "delta": 2.5},
+    "I5": {"tau": 1.5, "sigma": 3.0, "delta": 3.0},
+}
+ALL_SETTINGS = {**SETTINGS, **AMENDMENT_1, **AMENDMENT_2, **AMENDMENT_3, **AMENDMENT_4}
 
 
 @dataclasses.dataclass(frozen=True)
