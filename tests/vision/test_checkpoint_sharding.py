@@ -17,6 +17,7 @@ from jax.sharding import PartitionSpec as P
 
 from posattn import workdir as workdir_lib
 from posattn.vision import checkpoint, integrity
+from tests import multiprocess
 from tests.vision import fault_injection
 
 AXES = ("data", "fsdp", "model")
@@ -243,3 +244,20 @@ def test_the_free_space_asked_for_a_sharded_state_is_its_global_bytes(tmp_path):
     on_disk = sum(p.stat().st_size for p in (tmp_path / "checkpoints").rglob("*") if p.is_file())
     estimate = workdir_lib.checkpoint_bytes(jax.eval_shape(lambda: big))
     assert estimate / 2 < on_disk <= estimate  # random floats do not compress: one copy, not 8
+
+
+@pytest.mark.slow
+def test_two_processes_each_write_their_shards_and_one_process_restores_them_bitwise(tmp_path):
+    outputs = multiprocess.run_two_processes(
+        "tests.vision.sharded_checkpoint_process", [str(tmp_path)], tmp_path
+    )
+    last = [o.strip().splitlines()[-1] for o in outputs]  # after gloo's connection lines
+    assert last == [f"process {i} restored step 7" for i in (0, 1)]
+    item = tmp_path / "checkpoints" / "7" / "default"
+    written = sorted(p.name for p in item.glob("ocdbt.process_*"))
+    assert written == ["ocdbt.process_0", "ocdbt.process_1"]  # each process wrote its own files
+    shapes = jax.eval_shape(host_state)
+    with checkpoint.manager(str(tmp_path), read_only=True) as reader:
+        for target in (shardings(mesh((2, 2, 2))), shardings(mesh((1, 4, 1)), model=None)):
+            restored = checkpoint.restore(reader, checkpoint.abstract_like(shapes, target))
+            assert bits(restored) == bits(host_state())
