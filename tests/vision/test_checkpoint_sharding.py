@@ -16,9 +16,10 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posattn import workdir as workdir_lib
-from posattn.vision import checkpoint, integrity
+from posattn.vision import checkpoint, integrity, runs, train
 from tests import multiprocess
 from tests.vision import fault_injection
+from tests.vision.test_train import tiny_digits
 
 AXES = ("data", "fsdp", "model")
 
@@ -261,3 +262,34 @@ def test_two_processes_each_write_their_shards_and_one_process_restores_them_bit
         for target in (shardings(mesh((2, 2, 2))), shardings(mesh((1, 4, 1)), model=None)):
             restored = checkpoint.restore(reader, checkpoint.abstract_like(shapes, target))
             assert bits(restored) == bits(host_state())
+
+
+def fsdp_over(m, tree) -> dict:
+    """The fsdp rule by hand: each leaf split over "fsdp" along its largest axis the axis size
+    divides, else replicated."""
+
+    def spec(x):
+        n = m.shape["fsdp"]
+        axes = sorted((d for d in range(x.ndim) if x.shape[d] % n == 0), key=lambda d: -x.shape[d])
+        return NamedSharding(
+            m, P(*[("fsdp" if d == axes[0] else None) for d in range(x.ndim)]) if axes else P()
+        )
+
+    return jax.tree.map(spec, tree)
+
+
+@pytest.mark.slow
+def test_a_run_whose_checkpoint_was_saved_sharded_loads_with_load_run_and_restore_run(tmp_path):
+    """`runs.load_run` and `restore_run` restore onto the sharding their abstract state carries
+    (replicated over the devices asked for), whatever sharding the checkpoint was saved with."""
+    c = tiny_digits(total_steps=2, checkpoint_every=0, log_every=2)
+    trained, _ = train.train(c, str(tmp_path), devices=jax.devices()[:1])
+    host = jax.device_get(trained)
+    sharded = jax.tree.map(jax.device_put, host, fsdp_over(FSDP8, host))
+    assert any(not x.sharding.is_fully_replicated for x in jax.tree.leaves(sharded["params"]))
+    with checkpoint.manager(str(tmp_path)) as mngr:
+        checkpoint.save(mngr, {**sharded, "step": jax.device_put(np.int32(3))})
+    model, variables, config, _ = runs.load_run(tmp_path)
+    assert bits(variables["params"]) == bits(host["params"])
+    restored = runs.restore_run(tmp_path, devices=jax.devices()[:4])[1]
+    assert int(restored["step"]) == 3 and bits(restored["opt_state"]) == bits(host["opt_state"])
