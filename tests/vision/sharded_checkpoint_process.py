@@ -2,11 +2,15 @@
 `python -m tests.vision.sharded_checkpoint_process WORKDIR --coordinator_address=... --num_processes=2
 --process_id=N`. The state of `test_checkpoint_sharding.host_state`, fsdp over the 8 devices of both
 processes, is saved (each process writing its own shards), then restored in both processes onto a
-(2,2,2) mesh and checked; prints the process's shards written and the restored step."""
+(2,2,2) mesh and checked; then one data file is cut short and both try again. Prints the step
+restored, then why the damaged checkpoint does not restore (an intact copy is kept in WORKDIR/intact)."""
 
+import pathlib
+import shutil
 import sys
 
 import jax
+from jax.experimental import multihost_utils
 
 from posattn.mesh import initialize_distributed
 from posattn.vision import checkpoint
@@ -34,6 +38,20 @@ def main(workdir: str, flags: list[str]) -> None:
     with checkpoint.manager(workdir, read_only=True) as reader:
         restored = checkpoint.restore(reader, abstract)  # checked against the checksums
     print(f"process {jax.process_index()} restored step {int(restored['step'])}")
+    # then one data file cut short: every process reads its share of the arrays, and all say the same
+    multihost_utils.sync_global_devices("restored")
+    if jax.process_index() == 0:
+        intact = pathlib.Path(workdir) / "intact" / "checkpoints"
+        shutil.copytree(pathlib.Path(workdir) / "checkpoints", intact)
+        item = pathlib.Path(workdir) / "checkpoints" / "7" / "default"
+        data = max(item.glob("ocdbt.process_*/d/*"), key=lambda p: p.stat().st_size)
+        data.write_bytes(data.read_bytes()[:100])
+    multihost_utils.sync_global_devices("damaged")
+    with checkpoint.manager(workdir, read_only=True) as reader:
+        try:
+            checkpoint.restore(reader, abstract)
+        except checkpoint.CheckpointError as e:
+            print(f"process {jax.process_index()}: {str(e).split(' in ', 1)[1]}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ before (one SHA-256 of the host state) still restore and are checked.
 The states are built by hand on the 8 simulated CPU devices, on meshes with the trainer's axes
 ("data", "fsdp", "model")."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,6 +40,8 @@ def host_state() -> dict:
             "w": rng.standard_normal((16, 8), np.float32),
             "b": rng.standard_normal((8,)).astype(jnp.bfloat16),
             "emb": rng.standard_normal((4, 8, 8), np.float32),
+            # large enough that OCDBT stores it in a data file of its own, not inline in its index
+            "kernel": rng.standard_normal((64, 256), np.float32),
         },
         "batch_stats": {"count": np.arange(8, dtype=np.int32), "mask": np.arange(8) % 3 == 0},
         "opt_state": {"mu": rng.integers(0, 255, (16, 8), np.uint8)},
@@ -48,7 +52,12 @@ def specs(fsdp: str | None, model: str | None) -> dict:
     """Per-leaf partition specs: fsdp over the leading axis, model over the last (where asked)."""
     return {
         "step": P(),
-        "params": {"w": P(fsdp, model), "b": P(model), "emb": P(None, fsdp, model)},
+        "params": {
+            "w": P(fsdp, model),
+            "b": P(model),
+            "emb": P(None, fsdp, model),
+            "kernel": P(fsdp, model),
+        },
         "batch_stats": {"count": P(fsdp), "mask": P(model)},
         "opt_state": {"mu": P(fsdp, model)},
     }
@@ -116,13 +125,14 @@ def test_checksums_are_the_same_on_every_sharding_and_on_the_host():
     assert integrity.checksums(place(host_state(), mesh((1, 4, 1)), model=None)) == on_host
 
 
-@pytest.mark.parametrize("leaf", ["w", "b", "emb", "count", "mask", "mu", "step"])
+@pytest.mark.parametrize("leaf", ["w", "b", "emb", "kernel", "count", "mask", "mu", "step"])
 def test_one_flipped_bit_changes_the_checksum_of_its_array_only(leaf):
     state = host_state()
     flat = {
         "w": ("params", "w"),
         "b": ("params", "b"),
         "emb": ("params", "emb"),
+        "kernel": ("params", "kernel"),
         "count": ("batch_stats", "count"),
         "mask": ("batch_stats", "mask"),
         "mu": ("opt_state", "mu"),
@@ -191,7 +201,7 @@ def test_a_bit_flipped_sharded_checkpoint_is_caught_and_the_one_before_restores(
         with pytest.raises(
             checkpoint.CheckpointError,
             match=r"checkpoint 8 .* restores other arrays than were saved \(checksum mismatch in "
-            r"\['params'\]\['emb'\]",
+            r"\['params'\]\['kernel'\]",
         ):
             checkpoint.restore(reader, abstract)
         restored, skipped = checkpoint.latest_good(reader, abstract)
@@ -252,13 +262,17 @@ def test_two_processes_each_write_their_shards_and_one_process_restores_them_bit
     outputs = multiprocess.run_two_processes(
         "tests.vision.sharded_checkpoint_process", [str(tmp_path)], tmp_path
     )
-    last = [o.strip().splitlines()[-1] for o in outputs]  # after gloo's connection lines
-    assert last == [f"process {i} restored step 7" for i in (0, 1)]
+    said = [[line for line in o.splitlines() if line.startswith("process")] for o in outputs]
+    assert [s[0] for s in said] == [f"process {i} restored step 7" for i in (0, 1)]
+    # the damaged copy: each process read its share of the arrays, and both name the same one (the
+    # chunk each names may differ: TensorStore reads an array's chunks concurrently)
+    named = [re.search(r" does not restore \(([\w.]+): ValueError: ", s[1]) for s in said]
+    assert [m and m.group(1) for m in named] == ["params.kernel"] * 2, said
     item = tmp_path / "checkpoints" / "7" / "default"
     written = sorted(p.name for p in item.glob("ocdbt.process_*"))
     assert written == ["ocdbt.process_0", "ocdbt.process_1"]  # each process wrote its own files
     shapes = jax.eval_shape(host_state)
-    with checkpoint.manager(str(tmp_path), read_only=True) as reader:
+    with checkpoint.manager(str(tmp_path / "intact"), read_only=True) as reader:  # copied before
         for target in (shardings(mesh((2, 2, 2))), shardings(mesh((1, 4, 1)), model=None)):
             restored = checkpoint.restore(reader, checkpoint.abstract_like(shapes, target))
             assert bits(restored) == bits(host_state())
