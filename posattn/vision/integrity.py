@@ -51,7 +51,10 @@ def _fmix32(h_N):
 
 
 def _bits(x):
-    """The bits of every element of `x` as uint32 (an 8-byte element as two, along a new last axis)."""
+    """The bits of every element of `x` as uint32 (an 8-byte element as two, along a new last axis; a
+    PRNG key as its key data, which orbax saves)."""
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
     dtype = np.dtype(x.dtype)
     if dtype == np.bool_:
         return x.astype(jnp.uint32)

@@ -154,6 +154,12 @@ def test_one_flipped_bit_changes_the_checksum_of_its_array_only(leaf):
     ]
 
 
+def test_a_prng_key_is_summed_as_its_key_data_which_orbax_saves():
+    typed, raw = jax.random.key(3), jax.random.PRNGKey(3)
+    assert integrity.checksums({"k": typed}) == integrity.checksums({"k": raw})
+    assert integrity.checksums({"k": typed}) != integrity.checksums({"k": jax.random.key(4)})
+
+
 def test_two_arrays_swapped_between_positions_are_told_apart():
     x = np.arange(16, dtype=np.float32)
     swapped = x.copy()
