@@ -57,9 +57,9 @@ HOW = """## How the trainer survives each fault
 - **Damaged checkpoints**: `checkpoint.latest_good`. Every checkpoint carries checksums of its arrays
   (`integrity.checksums`, computed on the devices, the same on any mesh) in orbax's per-step custom
   metadata; a restore recomputes them on the arrays it placed (a checkpoint saved before them, its
-  SHA-256 of the whole host state). A restart tries the committed
-  checkpoints newest first, says which one failed and why, moves it to `checkpoints_unreadable/STEP`
-  (kept, never deleted; out of orbax's way so later saves and `keep_checkpoints` do not collide with it)
+  SHA-256 of the whole host state). A restart tries the committed checkpoints newest first, says
+  which one failed and why, moves it to `checkpoints_unreadable/STEP` (kept, never deleted; out of
+  orbax's way so later saves and `keep_checkpoints` do not collide with it)
   and resumes from the newest that restores; summary.json lists the moved ones. If none restores nothing
   is moved (the cause may be the code, not the files) and the run stops with one line listing each step
   (exit 2), advising the code that saved them or a new workdir, never to move them away. Checkpoints

@@ -141,15 +141,16 @@ def save(mngr: ocp.CheckpointManager, state: dict) -> None:
     """Start saving `state` (jax.Arrays on any sharding, or host arrays) under its step, with the
     checksums of its arrays (`integrity.record`); the writing finishes in the background.
 
-    Each process writes the shards it holds; nothing is gathered to a host. Before this returns,
-    orbax has copied those shards to host memory (it transfers every array it saves before its
-    background writing starts, when no limit on the bytes in transfer is set, as here), so the caller
-    may donate the state's buffers to the next step at once. A replicated array is split between its
-    replicas, each writing a part (orbax's replica-parallel saving, its default except on GPUs): the
-    first save in a process compiles a slicing program per array shape and device, measured for the
-    digits quick state replicated on 8 CPU devices at 80 programs, about 2 s, and none for the same
-    state fsdp-sharded; later saves compile nothing. The checksums are one more program, compiled
-    once per state layout (about 1 s there).
+    Every process of a run calls it (the checksums are one program over the whole state, as orbax's
+    save is one collective); each writes the shards it holds, and nothing is gathered to a host.
+    Before this returns, orbax has copied those shards to host memory (it transfers every array it
+    saves before its background writing starts, when no limit on the bytes in transfer is set, as
+    here), so the caller may donate the state's buffers to the next step at once. A replicated array
+    is split between its replicas, each writing a part (orbax's replica-parallel saving, its default
+    except on GPUs): the first save in a process compiles a slicing program per array shape and
+    device, measured for the digits quick state replicated on 8 CPU devices at 80 programs, about 2
+    s, and none for the same state fsdp-sharded; later saves compile nothing. The checksums are one
+    more program, compiled once per state layout (about 1 s there).
     """
     mngr.save(
         int(np.asarray(state["step"])),
