@@ -54,10 +54,12 @@ HOW = """## How the trainer survives each fault
   never tried (orbax decides how to read every step from the first one it opens: one empty folder made
   every good step unreadable). A restart moves such folders to `WORKDIR/checkpoints_unreadable/STEP`
   and says so; orbax's temporaries of an interrupted save are removed (with a line saying which).
-- **Damaged checkpoints**: `checkpoint.latest_good`. Every checkpoint carries the SHA-256 of its arrays
-  in orbax's per-step custom metadata; a restore recomputes it. A restart tries the committed
-  checkpoints newest first, says which one failed and why, moves it to `checkpoints_unreadable/STEP`
-  (kept, never deleted; out of orbax's way so later saves and `keep_checkpoints` do not collide with it)
+- **Damaged checkpoints**: `checkpoint.latest_good`. Every checkpoint carries checksums of its arrays
+  (`integrity.checksums`, computed on the devices, the same on any mesh) in orbax's per-step custom
+  metadata; a restore recomputes them on the arrays it placed (a checkpoint saved before them, its
+  SHA-256 of the whole host state). A restart tries the committed checkpoints newest first, says
+  which one failed and why, moves it to `checkpoints_unreadable/STEP` (kept, never deleted; out of
+  orbax's way so later saves and `keep_checkpoints` do not collide with it)
   and resumes from the newest that restores; summary.json lists the moved ones. If none restores nothing
   is moved (the cause may be the code, not the files) and the run stops with one line listing each step
   (exit 2), advising the code that saved them or a new workdir, never to move them away. Checkpoints
@@ -202,8 +204,8 @@ def write_report(r: dict, command: str, s: dict) -> str:
         "A copy of the finished uninterrupted run, its latest checkpoint damaged (`damage_checkpoint`: the "
         "largest array file cut in half, or one bit flipped in the largest array, written back through "
         "orbax), then the same command again. "
-        "Orbax alone restores the bit-flipped checkpoint without complaint (with wrong values); the SHA-256 "
-        "each checkpoint carries catches it.",
+        "Orbax alone restores the bit-flipped checkpoint without complaint (with wrong values); the checksums "
+        "each checkpoint carries catch it.",
         "",
         "| damage | exit | resumed from | what the run said | moved aside to checkpoints_unreadable/ | "
         "checkpoints after | final state bitwise equal |",

@@ -28,7 +28,9 @@ def tree_bytes(tree) -> int:
 
 
 def checkpoint_bytes(abstract_state) -> int:
-    """The disk space one checkpoint of `abstract_state` needs, estimated from its arrays' bytes."""
+    """The disk space one checkpoint of `abstract_state` needs, estimated from its arrays' bytes: their
+    global shapes, whatever their sharding (each array is written once, its shards by the processes
+    holding them, into the one shared workdir)."""
     return int(tree_bytes(abstract_state) * (1 + CHECKPOINT_OVERHEAD))
 
 
