@@ -152,13 +152,6 @@ def state_shardings(abstract_state, mesh: jax.sharding.Mesh):
     )
 
 
-def with_shardings(abstract_state, shardings):
-    """`jax.ShapeDtypeStruct`s of `abstract_state`'s shapes carrying `shardings` (what a restore takes)."""
-    return jax.tree.map(
-        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract_state, shardings
-    )
-
-
 def bytes_per_device(abstract_state) -> int:
     """The bytes of the largest shard set any one device holds of `abstract_state` (leaves carrying
     their shardings): with every axis dividing, total / (fsdp x model) for a sharded state."""

@@ -130,7 +130,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         out_shardings=state_sh,
         compiler_options=compile_options.run_once(mesh.devices.flat[0].platform),
     )
-    abstract_state = sharding.with_shardings(jax.eval_shape(init_fn, hyper["seed"]), state_sh)
+    abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hyper["seed"]), state_sh)
     state_bytes = sharding.bytes_per_device(abstract_state)
     # A pre-trained start (config.init_from), checked against this model before any file changes.
     pretrained = warm_start.load(config.init_from) if config.init_from else None

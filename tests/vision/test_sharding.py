@@ -9,7 +9,7 @@ from jax.sharding import PartitionSpec as P
 
 from posattn.errors import ConfigError
 from posattn.metric_log import read as read_metrics
-from posattn.vision import optim, sharding, train, train_step
+from posattn.vision import checkpoint, optim, sharding, train, train_step
 from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
 from tests.vision.test_train import tiny_digits
@@ -47,7 +47,7 @@ def abstract_state(c, mesh):
     hyper = train_step.step_hyperparameters(c)
     tx = optim.make_optimizer(c.optimizer, hyper)
     shapes = jax.eval_shape(lambda: init_state(setup.model, setup.image_shape, c.seed, tx))
-    return sharding.with_shardings(shapes, sharding.state_shardings(shapes, mesh))
+    return checkpoint.abstract_like(shapes, sharding.state_shardings(shapes, mesh))
 
 
 def test_the_rules_split_heads_and_hidden_units_over_model_and_the_largest_axis_over_fsdp():
