@@ -184,19 +184,24 @@ def settle_figure(study: str, results: dict) -> Figure:
             ax.legend(fontsize=7)
         return fig
     if study == "init_error":
-        fig = Figure(figsize=(10, 4))
-        axes = fig.subplots(1, 2)
-        rows = results["rows"]
-        for ax, knob, other in ((axes[0], "sigma", "delta"), (axes[1], "delta", "sigma")):
-            sel = sorted((r for r in rows if r[other] == 0), key=lambda r: r[knob])
-            _errorbars(ax, [r[knob] for r in sel], [r["N_star"] for r in sel])
-            ax.axvline(
-                1 / 6 if knob == "sigma" else 0.49,
-                color="tab:red",
-                ls=":",
-                label="theorem's regime ends",
+        rows, base = results["rows"], results.get("base", {"sigma": 0.0, "delta": 0.0})
+        knobs = [k for k in ("sigma", "delta", "tau") if k in base and k in rows[0]]
+        knobs = [k for k in knobs if len({r[k] for r in rows}) > 1]  # the knobs swept
+        fig = Figure(figsize=(5 * len(knobs), 4))
+        for ax, knob in zip(np.atleast_1d(fig.subplots(1, len(knobs))), knobs):
+            others = [k for k in base if k != knob and k in rows[0]]
+            sel = sorted(
+                (r for r in rows if all(r[k] == base[k] for k in others)), key=lambda r: r[knob]
             )
-            ax.set_xlabel(f"{knob} ({other} = 0)")
+            _errorbars(ax, [r[knob] for r in sel], [r["N_star"] for r in sel])
+            if knob != "tau":
+                ax.axvline(
+                    1 / 6 if knob == "sigma" else 0.49,
+                    color="tab:red",
+                    ls=":",
+                    label="theorem's regime ends",
+                )
+            ax.set_xlabel(f"{knob} ({', '.join(f'{k} = {base[k]:.3g}' for k in others)})")
             ax.set_ylabel("N* (success rate 1/2), 95% bootstrap")
             ax.legend(fontsize=7)
         return fig

@@ -102,14 +102,26 @@ def run_boundary(config, cfg, save) -> dict:
     return out
 
 
+def sweep_rows(config, tau: float) -> tuple[list[dict], dict]:
+    """(rows, base): sigma, delta and tau each swept alone around the base (config.sigma_base,
+    config.delta_base, `tau`), the base first unless a sweep holds it, each row once."""
+    base = {"sigma": float(config.sigma_base), "delta": float(config.delta_base), "tau": float(tau)}
+    swept = [
+        *[dict(base, sigma=float(v)) for v in config.sigmas],
+        *[dict(base, delta=float(v)) for v in config.deltas],
+        *[dict(base, tau=float(v)) for v in config.taus],
+    ]
+    rows = list({tuple(r.values()): r for r in ([] if base in swept else [base]) + swept}.values())
+    return rows, base
+
+
 def run_init_error(config, cfg, save) -> dict:
-    """N* against sigma (delta = 0) and against delta (sigma = 0), with N*(value) - N*(0) intervals."""
+    """N* against sigma, delta and tau, each swept alone around a base (`sweep_rows`; by default sigma at
+    delta = 0 and delta at sigma = 0), with N*(value) - N*(base) intervals."""
     tokens, model, sgd = cfg["tokens"], cfg["model"], cfg["sgd"]
     k_coarse, k_fine = coarse_and_fine_keys(config)
     resamples = bootstrap.resample_indices(config.seeds, config.boot, config.seed)
-    rows = [{"sigma": s, "delta": 0.0} for s in config.sigmas] + [
-        {"sigma": 0.0, "delta": d} for d in config.deltas
-    ]
+    rows, base_row = sweep_rows(config, tokens.tau)
     runs = two_stage(
         k_coarse,
         k_fine,
@@ -128,14 +140,15 @@ def run_init_error(config, cfg, save) -> dict:
             "rows": [],
             "alpha_star": tokens.n_star / tokens.L,
             "alpha_conf": tokens.n_conf / tokens.L,
+            "base": base_row,
             "short_top_rows": [],
         }
     per_row = _rows_result(runs, rows, lambda r: tokens.n_star / tokens.L, config, resamples)
-    base_i = next(i for i, r in enumerate(per_row) if r["sigma"] == 0 and r["delta"] == 0)
+    base_i = rows.index(base_row)
     base = per_row[base_i]
     hinge_RxCxN, Ns = runs["fine"]["test_hinge"], runs["N"]
     for c, r in enumerate(per_row):  # exploratory, not pre-registered: test hinge at each shared N
-        r["hinge_minus_zero"] = {
+        r["hinge_minus_base"] = {
             int(n): difference(
                 *[
                     np.stack([hinge_RxCxN[idx, i, j].mean() for idx in resamples])
@@ -148,20 +161,23 @@ def run_init_error(config, cfg, save) -> dict:
             if n in Ns[base_i] and Ns[base_i][j] == n
         }
     for r in per_row:
-        r["minus_zero"] = difference(
+        r["minus_base"] = difference(
             r["boot"], base["boot"], r["N_star"]["value"], base["N_star"]["value"]
         )
         r["regime"] = (
             "inside" if r["sigma"] <= 1 / tokens.M + 1e-9 and r["delta"] < 0.5 else "beyond"
         )
-        r["verdict"] = direction(r["minus_zero"])
+        r["verdict"] = direction(r["minus_base"])
     for r in per_row:
         del r["boot"]
     return {
         "rows": per_row,
         "alpha_star": tokens.n_star / tokens.L,
         "alpha_conf": tokens.n_conf / tokens.L,
-        "short_top_rows": [(r["sigma"], r["delta"]) for r in per_row if not r["top_reaches_1"]],
+        "base": base_row,
+        "short_top_rows": [
+            (r["sigma"], r["delta"], r["tau"]) for r in per_row if not r["top_reaches_1"]
+        ],
     }
 
 

@@ -53,6 +53,11 @@ def _schema(fields) -> ml_collections.ConfigDict:
             # init_error
             "sigmas": (0.0, 1 / 6, 0.5, 1.0),
             "deltas": (0.25, 0.49, 1.0),
+            # each knob swept alone around the base (sigma_base, delta_base, tokens.tau); the base is a
+            # row of its own, N*(base) the reference of every difference
+            "sigma_base": 0.0,
+            "delta_base": 0.0,
+            "taus": (),
             # sparsify
             "Ls": (30, 60, 100),
             "noisy_counts": (5, 10, 20),

@@ -116,3 +116,25 @@ def test_far_share_is_zero_inside_half_the_separation_and_positive_beyond():
         settle._far_share(tok, 0.7) == 0.0
     )  # ||z|| <= 0.7 < sqrt(2)/2: always nearest its own pattern
     assert settle._far_share(tok, 2.0) > 0.05
+
+
+def test_each_knob_is_swept_alone_around_its_base_and_the_base_is_a_row_once():
+    from types import SimpleNamespace
+
+    from posattn.papers.lwlc23.settle import sweep_rows
+
+    default = SimpleNamespace(
+        sigma_base=0.0, delta_base=0.0, sigmas=(0.0, 1 / 6), deltas=(0.25,), taus=()
+    )
+    rows, base = sweep_rows(default, 1.0)
+    assert base == {"sigma": 0.0, "delta": 0.0, "tau": 1.0}
+    # the rows of the settling runs before the base existed: sigma at delta = 0, delta at sigma = 0
+    assert [(r["sigma"], r["delta"]) for r in rows] == [(0.0, 0.0), (1 / 6, 0.0), (0.0, 0.25)]
+    around = SimpleNamespace(
+        sigma_base=2.0, delta_base=2.0, sigmas=(1.0, 3.0), deltas=(2.0, 3.0), taus=(1.0, 2.0)
+    )
+    rows, base = sweep_rows(around, 1.5)
+    assert (
+        rows.count(base) == 1 and len(rows) == 6
+    )  # base (from the deltas), 2 sigmas, 1 delta, 2 taus
+    assert all(sum(r[k] != base[k] for k in base) <= 1 for r in rows)  # one knob moved at a time
