@@ -59,6 +59,7 @@ from posattn.theory.host_loop import (  # noqa: F401 (gd.NonFiniteLoss: what `fi
     copy_arrays,
     divergence_hint,
     run_chunks,
+    to_host,
 )
 
 
@@ -250,10 +251,15 @@ def fit_seeds(
         check_start(cfg, init.task, init.params, len(keys))
     sampler = test if callable(test) else None
     fns = programs.seed_programs(cfg, gd, optimizer, sampler)
+    # Runs that do not divide over the devices are padded once, here, by copies of the last run (the
+    # draw and every chunk then split the runs evenly, with no communication between them) and cut
+    # back at the end: the history as it arrives, the result's arrays after the last chunk.
+    runs = len(keys)
     start_of = (None, None) if init is None else (init.task, init.params)
-    state, *args = fns.draw((keys, hyper, train, None if sampler else test, *start_of))
+    drawn = (keys, hyper, train, None if sampler else test, *start_of)
+    state, *args = fns.draw(mesh_lib.pad_runs(drawn))
     if gd.risk == "population_exact":
-        for s in range(len(keys)):
+        for s in range(runs):
             population.check_start(
                 jax.tree.map(lambda a: a[s], state["params"]),
                 cfg,
@@ -262,15 +268,15 @@ def fit_seeds(
             )
     history = None
     if init is not None:
-        state = _continued(init, keys, hyperparams and programs.per_run(hyperparams, len(keys)))
-        history = {**init.history, "step": np.repeat(init.history["step"][:, None], len(keys), 1)}
+        state = _continued(init, keys, hyperparams and programs.per_run(hyperparams, runs))
+        state = mesh_lib.pad_runs(state)
+        history = {**init.history, "step": np.repeat(init.history["step"][:, None], runs, 1)}
     start = copy_arrays(state["params"]) if init is None else init.init_params
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         compiling = compile_ahead(pool, fns.chunk, state, args)
         state, history = run_chunks(
-            fns.chunk,
-            fns.evaluate,
+            *_real_runs(fns.chunk, fns.evaluate, runs),
             state,
             args,
             gd.steps,
@@ -281,4 +287,18 @@ def fit_seeds(
             history,
         )
     history["step"] = history["step"][:, 0]  # the same for every run
-    return _result(state, start, args[-1], history, t0, keys)
+    state, start, task = mesh_lib.first_runs((state, start, args[-1]), runs)
+    return _result(state, start, task, history, t0, keys)
+
+
+def _real_runs(chunk, evaluate, runs: int):
+    """(chunk, evaluation) of a seed program whose history entries hold the first `runs` runs alone, on
+    this host: the padded copies (`mesh.pad_runs`) never reach the history, the stop on a non-finite
+    loss, or `on_eval`."""
+    cut = lambda entry: {k: np.asarray(v)[:runs] for k, v in to_host(entry).items()}
+
+    def real_chunk(*args):
+        state, entry = chunk(*args)
+        return state, cut(entry)
+
+    return real_chunk, lambda *args: cut(evaluate(*args))

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.theory import programs
 from posattn.theory.config import GDConfig, TheoryConfig
@@ -56,11 +57,14 @@ def fit_grid(
             f"A_init has shape {jnp.shape(A_init)}: give one D x D = ({cfg.D}, {cfg.D}) "
             "matrix, the initial A of every run"
         )
-    return programs.grid_program(
-        keys,
+    # Seeds that do not divide over the devices are padded by copies of the last seed and cut back
+    # after the program, which thus splits its seeds evenly (`mesh.pad_runs`).
+    padded_keys, padded_hyper = mesh_lib.pad_runs((keys, programs.per_run(hyper, len(keys))))
+    entries = programs.grid_program(
+        padded_keys,
         task,
         A_init,
-        programs.per_run(hyper, len(keys)),
+        padded_hyper,
         steps_arg(gd.steps),
         cfg=cfg,
         gd=programs.compiled_key(gd),
@@ -68,6 +72,8 @@ def fit_grid(
         train_A=train_A,
         optimizer=optimizer,
     )
+    cut = lambda a: a if a.shape[1] == len(keys) else a[:, : len(keys)]
+    return {k: cut(v) for k, v in entries.items()}
 
 
 def _sizes(sizes: Sequence[int]) -> tuple[int, ...]:
