@@ -165,3 +165,24 @@ def pad_runs(tree, devices: int | None = None):
 def first_runs(tree, runs: int):
     """`tree` with the leading (run) axis of every leaf cut to its first `runs` (undoes `pad_runs`)."""
     return jax.tree.map(lambda a: a if len(a) == runs else a[:runs], tree)
+
+
+RUNS = "runs"
+
+
+def runs_mesh_shape(runs: int, devices: int) -> tuple[int, int]:
+    """(devices along "runs", devices along "data") for `runs` runs on `devices` devices: the runs take
+    the smallest divisor of `devices` that holds them all (all the devices once they are as many), the
+    samples of each run split over the rest. 2 runs on 8 devices: (2, 4); 3: (4, 2); 1: (1, 8)."""
+    if runs >= devices:
+        return devices, 1
+    along_runs = min(k for k in range(runs, devices + 1) if devices % k == 0)
+    return along_runs, devices // along_runs
+
+
+def runs_mesh(runs: int, devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
+    """A 2-D mesh ("runs", "data") over `devices` (default: all) shaped by `runs_mesh_shape`: a sweep of
+    few runs with many samples splits each run's samples over the devices its runs leave free."""
+    devices = list(jax.devices() if devices is None else devices)
+    shape = runs_mesh_shape(runs, len(devices))
+    return jax.make_mesh(shape, (RUNS, DATA), axis_types=(AxisType.Auto,) * 2, devices=devices)

@@ -227,6 +227,7 @@ def fit_seeds(
     init: FitResult | None = None,
     train=None,
     test=None,
+    split_samples: bool = False,
     on_eval: Callable[[dict], None] | None = None,
 ) -> FitResult:
     """`fit` for many runs at once: every run is vmapped inside the same compiled chunks.
@@ -238,6 +239,10 @@ def fit_seeds(
     called per run. A training set needs `test=` (ConfigError without it, unless `init` gives the
     tasks): each run's test set would otherwise come from its key's task, not the one that made X.
     init: a `fit_seeds` result of the same keys, continued.
+    split_samples: with fewer seeds than devices, split each seed's training and test samples over the
+      devices its seeds leave free (a ("runs", "data") mesh, `posattn.mesh.runs_mesh`: 2 seeds on 8
+      devices, (2, 4)); the risk (E) only. The numbers then equal those without it up to float32
+      round-off, the sums over the samples being taken in another order (`posattn.theory.seed_mesh`).
     The result carries a leading seed axis on params, task and optimiser state, and history entries of
     shape (T, S).
     """
@@ -250,14 +255,21 @@ def fit_seeds(
         _check_continues(init, keys, optimizer)
         check_start(cfg, init.task, init.params, len(keys))
     sampler = test if callable(test) else None
-    fns = programs.seed_programs(cfg, gd, optimizer, sampler)
+    mesh = mesh_lib.runs_mesh(len(keys)) if split_samples else None
+    if mesh is not None and gd.risk != "empirical":
+        raise ConfigError(
+            f"split_samples=True splits the training samples of (E); risk={gd.risk!r} has "
+            "none: drop split_samples or pass risk='empirical'"
+        )
+    fns = programs.seed_programs(cfg, gd, optimizer, sampler, mesh)
+    along_runs = None if mesh is None else mesh.shape[mesh_lib.RUNS]
     # Runs that do not divide over the devices are padded once, here, by copies of the last run (the
     # draw and every chunk then split the runs evenly, with no communication between them) and cut
     # back at the end: the history as it arrives, the result's arrays after the last chunk.
     runs = len(keys)
     start_of = (None, None) if init is None else (init.task, init.params)
     drawn = (keys, hyper, train, None if sampler else test, *start_of)
-    state, *args = fns.draw(mesh_lib.pad_runs(drawn))
+    state, *args = fns.draw(mesh_lib.pad_runs(drawn, along_runs))
     if gd.risk == "population_exact":
         for s in range(runs):
             population.check_start(
@@ -269,7 +281,7 @@ def fit_seeds(
     history = None
     if init is not None:
         state = _continued(init, keys, hyperparams and programs.per_run(hyperparams, runs))
-        state = mesh_lib.pad_runs(state)
+        state = mesh_lib.pad_runs(state, along_runs)
         history = {**init.history, "step": np.repeat(init.history["step"][:, None], runs, 1)}
     start = copy_arrays(state["params"]) if init is None else init.init_params
     t0 = time.perf_counter()

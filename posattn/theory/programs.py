@@ -24,9 +24,9 @@ import optax
 from posattn import compile_options
 from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
-from posattn.theory import optim
+from posattn.theory import optim, seed_mesh
 from posattn.theory.config import GDConfig, TheoryConfig
-from posattn.theory.draw import draw_run, lay_out, with_state
+from posattn.theory.draw import draw_run, draw_seed, lay_out, with_state
 from posattn.theory.step import evaluate, init_state, train_chunk
 
 # GDConfig fields that no compiled program reads as a constant: the step count and cadence drive the
@@ -174,13 +174,9 @@ def _seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler) -> 
     """`fit_seeds`'s compiled (draw, chunk, evaluation), kept, so that calls that differ only in
     numbers that are not compiled in (`_NOT_COMPILED`, hyperparameters) reuse them."""
 
-    def draw_one(run):
-        key, hyper, train, test, task, params = run
-        run = draw_run(
-            key, cfg, gd, task=task, params=params, train=train, test=test_sampler or test
-        )
-        return with_state(lay_out(run, gd), optimizer, hyper)
-
+    draw_one = functools.partial(
+        draw_seed, cfg=cfg, gd=gd, optimizer=optimizer, test_sampler=test_sampler
+    )
     draw = jax.jit(lambda runs: mesh_lib.map_runs(draw_one, runs))
 
     @functools.partial(jax.jit, donate_argnums=0)
@@ -197,9 +193,19 @@ def _seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler) -> 
     return Programs(draw, None, chunk, evaluate_fn)
 
 
-def seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler) -> Programs:
+@functools.lru_cache(maxsize=32)
+def _mesh_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler, mesh) -> Programs:
+    draw, chunk, evaluate_fn = seed_mesh.mesh_programs(cfg, gd, optimizer, test_sampler, mesh)
+    return Programs(draw, None, chunk, evaluate_fn)
+
+
+def seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler, mesh=None) -> Programs:
     """`fit_seeds`'s programs (every run vmapped, the runs split over the devices), kept under
-    `compiled_key(gd)`: the draw starts each run's state too."""
+    `compiled_key(gd)`: the draw starts each run's state too. With `mesh` ("runs", "data":
+    `posattn.mesh.runs_mesh`), the runs split over "runs" and their samples over "data"
+    (`posattn.theory.seed_mesh`)."""
+    if mesh is not None:
+        return _mesh_programs(cfg, compiled_key(gd), optimizer, test_sampler, mesh)
     return _seed_programs(cfg, compiled_key(gd), optimizer, test_sampler)
 
 

@@ -1,0 +1,77 @@
+"""`fit_seeds`'s programs on a ("runs", "data") mesh (`posattn.mesh.runs_mesh`): few seeds, many samples.
+
+With as many seeds as devices or more, `posattn.theory.programs` gives each device whole seeds. With
+fewer, most devices would wait (or train padded copies): here the seeds split over "runs" and each
+seed's training samples over "data", so 2 seeds on 8 devices run on a (2, 4) mesh, a quarter of each
+seed's samples on a device. A step of (E) then needs one reduction: the partial sums of the risk and
+its gradient are added over "data" (`jax.lax.psum` inside `jax.shard_map`, `step.train_steps`'s
+`sample_axis`). The loop is a `shard_map` rather than left to the compiler's sharding propagation,
+which cannot split the CPU kernel's custom call (`posattn.theory.one_pass_kernel`) and would gather
+each seed's samples onto every device around it; inside, each device calls the kernel on its own block.
+The draw and the evaluations have no custom call: they are vmapped over the seeds and partitioned by
+the compiler from the shardings of their results (the draws are the same bits on any mesh: JAX's
+threefry is partitionable).
+
+The numbers are those of the one-axis programs up to float32 round-off: the sums over the samples are
+taken in another order (blocks of N / |data| samples, then a sum over the devices), as `fit` sharded
+over the devices differs from a vmapped seed on one (tests/theory/test_gd.py).
+"""
+
+import functools
+
+import jax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from posattn.mesh import DATA, RUNS
+from posattn.theory.config import GDConfig, TheoryConfig
+from posattn.theory.draw import draw_seed
+from posattn.theory.step import evaluate, train_steps
+
+
+def _constrain(tree, sharding):
+    return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)
+
+
+def mesh_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler, mesh):
+    """(draw, chunk, evaluation) of `fit_seeds` on `mesh` ("runs", "data"), called as
+    `programs.seed_programs`' are; the seeds (a multiple of the "runs" devices) split over "runs", the
+    training and test samples over "data". (E) only: the other risks have no training samples."""
+    shards = mesh.shape[DATA]
+    over_runs, over_samples = NamedSharding(mesh, P(RUNS)), NamedSharding(mesh, P(RUNS, DATA))
+
+    draw_one = functools.partial(
+        draw_seed, cfg=cfg, gd=gd, optimizer=optimizer, test_sampler=test_sampler, shards=shards
+    )
+
+    @jax.jit
+    def draw(runs):
+        state, train, test, keys, tasks = jax.vmap(draw_one)(runs)
+        return (
+            _constrain(state, over_runs),
+            _constrain(train, over_samples),  # `fused.Tiles` split as blocks of samples, too
+            _constrain(test, over_samples),
+            _constrain(keys, over_runs),
+            _constrain(tasks, over_runs),
+        )
+
+    evaluate_all = jax.vmap(functools.partial(evaluate, cfg=cfg, gd=gd), in_axes=(0,) * 6)
+    steps = functools.partial(train_steps, cfg=cfg, gd=gd, optimizer=optimizer, sample_axis=DATA)
+
+    def local(state, num_steps, train, keys, tasks):  # a device's seeds, its block of their samples
+        return jax.vmap(steps, in_axes=(0, None, 0, 0, 0))(state, num_steps, train, keys, tasks)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def chunk(state, num_steps, train, test, keys, tasks):
+        # check_vma=False: the kernel's outputs carry no mark of varying over the mesh; the state that
+        # leaves is the same on every "data" device, each having added the same partial sums.
+        state = jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(P(RUNS), P(), P(RUNS, DATA), P(RUNS), P(RUNS)),
+            out_specs=P(RUNS),
+            check_vma=False,
+        )(state, num_steps, train, keys, tasks)
+        return state, evaluate_all(state["params"], state["step"], train, test, keys, tasks)
+
+    return draw, chunk, jax.jit(evaluate_all)
