@@ -9,6 +9,10 @@ Over several processes (hosts), `initialize_distributed` starts `jax.distributed
 and each process feeds its own slice of a global batch: `global_batch` stitches the slices into one
 global array (`jax.make_array_from_process_local_data`), so the jitted step sees the whole batch as if it
 ran on a single device; `gathered` brings a result spread over the processes back whole to every host.
+
+A sweep of independent runs (the theory regime's seeds) splits its run axis over "data" instead
+(`split_runs`, `map_runs`), padding a count that does not divide (`pad_runs`, `first_runs`); one of
+few runs with many samples takes a 2-D mesh ("runs", "data") (`runs_mesh`).
 """
 
 import os

@@ -26,8 +26,11 @@ trains one problem at four learning rates in one vmapped call. `fit` and `fit_se
 from Python (`posattn.theory.host_loop`), so `jax.jit` and `jax.vmap` cannot trace them (they say so,
 and name these instead); `step.train_chunk` is the pure, jittable and vmappable loop underneath.
 
-Seeds are split over the devices when they divide evenly, each device drawing and training its own
-(`posattn.mesh.map_runs`, `posattn.mesh.split_runs`). The devices may be those of several processes (a
+Seeds are split over the devices, each device drawing and training its own (`posattn.mesh.map_runs`,
+`posattn.mesh.split_runs`); a count that does not divide over them is padded once with copies of the
+last seed (`posattn.mesh.pad_runs`), which the results leave out, so each seed is bitwise the run it
+is in a sweep of as many seeds as devices. With fewer seeds than devices, `split_samples=True` splits
+each seed's samples over the devices its seeds leave free (`posattn.theory.seed_mesh`). The devices may be those of several processes (a
 multi-host run, `posattn.mesh.initialize_distributed`): every process makes the same call and gets the
 whole result, gathered from all of them (`posattn.mesh.gathered`); a seed sweep then gives the bits of
 one process with as many devices (tests/theory/test_distributed.py).

@@ -9,7 +9,9 @@ cadence (`gd.steps`, `gd.eval_every`) and the step sizes, which live in the opti
 compiles its programs once. Each program is built from the same pieces: the run's draw
 (`posattn.theory.draw`) and the pure training chunk `posattn.theory.step.train_chunk`, for one run
 sharded over the devices' "data" mesh axis, or for many runs vmapped and split over the devices
-(`posattn.mesh.map_runs`, `posattn.mesh.split_runs`).
+(`posattn.mesh.map_runs`, `posattn.mesh.split_runs`: the drivers pad a run count that does not divide
+over them once, before these programs, `posattn.mesh.pad_runs`), or for few runs split over "runs"
+and their samples over "data" (`posattn.theory.seed_mesh`).
 """
 
 import dataclasses

@@ -79,3 +79,10 @@ def test_a_split_sweep_is_the_one_axis_sweep_up_to_float32_round_off(runs, imple
     for name in ("A", "v"):
         close(split.params[name], one_axis.params[name], name)
     np.testing.assert_array_equal(split.init_params["v"], one_axis.init_params["v"])
+    # A split run continues from its result: 20 steps and 20 more are the 40 steps, bitwise.
+    half = dataclasses.replace(gd, steps=20)
+    first = fit_seeds(keys, CFG, half, split_samples=True)
+    more = fit_seeds(keys, CFG, half, split_samples=True, init=first)
+    for name, values in more.history.items():
+        np.testing.assert_array_equal(values, split.history[name], err_msg=name)
+    np.testing.assert_array_equal(more.params["v"], split.params["v"])
