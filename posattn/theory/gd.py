@@ -52,7 +52,7 @@ import optax
 
 from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
-from posattn.theory import optim, population, programs
+from posattn.theory import optim, population, programs, seed_mesh
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import Task
 from posattn.theory.draw import check_callers_data, check_start
@@ -264,7 +264,10 @@ def fit_seeds(
             f"split_samples=True splits the training samples of (E); risk={gd.risk!r} has "
             "none: drop split_samples or pass risk='empirical'"
         )
-    fns = programs.seed_programs(cfg, gd, optimizer, sampler, mesh)
+    if mesh is None:
+        fns = programs.seed_programs(cfg, gd, optimizer, sampler)
+    else:
+        fns = seed_mesh.seed_programs(cfg, gd, optimizer, sampler, mesh)
     along_runs = None if mesh is None else mesh.shape[mesh_lib.RUNS]
     # Runs that do not divide over the devices are padded once, here, by copies of the last run (the
     # draw and every chunk then split the runs evenly, with no communication between them) and cut

@@ -26,7 +26,7 @@ import optax
 from posattn import compile_options
 from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
-from posattn.theory import optim, seed_mesh
+from posattn.theory import optim
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.draw import draw_run, draw_seed, lay_out, with_state
 from posattn.theory.step import evaluate, init_state, train_chunk
@@ -195,19 +195,10 @@ def _seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler) -> 
     return Programs(draw, None, chunk, evaluate_fn)
 
 
-@functools.lru_cache(maxsize=32)
-def _mesh_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler, mesh) -> Programs:
-    draw, chunk, evaluate_fn = seed_mesh.mesh_programs(cfg, gd, optimizer, test_sampler, mesh)
-    return Programs(draw, None, chunk, evaluate_fn)
-
-
-def seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler, mesh=None) -> Programs:
+def seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler) -> Programs:
     """`fit_seeds`'s programs (every run vmapped, the runs split over the devices), kept under
-    `compiled_key(gd)`: the draw starts each run's state too. With `mesh` ("runs", "data":
-    `posattn.mesh.runs_mesh`), the runs split over "runs" and their samples over "data"
-    (`posattn.theory.seed_mesh`)."""
-    if mesh is not None:
-        return _mesh_programs(cfg, compiled_key(gd), optimizer, test_sampler, mesh)
+    `compiled_key(gd)`: the draw starts each run's state too. On a ("runs", "data") mesh:
+    `posattn.theory.seed_mesh.seed_programs`."""
     return _seed_programs(cfg, compiled_key(gd), optimizer, test_sampler)
 
 
@@ -226,18 +217,11 @@ def grid_program(
     optimizer,
 ):
     """`fit_grid` as one compiled program (its arguments), `gd` as `compiled_key` gives it."""
-
-    def draw(run, task):
-        key, hyper = run
-        params, *data = lay_out(draw_run(key, cfg, gd, n_train=max(sizes), task=task), gd)
-        if A_init is not None:
-            params = {**params, "A": jnp.broadcast_to(A_init, params["A"].shape)}
-        return with_state((params, *data), optimizer, hyper)
-
-    state, train, test, train_keys, tasks = mesh_lib.map_runs(draw, (keys, hyper), task)
-    weights = (jnp.arange(max(sizes))[None, :] < jnp.asarray(sizes)[:, None]).astype(
-        train.weight.dtype
+    draw = functools.partial(
+        grid_draw, cfg=cfg, gd=gd, sizes=sizes, A_init=A_init, optimizer=optimizer
     )
+    state, train, test, train_keys, tasks = mesh_lib.map_runs(draw, (keys, hyper), task)
+    weights = size_weights(sizes, train)
 
     def one(state, X, y, test, key, task, weight):
         return train_chunk(
@@ -266,3 +250,21 @@ def grid_program(
         local, (state, train.X, train.y, test, train_keys, tasks), weights
     )
     return jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), entries)  # (sizes, seeds)
+
+
+def grid_draw(run, task, *, cfg, gd, sizes, A_init, optimizer, shards: int = 1):
+    """A `fit_grid` seed (key, hyperparameters) drawn with the grid's largest size of samples, laid
+    out for `shards` devices, A set to `A_init` where given, and started."""
+    key, hyper = run
+    run = draw_run(key, cfg, gd, n_train=max(sizes), shards=shards, task=task)
+    params, *data = lay_out(run, gd, shards)
+    if A_init is not None:
+        params = {**params, "A": jnp.broadcast_to(A_init, params["A"].shape)}
+    return with_state((params, *data), optimizer, hyper)
+
+
+def size_weights(sizes: tuple[int, ...], train) -> jax.Array:
+    """(sizes, n): the weights of a grid's training samples at each size, 1 on the first `size`
+    samples and 0 past them (and on the padding to a multiple of the devices)."""
+    n = train.weight.shape[-1]
+    return (jnp.arange(n)[None, :] < jnp.asarray(sizes)[:, None]).astype(train.weight.dtype)

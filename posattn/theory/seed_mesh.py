@@ -1,4 +1,5 @@
-"""`fit_seeds`'s programs on a ("runs", "data") mesh (`posattn.mesh.runs_mesh`): few seeds, many samples.
+"""`fit_seeds`' and `fit_grid`'s programs on a ("runs", "data") mesh (`posattn.mesh.runs_mesh`): few
+seeds, many samples (their `split_samples=True`).
 
 With as many seeds as devices or more, `posattn.theory.programs` gives each device whole seeds. With
 fewer, most devices would wait (or train padded copies): here the seeds split over "runs" and each
@@ -26,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 from posattn.mesh import DATA, RUNS
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.draw import draw_seed
+from posattn.theory.programs import Programs, compiled_key, grid_draw, size_weights
 from posattn.theory.step import evaluate, train_steps
 
 
@@ -33,10 +35,8 @@ def _constrain(tree, sharding):
     return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)
 
 
-def mesh_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler, mesh):
-    """(draw, chunk, evaluation) of `fit_seeds` on `mesh` ("runs", "data"), called as
-    `programs.seed_programs`' are; the seeds (a multiple of the "runs" devices) split over "runs", the
-    training and test samples over "data". (E) only: the other risks have no training samples."""
+@functools.lru_cache(maxsize=32)
+def _seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler, mesh) -> Programs:
     shards = mesh.shape[DATA]
     over_runs, over_samples = NamedSharding(mesh, P(RUNS)), NamedSharding(mesh, P(RUNS, DATA))
 
@@ -74,4 +74,72 @@ def mesh_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler, mesh
         )(state, num_steps, train, keys, tasks)
         return state, evaluate_all(state["params"], state["step"], train, test, keys, tasks)
 
-    return draw, chunk, jax.jit(evaluate_all)
+    return Programs(draw, None, chunk, jax.jit(evaluate_all))
+
+
+def seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler, mesh) -> Programs:
+    """`fit_seeds`'s programs on `mesh` ("runs", "data"), called as `programs.seed_programs`' are and
+    kept as they are: the seeds (a multiple of the "runs" devices) split over "runs", the training and
+    test samples over "data". (E) only: the other risks have no training samples to split."""
+    return _seed_programs(cfg, compiled_key(gd), optimizer, test_sampler, mesh)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "gd", "sizes", "train_A", "optimizer", "mesh"))
+def grid_program(
+    keys,
+    task,
+    A_init,
+    hyper,
+    steps,
+    *,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    sizes: tuple[int, ...],
+    train_A: bool,
+    optimizer,
+    mesh,
+):
+    """`programs.grid_program` on `mesh` ("runs", "data"): the seeds (a multiple of the "runs"
+    devices) split over "runs", each seed's samples, and the weights that pick a size's first ones,
+    over "data"; the final entries, (sizes, seeds)."""
+    draw = functools.partial(
+        grid_draw,
+        cfg=cfg,
+        gd=gd,
+        sizes=sizes,
+        A_init=A_init,
+        optimizer=optimizer,
+        shards=mesh.shape[DATA],
+    )
+    over_runs, over_samples = NamedSharding(mesh, P(RUNS)), NamedSharding(mesh, P(RUNS, DATA))
+    state, train, test, keys, tasks = jax.vmap(draw, in_axes=(0, None))((keys, hyper), task)
+    state, keys, tasks = _constrain((state, keys, tasks), over_runs)
+    train, test = _constrain((train, test), over_samples)
+    weights = _constrain(size_weights(sizes, train), NamedSharding(mesh, P(None, DATA)))
+    Samples = type(train)
+    run = functools.partial(
+        train_steps, cfg=cfg, gd=gd, optimizer=optimizer, train_A=train_A, sample_axis=DATA
+    )
+
+    def local(state, steps, X, y, keys, tasks, weights):  # a device's seeds, every size
+        one = lambda state, X, y, key, task, w: run(state, steps, Samples(X, y, w), key, task)
+        over_seeds = jax.vmap(one, in_axes=(0, 0, 0, 0, 0, None))
+        return jax.vmap(over_seeds, in_axes=(None,) * 5 + (0,))(state, X, y, keys, tasks, weights)
+
+    finals = jax.shard_map(  # (sizes, seeds); check_vma=False as in `seed_programs`' chunk
+        local,
+        mesh=mesh,
+        in_specs=(P(RUNS), P(), P(RUNS, DATA), P(RUNS, DATA), P(RUNS), P(RUNS), P(None, DATA)),
+        out_specs=P(None, RUNS),
+        check_vma=False,
+    )(state, steps, train.X, train.y, keys, tasks, weights)
+
+    def entry(state, X, y, test, key, task, w):
+        return evaluate(
+            state["params"], state["step"], Samples(X, y, w), test, key, task, cfg=cfg, gd=gd
+        )
+
+    over_seeds = jax.vmap(entry, in_axes=(0, 0, 0, 0, 0, 0, None))
+    return jax.vmap(over_seeds, in_axes=(0,) + (None,) * 5 + (0,))(
+        finals, train.X, train.y, test, keys, tasks, weights
+    )

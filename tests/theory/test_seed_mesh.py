@@ -11,8 +11,9 @@ import pytest
 
 from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
-from posattn.theory import GDConfig, TheoryConfig, programs
+from posattn.theory import GDConfig, TheoryConfig, programs, seed_mesh
 from posattn.theory.gd import fit_seeds
+from posattn.theory.grid import fit_grid
 from posattn.theory.host_loop import steps_arg
 
 CFG = TheoryConfig(D=16, C=4, d=16, q=0.4)
@@ -41,20 +42,35 @@ def test_split_samples_wants_the_samples_of_the_empirical_risk():
         fit_seeds(jax.random.split(jax.random.key(0), 2), CFG, gd, split_samples=True)
 
 
+@pytest.mark.slow
 def test_two_seeds_on_eight_devices_split_their_samples_four_ways_and_add_only_their_sums():
     """Each device holds a quarter of one seed's samples, and a step's only communication is the sum
     of the partial sums within each seed's 4 devices (and the evaluation's means): no sample moves."""
     mesh = mesh_lib.runs_mesh(2)
     optimizer, hyper = programs.resolve_optimizer(None, GD, None)
-    fns = programs.seed_programs(CFG, GD, optimizer, None, mesh)
+    fns = seed_mesh.seed_programs(CFG, GD, optimizer, None, mesh)
     keys = jax.random.split(jax.random.key(0), 2)
     state, *args = fns.draw((keys, programs.per_run(hyper, 2), None, None, None, None))
     for samples in (args[0].X, args[1].X):
         assert {shard.data.shape[:2] for shard in samples.addressable_shards} == {(1, GD.N // 4)}
-    text = fns.chunk.lower(state, steps_arg(1), *args).compile().as_text()
-    assert not re.findall(r"all-gather|all-to-all|collective-permute|reduce-scatter", text)
-    groups = re.findall(r"all-reduce\(.*?replica_groups=\{(\{[\d,]+\}(?:,\{[\d,]+\})*)\}", text)
-    assert groups and all(len(g.split(",")) == 4 for gs in groups for g in gs.split("},{"))
+    grid = seed_mesh.grid_program.lower(
+        keys,
+        None,
+        None,
+        programs.per_run(hyper, 2),
+        steps_arg(1),
+        cfg=CFG,
+        gd=programs.compiled_key(GD),
+        sizes=(GD.N // 2, GD.N),
+        train_A=True,
+        optimizer=optimizer,
+        mesh=mesh,
+    )
+    for program in (fns.chunk.lower(state, steps_arg(1), *args), grid):
+        text = program.compile().as_text()
+        assert not re.findall(r"all-gather|all-to-all|collective-permute|reduce-scatter", text)
+        groups = re.findall(r"all-reduce\(.*?replica_groups=\{(\{[\d,]+\}(?:,\{[\d,]+\})*)\}", text)
+        assert groups and all(len(g.split(",")) == 4 for gs in groups for g in gs.split("},{"))
 
 
 @pytest.mark.slow
@@ -86,3 +102,17 @@ def test_a_split_sweep_is_the_one_axis_sweep_up_to_float32_round_off(runs, imple
     for name, values in more.history.items():
         np.testing.assert_array_equal(values, split.history[name], err_msg=name)
     np.testing.assert_array_equal(more.params["v"], split.params["v"])
+
+
+@pytest.mark.slow
+def test_a_split_grid_is_the_one_axis_grid_up_to_float32_round_off():
+    """`fit_grid` on the (2, 4) mesh: two sizes, the smaller picked by weights split with the samples;
+    the same round-off as a split sweep (above)."""
+    keys = jax.random.split(jax.random.key(5), 2)
+    one_axis = fit_grid(keys, cfg=CFG, gd=GD, sizes=(GD.N // 2, GD.N))
+    split = fit_grid(keys, cfg=CFG, gd=GD, sizes=(GD.N // 2, GD.N), split_samples=True)
+    for name in ("loss", "test_loss", "alpha", "A_within", "test_error"):
+        b = np.asarray(one_axis[name])
+        np.testing.assert_allclose(
+            split[name], b, rtol=1e-5, atol=1e-5 * np.abs(b).max(), err_msg=name
+        )
