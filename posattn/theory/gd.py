@@ -244,8 +244,9 @@ def fit_seeds(
     init: a `fit_seeds` result of the same keys, continued.
     split_samples: with fewer seeds than devices, split each seed's training and test samples over the
       devices its seeds leave free (a ("runs", "data") mesh, `posattn.mesh.runs_mesh`: 2 seeds on 8
-      devices, (2, 4)); the risk (E) only. The numbers then equal those without it up to float32
-      round-off, the sums over the samples being taken in another order (`posattn.theory.seed_mesh`).
+      devices, (2, 4); with none left free, as without it); the risk (E) only. The numbers then equal
+      those without it up to float32 round-off, the sums over the samples being taken in another
+      order (`posattn.theory.seed_mesh`).
     The result carries a leading seed axis on params, task and optimiser state, and history entries of
     shape (T, S).
     """
@@ -258,12 +259,7 @@ def fit_seeds(
         _check_continues(init, keys, optimizer)
         check_start(cfg, init.task, init.params, len(keys))
     sampler = test if callable(test) else None
-    mesh = mesh_lib.runs_mesh(len(keys)) if split_samples else None
-    if mesh is not None and gd.risk != "empirical":
-        raise ConfigError(
-            f"split_samples=True splits the training samples of (E); risk={gd.risk!r} has "
-            "none: drop split_samples or pass risk='empirical'"
-        )
+    mesh = seed_mesh.sweep_mesh(len(keys), split_samples, gd)
     if mesh is None:
         fns = programs.seed_programs(cfg, gd, optimizer, sampler)
     else:

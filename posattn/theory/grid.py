@@ -63,7 +63,7 @@ def fit_grid(
         )
     # Seeds that do not divide over the devices are padded by copies of the last seed and cut back
     # after the program, which thus splits its seeds evenly (`mesh.pad_runs`).
-    mesh = mesh_lib.runs_mesh(len(keys)) if split_samples else None
+    mesh = seed_mesh.sweep_mesh(len(keys), split_samples, gd)
     along_runs = None if mesh is None else mesh.shape[mesh_lib.RUNS]
     runs = mesh_lib.pad_runs((keys, programs.per_run(hyper, len(keys))), along_runs)
     options = dict(

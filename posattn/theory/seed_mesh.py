@@ -24,11 +24,27 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from posattn.mesh import DATA, RUNS
+from posattn.errors import ConfigError
+from posattn.mesh import DATA, RUNS, runs_mesh
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.draw import draw_seed
 from posattn.theory.programs import Programs, compiled_key, grid_draw, size_weights
 from posattn.theory.step import evaluate, train_steps
+
+
+def sweep_mesh(runs: int, split_samples: bool, gd: GDConfig) -> jax.sharding.Mesh | None:
+    """The ("runs", "data") mesh of a driver's `split_samples=True` for `runs` seeds, or None (the
+    one-axis programs) where it is False or the seeds leave no device free; ConfigError for a risk
+    other than (E), which has no training samples to split."""
+    if not split_samples:
+        return None
+    if gd.risk != "empirical":
+        raise ConfigError(
+            f"split_samples=True splits the training samples of (E); risk={gd.risk!r} has "
+            "none: drop split_samples or pass risk='empirical'"
+        )
+    mesh = runs_mesh(runs)
+    return mesh if mesh.shape[DATA] > 1 else None
 
 
 def _constrain(tree, sharding):

@@ -34,6 +34,9 @@ def test_the_runs_take_the_fewest_devices_that_hold_them_and_the_samples_the_res
     }
     mesh = mesh_lib.runs_mesh(2)
     assert dict(mesh.shape) == {mesh_lib.RUNS: 2, mesh_lib.DATA: 4}
+    # A driver's mesh: none unless asked, nor where the seeds leave no device free (one-axis programs).
+    assert seed_mesh.sweep_mesh(2, True, GD) == mesh
+    assert seed_mesh.sweep_mesh(2, False, GD) is None and seed_mesh.sweep_mesh(5, True, GD) is None
 
 
 def test_split_samples_wants_the_samples_of_the_empirical_risk():
