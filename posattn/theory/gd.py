@@ -30,10 +30,11 @@ Seeds are split over the devices, each device drawing and training its own (`pos
 `posattn.mesh.split_runs`); a count that does not divide over them is padded once with copies of the
 last seed (`posattn.mesh.pad_runs`), which the results leave out, so each seed is bitwise the run it
 is in a sweep of as many seeds as devices. With fewer seeds than devices, `split_samples=True` splits
-each seed's samples over the devices its seeds leave free (`posattn.theory.seed_mesh`). The devices may be those of several processes (a
-multi-host run, `posattn.mesh.initialize_distributed`): every process makes the same call and gets the
-whole result, gathered from all of them (`posattn.mesh.gathered`); a seed sweep then gives the bits of
-one process with as many devices (tests/theory/test_distributed.py).
+each seed's samples over the devices its seeds leave free (`posattn.theory.seed_mesh`). The devices
+may be those of several processes (a multi-host run, `posattn.mesh.initialize_distributed`): every
+process makes the same call and gets the whole result, gathered from all of them
+(`posattn.mesh.gathered`); a seed sweep then gives the bits of one process with as many devices
+(tests/theory/test_distributed.py).
 
 `fit` and `fit_seeds` stop at the first step whose loss is not finite (`NonFiniteLoss`, naming the
 step and the likely cause): the chunk that produced it is replayed one step at a time from its start to

@@ -65,7 +65,9 @@ def fit_grid(
     # after the program, which thus splits its seeds evenly (`mesh.pad_runs`).
     mesh = seed_mesh.sweep_mesh(len(keys), split_samples, gd)
     along_runs = None if mesh is None else mesh.shape[mesh_lib.RUNS]
-    runs = mesh_lib.pad_runs((keys, programs.per_run(hyper, len(keys))), along_runs)
+    padded_keys, padded_hyper = mesh_lib.pad_runs(
+        (keys, programs.per_run(hyper, len(keys))), along_runs
+    )
     options = dict(
         cfg=cfg,
         gd=programs.compiled_key(gd),
@@ -75,11 +77,11 @@ def fit_grid(
     )
     if mesh is None:
         entries = programs.grid_program(
-            runs[0], task, A_init, runs[1], steps_arg(gd.steps), **options
+            padded_keys, task, A_init, padded_hyper, steps_arg(gd.steps), **options
         )
     else:
         entries = seed_mesh.grid_program(
-            runs[0], task, A_init, runs[1], steps_arg(gd.steps), mesh=mesh, **options
+            padded_keys, task, A_init, padded_hyper, steps_arg(gd.steps), mesh=mesh, **options
         )
     cut = lambda a: a if a.shape[1] == len(keys) else a[:, : len(keys)]
     return {k: cut(v) for k, v in entries.items()}
