@@ -9,12 +9,17 @@ Over several processes (hosts), `initialize_distributed` starts `jax.distributed
 and each process feeds its own slice of a global batch: `global_batch` stitches the slices into one
 global array (`jax.make_array_from_process_local_data`), so the jitted step sees the whole batch as if it
 ran on a single device; `gathered` brings a result spread over the processes back whole to every host.
+
+A sweep of independent runs (the theory regime's seeds) splits its run axis over "data" instead
+(`split_runs`, `map_runs`), padding a count that does not divide (`pad_runs`, `first_runs`); one of
+few runs with many samples takes a 2-D mesh ("runs", "data") (`runs_mesh`).
 """
 
 import os
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import AxisType, NamedSharding
@@ -51,21 +56,25 @@ def replicate_from_host(host_tree, mesh: jax.sharding.Mesh):
 
 
 def split_runs(fn, runs, *shared):
-    """`fn(runs, *shared)`, with the leading (run) axis of every leaf of `runs` split over "data" when it
-    divides evenly over its devices: each device calls `fn` on its own runs (`jax.shard_map`), so a sweep
-    needs no communication; otherwise on one device, since replicated every device would repeat every
-    run. `fn` keeps the run axis leading in what it returns. Explicit rather than left to the compiler's
-    sharding propagation: that cannot split a custom call such as the theory step's CPU kernel
-    (`posattn.theory.one_pass_kernel`), and would gather every run onto every device around it.
-    `shared` goes whole to every device."""
+    """`fn(runs, *shared)`, with the leading (run) axis of every leaf of `runs` split over "data": each
+    device calls `fn` on its own runs (`jax.shard_map`), so a sweep needs no communication. A run count
+    that does not divide over the devices is padded with copies of the last run (`pad_runs`) and the
+    results cut back to the runs given, rather than run whole on one device. A program that calls this
+    more than once (a draw, then a chunk) pads once at its start instead: each pad and cut here makes XLA
+    re-shard whole runs between the calls. `fn` keeps the run axis leading in what it returns. Explicit
+    rather than left to the compiler's sharding propagation: that cannot split a custom call such as the
+    theory step's CPU kernel (`posattn.theory.one_pass_kernel`), and would gather every run onto every
+    device around it. `shared` goes whole to every device."""
     mesh = data_mesh()
-    if len(jax.tree.leaves(runs)[0]) % mesh.devices.size:
-        return fn(runs, *shared)
+    count = len(jax.tree.leaves(runs)[0])
     # check_vma=False: the outputs of a custom call carry no mark of varying over "data", and the
     # runs never meet, so there is nothing for the check to find.
-    return jax.shard_map(
+    split = jax.shard_map(
         fn, mesh=mesh, in_specs=(P(DATA), *[P()] * len(shared)), out_specs=P(DATA), check_vma=False
-    )(runs, *shared)
+    )
+    if count % mesh.devices.size == 0:
+        return split(runs, *shared)
+    return first_runs(split(pad_runs(runs, mesh.devices.size), *shared), count)
 
 
 def map_runs(fn, keys, *shared):
@@ -141,3 +150,46 @@ def global_batch(local_batch: dict, mesh: jax.sharding.Mesh) -> dict:
         k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
         for k, v in local_batch.items()
     }
+
+
+def padded_count(runs: int, devices: int | None = None) -> int:
+    """`runs` rounded up to a multiple of `devices` (default: every device)."""
+    devices = jax.device_count() if devices is None else devices
+    return -(-runs // devices) * devices
+
+
+def pad_runs(tree, devices: int | None = None):
+    """`tree` with the leading (run) axis of every leaf padded to `padded_count` by copies of its last
+    run: real runs, whose numbers stay finite and whose costs are the others', cut off after
+    (`first_runs`). None leaves stay None."""
+    runs = len(jax.tree.leaves(tree)[0])
+    pad = padded_count(runs, devices) - runs
+    if not pad:
+        return tree
+    return jax.tree.map(lambda a: jnp.concatenate([a, *[a[-1:]] * pad]), tree)
+
+
+def first_runs(tree, runs: int):
+    """`tree` with the leading (run) axis of every leaf cut to its first `runs` (undoes `pad_runs`)."""
+    return jax.tree.map(lambda a: a if len(a) == runs else a[:runs], tree)
+
+
+RUNS = "runs"
+
+
+def runs_mesh_shape(runs: int, devices: int) -> tuple[int, int]:
+    """(devices along "runs", devices along "data") for `runs` runs on `devices` devices: the runs take
+    the smallest divisor of `devices` that holds them all (all the devices once they are as many), the
+    samples of each run split over the rest. 2 runs on 8 devices: (2, 4); 3: (4, 2); 1: (1, 8)."""
+    if runs >= devices:
+        return devices, 1
+    along_runs = min(k for k in range(runs, devices + 1) if devices % k == 0)
+    return along_runs, devices // along_runs
+
+
+def runs_mesh(runs: int, devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
+    """A 2-D mesh ("runs", "data") over `devices` (default: all) shaped by `runs_mesh_shape`: a sweep of
+    few runs with many samples splits each run's samples over the devices its runs leave free."""
+    devices = list(jax.devices() if devices is None else devices)
+    shape = runs_mesh_shape(runs, len(devices))
+    return jax.make_mesh(shape, (RUNS, DATA), axis_types=(AxisType.Auto,) * 2, devices=devices)

@@ -137,3 +137,15 @@ def with_state(run, optimizer, hyper: dict):
     """A laid-out run with its parameters replaced by the training state (`step.init_state`)."""
     params, *rest = run
     return (init_state(params, optimizer, hyper), *rest)
+
+
+def draw_seed(
+    run, *, cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler=None, shards: int = 1
+):
+    """A `fit_seeds` run (key, hyperparameters, train, test, task, params: None where drawn) drawn
+    (`draw_run`, the test set by `test_sampler` where given), laid out for `shards` devices and started
+    (`with_state`)."""
+    key, hyper, train, test, task, params = run
+    test = test_sampler or test
+    run = draw_run(key, cfg, gd, shards=shards, task=task, params=params, train=train, test=test)
+    return with_state(lay_out(run, gd, shards), optimizer, hyper)

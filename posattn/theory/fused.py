@@ -190,6 +190,7 @@ def _risk_and_grad(
     mesh,
     transposed: bool,
     implementation: str | None = "auto",
+    axis_name: str | None = None,
 ):
     S, attention_vjp = jax.vjp(lambda A: attention(A, cfg), params["A"])
     v = params["v"]
@@ -214,6 +215,8 @@ def _risk_and_grad(
             check_vma=False,
         )(S, v, X, y, w)
     total = w.sum()
+    if axis_name is not None:  # inside a shard_map whose devices hold the samples in blocks
+        loss, dS, dv, total = jax.lax.psum((loss, dS, dv, total), axis_name)
     (dA,) = attention_vjp(dS / total)
     return loss / total, {"A": dA, "v": dv / total}
 
@@ -240,6 +243,7 @@ def empirical_risk_and_grad(
     num_tiles: int | None = None,
     mesh=None,
     implementation: str | None = "auto",
+    axis_name: str | None = None,
 ):
     """(R, dR/dparams) of the risk (E), `model.empirical_risk`, in one pass over X (module docstring).
 
@@ -250,10 +254,12 @@ def empirical_risk_and_grad(
     CPU with one device per core (docs/decisions.md) this is what runs the pass on every core.
     `implementation`: "auto", "xla" or "cpu_kernel" (module docstring). The gradient is the full one
     (A's diagonal included), as `jax.grad` gives it; the pair is `jax.value_and_grad(empirical_risk)`.
+    Called inside a `jax.shard_map` whose devices each hold a block of the samples, `axis_name` (the
+    mesh axis of the blocks, no `mesh` then) adds the partial sums over it.
     """
     _check_tiles(X, num_tiles, mesh)
     return _risk_and_grad(
-        params, X, y, _weights(X, weight), cfg, num_tiles, mesh, False, implementation
+        params, X, y, _weights(X, weight), cfg, num_tiles, mesh, False, implementation, axis_name
     )
 
 
@@ -304,9 +310,9 @@ def _one_pass_risk_jvp(cfg, num_tiles, mesh, implementation, primals, tangents):
 _one_pass_risk.defjvp(_one_pass_risk_jvp, symbolic_zeros=True)
 
 
-def tiled_risk_and_grad(params, tiles: Tiles, cfg: TheoryConfig, mesh=None):
+def tiled_risk_and_grad(params, tiles: Tiles, cfg: TheoryConfig, mesh=None, axis_name=None):
     """`empirical_risk_and_grad` on samples laid out by `tiled` (with `mesh`, `tiled`'s num_shards its
-    size): the same loss and gradient, faster a step."""
+    size; `axis_name` as there): the same loss and gradient, faster a step."""
     return _risk_and_grad(
         params,
         tiles.X,
@@ -317,6 +323,7 @@ def tiled_risk_and_grad(params, tiles: Tiles, cfg: TheoryConfig, mesh=None):
         mesh,
         transposed=True,
         implementation="xla",
+        axis_name=axis_name,
     )
 
 

@@ -26,11 +26,15 @@ trains one problem at four learning rates in one vmapped call. `fit` and `fit_se
 from Python (`posattn.theory.host_loop`), so `jax.jit` and `jax.vmap` cannot trace them (they say so,
 and name these instead); `step.train_chunk` is the pure, jittable and vmappable loop underneath.
 
-Seeds are split over the devices when they divide evenly, each device drawing and training its own
-(`posattn.mesh.map_runs`, `posattn.mesh.split_runs`). The devices may be those of several processes (a
-multi-host run, `posattn.mesh.initialize_distributed`): every process makes the same call and gets the
-whole result, gathered from all of them (`posattn.mesh.gathered`); a seed sweep then gives the bits of
-one process with as many devices (tests/theory/test_distributed.py).
+Seeds are split over the devices, each device drawing and training its own (`posattn.mesh.map_runs`,
+`posattn.mesh.split_runs`); a count that does not divide over them is padded once with copies of the
+last seed (`posattn.mesh.pad_runs`), which the results leave out, so each seed is bitwise the run it
+is in a sweep of as many seeds as devices. With fewer seeds than devices, `split_samples=True` splits
+each seed's samples over the devices its seeds leave free (`posattn.theory.seed_mesh`). The devices
+may be those of several processes (a multi-host run, `posattn.mesh.initialize_distributed`): every
+process makes the same call and gets the whole result, gathered from all of them
+(`posattn.mesh.gathered`); a seed sweep then gives the bits of one process with as many devices
+(tests/theory/test_distributed.py).
 
 `fit` and `fit_seeds` stop at the first step whose loss is not finite (`NonFiniteLoss`, naming the
 step and the likely cause): the chunk that produced it is replayed one step at a time from its start to
@@ -49,7 +53,7 @@ import optax
 
 from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
-from posattn.theory import optim, population, programs
+from posattn.theory import optim, population, programs, seed_mesh
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import Task
 from posattn.theory.draw import check_callers_data, check_start
@@ -59,6 +63,7 @@ from posattn.theory.host_loop import (  # noqa: F401 (gd.NonFiniteLoss: what `fi
     copy_arrays,
     divergence_hint,
     run_chunks,
+    to_host,
 )
 
 
@@ -226,6 +231,7 @@ def fit_seeds(
     init: FitResult | None = None,
     train=None,
     test=None,
+    split_samples: bool = False,
     on_eval: Callable[[dict], None] | None = None,
 ) -> FitResult:
     """`fit` for many runs at once: every run is vmapped inside the same compiled chunks.
@@ -237,6 +243,11 @@ def fit_seeds(
     called per run. A training set needs `test=` (ConfigError without it, unless `init` gives the
     tasks): each run's test set would otherwise come from its key's task, not the one that made X.
     init: a `fit_seeds` result of the same keys, continued.
+    split_samples: with fewer seeds than devices, split each seed's training and test samples over the
+      devices its seeds leave free (a ("runs", "data") mesh, `posattn.mesh.runs_mesh`: 2 seeds on 8
+      devices, (2, 4); with none left free, as without it); the risk (E) only. The numbers then equal
+      those without it up to float32 round-off, the sums over the samples being taken in another
+      order (`posattn.theory.seed_mesh`).
     The result carries a leading seed axis on params, task and optimiser state, and history entries of
     shape (T, S).
     """
@@ -249,11 +260,21 @@ def fit_seeds(
         _check_continues(init, keys, optimizer)
         check_start(cfg, init.task, init.params, len(keys))
     sampler = test if callable(test) else None
-    fns = programs.seed_programs(cfg, gd, optimizer, sampler)
+    mesh = seed_mesh.sweep_mesh(len(keys), split_samples, gd)
+    if mesh is None:
+        fns = programs.seed_programs(cfg, gd, optimizer, sampler)
+    else:
+        fns = seed_mesh.seed_programs(cfg, gd, optimizer, sampler, mesh)
+    along_runs = None if mesh is None else mesh.shape[mesh_lib.RUNS]
+    # Runs that do not divide over the devices are padded once, here, by copies of the last run (the
+    # draw and every chunk then split the runs evenly, with no communication between them) and cut
+    # back at the end: the history as it arrives, the result's arrays after the last chunk.
+    runs = len(keys)
     start_of = (None, None) if init is None else (init.task, init.params)
-    state, *args = fns.draw((keys, hyper, train, None if sampler else test, *start_of))
+    drawn = (keys, hyper, train, None if sampler else test, *start_of)
+    state, *args = fns.draw(mesh_lib.pad_runs(drawn, along_runs))
     if gd.risk == "population_exact":
-        for s in range(len(keys)):
+        for s in range(runs):
             population.check_start(
                 jax.tree.map(lambda a: a[s], state["params"]),
                 cfg,
@@ -262,15 +283,15 @@ def fit_seeds(
             )
     history = None
     if init is not None:
-        state = _continued(init, keys, hyperparams and programs.per_run(hyperparams, len(keys)))
-        history = {**init.history, "step": np.repeat(init.history["step"][:, None], len(keys), 1)}
+        state = _continued(init, keys, hyperparams and programs.per_run(hyperparams, runs))
+        state = mesh_lib.pad_runs(state, along_runs)
+        history = {**init.history, "step": np.repeat(init.history["step"][:, None], runs, 1)}
     start = copy_arrays(state["params"]) if init is None else init.init_params
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         compiling = compile_ahead(pool, fns.chunk, state, args)
         state, history = run_chunks(
-            fns.chunk,
-            fns.evaluate,
+            *_real_runs(fns.chunk, fns.evaluate, runs),
             state,
             args,
             gd.steps,
@@ -281,4 +302,18 @@ def fit_seeds(
             history,
         )
     history["step"] = history["step"][:, 0]  # the same for every run
-    return _result(state, start, args[-1], history, t0, keys)
+    state, start, task = mesh_lib.first_runs((state, start, args[-1]), runs)
+    return _result(state, start, task, history, t0, keys)
+
+
+def _real_runs(chunk, evaluate, runs: int):
+    """(chunk, evaluation) of a seed program whose history entries hold the first `runs` runs alone, on
+    this host: the padded copies (`mesh.pad_runs`) never reach the history, the stop on a non-finite
+    loss, or `on_eval`."""
+    cut = lambda entry: {k: np.asarray(v)[:runs] for k, v in to_host(entry).items()}
+
+    def real_chunk(*args):
+        state, entry = chunk(*args)
+        return state, cut(entry)
+
+    return real_chunk, lambda *args: cut(evaluate(*args))

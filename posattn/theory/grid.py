@@ -14,8 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
-from posattn.theory import programs
+from posattn.theory import programs, seed_mesh
 from posattn.theory.config import GDConfig, TheoryConfig
 from posattn.theory.data import Task
 from posattn.theory.draw import check_start
@@ -33,6 +34,7 @@ def fit_grid(
     train_A: bool = True,
     optimizer: optax.GradientTransformation | None = None,
     hyperparams: dict | None = None,
+    split_samples: bool = False,
 ):
     """Train every (size, seed) pair for `gd.steps` on (E); returns the final history entries, each of
     shape (sizes, seeds).
@@ -45,6 +47,9 @@ def fit_grid(
     the step count and step sizes are its arguments, so grids that differ only in them compile once.
     The final entry holds `test_error` (on the seed's `gd.n_test` samples), `patch_association_share`,
     `loss`, `alpha`, ...
+    split_samples: as in `fit_seeds`: with fewer seeds than devices, each seed's samples split over
+    the devices its seeds leave free (`posattn.theory.seed_mesh`), the numbers then equal to float32
+    round-off.
     """
     optimizer, hyper = programs.resolve_optimizer(optimizer, gd, hyperparams)
     check_start(cfg, task, None)
@@ -56,18 +61,30 @@ def fit_grid(
             f"A_init has shape {jnp.shape(A_init)}: give one D x D = ({cfg.D}, {cfg.D}) "
             "matrix, the initial A of every run"
         )
-    return programs.grid_program(
-        keys,
-        task,
-        A_init,
-        programs.per_run(hyper, len(keys)),
-        steps_arg(gd.steps),
+    # Seeds that do not divide over the devices are padded by copies of the last seed and cut back
+    # after the program, which thus splits its seeds evenly (`mesh.pad_runs`).
+    mesh = seed_mesh.sweep_mesh(len(keys), split_samples, gd)
+    along_runs = None if mesh is None else mesh.shape[mesh_lib.RUNS]
+    padded_keys, padded_hyper = mesh_lib.pad_runs(
+        (keys, programs.per_run(hyper, len(keys))), along_runs
+    )
+    options = dict(
         cfg=cfg,
         gd=programs.compiled_key(gd),
         sizes=_sizes(sizes),
         train_A=train_A,
         optimizer=optimizer,
     )
+    if mesh is None:
+        entries = programs.grid_program(
+            padded_keys, task, A_init, padded_hyper, steps_arg(gd.steps), **options
+        )
+    else:
+        entries = seed_mesh.grid_program(
+            padded_keys, task, A_init, padded_hyper, steps_arg(gd.steps), mesh=mesh, **options
+        )
+    cut = lambda a: a if a.shape[1] == len(keys) else a[:, : len(keys)]
+    return {k: cut(v) for k, v in entries.items()}
 
 
 def _sizes(sizes: Sequence[int]) -> tuple[int, ...]:
@@ -102,6 +119,7 @@ def fit_sizes(
     spread: float = 4.0,
     optimizer: optax.GradientTransformation | None = None,
     hyperparams: dict | None = None,
+    split_samples: bool = False,
 ) -> dict:
     """`fit_grid` over a wide log grid of sizes, one compiled call per `size_groups` group (so no run
     computes on more than `spread` x its own samples); entries concatenated in the order of `sizes`."""
@@ -117,6 +135,7 @@ def fit_sizes(
             train_A=train_A,
             optimizer=optimizer,
             hyperparams=hyperparams,
+            split_samples=split_samples,
         )
         for group in size_groups(sizes, spread)
     ]

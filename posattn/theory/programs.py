@@ -9,7 +9,9 @@ cadence (`gd.steps`, `gd.eval_every`) and the step sizes, which live in the opti
 compiles its programs once. Each program is built from the same pieces: the run's draw
 (`posattn.theory.draw`) and the pure training chunk `posattn.theory.step.train_chunk`, for one run
 sharded over the devices' "data" mesh axis, or for many runs vmapped and split over the devices
-(`posattn.mesh.map_runs`, `posattn.mesh.split_runs`).
+(`posattn.mesh.map_runs`, `posattn.mesh.split_runs`: the drivers pad a run count that does not divide
+over them once, before these programs, `posattn.mesh.pad_runs`), or for few runs split over "runs"
+and their samples over "data" (`posattn.theory.seed_mesh`).
 """
 
 import dataclasses
@@ -26,7 +28,7 @@ from posattn import mesh as mesh_lib
 from posattn.errors import ConfigError
 from posattn.theory import optim
 from posattn.theory.config import GDConfig, TheoryConfig
-from posattn.theory.draw import draw_run, lay_out, with_state
+from posattn.theory.draw import draw_run, draw_seed, lay_out, with_state
 from posattn.theory.step import evaluate, init_state, train_chunk
 
 # GDConfig fields that no compiled program reads as a constant: the step count and cadence drive the
@@ -174,13 +176,9 @@ def _seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler) -> 
     """`fit_seeds`'s compiled (draw, chunk, evaluation), kept, so that calls that differ only in
     numbers that are not compiled in (`_NOT_COMPILED`, hyperparameters) reuse them."""
 
-    def draw_one(run):
-        key, hyper, train, test, task, params = run
-        run = draw_run(
-            key, cfg, gd, task=task, params=params, train=train, test=test_sampler or test
-        )
-        return with_state(lay_out(run, gd), optimizer, hyper)
-
+    draw_one = functools.partial(
+        draw_seed, cfg=cfg, gd=gd, optimizer=optimizer, test_sampler=test_sampler
+    )
     draw = jax.jit(lambda runs: mesh_lib.map_runs(draw_one, runs))
 
     @functools.partial(jax.jit, donate_argnums=0)
@@ -199,7 +197,8 @@ def _seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler) -> 
 
 def seed_programs(cfg: TheoryConfig, gd: GDConfig, optimizer, test_sampler) -> Programs:
     """`fit_seeds`'s programs (every run vmapped, the runs split over the devices), kept under
-    `compiled_key(gd)`: the draw starts each run's state too."""
+    `compiled_key(gd)`: the draw starts each run's state too. On a ("runs", "data") mesh:
+    `posattn.theory.seed_mesh.seed_programs`."""
     return _seed_programs(cfg, compiled_key(gd), optimizer, test_sampler)
 
 
@@ -218,18 +217,11 @@ def grid_program(
     optimizer,
 ):
     """`fit_grid` as one compiled program (its arguments), `gd` as `compiled_key` gives it."""
-
-    def draw(run, task):
-        key, hyper = run
-        params, *data = lay_out(draw_run(key, cfg, gd, n_train=max(sizes), task=task), gd)
-        if A_init is not None:
-            params = {**params, "A": jnp.broadcast_to(A_init, params["A"].shape)}
-        return with_state((params, *data), optimizer, hyper)
-
-    state, train, test, train_keys, tasks = mesh_lib.map_runs(draw, (keys, hyper), task)
-    weights = (jnp.arange(max(sizes))[None, :] < jnp.asarray(sizes)[:, None]).astype(
-        train.weight.dtype
+    draw = functools.partial(
+        grid_draw, cfg=cfg, gd=gd, sizes=sizes, A_init=A_init, optimizer=optimizer
     )
+    state, train, test, train_keys, tasks = mesh_lib.map_runs(draw, (keys, hyper), task)
+    weights = size_weights(sizes, train)
 
     def one(state, X, y, test, key, task, weight):
         return train_chunk(
@@ -258,3 +250,21 @@ def grid_program(
         local, (state, train.X, train.y, test, train_keys, tasks), weights
     )
     return jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1), entries)  # (sizes, seeds)
+
+
+def grid_draw(run, task, *, cfg, gd, sizes, A_init, optimizer, shards: int = 1):
+    """A `fit_grid` seed (key, hyperparameters) drawn with the grid's largest size of samples, laid
+    out for `shards` devices, A set to `A_init` where given, and started."""
+    key, hyper = run
+    run = draw_run(key, cfg, gd, n_train=max(sizes), shards=shards, task=task)
+    params, *data = lay_out(run, gd, shards)
+    if A_init is not None:
+        params = {**params, "A": jnp.broadcast_to(A_init, params["A"].shape)}
+    return with_state((params, *data), optimizer, hyper)
+
+
+def size_weights(sizes: tuple[int, ...], train) -> jax.Array:
+    """(sizes, n): the weights of a grid's training samples at each size, 1 on the first `size`
+    samples and 0 past them (and on the padding to a multiple of the devices)."""
+    n = train.weight.shape[-1]
+    return (jnp.arange(n)[None, :] < jnp.asarray(sizes)[:, None]).astype(train.weight.dtype)

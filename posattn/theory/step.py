@@ -126,18 +126,29 @@ def risk_and_grad(
     cfg: TheoryConfig,
     gd: GDConfig,
     sharding=None,
+    sample_axis: str | None = None,
 ):
     """(risk, gradient) of `training_risk`: for (E) in one pass over the samples
     (`posattn.theory.fused`, by `gd.implementation`), otherwise by `jax.value_and_grad`. With
     `sharding` (the data's, over a "data" mesh), (E) and the exact (P) split their sums over the mesh's
-    devices."""
+    devices. Inside a `jax.shard_map` whose devices each hold a block of the samples of (E),
+    `sample_axis` names the mesh axis they are split over: the sums are added over it."""
     mesh = None if sharding is None else sharding.mesh
     if gd.risk == "empirical":
         if isinstance(train, fused.Tiles):
-            return fused.tiled_risk_and_grad(params, train, cfg, mesh=mesh)
+            return fused.tiled_risk_and_grad(params, train, cfg, mesh=mesh, axis_name=sample_axis)
         return fused.empirical_risk_and_grad(
-            params, train.X, train.y, cfg, train.weight, mesh=mesh, implementation=gd.implementation
+            params,
+            train.X,
+            train.y,
+            cfg,
+            train.weight,
+            mesh=mesh,
+            implementation=gd.implementation,
+            axis_name=sample_axis,
         )
+    if sample_axis is not None:
+        raise ConfigError(f"sample_axis splits the samples of (E); risk={gd.risk!r} has none")
     return jax.value_and_grad(training_risk)(
         params, step, train, key, task, cfg=cfg, gd=gd, sharding=sharding
     )
@@ -211,12 +222,51 @@ def train_chunk(
             check_sign_labels(batch.y, f"{name}.y")
     if not isinstance(num_steps, jax.core.Tracer) and int(num_steps) < 0:
         raise ConfigError(f"num_steps={num_steps}: give a number of steps >= 0")
+    state = train_steps(
+        state,
+        num_steps,
+        train,
+        key,
+        task,
+        cfg=cfg,
+        gd=gd,
+        optimizer=optimizer,
+        train_A=train_A,
+        sharding=sharding,
+    )
+    return state, evaluate(state["params"], state["step"], train, test, key, task, cfg=cfg, gd=gd)
+
+
+def train_steps(
+    state: dict,
+    num_steps,
+    train: Batch | fused.Tiles,
+    key,
+    task: Task,
+    *,
+    cfg: TheoryConfig,
+    gd: GDConfig,
+    optimizer: optax.GradientTransformation,
+    train_A: bool = True,
+    sharding=None,
+    sample_axis: str | None = None,
+) -> dict:
+    """The loop of `train_chunk` (its arguments, unchecked): the state after `num_steps` steps, with no
+    evaluation. `sample_axis` as in `risk_and_grad`: inside a `jax.shard_map` that splits the samples
+    of (E), whose evaluation then belongs outside it."""
 
     def one_step(_, state):
         _, grads = risk_and_grad(
-            state["params"], state["step"], train, key, task, cfg=cfg, gd=gd, sharding=sharding
+            state["params"],
+            state["step"],
+            train,
+            key,
+            task,
+            cfg=cfg,
+            gd=gd,
+            sharding=sharding,
+            sample_axis=sample_axis,
         )
         return descend(state, grads, optimizer, train_A)
 
-    state = jax.lax.fori_loop(0, num_steps, one_step, state)
-    return state, evaluate(state["params"], state["step"], train, test, key, task, cfg=cfg, gd=gd)
+    return jax.lax.fori_loop(0, num_steps, one_step, state)

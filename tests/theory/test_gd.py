@@ -17,7 +17,16 @@ import pytest
 from posattn import compile_options
 from posattn.errors import ConfigError
 from posattn.metrics import classification_error
-from posattn.theory import GDConfig, TheoryConfig, fit, make_task, optim, same_set_mask, sample
+from posattn.theory import (
+    GDConfig,
+    TheoryConfig,
+    fit,
+    make_task,
+    optim,
+    programs,
+    same_set_mask,
+    sample,
+)
 from posattn.theory import draw as draw_lib
 from posattn.theory import grid as grid_lib
 from posattn.theory.gd import fit_seeds
@@ -408,18 +417,51 @@ def test_a_vmapped_seed_is_the_run_fit_makes_from_its_key():
     np.testing.assert_allclose(one.history["loss"], many.history["loss"][:, 2], rtol=1e-4)
 
 
+COLLECTIVES = r"all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter"
+
+
 @pytest.mark.slow
-def test_a_sweep_split_over_devices_needs_no_communication():
+def test_a_sweep_split_over_devices_needs_no_communication(monkeypatch):
     """Each device trains its own seeds (`mesh.split_runs`): left to sharding propagation, the CPU
-    kernel's custom call gathered every seed's samples onto every device, which repeated every run."""
+    kernel's custom call gathered every seed's samples onto every device, which repeated every run. A
+    seed count that does not divide over the devices is padded before the program (`mesh.pad_runs`),
+    whose seeds then split as evenly: padding inside each split made XLA re-shard whole runs."""
     keys = jax.random.split(jax.random.key(0), jax.device_count())
     gd = dataclasses.replace(GD, steps=3, eval_every=3)
     for sizes in [(GD.N,), (GD.N // 2, GD.N)]:
         grid = jax.jit(lambda keys: fit_grid(keys, cfg=CFG, gd=gd, sizes=sizes))
         text = grid.lower(keys).compile().as_text()
-        assert not re.findall(
-            r"all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter", text
-        )
+        assert not re.findall(COLLECTIVES, text)
+    calls, program = [], programs.grid_program
+    spy = lambda *args, **kwargs: calls.append((args, kwargs)) or program(*args, **kwargs)
+    monkeypatch.setattr(programs, "grid_program", spy)
+    entries = fit_grid(keys[:3], cfg=CFG, gd=gd, sizes=(GD.N,))
+    ((args, kwargs),) = calls
+    assert len(args[0]) == jax.device_count() and entries["loss"].shape == (1, 3)
+    assert not re.findall(COLLECTIVES, program.lower(*args, **kwargs).compile().as_text())
+
+
+@pytest.mark.slow
+def test_seeds_that_do_not_divide_the_devices_are_the_first_of_a_full_sweep():
+    """3, 5 or 1 seeds on the 8 devices are padded to 8 (copies of the last seed, cut off after), so
+    each is bitwise the run it is in an 8-seed sweep, which trains one seed per device."""
+    keys = jax.random.split(jax.random.key(3), jax.device_count())
+    gd = dataclasses.replace(GD, steps=6, eval_every=3)
+    full = fit_seeds(keys, CFG, gd)
+    full_grid = fit_grid(keys, cfg=CFG, gd=gd, sizes=(GD.N // 2, GD.N))
+    for n in (3, 5, 1):
+        part = fit_seeds(keys[:n], CFG, gd)
+        np.testing.assert_array_equal(part.history["step"], full.history["step"])
+        for name, values in part.history.items():
+            if name != "step":
+                assert values.shape == (3, n)
+                np.testing.assert_array_equal(values, full.history[name][:, :n], err_msg=name)
+        arrays = lambda r: jax.tree.leaves((r.params, r.init_params, r.task, r.opt_state))
+        for leaf, whole in zip(arrays(part), arrays(full), strict=True):
+            np.testing.assert_array_equal(leaf, np.asarray(whole)[:n])
+        grid = fit_grid(keys[:n], cfg=CFG, gd=gd, sizes=(GD.N // 2, GD.N))
+        for name, values in grid.items():
+            np.testing.assert_array_equal(values, np.asarray(full_grid[name])[:, :n], err_msg=name)
 
 
 def test_use_cpu_cores_gives_devices_only_where_nothing_was_chosen():
