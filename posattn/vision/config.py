@@ -72,6 +72,12 @@ def base_config() -> ml_collections.ConfigDict:
     )
     c.model.pool = "gap"
     c.model.dropout = 0.0
+    # Memory levers (issue 48 item 4; ViT only, posattn.vision.models.vit): remat "none" keeps every
+    # block's activations for the backward pass, "block" recomputes each block's (jax.checkpoint), or a
+    # jax.checkpoint_policies name (vit.REMAT_POLICIES) saves what that policy saves; scan_layers runs
+    # the blocks as one nn.scan, their parameters stacked under "blocks" with a leading depth axis.
+    c.model.remat = "none"
+    c.model.scan_layers = False
 
     c.global_batch_size = 128
     c.eval_batch_size = 256
