@@ -90,6 +90,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.optimizer.b1 = 0.9
     c.optimizer.b2 = 0.999
     c.optimizer.grad_clip = 1.0
+    # Memory levers (issue 48 item 4; posattn.vision.train_step, optim): the step's gradient is the mean
+    # over accumulate_steps micro-batches of global_batch_size / accumulate_steps images, run one after
+    # another (one optimizer update per step); mu_dtype is the dtype of Adam's first moment
+    # ("bfloat16" halves its bytes).
+    c.optimizer.accumulate_steps = 1
+    c.optimizer.mu_dtype = "float32"
 
     c.label_smoothing = 0.1
     c.compute_dtype = "float32"
