@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from posattn.errors import ConfigError
+from posattn.mesh import batch_sharding, data_mesh, replicated
 from posattn.vision import losses, models, optim, train_step, warm_start
 from posattn.vision.models import vit
 from posattn.vision.setup import resolve
@@ -187,6 +188,35 @@ def test_accumulate_steps_under_the_seed_vmap():
     stack = lambda trees: jax.tree.map(lambda *v: jnp.stack(v), *trees)
     _, metrics = jax.jit(jax.vmap(step))(stack(states), stack([batch, batch]), stack(hypers))
     np.testing.assert_allclose(metrics["loss"], alone, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_accumulate_steps_on_a_sharded_batch_moves_no_images():
+    """The batch split over the 8 devices (as the trainer lays it out) into k = 2 micro-batches: the
+    loss of k = 1, and the compiled step gathers or exchanges nothing (strided micro-batches lie on
+    the devices that hold their rows; only the gradients are all-reduced)."""
+    mesh = data_mesh(jax.devices())
+    repl, rows = replicated(mesh), batch_sharding(mesh)
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (16, 8, 8, 1), dtype=np.uint8)
+    labels = rng.integers(0, 10, (16,)).astype(np.int32)
+    batch = {"image": jax.device_put(images, rows), "label": jax.device_put(labels, rows)}
+    losses_k = {}
+    for k in (1, 2):
+        c = tiny_digits(total_steps=10, optimizer__warmup_steps=0, optimizer__accumulate_steps=k)
+        setup, hyper = resolve(c, 8), train_step.step_hyperparameters(c)
+        tx = optim.make_optimizer(c.optimizer, hyper)
+        init = lambda: init_state(setup.model, setup.image_shape, c.seed, tx)
+        state = jax.jit(init, out_shardings=repl)()
+        step = jax.jit(
+            train_step.make_train_step(setup),
+            in_shardings=(repl, rows, repl),
+            out_shardings=(repl, repl),
+        )
+        compiled = step.lower(state, batch, hyper).compile()
+        assert not re.search(r"all-gather|all-to-all|collective-permute", compiled.as_text())
+        losses_k[k] = float(compiled(state, batch, hyper)[1]["loss"])
+    assert losses_k[2] == pytest.approx(losses_k[1], rel=1e-6)
 
 
 def test_micro_batches_are_strided_rows():
