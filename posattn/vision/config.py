@@ -72,6 +72,12 @@ def base_config() -> ml_collections.ConfigDict:
     )
     c.model.pool = "gap"
     c.model.dropout = 0.0
+    # Memory levers (issue 48 item 4; ViT only, posattn.vision.models.vit): remat "none" keeps every
+    # block's activations for the backward pass, "block" recomputes each block's (jax.checkpoint), or a
+    # jax.checkpoint_policies name (vit.REMAT_POLICIES) saves what that policy saves; scan_layers runs
+    # the blocks as one nn.scan, their parameters stacked under "blocks" with a leading depth axis.
+    c.model.remat = "none"
+    c.model.scan_layers = False
 
     # The device mesh (posattn.vision.sharding): the batch runs over data x fsdp; fsdp also shards
     # every weight and its optimizer state (ZeRO-3), model the ViT's heads and MLP (Megatron); their
@@ -92,6 +98,12 @@ def base_config() -> ml_collections.ConfigDict:
     c.optimizer.b1 = 0.9
     c.optimizer.b2 = 0.999
     c.optimizer.grad_clip = 1.0
+    # Memory levers (issue 48 item 4; posattn.vision.train_step, optim): the step's gradient is the mean
+    # over accumulate_steps micro-batches of global_batch_size / accumulate_steps images, run one after
+    # another (one optimizer update per step); mu_dtype is the dtype of Adam's first moment
+    # ("bfloat16" halves its bytes).
+    c.optimizer.accumulate_steps = 1
+    c.optimizer.mu_dtype = "float32"
 
     c.label_smoothing = 0.1
     c.compute_dtype = "float32"

@@ -17,6 +17,12 @@ import numpy as np
 import optax
 from flax import traverse_util
 
+from posattn.errors import ConfigError
+
+# optimizer.mu_dtype: Adam's first moment in float32 or in bfloat16 (half its bytes; the second moment
+# nu stays float32, as optax keeps it: its small values would lose most of their bits in bfloat16)
+MU_DTYPES = {"float32": None, "bfloat16": jnp.bfloat16}
+
 
 def hyperparameters(opt_cfg, total_steps: int) -> dict[str, np.ndarray]:
     """{"lr", "warmup_steps", "total_steps", "weight_decay", "grad_clip"}: `opt_cfg`'s numbers as scalars
@@ -53,9 +59,22 @@ def decay_mask(params):
     return traverse_util.unflatten_dict({path: path[-1] == "kernel" for path in flat})
 
 
+def moment_dtype(opt_cfg):
+    """The dtype of Adam's first moment mu that `opt_cfg.mu_dtype` names (`MU_DTYPES`); None for
+    "float32": optax's default, mu in the parameters' dtype (float32), the program of before the field.
+    A config without the field (a caller's own) is "float32"."""
+    name = opt_cfg.get("mu_dtype", "float32")
+    if name not in MU_DTYPES:
+        raise ConfigError(
+            f"optimizer.mu_dtype={name!r}: give one of {', '.join(map(repr, MU_DTYPES))}"
+        )
+    return MU_DTYPES[name]
+
+
 def make_optimizer(opt_cfg, hyper: dict) -> optax.GradientTransformation:
     """Global-norm clipping (left out when `opt_cfg.grad_clip` is 0) followed by AdamW on `learning_rate`,
-    its numbers from `hyper` (`hyperparameters`, concrete or traced); b1 and b2 from `opt_cfg`.
+    its numbers from `hyper` (`hyperparameters`, concrete or traced); b1, b2 and the first moment's dtype
+    (`moment_dtype`) from `opt_cfg`.
 
     The optimiser state's structure does not depend on `hyper`: one built from any `hyper` initialises
     (and restores) the state that one built inside the jitted step from traced `hyper` updates.
@@ -66,6 +85,7 @@ def make_optimizer(opt_cfg, hyper: dict) -> optax.GradientTransformation:
         b2=float(opt_cfg.b2),
         weight_decay=hyper["weight_decay"],
         mask=decay_mask,
+        mu_dtype=moment_dtype(opt_cfg),
     )
     if opt_cfg.grad_clip and opt_cfg.grad_clip > 0:
         return optax.chain(optax.clip_by_global_norm(hyper["grad_clip"]), adamw)

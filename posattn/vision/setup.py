@@ -25,7 +25,7 @@ import ml_collections
 import numpy as np
 
 from posattn.errors import INT32_MAX, ConfigError, check_choice
-from posattn.vision import chrono, losses, models
+from posattn.vision import chrono, losses, models, optim
 from posattn.vision import config as config_lib
 from posattn.vision.data import arrays, augment, channel_stats, datasets, pipeline
 from posattn.vision.data import split as split_lib
@@ -302,6 +302,14 @@ def _check_loop_fields(config, num_devices: int) -> None:
         _check_number(
             opt, field, lambda v: 0.0 <= v < 1.0, "a number in [0, 1) (Adam's decay rate)"
         )
+    _check_count(opt, "accumulate_steps", 1, "an integer >= 1", prefix="optimizer.")
+    if config.global_batch_size % (opt.accumulate_steps * num_devices):  # micro-batches x devices
+        raise ConfigError(
+            f"global_batch_size={config.global_batch_size} does not split into optimizer.accumulate_"
+            f"steps={opt.accumulate_steps} micro-batches over {num_devices} devices: use a multiple "
+            f"of {opt.accumulate_steps * num_devices}"
+        )
+    optim.moment_dtype(opt)  # (a ConfigError for an unknown optimizer.mu_dtype)
 
 
 def resolve_augment(aug_cfg, dataset: datasets.Dataset, side: int) -> tuple[augment.Settings, str]:

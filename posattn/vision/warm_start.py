@@ -9,7 +9,9 @@ Every parameter is copied, with two exceptions that a change of task or image si
   28) becomes the same vector at every slot of the new grid;
 - the classifier head when the class count differs: kept as the fresh run initialised it (the ViT's
   zero head).
-Any other difference (another architecture, width, depth or patch) is a ConfigError.
+Any other difference (another architecture, width, depth or patch) is a ConfigError. A ViT's blocks
+move between the loop's layout and model.scan_layers' (`vit.stack_blocks` / `unstack_blocks`), so
+either may start from the other.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from etils import epath
 
 from posattn.errors import ConfigError
 from posattn.vision import runs
+from posattn.vision.models import vit
 
 POS_EMBEDDING = "pos_embedding"
 HEAD = "head"
@@ -56,10 +59,22 @@ def resample_pos_embedding(P_xTxD: jax.Array, tokens: int) -> jax.Array:
     return jnp.concatenate([P_xTxD[..., :lead, :], resized.astype(P_xTxD.dtype)], axis=-2)
 
 
+def _blocks_laid_out_as(fresh: dict, pretrained: dict) -> dict:
+    """`pretrained` with a ViT's blocks in `fresh`'s layout: a loop's "block_{i}" stacked where `fresh`
+    scans them (model.scan_layers), a scan's unstacked where `fresh` loops; else as it is."""
+    if vit.SCANNED in fresh and vit.SCANNED not in pretrained and "block_0" in pretrained:
+        depth = sum(1 for k in pretrained if k.startswith("block_") and k[6:].isdigit())
+        return vit.stack_blocks(pretrained, depth)
+    if vit.SCANNED in pretrained and vit.SCANNED not in fresh:
+        return vit.unstack_blocks(pretrained)
+    return pretrained
+
+
 def transfer(fresh: dict, pretrained: dict) -> dict:
     """`fresh` (a new run's initial params) with every leaf of `pretrained` in its place (see the module
     doc for P and the head); ConfigError naming the leaves that do not fit. Works on arrays or on shapes
     (`jax.eval_shape`), so a run can check the fit before it starts."""
+    pretrained = _blocks_laid_out_as(fresh, pretrained)
     pre = {_path(k): v for k, v in jax.tree_util.tree_flatten_with_path(pretrained)[0]}
     fresh_paths = {_path(k) for k, _ in jax.tree_util.tree_flatten_with_path(fresh)[0]}
     problems = [f"{p} (not in the new model)" for p in sorted(set(pre) - fresh_paths)]

@@ -105,7 +105,8 @@ def create_model(
     Fields (`MODEL_FIELDS`): name (a key of `MODELS`); for the ViT also variant ("Ti/16", ...),
     patch_size, width, depth, num_heads and mlp_dim (each 0 = the variant's), attention (a key of
     `ATTENTIONS`) and attention_options (its own knobs, "name=value,...": `attention.parse_options`; also
-    AlterNet's), pos_shared, pos_add, pos_init_std (std of the initial P), pool (gap | cls); for ResNet-18
+    AlterNet's), pos_shared, pos_add, pos_init_std (std of the initial P), pool (gap | cls), the memory
+    levers remat and scan_layers (`vit` module docstring; the other models refuse them); for ResNet-18
     and VGG-16 width (channels of the first stage, the others scaled with it; 0 = the published 64);
     dropout for all. Missing fields take the schema's defaults (`vision.config.base_config`); an
     unknown field is a ConfigError naming the nearest valid one. The model refuses (ConfigError)
@@ -141,6 +142,13 @@ def create_model(
         raise ConfigError(
             f"model.{shaped[0]} sets a ViT's shape; model {fields['name']!r} takes its shape "
             f"from model.variant: leave model.{shaped[0]} at 0"
+        )
+    if fields["name"] != "vit" and (fields["remat"] != "none" or fields["scan_layers"]):
+        # built for the ViT's blocks only (the CNNs' stages differ in shape: no scan over them)
+        lever = "remat" if fields["remat"] != "none" else "scan_layers"
+        raise ConfigError(
+            f"model.{lever}={fields[lever]!r} is a ViT's memory lever; model {fields['name']!r} "
+            f"has none: leave model.remat='none' and model.scan_layers=False"
         )
     for what, value in (("image_size", image_size), ("channels", channels)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:

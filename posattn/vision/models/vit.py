@@ -19,6 +19,16 @@ first step (docs/decisions.md, Models; the digits config keeps 1, by a measureme
 attention softmax as keys and the pooling, so the logits do not depend on them (LWLC23's token
 sparsification, Eq. (1)); the CLS token is always kept. None (the default) keeps all.
 Parameters stay float32; `dtype` is the compute dtype (bfloat16 for mixed precision); logits are float32.
+
+Memory levers (docs/benchmarks.md, "Memory levers"): `remat` "block" recomputes each block's activations
+in the backward pass from its input (`nn.remat`), a `REMAT_POLICIES` name keeps what that
+`jax.checkpoint_policies` policy saves and recomputes the rest; the numbers are the same to float32
+rounding. `scan_layers` runs the blocks as one `nn.scan` (one compiled block instead of `depth`): their
+parameters lie under "blocks" with a leading depth axis (`stack_blocks` / `unstack_blocks` convert
+from / to the loop's "block_{i}"), a per-block P (pos_shared=False) is scanned over with them, and the
+sown features and attention weights are the loop's (stacked by the scan only when they are asked for).
+Its initial parameters are a different draw from the same distributions as the loop's; from the same
+parameters it computes the loop's numbers to float32 rounding (dropout masks differ).
 """
 
 import numbers
@@ -38,6 +48,18 @@ from posattn.vision.models.variants import SHAPE_FIELDS, override_shape, parse_v
 _KERNEL_INIT = nn.initializers.xavier_uniform()
 POOLS = ("gap", "cls")
 GELUS = ("tanh", "erf")  # jax.nn.gelu(approximate=True) | (approximate=False)
+# model.remat: "none", "block" (save each block's input only), or one of jax.checkpoint_policies' plain
+# policies (its other names build a policy from arguments, which a config string cannot give).
+REMAT_POLICIES = (
+    "nothing_saveable",
+    "everything_saveable",
+    "dots_saveable",
+    "checkpoint_dots",
+    "dots_with_no_batch_dims_saveable",
+    "checkpoint_dots_with_no_batch_dims",
+)
+REMATS = ("none", "block", *REMAT_POLICIES)
+SCANNED = "blocks"  # the name of the scanned blocks' stacked parameters (scan_layers)
 
 
 class MLP(nn.Module):
@@ -122,12 +144,17 @@ class ViT(nn.Module):
     pos_init_std: float = 0.02
     channels: int | None = None  # of the images it takes (None: any); `create_model` sets it
     gelu: str = "tanh"  # GELUS: the MLP's GELU (module docstring)
+    remat: str = "none"  # REMATS (module docstring)
+    scan_layers: bool = False  # the blocks as one nn.scan (module docstring)
 
     def __post_init__(self):
         check_classifier_fields(self.num_classes, self.dropout)
         check_choice(self.attention, ATTENTIONS, "attention")
         check_choice(self.pool, POOLS, "pool")
         check_choice(self.gelu, GELUS, "gelu")
+        check_choice(self.remat, REMATS, "model.remat")
+        if not isinstance(self.scan_layers, (bool, np.bool_)):
+            raise ConfigError(f"model.scan_layers={self.scan_layers!r}: give True or False")
         if self.patch_size < 1 or self.image_size % self.patch_size:
             raise ConfigError(
                 f"patch size {self.patch_size} does not divide the image size {self.image_size}: pick a "
@@ -150,6 +177,61 @@ class ViT(nn.Module):
         patches_BxNxD = x_BxTxD[:, 1:] if self.pool == "cls" else x_BxTxD
         B, _, D = patches_BxNxD.shape
         self.sow(INTERMEDIATES, name, patches_BxNxD.reshape(B, *grid_hw, D))
+
+    def _sow_block(self, i: int, mid_BxTxD, out_BxTxD, att, grid_hw) -> None:
+        """Sow block i's residual stream after each branch and its attention weights."""
+        self._sow_grid(block_feature(i, "attention"), mid_BxTxD, grid_hw)
+        self._sow_grid(block_feature(i, "mlp"), out_BxTxD, grid_hw)
+        if att is not None:  # a fused attention implementation returns no weights
+            self.sow(INTERMEDIATES, attention_weights(i), att)
+
+    def _block(self, name: str) -> EncoderBlock:
+        """An EncoderBlock named `name`, rematerialised as `remat` says (`train`, its argument 3
+        counting self, is a Python bool the block branches on: static)."""
+        cls = EncoderBlock
+        if self.remat != "none":
+            policy = None if self.remat == "block" else getattr(jax.checkpoint_policies, self.remat)
+            # inside a scan the loop already keeps XLA from merging the recomputation into the
+            # forward pass, so the CSE barrier only costs (the flax docs' advice)
+            cls = nn.remat(
+                EncoderBlock, static_argnums=(3,), policy=policy, prevent_cse=not self.scan_layers
+            )
+        return cls(
+            self.num_heads,
+            self.mlp_dim,
+            attention=self.attention,
+            attention_options=self.attention_options,
+            dropout=self.dropout,
+            dtype=self.dtype,
+            gelu=self.gelu,
+            name=name,
+        )
+
+    def _scanned_blocks(self, x_BxTxD, p_xs, p_axis, train: bool, keep_BxT, grid_hw):
+        """The `depth` blocks as one nn.scan over their stacked parameters (`SCANNED`); sows what the
+        loop sows."""
+        sow = self.is_mutable_collection(INTERMEDIATES)
+
+        def body(block, x_BxTxD, p_NxD, keep_BxT):
+            mid_BxTxD, out_BxTxD, att = block(x_BxTxD, p_NxD, train, keep_BxT)
+            # the per-block values leave the scan (stacked, depth x a block's stream) only when they
+            # are sown: a train step keeps none of them
+            return out_BxTxD, ((mid_BxTxD, out_BxTxD, att) if sow else None)
+
+        scan = nn.scan(
+            body,
+            variable_axes={"params": 0},
+            split_rngs={"params": True, "dropout": True},
+            in_axes=(p_axis, nn.broadcast),
+            length=self.depth,
+        )
+        x_BxTxD, per_block = scan(self._block(SCANNED), x_BxTxD, p_xs, keep_BxT)
+        if sow:
+            mid_LxBxTxD, out_LxBxTxD, att = per_block
+            for i in range(self.depth):
+                att_i = None if att is None else att[i]
+                self._sow_block(i, mid_LxBxTxD[i], out_LxBxTxD[i], att_i, grid_hw)
+        return x_BxTxD
 
     @nn.compact
     def __call__(
@@ -207,21 +289,20 @@ class ViT(nn.Module):
 
         x_BxTxD = nn.Dropout(self.dropout, deterministic=not train)(x_BxTxD)
         self._sow_grid("stem", x_BxTxD, (h, w))
-        for i in range(self.depth):
-            mid_BxTxD, x_BxTxD, att = EncoderBlock(
-                self.num_heads,
-                self.mlp_dim,
-                attention=self.attention,
-                attention_options=self.attention_options,
-                dropout=self.dropout,
-                dtype=self.dtype,
-                gelu=self.gelu,
-                name=f"block_{i}",
-            )(x_BxTxD, p_per_block[i], train, keep_BxT)
-            self._sow_grid(block_feature(i, "attention"), mid_BxTxD, (h, w))
-            self._sow_grid(block_feature(i, "mlp"), x_BxTxD, (h, w))
-            if att is not None:  # a fused attention implementation returns no weights
-                self.sow(INTERMEDIATES, attention_weights(i), att)
+        if self.scan_layers:
+            # a per-block P is scanned over with the blocks' parameters; a shared one (or none) is
+            # the same input to every block
+            if takes_position and not self.pos_shared:
+                p_xs, p_axis = P_LxTxD, 0
+            else:
+                p_xs, p_axis = p_per_block[0], nn.broadcast
+            x_BxTxD = self._scanned_blocks(x_BxTxD, p_xs, p_axis, train, keep_BxT, (h, w))
+        else:
+            for i in range(self.depth):
+                mid_BxTxD, x_BxTxD, att = self._block(f"block_{i}")(
+                    x_BxTxD, p_per_block[i], train, keep_BxT
+                )
+                self._sow_block(i, mid_BxTxD, x_BxTxD, att, (h, w))
         x_BxTxD = nn.LayerNorm(dtype=self.dtype, name="encoder_norm")(x_BxTxD)
 
         # Pool and classify in float32: the head is tiny and the logits feed a float32 loss.
@@ -255,7 +336,7 @@ def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) ->
         raise ConfigError(
             f"model.patch_size must be an integer >= 0 (0 = the variant's), got {patch_size!r}"
         )
-    for flag in ("pos_shared", "pos_add"):
+    for flag in ("pos_shared", "pos_add", "scan_layers"):
         if not isinstance(fields[flag], (bool, np.bool_)):
             raise ConfigError(f"model.{flag}={fields[flag]!r}: give True or False")
     return ViT(
@@ -275,4 +356,23 @@ def build(fields, *, num_classes: int, image_size: int, channels: int, dtype) ->
         dtype=dtype,
         pos_init_std=float(fields["pos_init_std"]),
         channels=channels,
+        remat=fields["remat"],
+        scan_layers=bool(fields["scan_layers"]),
     )
+
+
+def stack_blocks(params: dict, depth: int) -> dict:
+    """A loop ViT's parameters ("block_0" ... "block_{depth-1}") in a scan_layers ViT's layout: the
+    blocks' leaves stacked on a leading depth axis under `SCANNED`; the others as they are."""
+    blocks = [params[f"block_{i}"] for i in range(depth)]
+    rest = {k: v for k, v in params.items() if k not in {f"block_{i}" for i in range(depth)}}
+    return {**rest, SCANNED: jax.tree.map(lambda *leaves: jnp.stack(leaves), *blocks)}
+
+
+def unstack_blocks(params: dict) -> dict:
+    """A scan_layers ViT's parameters in the loop's layout ("block_{i}", one per slice of the depth
+    axis): the inverse of `stack_blocks`."""
+    stacked = params[SCANNED]
+    depth = jax.tree.leaves(stacked)[0].shape[0]
+    rest = {k: v for k, v in params.items() if k != SCANNED}
+    return {**rest, **{f"block_{i}": jax.tree.map(lambda a: a[i], stacked) for i in range(depth)}}
