@@ -2,7 +2,7 @@ r"""Memory per device of ViT-L/16 and ViT-H/14 training on ImageNet (224 px, 1,0
 4,096, the ViT paper's) on a TPU v4-128 slice (64 chips of 32 GiB) and on 8 x H100 (80 GiB), lever by
 lever; writes the table into docs/distributed.md (issue 48, item 7).
 
-    python -m benchmarks.pod_memory          # about 5 minutes on 2 CPU cores
+    python -m benchmarks.pod_memory          # a few minutes on 2 CPU cores (compiles only)
 
 Each row adds one lever to the row above it, starting from plain data parallelism (the peer, measured in
 the same run): the state sharded over fsdp (ZeRO-3), bfloat16 compute, rematerialised blocks, and
@@ -14,13 +14,16 @@ device's memory is the recipe docs/distributed.md gives.
   simulated CPU devices (the mesh's shape is all that decides it).
 - **Gradients per device**: the parameters' bytes at the state's sharding (XLA reduce-scatters them to
   the parameters' shards).
-- **Activations per device**: what the step keeps for its backward pass, measured by XLA's buffer
-  assignment (`memory_analysis().temp_size_in_bytes`) of the real train step compiled for one CPU device
-  at micro-batches of 2 and 4 and depths 1 and 2 of the model's width: the bytes per example per block
-  and per example outside the blocks are those differences, scaled to the model's depth and the
-  micro-batch on a device. CPU's buffer assignment and fusions differ from a TPU's or a GPU's: an
-  estimate to within tens of percent, which is what choosing a lever needs; fsdp's all-gathered weights
-  of the block in flight (one block's parameters, under 2% of these models) are left out.
+- **Activations per device**: what the step keeps for its backward pass. Measured in float32 without
+  remat by XLA's buffer assignment (`memory_analysis().temp_size_in_bytes`) of the real train step
+  compiled for one CPU device at batches 8 and 16 and depths 2 and 4 of the model's width: the bytes per
+  example per block and per example outside the blocks are those differences (what does not grow with
+  the batch, gradients and workspace, drops out). The levers are then modelled, since the CPU cannot show
+  them (it computes bfloat16 in float32, and its scheduler undoes remat outside a scan): bfloat16 halves
+  the activations; a remat per block keeps each block's input (T x D) and, during the backward pass, one
+  block's whole activations (Korthikanti et al. 2022); accumulation divides them by its micro-batches.
+  An estimate to within tens of percent, which is what choosing a lever needs; fsdp's all-gathered
+  weights of the block in flight (one block's parameters, under 2% of these models) are left out.
 """
 
 import os
@@ -54,13 +57,17 @@ PLATFORMS = {  # name: (JAX devices, GiB of memory per device)
 }
 VARIANTS = ("L/16", "H/14")
 FIT = 0.9  # of a device's memory, the rest for XLA's own buffers and fragmentation
-MICRO = (2, 4)  # the micro-batches compiled to measure activations
+MICRO = (8, 16)  # the batches compiled to measure activations (the CPU is linear from 8)
+DEPTHS = (2, 4)
 
 
 def config(variant: str, *, dtype="float32", remat="none", accumulate=1, mesh=(-1, 1, 1)):
     c = config_lib.base_config()
     c.dataset, c.image_size = "pod_memory", IMAGE
     c.model.variant, c.model.remat, c.compute_dtype = variant, remat, dtype
+    # remat within nn.scan: XLA's CPU scheduler undoes a remat of the loop's blocks (docs/benchmarks.md,
+    # "Memory levers"), so the scanned blocks are what the CPU can measure
+    c.model.scan_layers = remat != "none"
     c.optimizer.accumulate_steps = accumulate
     c.global_batch_size = c.eval_batch_size = GLOBAL_BATCH
     c.mesh.data, c.mesh.fsdp, c.mesh.model = mesh
@@ -97,11 +104,11 @@ def state_bytes(c, devices: int) -> tuple[int, int]:
     return sharding.bytes_per_device(placed), sharding.bytes_per_device(placed["params"])
 
 
-def temp_bytes(c, depth: int, micro: int) -> int:
-    """XLA's temporary bytes of the train step of `c` at `depth` blocks on one device, batch `micro`."""
-    width = parse_variant(c.model.variant)[0]
-    c = config(c.model.variant, dtype=c.compute_dtype, remat=c.model.remat)
-    c.model.depth, c.model.width = depth, width.width
+def temp_bytes(variant: str, depth: int, micro: int) -> int:
+    """XLA's temporary bytes of the float32 train step of `variant` cut to `depth` blocks, on one
+    device at batch `micro` (compiled, not run)."""
+    c = config(variant)
+    c.model.depth, c.model.width = depth, parse_variant(variant)[0].width
     c.global_batch_size = c.eval_batch_size = micro
     setup, shapes = abstract_state(c, 1)
     hyper = jax.tree.map(np.asarray, train_step.step_hyperparameters(c))
@@ -113,35 +120,45 @@ def temp_bytes(c, depth: int, micro: int) -> int:
     return compiled.memory_analysis().temp_size_in_bytes
 
 
-def activation_model(c) -> tuple[float, float]:
-    """(bytes per example outside the blocks, bytes per example per block) of `c`'s dtype and remat."""
-    t = {(d, b): temp_bytes(c, d, b) for d in (1, 2) for b in MICRO}
-    per_example = {d: (t[d, MICRO[1]] - t[d, MICRO[0]]) / (MICRO[1] - MICRO[0]) for d in (1, 2)}
-    per_block = per_example[2] - per_example[1]
-    return per_example[1] - per_block, per_block
+def measured_activations(variant: str) -> tuple[float, float]:
+    """(float32 bytes per example outside the blocks, per block), from `temp_bytes` at depths 2 and 4 and
+    batches 8 and 16: the differences leave out what does not grow with the batch (gradients,
+    workspace). Below a batch of 8 the CPU's buffer assignment is not linear in the batch."""
+    t = {(d, b): temp_bytes(variant, d, b) for d in DEPTHS for b in MICRO}
+    per_example = {d: (t[d, MICRO[1]] - t[d, MICRO[0]]) / (MICRO[1] - MICRO[0]) for d in DEPTHS}
+    per_block = (per_example[DEPTHS[1]] - per_example[DEPTHS[0]]) / (DEPTHS[1] - DEPTHS[0])
+    return per_example[DEPTHS[0]] - DEPTHS[0] * per_block, per_block
 
 
-def rows(variant: str, platform: str) -> list[dict]:
+def activations_per_example(c, measured: tuple[float, float]) -> float:
+    """Bytes kept per example by `c`'s step, from the float32 measurement: activations are stored in the
+    compute dtype (bfloat16 halves them; the CPU cannot show it, it computes bfloat16 in float32); a
+    remat per block keeps each block's input (T x D) and, during the backward pass, one block's whole
+    activations (the model of Korthikanti et al. 2022, "Reducing activation recomputation")."""
+    outside, per_block = measured
+    shape, patch = parse_variant(c.model.variant)
+    scale = 0.5 if c.compute_dtype == "bfloat16" else 1.0
+    if c.model.remat == "none":
+        return scale * (outside + shape.depth * per_block)
+    tokens = (IMAGE // patch) ** 2
+    return scale * (outside + shape.depth * tokens * shape.width * 4 + per_block)
+
+
+def rows(variant: str, platform: str, measured: tuple[float, float]) -> list[dict]:
     devices, gib = PLATFORMS[platform]
-    depth = parse_variant(variant)[0].depth
     budget = FIT * gib * 2**30
     steps = [
         ("data parallel (the peer)", dict(mesh=(-1, 1, 1))),
         ("+ fsdp", dict(mesh=(1, -1, 1))),
         ("+ bfloat16 compute", dict(mesh=(1, -1, 1), dtype="bfloat16")),
-        ("+ remat per block", dict(mesh=(1, -1, 1), dtype="bfloat16", remat="block")),
+        ("+ scan_layers, remat per block", dict(mesh=(1, -1, 1), dtype="bfloat16", remat="block")),
     ]
-    out, cache = [], {}
+    out = []
     for name, kw in steps:
         c = config(variant, **kw)
         state, params = state_bytes(c, devices)
-        key = (c.compute_dtype, c.model.remat)
-        if key not in cache:
-            cache[key] = activation_model(c)
-        outside, per_block = cache[key]
-        per_example = outside + depth * per_block
         micro = GLOBAL_BATCH // devices
-        acts = micro * per_example
+        acts = micro * activations_per_example(c, measured)
         out.append(dict(lever=name, config=c, state=state, grads=params, acts=acts, micro=micro))
     last = out[-1]
     if (
@@ -169,20 +186,21 @@ def rows(variant: str, platform: str) -> list[dict]:
     return out
 
 
-def command(c, platform: str) -> str:
+def command(c) -> str:
     flags_ = [
         f"--config.model.variant={c.model.variant}",
         f"--config.mesh.data={c.mesh.data}",
         f"--config.mesh.fsdp={c.mesh.fsdp}",
         f"--config.compute_dtype={c.compute_dtype}",
         f"--config.model.remat={c.model.remat}",
+        f"--config.model.scan_layers={c.model.scan_layers}",
         f"--config.optimizer.accumulate_steps={c.optimizer.accumulate_steps}",
         f"--config.global_batch_size={GLOBAL_BATCH}",
     ]
-    workdir = "gs://BUCKET/runs/in1k" if platform.startswith("TPU") else "/shared/runs/in1k"
+    # a file system every host mounts (a gs:// workdir is not yet supported: docs/distributed.md)
     return (
         "python -m posattn.experiments.train_images --config=tpu_configs/imagenet.py "
-        f"--workdir={workdir} " + " ".join(flags_)
+        "--workdir=/mnt/shared/runs/in1k " + " ".join(flags_)
     )
 
 
@@ -196,10 +214,15 @@ def main(_):
         "train state (GiB) | gradients (GiB) | activations (GiB) | total (GiB) | fits |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    recipes = []
+    recipes, lines_measured = [], []
     for variant in VARIANTS:
+        measured = measured_activations(variant)
+        lines_measured.append(
+            f"ViT-{variant}: {measured[1] / 2**20:,.1f} MiB per example per block, "
+            f"{measured[0] / 2**20:,.1f} MiB outside the blocks (float32, XLA on the CPU)"
+        )
         for platform, (devices, _) in PLATFORMS.items():
-            table = rows(variant, platform)
+            table = rows(variant, platform, measured)
             for r in table:
                 shape = sharding.mesh_shape(r["config"].mesh, devices)
                 lines.append(
@@ -215,10 +238,12 @@ def main(_):
                     "nothing here fits"
                     if fit is None
                     else f"{fit['lever'].removeprefix('+ ')} makes it fit ({gib(fit['total'])} GiB per "
-                    f"device):\n\n  ```bash\n  {command(fit['config'], platform)}\n  ```"
+                    f"device):\n\n  ```bash\n  {command(fit['config'])}\n  ```"
                 )
             )
-    update_section(TITLE, "\n".join(lines + ["", *recipes]), FLAGS.docs)
+    notes = ["", "Measured activations (the step's temporaries that grow with the batch):", ""]
+    notes += [f"- {m}" for m in lines_measured]
+    update_section(TITLE, "\n".join(lines + notes + ["", *recipes]), FLAGS.docs)
 
 
 if __name__ == "__main__":
