@@ -67,7 +67,8 @@ def get_preset(name: str) -> tuple[TheoryConfig, GDConfig]:
 def preset_config(name: str = DEFAULT) -> config_dict.ConfigDict:
     """The theory binary's config of a preset: the schema its config files (`tpu_configs/theory.py`) build on.
 
-    Fields: preset, seed (the run's), seeds (seed, seed + 1, ... vmapped), overlay_N (with
+    Fields: preset, seed (the run's), seeds (seed, seed + 1, ... vmapped), split_samples (seeds fewer
+    than the devices also split each seed's samples over the devices they leave: `gd.fit_seeds`), overlay_N (with
     risk="population_exact": the N of the (E) runs beside it), theory.* (`TheoryConfig`) and gd.*
     (`GDConfig`), each overridable as `--config.FIELD=VALUE`, e.g. `--config.theory.D=36`.
     """
@@ -77,6 +78,7 @@ def preset_config(name: str = DEFAULT) -> config_dict.ConfigDict:
             "preset": name,
             "seed": 0,
             "seeds": 1,
+            "split_samples": False,
             "overlay_N": DEFAULT_NS,
             "theory": configs.dataclass_section(theory),
             "gd": configs.dataclass_section(gd),

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests import envs
@@ -90,6 +91,26 @@ def test_seeds_run_vmapped_with_one_summary_each(tmp_path):
         != summary["seeds"]["per_seed"][1]["test_error"]
     )
     assert "2 seeds: patch association in" in out.stdout
+
+
+@pytest.mark.slow
+def test_split_samples_gives_the_one_axis_sweep_s_numbers_on_every_device(tmp_path):
+    """2 seeds on 8 devices: a (2, 4) mesh, each seed's samples over 4 devices; the summaries equal
+    the one-axis sweep's to float32 round-off (the sums over samples in another order)."""
+    summaries = {}
+    for split in (False, True):
+        workdir = tmp_path / str(split)
+        env = envs.devices(8)
+        out = subprocess.run(
+            [sys.executable, "-m", "experiments.theory", "--config.theory.d=8",
+             "--config.gd.N=512", "--config.gd.steps=20", "--config.gd.eval_every=10",
+             "--config.seeds=2", f"--config.split_samples={split}", f"--workdir={workdir}"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        summaries[split] = json.loads((workdir / "summary.json").read_text())
+    one, two = ([r["final_loss"] for r in summaries[s]["seeds"]["per_seed"]] for s in (False, True))
+    np.testing.assert_allclose(two, one, rtol=1e-5)
 
 
 @pytest.mark.parametrize(

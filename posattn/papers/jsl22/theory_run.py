@@ -30,6 +30,8 @@ def run(config, workdir: str, claim) -> None:
         raise ConfigError(
             f"seeds={config.seeds}: use seeds >= 1 (and 1 with risk=population_exact)"
         )
+    if not isinstance(config.split_samples, bool):
+        raise ConfigError(f"split_samples={config.split_samples!r}: give True or False")
     seeds = list(range(config.seed, config.seed + config.seeds))
     check_seed(config.seed)  # its key is made after the claim: a dry run compiles nothing
     # its own, writable and locked, before any work; a record of an older version completed by the schema
@@ -57,6 +59,7 @@ def run(config, workdir: str, claim) -> None:
             theory,
             gd,
             on_eval=lambda e: progress({k: np.mean(v) for k, v in e.items()}),
+            split_samples=config.split_samples,
         )
         pick = lambda tree, i: jax.tree.map(lambda a: a[i], tree)
         runs = [
