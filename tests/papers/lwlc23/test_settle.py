@@ -138,3 +138,12 @@ def test_each_knob_is_swept_alone_around_its_base_and_the_base_is_a_row_once():
         rows.count(base) == 1 and len(rows) == 6
     )  # base (from the deltas), 2 sigmas, 1 delta, 2 taus
     assert all(sum(r[k] != base[k] for k in base) <= 1 for r in rows)  # one knob moved at a time
+
+
+def test_the_concentration_verdict_reads_the_end_and_the_rise_by_their_intervals():
+    from posattn.papers.lwlc23.concentration import verdict
+
+    assert verdict([0.9, 0.87, 0.93], [0.3, 0.2, 0.4]) == "reproduced"
+    assert verdict([0.63, 0.60, 0.67], [0.27, 0.24, 0.29]) == "not reproduced"  # end below 0.85
+    assert verdict([0.9, 0.87, 0.93], [0.0, -0.1, 0.0]) == "not reproduced"  # no rise
+    assert verdict([0.85, 0.80, 0.90], [0.3, 0.2, 0.4]) == "undecided"  # end across 0.85
