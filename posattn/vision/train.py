@@ -4,8 +4,9 @@ CPU to a pod slice.
 Reads top to bottom like big_vision's train.py: resolve the config once (`setup.resolve`), devices and
 mesh, check it against the run the workdir records, model and sharded initial state, the jitted update
 step, checkpoint restore, the loop (log, evaluate, checkpoint), the summary. The train state is a plain
-dict {"step", "params", "batch_stats", "opt_state"} (`state`), replicated over the 1-D "data" mesh;
-batches are split along "data". Augmentation runs inside the jitted step, on device, with a key folded
+dict {"step", "params", "batch_stats", "opt_state"} (`state`) on the ("data", "fsdp", "model") mesh of
+`config.mesh`, each leaf sharded as `sharding.state_shardings` says (replicated on the default mesh);
+batches are split along data x fsdp; the log lines time the loop with `chrono.Chrono`. Augmentation runs inside the jitted step, on device, with a key folded
 from the step, so the update of step t is a pure function of (config, state at t): with the data
 pipeline's (seed, step) determinism a resumed run ends with bitwise the same parameters as an
 uninterrupted one.
@@ -124,13 +125,14 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
     hyper = replicate_from_host(train_step_lib.step_hyperparameters(config), mesh)
     tx = optim.make_optimizer(config.optimizer, hyper)
     init = lambda seed: init_state(setup.model, setup.image_shape, seed, tx)
-    state_sh = sharding.state_shardings(jax.eval_shape(init, hyper["seed"]), mesh)
+    shapes = jax.eval_shape(init, hyper["seed"])
+    state_sh = sharding.state_shardings(shapes, mesh)
     init_fn = jax.jit(
         init,
         out_shardings=state_sh,
         compiler_options=compile_options.run_once(mesh.devices.flat[0].platform),
     )
-    abstract_state = checkpoint.abstract_like(jax.eval_shape(init_fn, hyper["seed"]), state_sh)
+    abstract_state = checkpoint.abstract_like(shapes, state_sh)
     state_bytes = sharding.bytes_per_device(abstract_state)
     # A pre-trained start (config.init_from), checked against this model before any file changes.
     pretrained = warm_start.load(config.init_from) if config.init_from else None
