@@ -184,12 +184,11 @@ def settle_figure(study: str, results: dict) -> Figure:
             ax.legend(fontsize=7)
         return fig
     if study == "init_error":
-        rows, base = results["rows"], results.get("base", {"sigma": 0.0, "delta": 0.0})
-        knobs = [k for k in ("sigma", "delta", "tau") if k in base and k in rows[0]]
-        knobs = [k for k in knobs if len({r[k] for r in rows}) > 1]  # the knobs swept
+        rows, base = results["rows"], results["base"]
+        knobs = [k for k in base if len({r[k] for r in rows}) > 1]  # the knobs swept
         fig = Figure(figsize=(5 * len(knobs), 4))
         for ax, knob in zip(np.atleast_1d(fig.subplots(1, len(knobs))), knobs):
-            others = [k for k in base if k != knob and k in rows[0]]
+            others = [k for k in base if k != knob]
             sel = sorted(
                 (r for r in rows if all(r[k] == base[k] for k in others)), key=lambda r: r[knob]
             )
@@ -201,9 +200,9 @@ def settle_figure(study: str, results: dict) -> Figure:
                     ls=":",
                     label="theorem's regime ends",
                 )
+                ax.legend(fontsize=7)
             ax.set_xlabel(f"{knob} ({', '.join(f'{k} = {base[k]:.3g}' for k in others)})")
             ax.set_ylabel("N* (success rate 1/2), 95% bootstrap")
-            ax.legend(fontsize=7)
         return fig
     settings = results["settings"]
     fig = Figure(figsize=(12, 4.5))

@@ -113,17 +113,6 @@ def check_model(model_name: str, mesh: jax.sharding.Mesh) -> None:
         )
 
 
-def path_name(path) -> str:
-    """A pytree path as "a/b/c" (dict keys, attribute names and indices alike)."""
-    parts = []
-    for key in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(key, attr):
-                parts.append(str(getattr(key, attr)))
-                break
-    return "/".join(parts)
-
-
 def leaf_spec(name: str, shape: tuple[int, ...], mesh: jax.sharding.Mesh) -> P:
     """The PartitionSpec of a state leaf at path `name` with `shape` (module docstring's rules)."""
     spec = [None] * len(shape)
@@ -147,7 +136,9 @@ def leaf_spec(name: str, shape: tuple[int, ...], mesh: jax.sharding.Mesh) -> P:
 def state_shardings(abstract_state, mesh: jax.sharding.Mesh):
     """A NamedSharding for every leaf of `abstract_state` (arrays or `jax.ShapeDtypeStruct`s)."""
     return jax.tree_util.tree_map_with_path(
-        lambda path, x: NamedSharding(mesh, leaf_spec(path_name(path), x.shape, mesh)),
+        lambda path, x: NamedSharding(
+            mesh, leaf_spec(jax.tree_util.keystr(path, simple=True, separator="/"), x.shape, mesh)
+        ),
         abstract_state,
     )
 

@@ -54,7 +54,7 @@ def test_the_rules_split_heads_and_hidden_units_over_model_and_the_largest_axis_
     c = tiny_digits(model__attention="vanilla")  # test/2: width 32, 2 heads of 16, MLP 64
     state = abstract_state(c, sharding.make_mesh(mesh_cfg(1, 4, 2)))
     specs = {
-        sharding.path_name(path): x.sharding.spec
+        jax.tree_util.keystr(path, simple=True, separator="/"): x.sharding.spec
         for path, x in jax.tree_util.tree_flatten_with_path(state)[0]
     }
     block = "params/block_0/"

@@ -231,7 +231,7 @@ def table(results: list[dict]) -> str:
 
 
 def search(say=print, seeds: int = SEEDS, settings=tuple(SETTINGS)) -> list[dict]:
-    """`screen` every setting of `settings` (names of SETTINGS or AMENDMENT_1) in order until the first
+    """`screen` every setting of `settings` (names of ALL_SETTINGS) in order until the first
     that meets all three criteria (inclusive); the list of what was tried, each `say`d as its table line
     when done."""
     results = []

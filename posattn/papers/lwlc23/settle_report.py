@@ -75,26 +75,23 @@ def summary_markdown(study: str, results: dict, config) -> str:
                     f"{', '.join(f'{a:.2f}' for a in s['short_top_rows']) or 'none'} |"
                 )
     elif study == "init_error":
-        base = results.get("base", {"sigma": 0.0, "delta": 0.0})
+        base = results["base"]
         lines += [
             f"alpha_* = {results['alpha_star']:.2f}, alpha_# = {results['alpha_conf']:.3f}; each knob swept "
             f"alone around the base sigma = {base['sigma']:.3g}, delta = {base['delta']:.3g}"
-            + (f", tau = {base['tau']:.3g}" if "tau" in base else "")
-            + ". The last column is exploratory (not pre-registered): test hinge loss minus the base's at "
+            + f", tau = {base['tau']:.3g}. The last column is exploratory (not pre-registered): test hinge loss minus the base's at "
             "the smallest shared N >= 4.",
             "",
             "| sigma | delta | tau | regime | N* [95%] | N* - N*(base) [95%] | verdict | top reaches 1 | hinge - hinge(base) |",
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in results["rows"]:
-            # (results.json of runs before the base existed: "minus_zero", no tau)
-            h = r.get("hinge_minus_base", r.get("hinge_minus_zero")) or {}
+            h = r.get("hinge_minus_base") or {}
             n4 = min((n for n in h if n >= 4), default=None)
             last = f"N = {n4}: {_iv(h[n4], '+.4f')}" if n4 is not None else ""
-            tau = f"{r['tau']:.3g}" if "tau" in r else "-"
             lines.append(
-                f"| {r['sigma']:.3g} | {r['delta']:.3g} | {tau} | {r['regime']} | {_n_star(r)} | "
-                f"{_iv(r.get('minus_base', r.get('minus_zero')), '.1f')} | {r['verdict']} | "
+                f"| {r['sigma']:.3g} | {r['delta']:.3g} | {r['tau']:.3g} | {r['regime']} | "
+                f"{_n_star(r)} | {_iv(r['minus_base'], '.1f')} | {r['verdict']} | "
                 f"{'yes' if r['top_reaches_1'] else 'NO'} | {last} |"
             )
     else:
