@@ -35,7 +35,7 @@ def host_state() -> dict:
     """A train state's kinds of leaves: float32, bfloat16, int32, uint8, bool; a scalar step."""
     rng = np.random.default_rng(0)
     return {
-        "step": np.int32(7),
+        "step": np.asarray(7, np.int32),
         "params": {
             "w": rng.standard_normal((16, 8), np.float32),
             "b": rng.standard_normal((8,)).astype(jnp.bfloat16),
@@ -221,7 +221,7 @@ def test_a_checkpoint_saved_before_restores_sharded_and_its_sha256_is_checked(tm
     with checkpoint.manager(str(tmp_path)) as mngr:
         save_as_before(mngr, host_state())
         mngr.wait_until_finished()
-        save_as_before(mngr, {**host_state(), "step": np.int32(8)})
+        save_as_before(mngr, {**host_state(), "step": np.asarray(8, np.int32)})
     with checkpoint.manager(str(tmp_path), read_only=True) as reader:
         assert bits(checkpoint.restore(reader, abstract, 7)) == bits(host_state())
     fault_injection.damage_checkpoint(tmp_path / "checkpoints" / "8", "bitflip")
