@@ -199,7 +199,6 @@ def run_sparsify(config, cfg, save) -> dict:
                 **{
                     **dataclasses.asdict(tokens),
                     "L": L,
-                    "alpha_conf": 1 / 30,
                     "noisy_tokens": max(config.noisy_counts),
                     "theorem_margin": False,
                 }
