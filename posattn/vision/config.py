@@ -18,6 +18,8 @@ from posattn.errors import ConfigError
 from posattn.vision.data import datasets
 
 AUTO_CROP = -1  # augment.crop_padding's "scaled to the image" (`setup.resolve`)
+AUTO_WORKERS = -1  # input.workers' "as the split needs" (`setup.Setup.input_workers`)
+MAX_AUTO_WORKERS = 16
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -51,6 +53,19 @@ def base_config() -> ml_collections.ConfigDict:
     c.augment.randaugment_layers = 0
     c.augment.randaugment_magnitude = 9
     c.augment.mixup_alpha = 0.0
+    # ImageNet's training crop (issue 49): each image's Inception-style random-resized crop (area 5-100%
+    # of the image, aspect 3/4-4/3: big_vision's) drawn from its full-resolution original where it is
+    # read (posattn.vision.data.inception_crop), in place of the padded crop; evaluation keeps
+    # resize-then-centre-crop
+    c.augment.inception_crop = False
+
+    # The input pipeline (posattn.vision.data.pipeline, device_prefetch): worker processes that read and
+    # decode the training batches (AUTO_WORKERS, -1: none for a split held in memory, else one per
+    # core but one, at most MAX_AUTO_WORKERS), and global batches put on the devices ahead of the step
+    # (0: none). Neither changes the batches.
+    c.input = ml_collections.ConfigDict()
+    c.input.workers = AUTO_WORKERS
+    c.input.prefetch = 2
 
     c.model = ml_collections.ConfigDict()
     c.model.name = "vit"

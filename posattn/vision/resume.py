@@ -60,6 +60,8 @@ RESUMABLE = {
     "optimizer.lr",
     "optimizer.grad_clip",
     "profile_steps",
+    "input.workers",  # where the batches are read, not which
+    "input.prefetch",
     "model.remat",  # what the backward pass keeps, not what it computes
     # the layout over the devices (a checkpoint restores onto any mesh); the step computes the same
     # up to the order of its float reductions

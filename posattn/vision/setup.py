@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import math
 import numbers
+import os
 
 import flax.linen as nn
 import jax
@@ -127,6 +128,24 @@ class Preprocess:
         return images
 
 
+def open_split(
+    dataset: datasets.Dataset, name: str, image_size: int, validation_examples: int
+) -> datasets.Split:
+    """Split `name` of `dataset` at image_size: "test"; "train", less the `validation_examples` held
+    out; "validation", those (`split.validation_indices`). A function of its arguments alone, so that
+    an input worker process opens the same split (`Setup.train_batches`)."""
+    if name == "validation" and not validation_examples:
+        raise ConfigError("this run holds out no validation split: set config.validation_examples")
+    if name in ("train", "validation") and validation_examples:
+        full = dataset.open_split("train", image_size)
+        val_M = split_lib.validation_indices(full.num_examples, validation_examples)
+        if name == "validation":
+            return split_lib.subset(full, val_M)
+        return split_lib.subset(full, np.setdiff1d(np.arange(full.num_examples), val_M))
+    datasets.check_split(name)
+    return dataset.open_split(name, image_size)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Setup:
     """A validated image config and what it resolves to (build it with `resolve`).
@@ -146,25 +165,24 @@ class Setup:
     _splits: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def split(self, name: str) -> datasets.Split:
-        """Split `name` of the run's dataset, opened on first use and kept: "test"; "train", less the
-        config.validation_examples held out; "validation", those (`split.validation_indices`)."""
+        """Split `name` of the run's dataset, opened on first use and kept (`open_split`)."""
         if name not in self._splits:
-            held_out = self.config.validation_examples
-            if name == "validation" and not held_out:
-                raise ConfigError(
-                    "this run holds out no validation split: set config.validation_examples"
-                )
-            if name == "validation" or (name == "train" and held_out):
-                full = self.dataset.open_split("train", self.config.image_size)
-                val_M = split_lib.validation_indices(full.num_examples, held_out)
-                self._splits["validation"] = split_lib.subset(full, val_M)
-                self._splits["train"] = split_lib.subset(
-                    full, np.setdiff1d(np.arange(full.num_examples), val_M)
-                )
-            else:
-                datasets.check_split(name)
-                self._splits[name] = self.dataset.open_split(name, self.config.image_size)
+            self._splits[name] = open_split(
+                self.dataset, name, self.config.image_size, self.config.validation_examples
+            )
         return self._splits[name]
+
+    @functools.cached_property
+    def input_workers(self) -> int:
+        """The worker processes that read the training batches: config.input.workers, or where it is
+        AUTO_WORKERS none for a split held in memory (nothing to decode) without the Inception crop,
+        else one per core but one, at least 1 and at most MAX_AUTO_WORKERS."""
+        workers = self.config.input.workers
+        if workers != config_lib.AUTO_WORKERS:
+            return workers
+        if self.split("train").in_memory and not self.config.augment.inception_crop:
+            return 0
+        return max(1, min(config_lib.MAX_AUTO_WORKERS, len(os.sched_getaffinity(0)) - 1))
 
     @property
     def eval_splits(self) -> tuple[str, ...]:
@@ -190,12 +208,20 @@ class Setup:
         return Preprocess(self.info, self.permutation)
 
     def train_batches(self, start_step: int = 0, **processes):
-        """This process's natural training batches from `start_step` (`pipeline.train_batches`)."""
+        """This process's natural training batches from `start_step` (`pipeline.train_batches`), read
+        by `input_workers` worker processes, each opening the split itself; with the Inception crop at
+        the run's side where config.augment.inception_crop is on. Close the iterator when done."""
+        workers = self.input_workers
+        held_out = self.config.validation_examples
         return pipeline.train_batches(
-            self.split("train"),
+            functools.partial(open_split, self.dataset, "train", self.config.image_size, held_out)
+            if workers
+            else self.split("train"),
             seed=self.config.seed,
             global_batch_size=self.config.global_batch_size,
             start_step=start_step,
+            workers=workers,
+            crop=self.image_shape[0] if self.config.augment.inception_crop else 0,
             **processes,
         )
 
@@ -295,6 +321,15 @@ def _check_loop_fields(config, num_devices: int) -> None:
     opt = config.optimizer
     _check_number(opt, "lr", lambda v: v > 0, "a positive finite number")
     _check_count(opt, "warmup_steps", 0, "an integer >= 0", prefix="optimizer.")
+    if config.input.workers != config_lib.AUTO_WORKERS:
+        _check_count(
+            config.input,
+            "workers",
+            0,
+            f"{config_lib.AUTO_WORKERS} (auto) or an integer >= 0",
+            prefix="input.",
+        )
+    _check_count(config.input, "prefetch", 0, "an integer >= 0 (0: none)", prefix="input.")
     _check_number(opt, "weight_decay", lambda v: v >= 0, "a finite number >= 0")
     if opt.grad_clip is not None:
         _check_number(opt, "grad_clip", lambda v: v >= 0, "a finite number >= 0 (0 = no clipping)")
@@ -320,7 +355,17 @@ def resolve_augment(aug_cfg, dataset: datasets.Dataset, side: int) -> tuple[augm
     crop_padding, or settings `augment.Settings` refuses."""
     name, crop, flip = dataset.name, aug_cfg.crop_padding, aug_cfg.flip
     crop_why = flip_why = "as configured"
-    if crop == config_lib.AUTO_CROP:
+    inception = aug_cfg.inception_crop
+    if not isinstance(inception, bool):
+        raise ConfigError(f"augment.inception_crop={inception!r} must be True or False")
+    if inception and crop not in (config_lib.AUTO_CROP, 0):
+        raise ConfigError(
+            f"augment.crop_padding={crop} with augment.inception_crop=True: the Inception crop "
+            f"replaces the padded crop; leave crop_padding at {config_lib.AUTO_CROP} or set it to 0"
+        )
+    if inception:
+        crop = 0
+    elif crop == config_lib.AUTO_CROP:
         # CIFAR's 4 px of 32: a shift of up to 1/8 of the side keeps the object in view, at every size
         # (4 px would be half of an 8 px digit)
         crop, crop_why = int(side / 8 + 0.5), f"auto: 1/8 of the {side} px side"
@@ -347,7 +392,11 @@ def resolve_augment(aug_cfg, dataset: datasets.Dataset, side: int) -> tuple[augm
     ]
     note = "; ".join(
         [
-            f"crop after {crop} px of padding ({crop_why})" if crop else f"no crop ({crop_why})",
+            "Inception crop where the images are read (area 5-100%, aspect 3/4-4/3)"
+            if inception
+            else f"crop after {crop} px of padding ({crop_why})"
+            if crop
+            else f"no crop ({crop_why})",
             f"{'flip' if flip else 'no flip'} ({flip_why})",
             *filter(None, extras),
         ]

@@ -53,6 +53,7 @@ from posattn.vision import (
 )
 from posattn.vision import config as config_lib
 from posattn.vision import train_step as train_step_lib
+from posattn.vision.data import device_prefetch
 from posattn.vision.setup import resolve
 from posattn.vision.state import init_state
 
@@ -239,7 +240,13 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
 
         saver = saving.Saver(mngr, workdir)
         total, batch_size = config.total_steps, config.global_batch_size
-        batches = setup.train_batches(start_step=start)
+        # read by the pipeline's workers and put on the devices `config.input.prefetch` steps ahead
+        batches = device_prefetch.prefetch(
+            setup.train_batches(start_step=start),
+            lambda local: global_batch(local, mesh),
+            config.input.prefetch,
+        )
+        closing.callback(batches.close)
         pending, window, train_metrics, evals = [], [], {}, {}
         # Throughput counts the steps after the first (which compiles) and excludes evals and checkpoints.
         clock = chrono.Chrono(
@@ -255,7 +262,7 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         closing.callback(profile.close)
         for step in range(start + 1, total + 1):
             with clock.feeding():
-                batch = global_batch(next(batches), mesh)
+                batch = next(batches)
             profile.before(step)
             state, metrics = train_step(state, batch, hyper)
             profile.after(step, metrics)

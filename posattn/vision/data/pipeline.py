@@ -3,8 +3,11 @@
 The global training batch of step t is a pure function of (seed, t): the examples at positions
 t*B .. t*B + B - 1 of the endless sequence that visits the training set once per epoch, epoch e in the
 order of a permutation drawn from a numpy Generator seeded by (seed, e). A run resumed at step t therefore
-sees exactly the batches an uninterrupted run would. Process p of P takes rows [p*B/P, (p+1)*B/P) of each
-global batch, so the processes' batches concatenated in process order are the global batch.
+sees exactly the batches an uninterrupted run would (nothing of the pipeline is checkpointed: the
+resumed run recomputes it from the step). Process p of P takes rows [p*B/P, (p+1)*B/P) of each global
+batch, so the processes' batches concatenated in process order are the global batch; it reads only those
+rows. Reading and decoding run in the caller's thread or in grain's worker processes (`train_batches`'s
+`workers`; docs/decisions.md, "The input pipeline"), with the same batches either way.
 
 Evaluation walks the split in order in global batches of `eval_batch_size` (the last one padded and
 masked), each process again taking its contiguous slice: every example appears exactly once over all
@@ -17,7 +20,9 @@ on the natural image. Evaluation images are permuted here, by the `permute` the 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import math
 from typing import Callable, Iterator
 
@@ -26,6 +31,9 @@ import numpy as np
 
 from posattn.errors import ConfigError
 from posattn.vision.data.datasets import Split
+
+# The end of the endless step sequence that grain's datasets need (a dataset has a length).
+_STEPS_END = 1 << 62
 
 
 @functools.lru_cache(maxsize=4)
@@ -63,34 +71,92 @@ def _local_size(size: int, field: str, count: int) -> int:
     return size // count
 
 
+@dataclasses.dataclass(frozen=True)
+class StepBatch:
+    """This process's rows of the global training batch of a step: `StepBatch(...)(step)`.
+
+    A picklable function of the step alone (what grain's worker processes run): the split is opened in
+    each process on its first call (`open_split`, a split or a function of no arguments that opens it:
+    a split that holds files or threads open does not pickle). `crop` > 0 draws each example's
+    Inception crop at that side from the full-resolution image (`inception_crop.read_cropped`), with the
+    entropy (seed, step, row of the global batch), so a crop never depends on the process layout."""
+
+    open_split: Split | Callable[[], Split]
+    seed: int
+    global_batch_size: int
+    rows: slice
+    crop: int = 0
+
+    @functools.cached_property
+    def split(self) -> Split:
+        return self.open_split if isinstance(self.open_split, Split) else self.open_split()
+
+    def __call__(self, step: int) -> dict:
+        step = int(step)
+        indices = global_batch_indices(
+            self.seed, step, self.global_batch_size, self.split.num_examples
+        )[self.rows]
+        if self.crop:
+            from posattn.vision.data import inception_crop
+
+            rows = np.arange(self.global_batch_size, dtype=np.int64)[self.rows]
+            entropy = np.stack([np.full_like(rows, self.seed), np.full_like(rows, step), rows], 1)
+            images, labels = inception_crop.read_cropped(self.split, indices, entropy, self.crop)
+        else:
+            images, labels = self.split.read(indices)
+        return {"image": images, "label": labels}
+
+
 def train_batches(
-    split: Split,
+    split: Split | Callable[[], Split],
     *,
     seed: int,
     global_batch_size: int,
     start_step: int = 0,
+    workers: int = 0,
+    crop: int = 0,
     process_index: int | None = None,
     process_count: int | None = None,
 ) -> Iterator[dict]:
     """Endless `{"image": uint8 (B_local, H, W, C), "label": int32 (B_local,)}`, from step `start_step`.
 
-    B_local = global_batch_size / process_count; this process's rows of the global batch of each step.
+    B_local = global_batch_size / process_count; this process's rows of the global batch of each step
+    (`StepBatch`; `crop` its Inception crop side, 0 none). `split` is a split or a function of no
+    arguments that opens it. `workers` > 0 reads and decodes in that many worker processes (grain's
+    `mp_prefetch`, each worker taking every workers-th step, the order kept), 0 in the caller's thread:
+    the batches are the same. Close the iterator (`close()`) to stop the workers.
     """
     index, count = _processes(process_index, process_count)
     local = _local_size(global_batch_size, "global_batch_size", count)
-    if seed < 0 or start_step < 0:
-        raise ConfigError(f"seed ({seed}) and start_step ({start_step}) must be non-negative")
-    rows = slice(index * local, (index + 1) * local)
+    if seed < 0 or start_step < 0 or workers < 0 or crop < 0:
+        raise ConfigError(
+            f"seed ({seed}), start_step ({start_step}), workers ({workers}) and crop ({crop}) "
+            "must be non-negative"
+        )
+    batch = StepBatch(
+        split, seed, global_batch_size, slice(index * local, (index + 1) * local), crop
+    )
+    if not workers:
+        return (batch(step) for step in itertools.count(start_step))
+    return _in_workers(batch, start_step, workers)
 
-    def batches():
-        step = start_step
-        while True:
-            indices = global_batch_indices(seed, step, global_batch_size, split.num_examples)
-            images, labels = split.read(indices[rows])
-            yield {"image": images, "label": labels}
-            step += 1
 
-    return batches()
+def _in_workers(batch: StepBatch, start_step: int, workers: int) -> Iterator[dict]:
+    import grain
+    from absl import flags
+
+    # grain reads an absl flag of its own in the parent process; from a library call (a notebook, a test)
+    # no absl app has parsed the command line, so the flags keep their defaults, marked as parsed.
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    steps = grain.MapDataset.range(start_step, _STEPS_END).map(batch).to_iter_dataset()
+    iterator = iter(steps.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
+    try:
+        for element in iterator:
+            # grain hands back views of shared memory; the copy frees it for the workers' next batches
+            yield {k: np.array(v) for k, v in element.items()}
+    finally:
+        iterator.close()
 
 
 def num_eval_batches(num_examples: int, eval_batch_size: int) -> int:

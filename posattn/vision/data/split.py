@@ -2,8 +2,9 @@
 held in memory, resized to a square side (its per-channel statistics: `channel_stats`).
 
 A `Split` is its size, its image shape and `read(indices_N) -> (images_NxHxWxC uint8, labels_N int32)`.
-An in-memory split indexes one uint8 array; a split too large for memory decodes the examples it is asked
-for (`posattn.vision.data.tfds_datasets`).
+An in-memory split indexes one uint8 array (`in_memory` True: reading costs nothing, so the input
+pipeline runs no worker processes for it); a split too large for memory decodes the examples it is
+asked for (`posattn.vision.data.tfds_datasets`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ VALIDATION_SEED = 20221128
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """One split behind random access: `read(indices_N) -> (images_NxHxWxC uint8, labels_N int32)`."""
+    """One split behind random access: `read(indices_N) -> (images_NxHxWxC uint8, labels_N int32)`;
+    `in_memory` where a read only indexes arrays held in memory (nothing to decode)."""
 
     num_examples: int
     image_shape: tuple[int, int, int]
     read: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+    in_memory: bool = False
 
 
 def in_memory(images_NxHxWxC: np.ndarray, labels_N: np.ndarray) -> Split:
@@ -35,7 +38,12 @@ def in_memory(images_NxHxWxC: np.ndarray, labels_N: np.ndarray) -> Split:
         indices = np.asarray(indices, dtype=np.int64)
         return images_NxHxWxC[indices], labels_N[indices]
 
-    return Split(num_examples=len(labels_N), image_shape=tuple(images_NxHxWxC.shape[1:]), read=read)
+    return Split(
+        num_examples=len(labels_N),
+        image_shape=tuple(images_NxHxWxC.shape[1:]),
+        read=read,
+        in_memory=True,
+    )
 
 
 def subset(split: Split, indices_M: np.ndarray) -> Split:
@@ -45,6 +53,7 @@ def subset(split: Split, indices_M: np.ndarray) -> Split:
         num_examples=len(indices_M),
         image_shape=split.image_shape,
         read=lambda indices: split.read(indices_M[np.asarray(indices, dtype=np.int64)]),
+        in_memory=split.in_memory,
     )
 
 
