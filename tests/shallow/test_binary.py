@@ -78,7 +78,8 @@ def test_tiny_run_writes_every_output(tmp_path):
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--config.n_stars=1"], "majority vote"),
+        # one relevant token against one confusion token (I1 itself has none)
+        (["--config.n_stars=1", "--config.tokens.alpha_conf=0.0334"], "majority vote"),
         (["--config.Ns=0,10"], "Ns=(0, 10)"),
         (["--config.taus=0,-1"], "taus=(0, -1)"),
         (["--config.remove=30"], "remove=30"),

@@ -94,7 +94,8 @@ def sparsify_rows(ks, curves: dict) -> list[dict]:
 
 def boundary_rows(vit_fit: dict, free_fit: dict, alphas) -> list[dict]:
     """Which power law each boundary follows, by two measures: R^2 of a line N* = c0 + c1 alpha^-p for
-    p = 2 and 4, and the exponent p of N* ~ alpha^-p fitted in logs (closer to the paper's power wins)."""
+    p = 2 and 4, and the exponent p of N* ~ alpha^-p fitted in logs (closer to the paper's power wins).
+    N* is where the success rate first reaches 1/2; rows that never reach 1 are named, not dropped."""
     rows = []
     powers = published.SAMPLE_COMPLEXITY_POWER
     for name, fit in (("ViT", vit_fit), ("attention-free", free_fit)):
@@ -104,12 +105,17 @@ def boundary_rows(vit_fit: dict, free_fit: dict, alphas) -> list[dict]:
         line_ok = (r2 > r4) == (paper_power == 2)
         power_ok = abs(fit["power"] - paper_power) < abs(fit["power"] - other)
         measured = not (math.isnan(r2) or math.isnan(r4) or math.isnan(fit["power"]))
+        # A row whose success rate stays below 1 at its largest N (in regime I1 some starts never learn
+        # within T) still has its boundary where half the runs succeed, read as the settling runs read
+        # theirs; the row is named beside the numbers.
         short = fit.get("short_top_rows", [])
-        verdict = (
-            f"not measured: success at the largest N below 1 at alpha_* = "
-            f"{', '.join(f'{a:.2f}' for a in short)}"
+        named = (
+            f"; success at the largest N below 1 at alpha_* = {', '.join(f'{a:.2f}' for a in short)}"
             if short
-            else "too few boundaries inside the grid"
+            else ""
+        )
+        verdict = (
+            "too few boundaries inside the grid"
             if not measured
             else "reproduced"
             if line_ok and power_ok
@@ -122,7 +128,7 @@ def boundary_rows(vit_fit: dict, free_fit: dict, alphas) -> list[dict]:
                 "paper": f"straight boundary over alpha_*^-{paper_power}",
                 "ours": (
                     f"R^2 {r2:.3f} in alpha^-2, {r4:.3f} in alpha^-4; N* ~ alpha^-{fit['power']:.2f} "
-                    f"({sum(fit['inside_grid'])} rows inside the grid)"
+                    f"({sum(fit['inside_grid'])} rows inside the grid{named})"
                 ),
                 "verdict": verdict,
             }

@@ -25,22 +25,42 @@ CONFIGS = {"tokens": TokenConfig, "model": ModelConfig, "sgd": SGDConfig}
 SKIP = {"attention"}  # both networks run
 
 
+# The regime I1 of issue 50's search (docs/shallow_vit_results.md, "Issue 50"): the first setting where
+# the sample complexity is of the paper's size (the ViT's N* of 11-128 over alpha_*^-2 = 4..14): token
+# noise tau = 1.5 and a start whose errors (sigma = delta = 2) embed no pattern; LWLC23's algorithm (one
+# step size, T = ceil(10 / (alpha_* eta))); N = 128 where one model is trained (attention, sparsification):
+# the N whose unsparsified test hinge is nearest the paper's 0.077 (part 4's pilot). `EASY` is the
+# earlier default, kept as the second setting (`tpu_configs/shallow_vit.py:easy`).
+I1 = {
+    "tokens": {"tau": 1.5, "alpha_conf": 0.0},
+    "model": {"sigma": 2.0, "delta": 2.0},
+    "sgd": {"t_scale": 10.0, "N": 128},
+    "n_stars": (8, 9, 10, 12, 15),  # alpha_* = 8/30 .. 1/2, alpha_*^-2 = 14.1 .. 4 (the paper's range)
+    "Ns": (3, 5, 8, 12, 18, 27, 40, 60, 90, 135, 200, 300, 450, 1024),
+    "taus": (1.0, 1.5),  # tau = 2 puts N* beyond 8,800 samples (part 2): beyond any default grid
+    "sigmas": (1.0, 2.0),
+    "deltas": (1.0, 2.0),
+}
+
+
 def _schema(fields) -> ml_collections.ConfigDict:
     """Every field of TokenConfig, ModelConfig (attention aside: both networks run) and SGDConfig, the
-    grids and the seeds."""
+    grids and the seeds; the values of regime I1 (`I1`)."""
     c = ml_collections.ConfigDict(
         {key: configs.dataclass_section(cls()) for key, cls in CONFIGS.items()}
     )
     del c.model["attention"]
+    for section in ("tokens", "model", "sgd"):
+        c[section].update(I1[section])
     c.update(
         {
             "seed": 0,  # seed of every run's key
             "seeds": 20,  # runs (trials) per grid cell, and seeds of the attention band
-            "n_stars": (6, 8, 10, 12),  # phase maps: label-relevant tokens n_* (alpha_* = n_*/L)
-            "Ns": (4, 6, 9, 14, 20, 30, 45, 68, 100, 150, 640),  # phase maps and sweeps: samples N
-            "taus": (0.0, 0.5, 1.0),  # N* sweep over the token noise tau
-            "sigmas": (0.0, 1.0),  # N* sweep over sigma (delta as configured)
-            "deltas": (0.0, 1.0),  # N* sweep over delta (sigma as configured)
+            "n_stars": I1["n_stars"],  # phase maps: label-relevant tokens n_* (alpha_* = n_*/L)
+            "Ns": I1["Ns"],  # phase maps and sweeps: samples N
+            "taus": I1["taus"],  # N* sweep over the token noise tau
+            "sigmas": I1["sigmas"],  # N* sweep over sigma (delta as configured)
+            "deltas": I1["deltas"],  # N* sweep over delta (sigma as configured)
             "remove": 20,  # sparsification: remove 0..remove tokens per test sample
             "remove_step": 2,  # sparsification: evaluate every remove_step tokens removed
             # sparsification: noisy tokens per sample (noise bound tokens.noisy_tau); elsewhere tokens.noisy_tokens
@@ -51,18 +71,18 @@ def _schema(fields) -> ml_collections.ConfigDict:
 
 
 def _smoke(c):
-    """Smaller grids, fewer seeds and steps."""
+    """Smaller grids and fewer seeds, in the same regime."""
     c.update(
         {
             "seeds": 4,
-            "n_stars": (6, 8, 12),
-            "Ns": (10, 40, 160),
-            "taus": (0.0, 1.0),
-            "sigmas": (0.0, 1.0),
-            "deltas": (0.0, 1.0),
+            "n_stars": (8, 10, 15),
+            "Ns": (8, 30, 120, 480),
+            "taus": (1.0, 1.5),
+            "sigmas": (1.0, 2.0),
+            "deltas": (1.0, 2.0),
         }
     )
-    c.sgd.t_scale, c.sgd.n_test = 6.0, 200
+    c.sgd.n_test = 200
 
 
 SCHEMA = configs.Schema("a shallow_vit config", _schema, _smoke, "shallow_vit")
@@ -221,13 +241,11 @@ def run(config, workdir: str, claim) -> None:
             maps[name], swept = running[f"grid {name}"].result()
             fits[name] = phase_map.fit_boundary(maps[name])
             fits[name]["short_top_rows"] = phase_map.short_top_rows(maps[name])
-            if fits[name][
-                "short_top_rows"
-            ]:  # Theorem 1's T and the largest N must give success 1 at the top
+            if fits[name]["short_top_rows"]:  # named in the summary; N* is still read at 1/2
                 print(
-                    f"WARNING: {name} map: success at the largest N = {g['Ns'][-1]} is below 1 at alpha_* = "
-                    f"{fits[name]['short_top_rows']}: raise sgd.t_scale or the largest N; its boundary fit is "
-                    f"reported as not measured",
+                    f"note: {name} map: success at the largest N = {g['Ns'][-1]} is below 1 at alpha_* = "
+                    f"{[round(a, 3) for a in fits[name]['short_top_rows']]} (runs that never learn "
+                    "within T, or a grid too short); their N* is where half the runs succeed",
                     flush=True,
                 )
             if swept:
