@@ -158,6 +158,10 @@ def read_cropped(
         raise ConfigError(
             f"entropy of shape {entropy_NxK.shape}: give one row of integers per index ({len(indices_N)})"
         )
+    if not np.issubdtype(entropy_NxK.dtype, np.integer) or (entropy_NxK < 0).any():
+        raise ConfigError(
+            f"entropy of dtype {entropy_NxK.dtype}: give non-negative integers (a seed sequence's)"
+        )
     images = np.empty((len(indices_N), size, size, split.image_shape[-1]), np.uint8)
     labels = np.empty(len(indices_N), np.int32)
     for n, index in enumerate(indices_N):

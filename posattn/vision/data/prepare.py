@@ -302,7 +302,9 @@ def write_dataset(
         )
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(temporary, 0o777 & ~umask)  # (mkdtemp's 0700: the folder is read by other users too)
+        os.chmod(
+            temporary, 0o777 & ~umask
+        )  # (mkdtemp's 0700: the folder is read by other users too)
         if os.path.isdir(out):
             os.rmdir(out)  # (empty: checked above)
         os.rename(temporary, out)

@@ -140,6 +140,7 @@ def write_split(
 
     if split not in ("train", "test"):
         raise ConfigError(f"unknown split {split!r}; expected one of train, test")
+    os.makedirs(directory, exist_ok=True)
     files, counts, writer, n = [], [], None, 0
     sizes, channels, formats = set(), set(), set()
     try:
