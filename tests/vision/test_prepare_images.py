@@ -84,10 +84,10 @@ def test_a_folder_of_class_subfolders_keeps_each_file_and_sorts_the_classes(tmp_
         image, label = split.original(i)
         matches = [r for r, f in files.items() if f.shape == image.shape and (f == image).all()]
         assert len(matches) == 1 and matches[0].split("/")[0] == source.class_names[label]
-    # a folder of train/ and test/ of class subfolders keeps its own split
+    # a folder of train/ and test/ (here val/, as ImageNet's) of class subfolders keeps its own split
     write_folder(
         tmp_path / "tt",
-        {f"{s}/{c}/0.png": files["ant/0.png"] for s in ("train", "test") for c in "ab"},
+        {f"{s}/{c}/0.png": files["ant/0.png"] for s in ("train", "val") for c in "ab"},
     )
     assert prepare.from_folder(str(tmp_path / "tt")).splits["test"][1].tolist() == [0, 1]
 

@@ -101,7 +101,7 @@ def sample_box(
     return 0, 0, H, W
 
 
-def resize_square(image_HxWxC: np.ndarray, size: int) -> np.ndarray:
+def _resize_square(image_HxWxC: np.ndarray, size: int) -> np.ndarray:
     """`image` resized to size x size (PIL bilinear, antialiased where it shrinks), uint8 (H, W, C)."""
     from PIL import Image
 
@@ -132,7 +132,7 @@ def random_resized_crop(
         raise ConfigError(f"size={size!r} must be a positive side length")
     H, W, _ = image_HxWxC.shape
     top, left, h, w = sample_box(H, W, rng, area=area, aspect=aspect, max_attempts=max_attempts)
-    return resize_square(image_HxWxC[top : top + h, left : left + w], size)
+    return _resize_square(image_HxWxC[top : top + h, left : left + w], size)
 
 
 def read_cropped(

@@ -96,16 +96,18 @@ def _class_folders(directory: str) -> tuple[list[str], list[Callable], np.ndarra
 
 def from_folder(directory: str, test_fraction: float = 0.0) -> Source:
     """A folder of class subfolders of image files (class = subfolder name, sorted); or of "train" and
-    "test" folders of such subfolders (the same classes in each), in which case test_fraction stays 0."""
+    "test" (or "val", "validation") folders of such subfolders (the same classes in each), in which
+    case test_fraction stays 0."""
     if not os.path.isdir(directory):
         raise ConfigError(f"--source={directory}: no such folder, .npz file or known dataset")
     top = sorted(e.name for e in os.scandir(directory) if e.is_dir())
-    if "train" in top and "test" in top:
+    held = next((t for t in ("test", "val", "validation") if t in top), None)
+    if "train" in top and held:
         names, loaders, labels = _class_folders(os.path.join(directory, "train"))
-        test_names, *test = _class_folders(os.path.join(directory, "test"))
+        test_names, *test = _class_folders(os.path.join(directory, held))
         if test_names != names:
             raise ConfigError(
-                f"{directory}/train and {directory}/test hold different class folders "
+                f"{directory}/train and {directory}/{held} hold different class folders "
                 f"({names} against {test_names})"
             )
     else:
