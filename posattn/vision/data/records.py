@@ -29,6 +29,7 @@ import io
 import json
 import os
 import struct
+import threading
 from typing import Iterable
 
 import numpy as np
@@ -236,19 +237,21 @@ class _Shards:
     def __init__(self, paths: list[str], counts: list[int]):
         self.paths, self.counts = list(paths), list(counts)
         self.starts = np.cumsum([0, *counts])
-        self._readers, self._pid = None, None
+        self.__setstate__(self.__getstate__())
 
     def __getstate__(self):
         return {"paths": self.paths, "counts": self.counts, "starts": self.starts}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._readers, self._pid = None, None
+        self._readers, self._pid, self._lock = None, None, threading.Lock()
 
     def _open(self):
         from array_record.python.array_record_module import ArrayRecordReader
 
-        if self._readers is None or self._pid != os.getpid():
+        with self._lock:  # (threads of one process share the readers, opened once)
+            if self._readers is not None and self._pid == os.getpid():
+                return self._readers
             readers = []
             for path, count in zip(self.paths, self.counts):
                 try:
@@ -261,7 +264,7 @@ class _Shards:
                     )
                 readers.append(reader)
             self._readers, self._pid = readers, os.getpid()
-        return self._readers
+            return readers
 
     def read(self, indices) -> list[bytes]:
         readers = self._open()
