@@ -1,7 +1,8 @@
 """ImageNet's training crop at decode time: the Inception-style random-resized crop of the full image.
 
 `random_resized_crop` is big_vision's `decode_jpeg_and_inception_crop` (pp/ops_image.py: area 5% to
-100%, aspect ratio 0.75 to 1.33, no minimum object covered, the whole image where no box is found),
+100%, aspect ratio 0.75 to 1.33, here 3/4 to 4/3 as torchvision's and timm's, a difference of 0.003
+at the top; no minimum object covered, the whole image where no box is found),
 which samples its box with TensorFlow's `sample_distorted_bounding_box`; `sample_box` follows that op's
 kernel (tensorflow/core/kernels/image/sample_distorted_bounding_box_op.cc) step by step, with numpy's
 generator for TF's Philox:
@@ -37,8 +38,8 @@ import numpy as np
 from posattn.errors import ConfigError
 from posattn.vision.data.split import Split
 
-# big_vision's decode_jpeg_and_inception_crop defaults (area_min=5, area_max=100 percent; ratio_min,
-# ratio_max) and TF's sample_distorted_bounding_box default max_attempts
+# big_vision's decode_jpeg_and_inception_crop defaults (area_min=5, area_max=100 percent; ratio_min=0.75,
+# ratio_max=1.33, here 4/3) and TF's sample_distorted_bounding_box default max_attempts
 AREA = (0.05, 1.0)
 ASPECT = (3 / 4, 4 / 3)
 MAX_ATTEMPTS = 100
