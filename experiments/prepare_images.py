@@ -45,7 +45,7 @@ _IDX_DIR = flags.DEFINE_string("idx_dir", None, "The folder of fashion_mnist's I
 
 def main():
     from posattn.errors import ConfigError
-    from posattn.vision.data import datasets, prepare
+    from posattn.vision.data import channel_stats, datasets, prepare
 
     if not _OUT.value or not _OUT.value.strip():
         raise ConfigError("--out=DIR is required: the records folder to write")
@@ -60,6 +60,7 @@ def main():
         quality=_QUALITY.value,
         channels=_CHANNELS.value,
         flip_preserves_label=datasets.FLIP_PRESERVES_LABEL.get(_SOURCE.value),
+        stats=channel_stats.KNOWN.get(_SOURCE.value),  # (fashion_mnist: as its other sources)
     )
     counts = {s: e["num_examples"] for s, e in metadata["splits"].items()}
     print(f"wrote {_OUT.value}: {counts}, {metadata['native_shape']}, {metadata['encoding']}")

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from posattn.errors import ConfigError
-from posattn.vision.data import datasets, prepare
+from posattn.vision.data import channel_stats, datasets, prepare
 from posattn.vision.data import split as split_lib
 from tests import envs
 
@@ -47,6 +47,9 @@ def test_arrays_with_a_held_out_test_split_read_back_bitwise(tmp_path):
         np.testing.assert_array_equal(images, x[rows])
         np.testing.assert_array_equal(labels, y[rows])
     assert metadata["class_names"] == [str(k) for k in range(10)]
+    # the statistics, computed once here, are the run's (no pass over the split at its start)
+    computed = channel_stats.of_split(split_lib.in_memory(x[train_idx], y[train_idx]))
+    np.testing.assert_allclose(datasets.get(f"records:{tmp_path / 'out'}").stats, computed)
     assert oct(os.stat(tmp_path / "out").st_mode)[-3:] != "700"  # readable beyond its writer
     # the same draw every time (a constant seed), disjoint and complete
     again = prepare.holdout(len(y), 0.25)
@@ -131,6 +134,7 @@ def test_the_binary_writes_fashion_mnist_from_idx_files_and_refuses_to_overwrite
     assert labels.tolist() == [0, 1, 2, 3, 4]
     dataset = datasets.get(f"records:{out}")
     assert dataset.flip_preserves_label is True and dataset.native_shape == (28, 28, 1)
+    assert dataset.stats == channel_stats.KNOWN["fashion_mnist"]  # as the IDX and tfds sources
     before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir())
     r = binary("--source=fashion_mnist", f"--idx_dir={tmp_path}", f"--out={out}")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nothing is overwritten" in r.stderr

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from posattn.errors import ConfigError
-from posattn.vision.data import idx, records
+from posattn.vision.data import channel_stats, idx, records
 from posattn.vision.data import split as split_lib
 
 # The seed of the draw of held-out test examples (--test_fraction): a constant, so a dataset written
@@ -262,10 +262,13 @@ def write_dataset(
     quality: int = 90,
     channels: int = 0,
     flip_preserves_label: bool | None = None,
+    stats=None,
 ) -> dict:
     """Write `src` as a records folder at `out` (refused if it exists and is not empty); returns the
     metadata. size 0 keeps each image's size; encoding "" keeps each file's (arrays: PNG); channels 0
-    keeps them (1: grayscale, 3: RGB)."""
+    keeps them (1: grayscale, 3: RGB). `stats`, the per-channel (mean, std) recorded for runs to
+    normalise with, are by default computed here from the training split (`channel_stats.of_split`)
+    where the images have one size, else left to each run."""
     records.refuse_remote(out)
     if encoding not in ENCODINGS:
         raise ConfigError(f"encoding={encoding!r}: png, jpeg, or empty (keep each file's)")
@@ -299,8 +302,13 @@ def write_dataset(
             )
             for split, (loaders, labels) in src.splits.items()
         }
+        labels = dict(flip_preserves_label=flip_preserves_label)
+        metadata = records.write_metadata(temporary, src.name, src.class_names, entries, **labels)
+        if stats is None and metadata["native_shape"][0] is not None:  # (computed once, here)
+            train = records.open_dataset(temporary).open_split("train", metadata["native_shape"][0])
+            stats = channel_stats.of_split(train)
         metadata = records.write_metadata(
-            temporary, src.name, src.class_names, entries, flip_preserves_label=flip_preserves_label
+            temporary, src.name, src.class_names, entries, **labels, stats=stats
         )
         umask = os.umask(0)
         os.umask(umask)

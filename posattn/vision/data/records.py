@@ -4,6 +4,7 @@ The folder (written by `write`, e.g. through `python -m posattn.experiments.prep
 
     records.json                     the metadata (`METADATA`): format, name, class_names,
                                      native_shape [H, W, C] (H, W null where sizes vary), encoding,
+                                     flip_preserves_label, stats [mean, std] (or null),
                                      splits: {"train": {"num_examples": N, "files": [...],
                                      "file_examples": [...]}, "test": ...}
     train-00000.array_record ...     the records of a split, in order, `EXAMPLES_PER_FILE` a file
@@ -178,13 +179,14 @@ def write_split(
 
 
 def write_metadata(
-    directory: str, name: str, class_names, splits: dict, *, flip_preserves_label=None
+    directory: str, name: str, class_names, splits: dict, *, flip_preserves_label=None, stats=None
 ) -> dict:
     """Write `METADATA` for the splits `write_split` wrote (both "train" and "test"); returns it.
 
     The native shape is the images' common (H, W) and channels (3 if any image is in colour: a dataset
     mixing grayscale and colour reads all as RGB), H and W None where sizes vary. `flip_preserves_label`
-    (True, False or None: unknown) is what `augment.flip` "auto" reads."""
+    (True, False or None: unknown) is what `augment.flip` "auto" reads; `stats` the per-channel (mean,
+    std) on the [0, 1] scale that normalise the inputs (None: computed from the training split)."""
     if sorted(splits) != ["test", "train"]:
         raise ConfigError(f"a records dataset needs a train and a test split, got {sorted(splits)}")
     sizes = {tuple(s) for entry in splits.values() for s in entry["sizes"]}
@@ -199,6 +201,7 @@ def write_metadata(
         "encoding": "+".join(formats),
         "record": "label: 4-byte little-endian int32, then the encoded image file",
         "flip_preserves_label": flip_preserves_label,
+        "stats": None if stats is None else [list(map(float, v)) for v in stats],
         "splits": {
             s: {k: e[k] for k in ("num_examples", "files", "file_examples")}
             for s, e in splits.items()
@@ -359,14 +362,13 @@ class RecordsDataset:
         )
 
 
-def open_dataset(
-    directory: str, name: str | None = None, *, flip_preserves_label: bool | None = None
-) -> RecordsDataset:
+def open_dataset(directory: str, name: str | None = None) -> RecordsDataset:
     """The records folder `directory` as a dataset named `name` (default "records:DIRECTORY"); reads
     only its metadata. ConfigError if it is not a records folder or lacks a file it lists."""
     metadata = read_metadata(directory)
     try:
         h, w, c = metadata["native_shape"]
+        stats = metadata.get("stats")
         class_names = tuple(str(n) for n in metadata["class_names"])
         split_files = {}
         for split in ("train", "test"):
@@ -389,5 +391,6 @@ def open_dataset(
         class_names=class_names,
         native_shape=(h, w, int(c)),
         split_files=split_files,
-        flip_preserves_label=metadata.get("flip_preserves_label", flip_preserves_label),
+        stats=None if not stats else (tuple(stats[0]), tuple(stats[1])),
+        flip_preserves_label=metadata.get("flip_preserves_label"),
     )
