@@ -13,8 +13,10 @@ import pytest
 from PIL import Image
 
 from posattn.errors import ConfigError
+from posattn.vision import config as config_lib
 from posattn.vision.data import channel_stats, datasets, prepare
 from posattn.vision.data import split as split_lib
+from posattn.vision.setup import resolve
 from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -29,6 +31,12 @@ def binary(*args, cwd=ROOT):
         text=True,
         timeout=300,
     )
+
+
+def make_config(**overrides):
+    c = config_lib.base_config()
+    c.update({"global_batch_size": 8, "eval_batch_size": 8, **overrides})
+    return c
 
 
 def read_all(directory, split, image_size=0):
@@ -135,6 +143,15 @@ def test_the_binary_writes_fashion_mnist_from_idx_files_and_refuses_to_overwrite
     dataset = datasets.get(f"records:{out}")
     assert dataset.flip_preserves_label is True and dataset.native_shape == (28, 28, 1)
     assert dataset.stats == channel_stats.KNOWN["fashion_mnist"]  # as the IDX and tfds sources
+    # a run's batches and normalisation on the records are those on the IDX files, bitwise
+    runs = [
+        resolve(make_config(dataset=name, idx_dir=str(tmp_path), global_batch_size=4))
+        for name in ("fashion_mnist", f"records:{out}")
+    ]
+    assert runs[0].info.mean == runs[1].info.mean and runs[0].info.std == runs[1].info.std
+    first = [next(r.train_batches(process_index=0, process_count=1)) for r in runs]
+    for key in ("image", "label"):
+        np.testing.assert_array_equal(first[0][key], first[1][key])
     before = sorted((p.name, p.stat().st_mtime_ns) for p in out.iterdir())
     r = binary("--source=fashion_mnist", f"--idx_dir={tmp_path}", f"--out={out}")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nothing is overwritten" in r.stderr
