@@ -154,6 +154,7 @@ def test_bad_folders_and_examples_are_one_line_errors(tmp_path):
     image = np.zeros((4, 4, 1), np.uint8)
     for examples, says in (
         ([(image, 3)], r"label 3: labels lie in \[0, 3\)"),
+        ([(image, 1.0)], r"label 1.0: labels lie in"),
         ([(b"not an image", 0)], "cannot read an encoded image"),
         ([(np.zeros((4, 4), np.float32), 0)], "give uint8"),
         ([], "no examples"),

@@ -1,6 +1,7 @@
 """A dataset of encoded images on disk: one folder, ArrayRecord files per split and a JSON metadata file.
 
-The folder (written by `write`, e.g. through `python -m posattn.experiments.prepare_images`):
+The folder (written by `write_split` and `write_metadata`, e.g. through
+`python -m posattn.experiments.prepare_images`):
 
     records.json                     the metadata (`METADATA`): format, name, class_names,
                                      native_shape [H, W, C] (H, W null where sizes vary), encoding,
@@ -46,13 +47,8 @@ _LABEL = struct.Struct("<i")
 _WRITER_OPTIONS = "group_size:1,uncompressed"
 # PIL modes read as one channel; every other mode PIL decodes is converted to RGB
 GRAY_MODES = ("1", "L")
-_UNSUPPORTED_MODES = (
-    "I",
-    "I;16",
-    "I;16B",
-    "I;16L",
-    "F",
-)  # 16-bit and float: no uint8 without a choice
+# 16-bit and float modes: no uint8 image without a choice of scale, which is the user's
+_UNSUPPORTED_MODES = ("I", "I;16", "I;16B", "I;16L", "F")
 
 
 def refuse_remote(directory: str) -> None:
@@ -147,14 +143,20 @@ def write_split(
     sizes, channels, formats = set(), set(), set()
     try:
         for data, label in examples:
-            if isinstance(label, (bool, np.bool_)) or not 0 <= int(label) < num_classes:
+            if (
+                not isinstance(label, (int, np.integer))
+                or isinstance(label, bool)
+                or not (0 <= label < num_classes)
+            ):
                 raise ConfigError(
                     f"example {n} of {split} has label {label!r}: labels lie in [0, {num_classes})"
                 )
             if not isinstance(data, (bytes, bytearray)):
                 data = encode(data, encoding, quality)
             h, w, c, fmt = probe(bytes(data))
-            sizes.add((h, w)), channels.add(c), formats.add(fmt)
+            sizes.add((h, w))
+            channels.add(c)
+            formats.add(fmt)
             if n % examples_per_file == 0:
                 if writer is not None:
                     writer.close()
