@@ -302,19 +302,18 @@ def write_dataset(
             )
             for split, (loaders, labels) in src.splits.items()
         }
-        labels = dict(flip_preserves_label=flip_preserves_label)
-        metadata = records.write_metadata(temporary, src.name, src.class_names, entries, **labels)
+        declared = dict(flip_preserves_label=flip_preserves_label)
+        metadata = records.write_metadata(temporary, src.name, src.class_names, entries, **declared)
         if stats is None and metadata["native_shape"][0] is not None:  # (computed once, here)
             train = records.open_dataset(temporary).open_split("train", metadata["native_shape"][0])
             stats = channel_stats.of_split(train)
         metadata = records.write_metadata(
-            temporary, src.name, src.class_names, entries, **labels, stats=stats
+            temporary, src.name, src.class_names, entries, **declared, stats=stats
         )
+        # mkdtemp made the folder 0700; the dataset is read by other users too
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(
-            temporary, 0o777 & ~umask
-        )  # (mkdtemp's 0700: the folder is read by other users too)
+        os.chmod(temporary, 0o777 & ~umask)
         if os.path.isdir(out):
             os.rmdir(out)  # (empty: checked above)
         os.rename(temporary, out)
