@@ -21,6 +21,9 @@ DEFAULT_CONFIG = {
     "shallow_settle": "tpu_configs/shallow_settle.py",
 }
 BINARIES = tuple(DEFAULT_CONFIG)  # (the drills number their cases in this order)
+# The tools: binaries that write no run, with flags of their own (no --config, no --workdir) run by
+# `posattn.cli.run_tool` (bad input one line and exit 2, as the binaries); console scripts too.
+TOOLS = ("prepare_images",)
 
 
 # Run as a binary (`python -m ...experiments.NAME`, where argv[0] is "-m" while the package is imported,

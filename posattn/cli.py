@@ -330,3 +330,21 @@ def run(main, *, cpu_cores: bool = False) -> None:
         ownership.release(ownership.COMPLETE)
 
     app.run(guarded, flags_parser=_parse_flags)
+
+
+def run_tool(main) -> None:
+    """Run a tool binary that writes no run (`experiments.TOOLS`, e.g. prepare_images): `main()` with
+    its own absl flags, under `absl.app.run`, a flag that does not parse, a positional argument or a
+    `ConfigError` ending in one line on stderr and exit 2 (as `run`'s binaries), SIGINT and SIGTERM in
+    one line and 130 or 143 (`signals.install`)."""
+    signals.install()
+
+    def guarded(argv):
+        try:
+            if len(argv) > 1:
+                raise ConfigError(f"unexpected arguments {argv[1:]}: pass everything as --flags")
+            main()
+        except ConfigError as e:
+            fail(e)
+
+    app.run(guarded, flags_parser=_parse_flags)

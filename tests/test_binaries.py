@@ -14,7 +14,7 @@ import tomllib
 
 import pytest
 
-from experiments import BINARIES, DEFAULT_CONFIG
+from experiments import BINARIES, DEFAULT_CONFIG, TOOLS
 from tests import envs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -38,15 +38,15 @@ def env(**extra) -> dict:
 def test_every_binary_is_a_console_script():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {
-        f"posattn-{n.replace('_', '-')}": f"posattn.experiments.{n}:entry" for n in BINARIES
+        f"posattn-{n.replace('_', '-')}": f"posattn.experiments.{n}:entry" for n in BINARIES + TOOLS
     }
 
 
 def test_the_one_list_names_every_binary_with_the_default_config_it_defines():
     """experiments.DEFAULT_CONFIG: one entry a file of experiments/, whose `cli.define_config` default
-    is the entry's config file, and the README counts them."""
+    is the entry's config file, and the README counts them; experiments.TOOLS lists the others."""
     files = {p.stem for p in (ROOT / "experiments").glob("*.py")} - {"__init__"}
-    assert sorted(BINARIES) == sorted(files)
+    assert sorted(BINARIES + TOOLS) == sorted(files)
     for name in BINARIES:
         tree = ast.parse((ROOT / "experiments" / f"{name}.py").read_text())
         (call,) = [

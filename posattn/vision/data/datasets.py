@@ -8,6 +8,8 @@ Names (`get`):
   a family says its classes, native shape and arrays. Adding one is its module and one line of `FAMILIES`;
 - "fashion_mnist": the IDX files of the Debian package `dataset-fashion-mnist` where they are
   (`posattn.vision.data.idx`), else tfds' prepared `fashion_mnist`; the same examples and labels;
+- "records:DIR": a folder of encoded images in ArrayRecord files (`posattn.vision.data.records`, written
+  by `python -m posattn.experiments.prepare_images`); a bare name is such a folder `<data_dir>/<name>/`;
 - any other tfds image-classification dataset (`posattn.vision.data.tfds_datasets`: classes, shape and
   splits from its metadata), e.g. cifar10, svhn_cropped, mnist, imagenet2012, or oxford_flowers102 with
   an image_size.
@@ -25,12 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Callable, Protocol
 
 import numpy as np
 
 from posattn.errors import ConfigError
-from posattn.vision.data import channel_stats, idx, token_grid
+from posattn.vision.data import channel_stats, idx, records, token_grid
 from posattn.vision.data import split as split_lib
 from posattn.vision.data.split import Split, resize_and_center_crop  # noqa: F401 (the public names)
 
@@ -261,7 +264,16 @@ def get(name: str, *, data_dir: str | None = None, idx_dir: str | None = None) -
         )  # a mirrored grid moves its slots
     if name in idx.IDX_DATASETS:
         return _idx_or_tfds(name, data_dir, idx_dir)
+    if name.startswith(records.PREFIX):
+        return records.open_dataset(name.removeprefix(records.PREFIX), name)
     from posattn.vision.data import tfds_datasets
+
+    if os.path.isfile(
+        os.path.join(tfds_datasets.resolve_data_dir(data_dir), name, records.METADATA)
+    ):
+        return records.open_dataset(
+            os.path.join(tfds_datasets.resolve_data_dir(data_dir), name), name
+        )
 
     found = tfds_datasets.dataset(
         name,
@@ -272,8 +284,8 @@ def get(name: str, *, data_dir: str | None = None, idx_dir: str | None = None) -
     if found is None:
         raise ConfigError(
             f"unknown dataset {name!r}: expected one of {', '.join(local_names())}, or the name "
-            "of a tfds image-classification dataset (e.g. cifar10, mnist); a dataset of your "
-            "own arrays is made by posattn.vision.data.arrays.from_arrays and passed as dataset="
+            "of a tfds image-classification dataset (e.g. cifar10, mnist), or records:DIR (a "
+            "folder of prepare_images); a dataset of your own arrays is made by posattn.vision.data.arrays.from_arrays and passed as dataset="
         )
     return found
 

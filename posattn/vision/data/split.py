@@ -22,12 +22,17 @@ VALIDATION_SEED = 20221128
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-    """One split behind random access: `read(indices_N) -> (images_NxHxWxC uint8, labels_N int32)`;
-    `in_memory` where a read only indexes arrays held in memory (nothing to decode)."""
+    """One split behind random access: `read(indices_N) -> (images_NxHxWxC uint8, labels_N int32)`.
+
+    `original(i) -> (image_HxWxC uint8, label)` is example i as stored, at full resolution (what a
+    random-resized crop takes, `posattn.vision.data.inception_crop`), where the split can give it: a
+    split decoded per read (records, tfds' large splits) and one held in memory (its stored image); None
+    where it cannot. `in_memory` where a read only indexes arrays held in memory (nothing to decode)."""
 
     num_examples: int
     image_shape: tuple[int, int, int]
     read: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+    original: Callable[[int], tuple[np.ndarray, int]] | None = None
     in_memory: bool = False
 
 
@@ -42,6 +47,7 @@ def in_memory(images_NxHxWxC: np.ndarray, labels_N: np.ndarray) -> Split:
         num_examples=len(labels_N),
         image_shape=tuple(images_NxHxWxC.shape[1:]),
         read=read,
+        original=lambda i: (images_NxHxWxC[int(i)], int(labels_N[int(i)])),
         in_memory=True,
     )
 
@@ -53,6 +59,9 @@ def subset(split: Split, indices_M: np.ndarray) -> Split:
         num_examples=len(indices_M),
         image_shape=split.image_shape,
         read=lambda indices: split.read(indices_M[np.asarray(indices, dtype=np.int64)]),
+        original=None
+        if split.original is None
+        else lambda i: split.original(int(indices_M[int(i)])),
         in_memory=split.in_memory,
     )
 

@@ -113,7 +113,13 @@ class TfdsDataset:
             num_examples=len(source),
             image_shape=shape,
             read=lambda indices: self._decode(source, np.asarray(indices), shape, resize, pool),
+            original=lambda index: self._original(source, index),
         )
+
+    def _original(self, source, index: int) -> tuple[np.ndarray, int]:
+        """Example `index` of a source as decoded, at full resolution: (H, W, C) uint8 and its label."""
+        example = source[int(index)]
+        return np.asarray(example[self.image_key], dtype=np.uint8), int(example[self.label_key])
 
     def _decode(
         self, source, indices: np.ndarray, shape, resize: bool, pool
