@@ -126,7 +126,7 @@ COMMITTED_AUGMENTATION = {
     ("cifar10", None): (4, True),
     ("cifar100", None): (4, True),
     ("svhn", None): (4, False),
-    ("imagenet", None): (16, True),
+    ("imagenet", None): (-1, True),  # never run on ImageNet; its crop is the Inception crop (below)
     ("permuted_cifar100", "4"): (4, True),
     ("fashion_mnist", None): (2, True),
     ("fashion_mnist", "vit_positional,accel"): (2, True),
@@ -227,6 +227,7 @@ def test_config_arguments_select_attention_model_block_and_quick():
         assert list(setup_lib.resolve(c, 8).permutation.perm) == [0]  # it resolves (it was refused)
     c, _ = load_config("imagenet", "quick")
     assert c.global_batch_size % 8 == 0 and c.image_size < 224 and c.model.variant == "test/2"
+    assert c.augment.inception_crop  # ImageNet's training crop, drawn where the images are decoded
     with pytest.raises(ConfigError, match="unknown config argument '8'"):
         load_config("digits", "8")
     c, _ = load_config("digits", "locl")  # an attention kind, checked by the library (as any other)
