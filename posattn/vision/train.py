@@ -224,6 +224,12 @@ def train(config, workdir: str, *, devices=None, dataset=None) -> tuple[dict, di
         progress.say(
             f"augmentation: {setup.augment_note}"
         )  # (the "auto" defaults resolved: setup.resolve_augment)
+        workers = setup.input_workers
+        progress.say(
+            f"input: {workers or 'no'} worker process{'es' if workers != 1 else ''}"
+            f"{'' if workers else ' (read in the trainer)'}, batches put on the devices "
+            f"{config.input.prefetch} steps ahead"
+        )
 
         train_step = jax.jit(
             train_step_lib.make_train_step(setup),
