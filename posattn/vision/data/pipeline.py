@@ -149,7 +149,14 @@ def _in_workers(batch: StepBatch, start_step: int, workers: int) -> Iterator[dic
     # no absl app has parsed the command line, so the flags keep their defaults, marked as parsed.
     if not flags.FLAGS.is_parsed():
         flags.FLAGS.mark_as_parsed()
-    steps = grain.MapDataset.range(start_step, _STEPS_END).map(batch).to_iter_dataset()
+    # One thread per worker computing at most one batch ahead: an element is a whole batch, so grain's
+    # default (16 threads, 500 elements ahead, for single examples) would hold hundreds of batches per
+    # worker and its threads would contend for one interpreter; the parallelism is the processes'.
+    steps = (
+        grain.MapDataset.range(start_step, _STEPS_END)
+        .map(batch)
+        .to_iter_dataset(grain.ReadOptions(num_threads=1, prefetch_buffer_size=1))
+    )
     iterator = iter(steps.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers)))
     try:
         for element in iterator:
