@@ -15,7 +15,7 @@ from PIL import Image
 
 from posattn.errors import ConfigError
 from posattn.vision import config as config_lib
-from posattn.vision.data import datasets, records, tfds_datasets
+from posattn.vision.data import datasets, records
 from posattn.vision.data import split as split_lib
 from posattn.vision.setup import resolve
 
@@ -128,7 +128,8 @@ def _read_in_child(split, indices):
 def test_a_split_is_picklable_and_reads_in_another_process(tmp_path):
     (x, y), (tx, ty) = digits()
     write(tmp_path, (x[:50], y[:50]), (tx[:5], ty[:5]), per_file=20)
-    split = datasets.open_split(f"records:{tmp_path}", "train")
+    # decoded per read (a split this small is otherwise held in memory, test below)
+    split = datasets.get(f"records:{tmp_path}").open_split("train", 0, in_memory=False)
     split.read([0])  # readers open here; a pickled copy opens its own
     copy = pickle.loads(pickle.dumps(split))
     np.testing.assert_array_equal(copy.read([49, 3])[0], x[[49, 3]])
@@ -137,6 +138,20 @@ def test_a_split_is_picklable_and_reads_in_another_process(tmp_path):
         images, labels = pool.submit(_read_in_child, split, [45, 21, 2]).result(timeout=120)
     np.testing.assert_array_equal(images, x[[45, 21, 2]])
     np.testing.assert_array_equal(labels, y[[45, 21, 2]])
+
+
+def test_a_small_split_of_one_size_is_decoded_once_and_held(tmp_path, monkeypatch):
+    (x, y), (tx, ty) = digits()
+    write(tmp_path, (x[:50], y[:50]), (tx[:5], ty[:5]), per_file=20)
+    dataset = datasets.get(f"records:{tmp_path}")
+    held = dataset.open_split("train", 0)
+    assert held.in_memory
+    np.testing.assert_array_equal(held.read(np.arange(50))[0], x[:50])
+    assert not dataset.open_split("train", 16).in_memory  # resized: decoded per read
+    monkeypatch.setattr(split_lib, "IN_MEMORY_BYTES", 50 * 8 * 8 - 1)  # one byte short
+    assert not dataset.open_split("train", 0).in_memory
+    with pytest.raises(ConfigError, match="only a split read at its images' own size"):
+        dataset.open_split("train", 16, in_memory=True)
 
 
 def test_bad_folders_and_examples_are_one_line_errors(tmp_path):
@@ -183,7 +198,7 @@ def test_original_of_in_memory_subset_and_tfds_read_by_index_splits(tmp_path, mo
     np.testing.assert_array_equal(sub.original(1)[0], x[4])
     assert sub.original(1)[1] == y[4]
     # a tfds split too large for memory (here: every split) decodes its full-size image by index
-    monkeypatch.setattr(tfds_datasets, "IN_MEMORY_BYTES", 0)
+    monkeypatch.setattr(split_lib, "IN_MEMORY_BYTES", 0)
     with tfds.testing.mock_data(num_examples=3):  # mock oxford_flowers102 images have random sizes
         split = datasets.open_split(
             "oxford_flowers102", "train", data_dir=str(tmp_path), image_size=16

@@ -35,7 +35,13 @@ I1 = {
     "tokens": {"tau": 1.5, "alpha_conf": 0.0},
     "model": {"sigma": 2.0, "delta": 2.0},
     "sgd": {"t_scale": 10.0, "N": 128},
-    "n_stars": (8, 9, 10, 12, 15),  # alpha_* = 8/30 .. 1/2, alpha_*^-2 = 14.1 .. 4 (the paper's range)
+    "n_stars": (
+        8,
+        9,
+        10,
+        12,
+        15,
+    ),  # alpha_* = 8/30 .. 1/2, alpha_*^-2 = 14.1 .. 4 (the paper's range)
     "Ns": (3, 5, 8, 12, 18, 27, 40, 60, 90, 135, 200, 300, 450, 1024),
     "taus": (1.0, 1.5),  # tau = 2 puts N* beyond 8,800 samples (part 2): beyond any default grid
     "sigmas": (1.0, 2.0),

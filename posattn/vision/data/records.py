@@ -26,6 +26,7 @@ input).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import io
 import json
@@ -339,8 +340,14 @@ class RecordsDataset:
     def sizes(self) -> tuple[int, int]:
         return sum(self.split_files["train"][1]), sum(self.split_files["test"][1])
 
-    def open_split(self, split: str, image_size: int) -> split_lib.Split:
-        """`split` at image_size x image_size (0: native), decoded per read (`RecordsReader`)."""
+    def open_split(
+        self, split: str, image_size: int, *, in_memory: bool | None = None
+    ) -> split_lib.Split:
+        """`split` at image_size x image_size (0: native). Images of one size read at that size whose
+        split fits `split.IN_MEMORY_BYTES` are decoded once, when opened, and held (reading then only
+        indexes, as a tfds split of that size is); others are decoded per read (`RecordsReader`), their
+        full-resolution originals at hand for a crop. `in_memory` forces one or the other (a
+        benchmark of decoding); holding a split whose images are resized is refused."""
         if split not in self.split_files:
             raise ConfigError(f"unknown split {split!r}; expected one of train, test")
         h, w, c = self.native_shape
@@ -356,12 +363,32 @@ class RecordsDataset:
             )
         size = image_size or h
         reader = RecordsReader(_Shards(*self.split_files[split]), c, 0 if size == h == w else size)
+        count = sum(self.split_files[split][1])
+        native = size == h == w
+        if in_memory is None:
+            in_memory = native and count * size * size * c <= split_lib.IN_MEMORY_BYTES
+        elif in_memory and not native:
+            raise ConfigError(
+                f"in_memory=True for {self.name} read at {size} px: only a split read at its "
+                "images' own size is held (a crop takes the originals)"
+            )
+        if in_memory:
+            return split_lib.in_memory(*_decode_all(reader, count))
         return split_lib.Split(
             num_examples=sum(self.split_files[split][1]),
             image_shape=(size, size, c),
             read=reader.read,
             original=reader.original,
         )
+
+
+def _decode_all(reader: RecordsReader, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every example of a split, decoded in chunks on a thread per core (PIL's decoders release the
+    interpreter), as one (N, H, W, C) uint8 array and its int32 labels."""
+    chunks = np.array_split(np.arange(count), max(1, count // 1024))
+    with concurrent.futures.ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:
+        parts = list(pool.map(reader.read, chunks))
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 def open_dataset(directory: str, name: str | None = None) -> RecordsDataset:

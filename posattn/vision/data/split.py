@@ -18,6 +18,9 @@ from posattn.errors import ConfigError
 
 # The seed of the draw of validation examples: a constant, so the hold-out never depends on the run's seed.
 VALIDATION_SEED = 20221128
+# The largest split a source decodes once and holds as one uint8 array (ImageNet's is ~190 GB at
+# 224 x 224): reading it then only indexes (`in_memory`), where a larger one decodes every read.
+IN_MEMORY_BYTES = 4 << 30
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,7 @@ What a run needs to know comes from the dataset's tfds metadata (`tfds.builder(n
 and label features (its supervised keys: an `Image` and a `ClassLabel`), hence the classes and the image
 shape, and its split names: "train" trains, "test" evaluates ("validation" where a dataset has no "test"
 split, and for ImageNet, whose "test" split has no labels). A split whose images take at most
-`IN_MEMORY_BYTES` at the run's size is decoded once and indexed (CIFAR, SVHN, MNIST); a larger one
+`split.IN_MEMORY_BYTES` at the run's size is decoded once and indexed (CIFAR, SVHN, MNIST); a larger one
 (ImageNet) is decoded by index at every read, on a thread pool. Images of varying size (ImageNet,
 oxford_flowers102) are resized (shorter side) and centre-cropped to the run's image_size, which such a
 dataset must set. A dataset that is not prepared in array_record format is a ConfigError naming the
@@ -23,8 +23,6 @@ import numpy as np
 from posattn.errors import ConfigError
 from posattn.vision.data import split as split_lib
 
-# The largest split decoded once and held as one uint8 array (ImageNet's is ~190 GB at 224 x 224).
-IN_MEMORY_BYTES = 4 << 30
 # tfds name -> the split that evaluates, where it is not the rule's ("test", else "validation").
 TEST_SPLITS = {"imagenet2012": "validation"}  # ImageNet's "test" split has no labels
 
@@ -92,7 +90,7 @@ class TfdsDataset:
         return len(self.source("train")), len(self.source("test"))
 
     def open_split(self, split: str, image_size: int) -> split_lib.Split:
-        """`split` at image_size x image_size (0: native), decoded once if it fits `IN_MEMORY_BYTES`."""
+        """`split` at image_size x image_size (0: native), decoded once if it fits `split.IN_MEMORY_BYTES`."""
         source = self.source(split)
         h, w, c = self.native_shape
         if not image_size and h is None:
@@ -104,7 +102,7 @@ class TfdsDataset:
         shape = (size, size, c)
         resize = (h, w) != (size, size)  # (varying sizes are None: always resized)
         pool = concurrent.futures.ThreadPoolExecutor(_read_threads())
-        if len(source) * size * size * c <= IN_MEMORY_BYTES:
+        if len(source) * size * size * c <= split_lib.IN_MEMORY_BYTES:
             with pool:
                 return split_lib.in_memory(
                     *self._decode(source, np.arange(len(source)), shape, resize, pool)
