@@ -192,6 +192,19 @@ def test_compare_attention_end_to_end_on_digits(tmp_path):
         "positional - vanilla (digits): " in table and summary["gap"]["stderr"] == 0.0
     )  # one seed each
 
+    # A workdir of an older version (its record lacks fields added since, here the input pipeline's)
+    # resumes, with one more seed; a change no resumed run may make is still refused.
+    marker = json.loads((cmp_dir / "workdir.json").read_text())
+    del marker["config"]["config"]["input"]
+    (cmp_dir / "workdir.json").write_text(json.dumps(marker))
+    again = [a.replace("--config.seeds=1", "--config.seeds=2") for a in r.args[2:]]
+    r2 = _run(*again)
+    assert r2.returncode == 0, r2.stderr[-2000:]
+    assert json.loads((cmp_dir / "summary.json").read_text())["seeds"] == 2
+    assert (cmp_dir / "vanilla-seed1" / "summary.json").exists()
+    r3 = _run(*again, "--config.model.depth=3")
+    assert r3.returncode == 2 and "another config" in r3.stderr
+
 
 @pytest.mark.parametrize(
     "args, message",

@@ -15,7 +15,7 @@ from posattn.papers.jsl22 import image_tables, published
 from posattn.plots import save_png
 from posattn.plots import vision as plots
 from posattn.vision import config as config_lib
-from posattn.vision import setup, sharding, sweep
+from posattn.vision import resume, setup, sharding, sweep
 
 ATTENTIONS = ("vanilla", "positional")
 # The paper's numbers (Figures 6 and 7), each beside the config file that runs its dataset here.
@@ -84,7 +84,18 @@ def run(config, workdir: str, claim) -> None:
         for c in cells.values()
     ][-1].eval_splits
     # its own (its cells resume), writable and locked, before any training
-    claim(workdir, "compare_attention", {"config": base, "seeds": config.seeds}, resumes=True)
+    # A workdir of an older version (its record lacks fields added since) resumes with them at the values
+    # it trained with (`SCHEMA.complete`); what a resumed image run may change (resume.RESUMABLE, e.g.
+    # evaluate_test for the finals' one read of the test set) it may change here too, and seeds may
+    # grow: every seed is a run of its own.
+    claim(
+        workdir,
+        "compare_attention",
+        {"config": base, "seeds": config.seeds},
+        resumes=True,
+        may_change=("seeds", *(f"config.{field}" for field in resume.RESUMABLE)),
+        complete=lambda record: {**record, "config": config_lib.SCHEMA.complete(record["config"])},
+    )
     runs = {}
     for (
         attention
