@@ -6,8 +6,10 @@ mesh, check it against the run the workdir records, model and sharded initial st
 step, checkpoint restore, the loop (log, evaluate, checkpoint), the summary. The train state is a plain
 dict {"step", "params", "batch_stats", "opt_state"} (`state`) on the ("data", "fsdp", "model") mesh of
 `config.mesh`, each leaf sharded as `sharding.state_shardings` says (replicated on the default mesh);
-batches are split along data x fsdp; the log lines time the loop with `chrono.Chrono`. Augmentation runs inside the jitted step, on device, with a key folded
-from the step, so the update of step t is a pure function of (config, state at t): with the data
+batches are split along data x fsdp, read by the input pipeline's worker processes where a split decodes
+(`data.pipeline`) and put on the devices ahead of the step (`data.device_prefetch`); the log lines time
+the loop with `chrono.Chrono`. Augmentation runs inside the jitted step, on device, with a key folded
+from the step (the Inception crop, where configured, where the images are read, from (seed, step, row)), so the update of step t is a pure function of (config, state at t): with the data
 pipeline's (seed, step) determinism a resumed run ends with bitwise the same parameters as an
 uninterrupted one.
 
