@@ -24,7 +24,8 @@ from posattn.vision import optim
 from posattn.vision.checkpoint import abstract_like, manager, restore
 from posattn.vision.data import datasets
 from posattn.vision.data.permutation import BlockPermutation
-from posattn.vision.setup import Preprocess, Setup, build_model
+from posattn.vision.preprocess import Preprocess
+from posattn.vision.setup import Setup, build_model
 from posattn.vision.state import init_state, model_variables
 
 
@@ -102,7 +103,7 @@ def restore_run(workdir, *, step: int | None = None, devices=None):
 
 
 def run_preprocess(workdir) -> Preprocess:
-    """The `setup.Preprocess` of the run in `workdir`: natural uint8 images -> its model's inputs (block
+    """The `preprocess.Preprocess` of the run in `workdir`: natural uint8 images -> its model's inputs (block
     permutation and normalisation as recorded; no data needed)."""
     config = run_config(workdir)
     run = _run_record(workdir, config)
@@ -158,7 +159,7 @@ def load_run(workdir, step: int | None = None) -> Run:
     on the local devices, replicated; `model.apply(variables, preprocess(images), train=False)` gives its
     logits for a batch of natural images of the run's shape (preprocess.info.image_shape) on the scale
     its images were given on (preprocess.info.pixels: uint8 0..255, or floats in [0, 1] for a run on
-    float arrays; `setup.Preprocess` refuses the other).
+    float arrays; `preprocess.Preprocess` refuses the other).
     """
     model, state, config = restore_run(workdir, step=step, devices=jax.local_devices())
     return Run(model, model_variables(state), config, run_preprocess(workdir))

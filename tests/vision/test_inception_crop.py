@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from posattn.errors import ConfigError
-from posattn.vision.data import datasets, inception_crop, records
+from posattn.vision.data import datasets, inception_crop, records, records_writer
 from posattn.vision.data import split as split_lib
 
 
@@ -31,10 +31,10 @@ def split(tmp_path_factory):
     directory = tmp_path_factory.mktemp("jpeg224")
     train, labels = jpegs(6)
     entries = {
-        s: records.write_split(str(directory), s, zip(train, labels), num_classes=3)
+        s: records_writer.write_split(str(directory), s, zip(train, labels), num_classes=3)
         for s in ("train", "test")
     }
-    records.write_metadata(str(directory), "jpeg224", ["a", "b", "c"], entries)
+    records_writer.write_metadata(str(directory), "jpeg224", ["a", "b", "c"], entries)
     return datasets.open_split(f"records:{directory}", "train", image_size=224)
 
 

@@ -15,7 +15,7 @@ from PIL import Image
 
 from posattn.errors import ConfigError
 from posattn.vision import config as config_lib
-from posattn.vision.data import datasets, records
+from posattn.vision.data import datasets, records, records_writer
 from posattn.vision.data import split as split_lib
 from posattn.vision.setup import resolve
 
@@ -27,7 +27,7 @@ def digits():
 
 def write(directory, train, test, *, num_classes=10, encoding="png", per_file=100_000):
     entries = {
-        name: records.write_split(
+        name: records_writer.write_split(
             str(directory),
             name,
             zip(*pair),
@@ -37,7 +37,7 @@ def write(directory, train, test, *, num_classes=10, encoding="png", per_file=10
         )
         for name, pair in (("train", train), ("test", test))
     }
-    return records.write_metadata(
+    return records_writer.write_metadata(
         str(directory), "mine", [str(k) for k in range(num_classes)], entries
     )
 
@@ -175,11 +175,11 @@ def test_bad_folders_and_examples_are_one_line_errors(tmp_path):
         ([], "no examples"),
     ):
         with pytest.raises(ConfigError, match=says):
-            records.write_split(str(tmp_path), "train", examples, num_classes=3)
+            records_writer.write_split(str(tmp_path), "train", examples, num_classes=3)
     sixteen = io.BytesIO()
     Image.fromarray(np.zeros((4, 4), np.uint16)).save(sixteen, format="PNG")
     with pytest.raises(ConfigError, match="16-bit or float"):
-        records.write_split(str(tmp_path), "test", [(sixteen.getvalue(), 0)], num_classes=3)
+        records_writer.write_split(str(tmp_path), "test", [(sixteen.getvalue(), 0)], num_classes=3)
 
 
 def test_a_file_the_metadata_lists_must_be_there_with_its_count(tmp_path):

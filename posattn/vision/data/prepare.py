@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from posattn.errors import ConfigError
-from posattn.vision.data import channel_stats, idx, records
+from posattn.vision.data import channel_stats, idx, records, records_writer
 from posattn.vision.data import split as split_lib
 
 # The seed of the draw of held-out test examples (--test_fraction): a constant, so a dataset written
@@ -287,7 +287,7 @@ def write_dataset(
     )
     try:
         entries = {
-            split: records.write_split(
+            split: records_writer.write_split(
                 temporary,
                 split,
                 _examples(
@@ -303,11 +303,13 @@ def write_dataset(
             for split, (loaders, labels) in src.splits.items()
         }
         declared = dict(flip_preserves_label=flip_preserves_label)
-        metadata = records.write_metadata(temporary, src.name, src.class_names, entries, **declared)
+        metadata = records_writer.write_metadata(
+            temporary, src.name, src.class_names, entries, **declared
+        )
         if stats is None and metadata["native_shape"][0] is not None:  # (computed once, here)
             train = records.open_dataset(temporary).open_split("train", metadata["native_shape"][0])
             stats = channel_stats.of_split(train)
-        metadata = records.write_metadata(
+        metadata = records_writer.write_metadata(
             temporary, src.name, src.class_names, entries, **declared, stats=stats
         )
         # mkdtemp made the folder 0700; the dataset is read by other users too
