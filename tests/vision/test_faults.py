@@ -31,7 +31,7 @@ from posattn import workdir as workdir_lib
 from posattn.errors import ConfigError
 from posattn.mesh import data_mesh, replicated
 from posattn.vision import checkpoint, device_memory, saving, train, train_step
-from posattn.vision.setup import Setup
+from posattn.vision.data import device_prefetch
 from tests.vision import fault_injection
 from tests.vision.test_train import tiny_digits
 
@@ -66,16 +66,19 @@ def straight(tmp_path_factory):
 
 
 def signal_at_step(monkeypatch, signum: int, at: int) -> None:
-    """Send `signum` to this process as the batch of step `at` is drawn."""
-    original = Setup.train_batches
+    """Send `signum` to this process, once, as step `at` of a run from step 0 takes its batch (from the
+    device prefetch, which drew it earlier: the notice arrives during step `at`, however far the
+    pipeline reads ahead)."""
+    original, sent = device_prefetch.prefetch, []
 
-    def batches_with_a_signal(self, start_step=0, **processes):
-        for step, batch in enumerate(original(self, start_step, **processes), start_step + 1):
-            if step == at:
+    def prefetch_with_a_signal(batches, put, size=2):
+        for step, batch in enumerate(original(batches, put, size), 1):
+            if step == at and not sent:
+                sent.append(step)
                 os.kill(os.getpid(), signum)
             yield batch
 
-    monkeypatch.setattr(Setup, "train_batches", batches_with_a_signal)
+    monkeypatch.setattr(device_prefetch, "prefetch", prefetch_with_a_signal)
 
 
 @pytest.mark.slow
