@@ -223,7 +223,7 @@ def test_a_restart_over_a_truncated_checkpoint_says_one_line_and_no_traceback_te
         line
         for line in lines
         if not line.startswith(
-            ("checkpoint 6 ", "digits: ", "augmentation: ", "step ", "summary: ")
+            ("checkpoint 6 ", "digits: ", "augmentation: ", "input: ", "step ", "summary: ")
         )
     ]
     assert said == [], "\n".join(said[:40])
