@@ -164,10 +164,13 @@ class UploadedEvents:
         self.logdir.mkdir(parents=True, exist_ok=True)
 
     def write(self, step: int, scalars: dict) -> None:
-        """Add `scalars` ({tag: number}) at `step` and copy the event file to `logdir`."""
+        """Add `scalars` ({tag: number}) at `step` and copy the event file to `logdir` (nothing to do
+        for none)."""
         from tensorboardX.proto.event_pb2 import Event
         from tensorboardX.summary import scalar
 
+        if not scalars:
+            return
         if self._writer is None:
             self._open()
         for tag, value in scalars.items():
