@@ -47,10 +47,11 @@ class NoAppendFileSystem(LocalFileSystem):
         return super()._open(path, mode, **kwargs)
 
 
-def install(root) -> type:
-    """Serve gs:// from local folder `root` (created) without append; the file system's class."""
+def install(root, base: type = NoAppendFileSystem) -> type:
+    """Serve gs:// from local folder `root` (created) without append, with `base` (a subclass of
+    `NoAppendFileSystem` that changes more); the file system's class."""
     os.makedirs(root, exist_ok=True)
-    fake = type("NoAppendFileSystem", (NoAppendFileSystem,), {"root": os.path.abspath(root)})
+    fake = type(base.__name__, (base,), {"root": os.path.abspath(root)})
     for protocol in PROTOCOLS:
         fsspec.register_implementation(protocol, fake, clobber=True)
     backend.fsspec_backend._get_filesystem.cache_clear()  # epath keeps the first one it built
