@@ -13,10 +13,11 @@ import importlib
 import os
 
 import fsspec
-from etils.epath import backend
+from etils.epath import backend, gpath
 from fsspec.implementations.local import LocalFileSystem
 
 PROTOCOLS = ("gs", "gcs")
+_env_before = {}  # the variables `install` set, as they were
 
 
 class NoAppendFileSystem(LocalFileSystem):
@@ -55,6 +56,10 @@ def install(root, base: type = NoAppendFileSystem) -> type:
     for protocol in PROTOCOLS:
         fsspec.register_implementation(protocol, fake, clobber=True)
     backend.fsspec_backend._get_filesystem.cache_clear()  # epath keeps the first one it built
+    # where TensorFlow is installed epath would take its file system for gs://, not fsspec's
+    _env_before.setdefault("EPATH_USE_TF", os.environ.get("EPATH_USE_TF"))
+    os.environ["EPATH_USE_TF"] = "false"
+    gpath._is_tf_installed.cache_clear()
     return fake
 
 
@@ -64,6 +69,11 @@ def uninstall() -> None:
         # (fsspec's `registry` attribute is a read-only view; its module holds the dict)
         importlib.import_module("fsspec.registry")._registry.pop(protocol, None)
     backend.fsspec_backend._get_filesystem.cache_clear()
+    if (before := _env_before.pop("EPATH_USE_TF", None)) is None:
+        os.environ.pop("EPATH_USE_TF", None)
+    else:
+        os.environ["EPATH_USE_TF"] = before
+    gpath._is_tf_installed.cache_clear()
 
 
 def local(url: str, root) -> str:
