@@ -7,6 +7,8 @@ float32 round-off;
 for count, at every shape it times).
 [data]: `tfds build` (TensorFlow's builders) prepares a dataset in array_record format, and
 `tfds.data_source`, the image regime's reader, opens it.
+[gcs]: fsspec serves gs:// with gcsfs, the route etils.epath takes where TensorFlow is absent (with
+[data] installed here, epath itself takes TensorFlow's; a run's records never append on either).
 """
 
 import pathlib
@@ -128,7 +130,17 @@ def check_data() -> None:
     )
 
 
+def check_gcs() -> None:
+    import gcsfs
+    from etils.epath import backend
+
+    fs = backend.fsspec_backend.fs("gs://bucket/run")  # builds the file system; no request is made
+    assert isinstance(fs, gcsfs.GCSFileSystem), type(fs)
+    print("gcs: fsspec's gs:// is gcsfs", gcsfs.__version__)
+
+
 if __name__ == "__main__":
     check_bench()
     check_data()
+    check_gcs()
     sys.exit(0)

@@ -197,7 +197,7 @@ def command(c) -> str:
         f"--config.optimizer.accumulate_steps={c.optimizer.accumulate_steps}",
         f"--config.global_batch_size={GLOBAL_BATCH}",
     ]
-    # a file system every host mounts (a gs:// workdir is not yet supported: docs/distributed.md)
+    # a file system every host mounts (or gs://BUCKET/runs/in1k: docs/distributed.md, Storage)
     return (
         "python -m posattn.experiments.train_images --config=tpu_configs/imagenet.py "
         "--workdir=/mnt/shared/runs/in1k " + " ".join(flags_)

@@ -44,13 +44,13 @@ def jsonable(x):
     return x
 
 
-def write_bytes(path, data: bytes) -> None:
-    """Write `data` atomically: a temporary file beside `path`, renamed into place (a reader never
-    sees half a file; a run stopped mid-write leaves the previous one)."""
+def write_bytes(path, data: bytes, tmp_name: str | None = None) -> None:
+    """Write `data` atomically: a temporary file beside `path` (`tmp_name`, default NAME.tmp), renamed
+    into place (a reader never sees half a file; a run stopped mid-write leaves the previous one)."""
     if not is_writer():
         return
     path = epath.Path(path)
-    tmp = path.parent / (path.name + ".tmp")
+    tmp = path.parent / (tmp_name or path.name + ".tmp")
     tmp.write_bytes(data)
     tmp.replace(path)
 
@@ -65,20 +65,24 @@ def write_json(path, obj) -> None:
     write_text(path, json.dumps(jsonable(obj), indent=2, sort_keys=True) + "\n")
 
 
-def _jsonl_line(obj) -> str:
+def jsonl_line(obj) -> str:
+    """`obj` as one line of JSON (sorted keys), its newline included."""
     return json.dumps(jsonable(obj), sort_keys=True) + "\n"
 
 
 def append_jsonl(path, obj) -> None:
-    """Append `obj` as one line of JSON (a metrics record)."""
+    """Append `obj` as one line of JSON (a metrics record) to a local file; ValueError for a path on
+    another store (gs://...), which may not append (gcsfs rewrites the file: `posattn.chunked_log`)."""
+    if not is_local(path):
+        raise ValueError(f"{path}: only a local file is appended to; write chunks (chunked_log)")
     if is_writer():
         with epath.Path(path).open("a") as f:
-            f.write(_jsonl_line(obj))
+            f.write(jsonl_line(obj))
 
 
 def write_jsonl(path, records) -> None:
     """`records` as JSON lines, the whole file written atomically (`write_text`)."""
-    write_text(path, "".join(_jsonl_line(r) for r in records))
+    write_text(path, "".join(jsonl_line(r) for r in records))
 
 
 def read_jsonl(path) -> list[dict]:

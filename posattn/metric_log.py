@@ -17,9 +17,13 @@ record per stage, cell or model, its "step" that record's place in the run, and 
 
 Anything else a regime measures keeps its own name (theory: alpha, A_within, patch_association_share,
 ...; images: train_grad_norm, train_lr, images_per_second, ...). `from_theory` and `paired_test_metrics` put a
-regime's own names into this schema; `MetricLog` writes a record to both files (process 0 only).
-TensorBoard (`tensorboard --logdir WORKDIR`) reads the events in WORKDIR/tensorboard/; they are written
-by tensorboardX, for local workdirs (an `etils.epath` URL such as gs:// gets the JSON lines only).
+regime's own names into this schema; `MetricLog` writes a record to both (process 0 only).
+TensorBoard (`tensorboard --logdir WORKDIR`) reads the events in WORKDIR/tensorboard/, written by
+tensorboardX.
+
+On a store that cannot append (an `etils.epath` URL such as gs://), the JSON lines go into numbered
+chunks, metrics.jsonl.d/000000.jsonl, ... (`posattn.chunked_log`, which says why), and each event file is
+written on the local disk and copied whole; `read` joins the chunks in order.
 """
 
 import math
@@ -27,17 +31,20 @@ import numbers
 
 from etils import epath
 
-from posattn import io
+from posattn import chunked_log, io
 
 TENSORBOARD_DIR = "tensorboard"
 METRICS_FILE = "metrics.jsonl"
+METRICS_CHUNKS = chunked_log.chunks_dir(
+    METRICS_FILE
+).name  # its chunks, where it cannot be appended
 
 
 def read(workdir) -> list[dict]:
-    """Every record of `workdir`'s metrics.jsonl, in order (`io.read_jsonl`: a last line cut short by a
-    kill is left out; a damaged line before it is a ConfigError); [] where the run wrote none."""
-    path = epath.Path(workdir) / METRICS_FILE
-    return io.read_jsonl(path) if path.exists() else []
+    """Every record of `workdir`'s metrics.jsonl (and of its chunks, `chunked_log.read_jsonl`), in
+    order (`io.read_jsonl`: a last line cut short by a kill is left out; a damaged line before it is a
+    ConfigError); [] where the run wrote none."""
+    return chunked_log.read_jsonl(epath.Path(workdir) / METRICS_FILE)
 
 
 def paired_test_metrics(record: dict) -> dict:
@@ -57,7 +64,8 @@ def from_theory(entry: dict) -> dict:
 
 
 class MetricLog:
-    """Appends records to `workdir/metrics.jsonl` and to TensorBoard events in `workdir/tensorboard`.
+    """Appends records to `workdir/metrics.jsonl` and to TensorBoard events in `workdir/tensorboard`
+    (on a store that cannot append: chunks, and event files copied whole; module docstring).
 
     `fresh=True` empties metrics.jsonl first (a run that starts over). A run that continues from step
     `start_step` (0: from its start) keeps the records of the steps up to it and drops the later ones,
@@ -70,34 +78,45 @@ class MetricLog:
     def __init__(self, workdir, *, fresh: bool = False, start_step: int | None = None):
         self.path = f"{workdir}/{METRICS_FILE}"
         if fresh:
-            io.write_text(self.path, "")
-        elif start_step is not None and io.is_writer() and epath.Path(self.path).exists():
-            io.write_jsonl(
-                self.path, [r for r in io.read_jsonl(self.path) if r["step"] <= start_step]
-            )
-        self._events = None
-        if io.is_writer() and io.is_local(workdir):
+            chunked_log.clear(self.path)
+        elif start_step is not None:
+            chunked_log.keep(self.path, lambda r: r["step"] <= start_step)
+        self._lines = self._events = None
+        if not io.is_writer():
+            return
+        self._lines = chunked_log.JsonlWriter(self.path)
+        purge = None if start_step is None else start_step + 1
+        logdir = f"{workdir}/{TENSORBOARD_DIR}"
+        if io.is_local(workdir):
             from tensorboardX import SummaryWriter  # imported here: only a writing process needs it
 
-            purge = None if start_step is None else start_step + 1
-            self._events = SummaryWriter(
-                logdir=f"{workdir}/{TENSORBOARD_DIR}", flush_secs=30, purge_step=purge
-            )
+            self._events = SummaryWriter(logdir=logdir, flush_secs=30, purge_step=purge)
+        else:
+            self._events = chunked_log.UploadedEvents(logdir, purge_step=purge)
 
     def write(self, record: dict) -> None:
         """Append one record (it must have "step"); its finite numbers become TensorBoard scalars."""
         record = io.jsonable(record)
         if "step" not in record:
             raise ValueError(f"a metrics record needs a 'step'; got keys {sorted(record)}")
-        io.append_jsonl(self.path, record)
-        if self._events is None:
+        if self._lines is None:
             return
+        self._lines.write(record)
+        # A non-finite value (a diverged run) is in the JSON lines; TensorBoard would drop it.
+        scalars = {
+            k: v
+            for k, v in record.items()
+            if k != "step"
+            and isinstance(v, numbers.Real)
+            and not isinstance(v, bool)
+            and math.isfinite(v)
+        }
         step = int(record["step"])
-        for key, value in record.items():
-            if key != "step" and isinstance(value, numbers.Real) and not isinstance(value, bool):
-                # A non-finite value (a diverged run) is in the JSON lines; TensorBoard would drop it.
-                if math.isfinite(value):
-                    self._events.add_scalar(key, value, step)
+        if isinstance(self._events, chunked_log.UploadedEvents):
+            self._events.write(step, scalars)
+        else:
+            for key, value in scalars.items():
+                self._events.add_scalar(key, value, step)
 
     def close(self) -> None:
         """Flush and close the event file (the JSON lines are written as they come)."""

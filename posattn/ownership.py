@@ -33,6 +33,7 @@ import dataclasses
 import datetime
 import hashlib
 import json
+import logging
 import os
 import shlex
 import signal
@@ -70,6 +71,11 @@ def _reachable(workdir) -> epath.Path:
     """`workdir` as a path (`check_path`) whose file system answers: ConfigError in one line if not
     (e.g. gs:// without gcsfs installed: an ImportError; a file system's own error)."""
     path = epath.Path(check_path(workdir))
+    # gcsfs logs each failed attempt with its traceback before it raises (a bucket out of reach): the
+    # one line below says it; gcsfs's log stays on for the rest of the run
+    gcsfs_log = logging.getLogger("gcsfs")
+    level = gcsfs_log.level
+    gcsfs_log.setLevel(logging.CRITICAL + 1)
     try:
         path.exists()
     except Exception as e:  # noqa: BLE001 - whatever the file system raises, the workdir is out of reach
@@ -77,6 +83,8 @@ def _reachable(workdir) -> epath.Path:
             f"--workdir={workdir} cannot be reached ({type(e).__name__}: {first_line(e)}): "
             "install what it names, or choose a directory this machine can reach"
         ) from e
+    finally:
+        gcsfs_log.setLevel(level)
     return path
 
 

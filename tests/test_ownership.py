@@ -207,3 +207,29 @@ def test_a_second_process_is_refused_naming_the_first_and_a_killed_one_leaves_no
         ownership.claim(tmp_path, "reproduce", {"seed": 0})
     ownership.claim(tmp_path, "theory", {"seed": 0})  # the OS dropped the killed process's lock
     assert marker(tmp_path)["pid"] == os.getpid()
+
+
+def test_a_bucket_out_of_reach_is_one_line_without_gcsfs_tracebacks(tmp_path, caplog):
+    """gcsfs logs every failed attempt with its traceback before it raises; the claim's probe keeps them
+    out of the binary's one line (and leaves gcsfs's log as it was for the run)."""
+    import logging
+
+    from tests import fake_gcs
+
+    class OutOfReach(fake_gcs.NoAppendFileSystem):
+        def exists(self, path, **kwargs):
+            try:
+                raise ConnectionError("Cannot connect to host storage.googleapis.com:443")
+            except ConnectionError:
+                logging.getLogger("gcsfs").exception("_request out of retries on exception")
+                raise
+
+    fake_gcs.install(tmp_path, OutOfReach)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="gcsfs"):
+            with pytest.raises(ConfigError, match=r"cannot be reached \(ConnectionError: Cannot"):
+                ownership.check_claim("gs://bucket/run", "theory", {})
+            assert logging.getLogger("gcsfs").level == logging.DEBUG  # as it was
+        assert [r for r in caplog.records if r.name == "gcsfs"] == []
+    finally:
+        fake_gcs.uninstall()

@@ -22,6 +22,7 @@ RUN_OUTPUTS = (
     run_record.CONFIG_FILE,
     run_record.RUN_FILE,
     metric_log.METRICS_FILE,
+    metric_log.METRICS_CHUNKS,
     "summary.json",
     "curves.png",
     "tensorboard",

@@ -8,9 +8,9 @@ continues from it.
 """
 
 import json
-import os
 
 import numpy as np
+from etils import epath
 
 from posattn import run_record
 from posattn.analysis import bootstrap
@@ -20,10 +20,10 @@ from posattn.vision import device_memory, resume, seeds, train
 def finished_summary(config, workdir: str) -> dict | None:
     """The summary.json of `workdir` if it holds `config` (its config.json to the last field) trained to
     its total_steps, else None."""
-    path, stored = os.path.join(workdir, "summary.json"), resume.read_record(workdir)
-    if os.path.exists(path) and stored is not None:
-        with open(path) as f:
-            summary = json.load(f)
+    # (epath: a cell's workdir may be on gs://, where os.path sees nothing)
+    path, stored = epath.Path(workdir) / "summary.json", resume.read_record(workdir)
+    if path.exists() and stored is not None:
+        summary = json.loads(path.read_text())
         if summary.get("steps") == config.total_steps and not run_record.differing_fields(
             stored, run_record.as_json(config)
         ):

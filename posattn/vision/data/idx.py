@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from posattn.errors import ConfigError
+from posattn.vision.data.tfds_datasets import check_local_data_dir
 
 # IDX type code -> numpy dtype (big-endian where it matters)
 _DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -81,8 +82,11 @@ IDX_DATASETS = {
 
 def directory(name: str, idx_dir: str | None = None) -> str:
     """Where the IDX files of `name` are looked for: `idx_dir` (config.idx_dir), else the environment
-    variable of its spec, else the Debian package's directory."""
+    variable of its spec, else the Debian package's directory; ConfigError if that is not local
+    (`tfds_datasets.check_local_data_dir`)."""
     spec = IDX_DATASETS[name]
+    check_local_data_dir(idx_dir, "--config.idx_dir")
+    check_local_data_dir(None if idx_dir else os.environ.get(spec.env), f"${spec.env}")
     return os.path.expanduser(idx_dir or os.environ.get(spec.env) or spec.default_dir)
 
 

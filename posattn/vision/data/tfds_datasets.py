@@ -27,12 +27,29 @@ from posattn.vision.data import split as split_lib
 TEST_SPLITS = {"imagenet2012": "validation"}  # ImageNet's "test" split has no labels
 
 
+def check_local_data_dir(path: str | None, name: str = "--config.data_dir") -> str | None:
+    """`path` as given if it is on this machine's file system (or None); else ConfigError in one line,
+    `name` naming where it came from, with the routes that work. The images are read by index from local
+    files: ArrayRecord cannot open gs:// (google/array_record#120), nor the IDX reader."""
+    if path and "://" in str(path):
+        raise ConfigError(
+            f"{name}={path} is not on this machine's disk, and the data are read from local files: "
+            f"copy them to the host's disk (gcloud storage cp -r {path} /data) and pass that folder, or "
+            "mount the bucket with gcsfuse (gcsfuse --implicit-dirs BUCKET /mnt/BUCKET) and pass the "
+            "path under the mount"
+        )
+    return path
+
+
 def resolve_data_dir(data_dir: str | None) -> str:
-    """The tfds data directory: `data_dir`, else $TFDS_DATA_DIR, else tfds' default (~/tensorflow_datasets)."""
+    """The tfds data directory: `data_dir`, else $TFDS_DATA_DIR, else tfds' default (~/tensorflow_datasets);
+    ConfigError if it is not local (`check_local_data_dir`)."""
     if data_dir:
-        return os.path.expanduser(data_dir)
+        return os.path.expanduser(check_local_data_dir(data_dir))
     if os.environ.get("TFDS_DATA_DIR"):
-        return os.path.expanduser(os.environ["TFDS_DATA_DIR"])
+        return os.path.expanduser(
+            check_local_data_dir(os.environ["TFDS_DATA_DIR"], "$TFDS_DATA_DIR")
+        )
     return os.path.expanduser(os.path.join("~", "tensorflow_datasets"))
 
 
