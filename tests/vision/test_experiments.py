@@ -204,6 +204,9 @@ def test_compare_attention_end_to_end_on_digits(tmp_path):
     assert (cmp_dir / "vanilla-seed1" / "summary.json").exists()
     r3 = _run(*again, "--config.model.depth=3")
     assert r3.returncode == 2 and "another config" in r3.stderr
+    (cmp_dir / "workdir.json").write_text(json.dumps({**marker, "config": {"seed": 12345}}))
+    r4 = _run(*again)  # a record of another shape: refused in one line, not a KeyError
+    assert r4.returncode == 2 and "another config" in r4.stderr and "Traceback" not in r4.stderr
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,14 @@ def attention_cell_configs(base, seeds: int, attentions=("vanilla", "positional"
     return out
 
 
+def _completed(record: dict) -> dict:
+    """A comparison's recorded config with its image config completed (`config_lib.SCHEMA.complete`);
+    a record of another shape as it is (it then differs, and the claim refuses it)."""
+    if not isinstance(record.get("config"), dict):
+        return record
+    return {**record, "config": config_lib.SCHEMA.complete(record["config"])}
+
+
 def run(config, workdir: str, claim) -> None:
     """Check `config` (SCHEMA) and every cell's config, `claim(workdir, "compare_attention", ...)` (the
     binary's `cli.claim`), train the seeds of each attention kind (vmapped where they fit, unless
@@ -94,7 +102,7 @@ def run(config, workdir: str, claim) -> None:
         {"config": base, "seeds": config.seeds},
         resumes=True,
         may_change=("seeds", *(f"config.{field}" for field in resume.RESUMABLE)),
-        complete=lambda record: {**record, "config": config_lib.SCHEMA.complete(record["config"])},
+        complete=_completed,
     )
     runs = {}
     for (
