@@ -16,9 +16,11 @@ file's bytes as encoded (PNG, JPEG, or any format PIL reads). ArrayRecord files 
 group_size 1 and no compression (the images are compressed already), so each record is read by index.
 
 Reading (`RecordsDataset`, the `Dataset` of `posattn.vision.data.datasets`; `open_dataset(directory)`)
-decodes with PIL: a grayscale dataset (C = 1) gives one channel, any other three (RGB). A split at an
-image_size other than the native one is resized (shorter side) then centre-cropped per read, as
-tfds_datasets' large splits are; a dataset whose sizes vary must set an image_size. The split is
+decodes with PIL: a grayscale dataset (C = 1) gives one channel, any other three (RGB). A split of one
+image size read at that size that fits `split.IN_MEMORY_BYTES` is decoded once, when opened, and held
+(as tfds_datasets' small splits are); any other is decoded per read, at an image_size other than the
+native one resized (shorter side) then centre-cropped, as tfds_datasets' large splits are; a dataset
+whose sizes vary must set an image_size. A split decoded per read is
 picklable and opens its files lazily, once per process (and again after a fork), so grain worker
 processes read it; `Split.original(i)` is example i decoded at full resolution (the Inception crop's
 input).
