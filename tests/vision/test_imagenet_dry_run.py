@@ -36,22 +36,25 @@ def fake_imagenet(root: pathlib.Path) -> pathlib.Path:
                 h, w = rng.integers(40, 96, 2)
                 image = np.clip(rng.normal(60 * c, 40, (h, w, 3)), 0, 255).astype(np.uint8)
                 Image.fromarray(image).save(folder / f"{k}.JPEG", quality=90)
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "posattn.experiments.prepare_images",
-            f"--source={root / 'jpegs'}",
-            f"--out={root / 'records'}",
-        ],
-        cwd=ROOT,
-        env=envs.devices(1),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    out = binary(
+        "posattn.experiments.prepare_images",
+        f"--source={root / 'jpegs'}",
+        f"--out={root / 'records'}",
+        devices=1,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return root / "records"
+
+
+def binary(module: str, *args: str, devices: int) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=envs.devices(devices),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def flags(records: pathlib.Path, workdir: pathlib.Path) -> list[str]:
@@ -66,14 +69,7 @@ def flags(records: pathlib.Path, workdir: pathlib.Path) -> list[str]:
 @pytest.mark.slow
 def test_the_imagenet_input_path_runs_on_eight_devices_and_as_two_processes_alike(tmp_path):
     records = fake_imagenet(tmp_path)
-    one = subprocess.run(
-        [sys.executable, "-m", "experiments.train_images", *flags(records, tmp_path / "one")],
-        cwd=ROOT,
-        env=envs.devices(8),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    one = binary("experiments.train_images", *flags(records, tmp_path / "one"), devices=8)
     assert one.returncode == 0, one.stderr[-3000:]
     assert "Inception crop where the images are read" in one.stdout
     assert "RandAugment(1, 9); mixup 0.8" in one.stdout
