@@ -10,7 +10,7 @@ by one fixed random permutation (the same for train and test, and for every seed
   python -m posattn.experiments.permuted --config=tpu_configs/permuted.py:quick --workdir=/tmp/smoke
 
 `--config=FILE[:ARG]` (default tpu_configs/permuted.py: the digits) with fields dataset, block_sizes,
-models, seeds, cnn_seeds, permutations, validation_examples, data_dir, vit_steps, cnn_steps, cnn_batch
+models, seeds, cnn_seeds, permutations, permutation_per_seed (each seed its own permutation), validation_examples, data_dir, vit_steps, cnn_steps, cnn_batch
 and quick, each overridable as
 `--config.FIELD=VALUE`; `:quick` shrinks every cell to a smoke run.
 
@@ -20,9 +20,10 @@ tpu_configs/fashion_mnist.py's CPU settings (ViT XS with patch 7, so that g = 7 
 patches; ResNet-18 and VGG-16 at width 8; g = 28 unpermuted). cifar100: the paper's protocol,
 tpu_configs/permuted_cifar100.py (ViT-Ti/4 body with patch 2, ResNet-18, VGG-16; g = 32 unpermuted).
 Every (model, g, seed, permutation) is one train_images run in WORKDIR/MODEL-gG-seedS (-permP for
-permutations after the first; resumable); WORKDIR gets summary.json (`accuracy[model][g]`: mean, std,
-median, quartiles, values over seeds and permutations, in %, of the test set, or of the validation
-split where the cells read no test image),
+permutations after the first; resumable, and the sweep's models, block sizes and seeds may change on a
+resume); WORKDIR gets summary.json (`accuracy[model][g]`: mean, std, median, quartiles, values over
+seeds and permutations, in %, of the test set, or of the validation split where the cells read no test
+image; `drop_contrast[cnn][g]`: the CNN's drop minus the ViT's with its intervals and verdict),
 summary.md beside the paper's numbers, and permuted.png (Figure 5 style; unpermuted baselines dashed).
 """
 

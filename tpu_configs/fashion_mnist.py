@@ -39,9 +39,10 @@ VGG-16, random crop after 2 pixels of padding and horizontal flip (clothes are n
 label smoothing 0.1, float32, one evaluation at the end. ViT: XS (width 64, depth 4, 4 heads, MLP 128)
 with patch 4 (a 7 x 7 grid of 49 tokens, fine enough for Figure 1a's maps).
 CNNs: ResNet-18 and VGG-16 at width 8 (ResNet: 8-16-32-64 channels; ~1/64 of the published FLOPs).
-The argument G (an integer: 7, 14, or 28 = unpermuted) permutes g x g pixel blocks (JSL22 Figure 5) and
-gives the ViT patch 7 (a 4 x 4 grid), so that every block is whole patches and the ViT sees a fixed
-permutation of its tokens; `quick` shrinks any of them to a smoke run of a few steps.
+The argument G (an integer dividing 28: 2, 4, 7, 14, or 28 = unpermuted) permutes g x g pixel blocks
+(JSL22 Figure 5) and gives the ViT patch 7 (a 4 x 4 grid): g = 7 and 14 move whole patches (the ViT
+sees a fixed permutation of its tokens), g = 2 and 4 cut them; `quick` shrinks any of them to a smoke
+run of a few steps.
 """
 
 import os

@@ -22,7 +22,7 @@ ours beside them.
 
 import ml_collections
 
-BLOCKS = {"digits": (2, 4, 8), "fashion_mnist": (7, 14, 28), "cifar100": (2, 4, 8, 16, 32)}
+BLOCKS = {"digits": (2, 4, 8), "fashion_mnist": (2, 4, 7, 14, 28), "cifar100": (2, 4, 8, 16, 32)}
 
 
 def get_config(arg=None):

@@ -123,6 +123,41 @@ def difference_of_means(
     }
 
 
+def contrast(
+    samples, weights, *, resamples: int = RESAMPLES, level: float = LEVEL, seed: int = SEED
+) -> dict:
+    """sum_i w_i mean(samples[i]) of independent samples (e.g. a difference of two drops, each a
+    difference of two groups of seeds) with two intervals at `level`: Welch's t with the
+    Welch-Satterthwaite degrees of freedom of the contrast (standard error^2 = sum_i w_i^2 s_i^2 / n_i;
+    with weights (-1, +1) it is `difference_of_means`'s interval), and the percentile bootstrap that
+    resamples each sample within itself. {"value", "welch": (lo, hi), "bootstrap": (lo, hi), "n"}.
+    ConfigError unless there is one weight per sample and each sample has at least 2 values."""
+    from scipy import stats
+
+    xs = [np.asarray(v, np.float64).ravel() for v in samples]
+    w = np.asarray(weights, np.float64).ravel()
+    if len(xs) != w.size or not xs:
+        raise ConfigError(f"{len(xs)} samples and {w.size} weights: give one weight per sample")
+    if min(x.size for x in xs) < 2:
+        raise ConfigError(
+            f"samples of {[x.size for x in xs]} values: an interval over seeds needs at least 2 "
+            "values in each"
+        )
+    value = float(sum(wi * x.mean() for wi, x in zip(w, xs)))
+    terms = np.array([wi**2 * x.var(ddof=1) / x.size for wi, x in zip(w, xs)])
+    se = float(np.sqrt(terms.sum()))
+    df = terms.sum() ** 2 / sum(t**2 / (x.size - 1) for t, x in zip(terms, xs))
+    half = float(stats.t.ppf((1 + level) / 2, df)) * se if se > 0 else 0.0
+    rng = np.random.default_rng(seed)
+    boot = sum(wi * x[rng.integers(0, x.size, (resamples, x.size))].mean(1) for wi, x in zip(w, xs))
+    return {
+        "value": value,
+        "welch": (value - half, value + half),
+        "bootstrap": percentiles(boot, level),
+        "n": tuple(int(x.size) for x in xs),
+    }
+
+
 def mean_interval(
     values, *, resamples: int = RESAMPLES, level: float = LEVEL, seed: int = SEED
 ) -> dict:

@@ -110,3 +110,25 @@ def test_mean_interval_gives_students_interval_by_its_formula_and_a_bootstrap_in
     assert x.min() <= lo < x.mean() < hi <= x.max() and out["n"] == 3
     with pytest.raises(ConfigError, match="at least 2 values"):
         bootstrap.mean_interval([1.0])
+
+
+def test_contrast_of_two_samples_is_the_difference_of_means_and_of_four_a_difference_of_drops():
+    from posattn.analysis.bootstrap import contrast, difference_of_means
+
+    a, b = np.array([81.2, 80.7, 81.9]), np.array([82.3, 81.5, 83.0, 82.6])
+    two = contrast([a, b], [-1, 1])
+    np.testing.assert_allclose(two["welch"], difference_of_means(a, b)["welch"], rtol=1e-10)
+    # a CNN's drop minus a ViT's drop, (cu - cp) - (vu - vp): the value by hand, the interval around it
+    cu, cp, vu, vp = (
+        np.array(v)
+        for v in ([92.1, 92.4, 92.0], [85.0, 84.1, 85.6], [88.2, 88.0, 88.5], [87.9, 88.1, 87.6])
+    )
+    out = contrast([cu, cp, vu, vp], [1, -1, -1, 1])
+    assert out["value"] == pytest.approx((cu.mean() - cp.mean()) - (vu.mean() - vp.mean()))
+    for lo, hi in (out["welch"], out["bootstrap"]):
+        assert 0 < lo < out["value"] < hi
+    assert out["n"] == (3, 3, 3, 3)
+    with pytest.raises(ConfigError, match="one weight per sample"):
+        contrast([a, b], [1])
+    with pytest.raises(ConfigError, match="at least 2 values in each"):
+        contrast([a, [1.0]], [1, -1])

@@ -118,6 +118,7 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
         "--config=tpu_configs/permuted.py:digits,quick",
         "--config.models=vit",
         "--config.seeds=1",
+        "--config.permutation_per_seed=True",
         "--config.vit_steps=2",
         f"--workdir={work}",
     )
@@ -127,6 +128,23 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
     assert (work / "permuted.png").stat().st_size > 0 and "g=2" in (work / "summary.md").read_text()
     cell = json.loads((work / "vit-g2-seed0" / "config.json").read_text())
     assert cell["permute_block"] == 2 and cell["augment"]["crop_padding"] == 0
+    # the sweep grows on a resume: a second seed, with its own permutation where g permutes
+    r = _run(
+        "experiments.permuted",
+        "--config=tpu_configs/permuted.py:digits,quick",
+        "--config.models=vit",
+        "--config.seeds=2",
+        "--config.permutation_per_seed=True",
+        "--config.vit_steps=2",
+        f"--workdir={work}",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    grown = json.loads((work / "summary.json").read_text())
+    assert grown["accuracy"]["vit"]["2"]["n"] == 2 and grown["permutations"] == "one per seed"
+    assert (
+        json.loads((work / "vit-g2-seed1-perm1" / "config.json").read_text())["permute_seed"] == 1
+    )
+    assert (work / "vit-g8-seed1").is_dir() and not (work / "vit-g8-seed1-perm1").exists()
 
     maps = tmp_path / "maps"  # its own workdir; the run it reads is config.run
     r = _run(

@@ -42,6 +42,22 @@ def permuted_table(summary: dict) -> str:
             "(*) blocks of whole tokens: with P drawn per position, the permuted problem is the "
             "unpermuted one with P's rows relabelled (the same in distribution): no test of the ViT.",
         ]
+    drops = [
+        (m, g, c) for m, per in summary.get("drop_contrast", {}).items() for g, c in per.items()
+    ]
+    if drops:
+        lines += [
+            "",
+            "| CNN drop - ViT drop (points; drop = unpermuted - permuted) | g | value | Welch 95% "
+            "| bootstrap 95% | verdict |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {LABELS.get(m, m)} | {g} | {c['value']:+.2f} | [{c['welch'][0]:+.2f}, "
+            f"{c['welch'][1]:+.2f}] | [{c['bootstrap'][0]:+.2f}, {c['bootstrap'][1]:+.2f}] | "
+            f"{c['verdict']} |"
+            for m, g, c in drops
+        ]
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ import jax
 import ml_collections
 
 from posattn import configs, io
+from posattn.analysis import bootstrap
 from posattn.errors import ConfigError
 from posattn.papers.jsl22 import image_tables, published
 from posattn.plots import save_png
@@ -45,6 +46,9 @@ def _schema(fields) -> ml_collections.ConfigDict:
             "cnn_steps": 0,  # training steps of the ViT and of the CNNs (0 = the cell config's)
             "cnn_batch": 0,  # batch size of the CNNs (0 = the cell config's)
             "permutations": 1,  # fixed random permutations per (model, g): permute seeds 0..N-1
+            # each seed its own permutation (permute seed = training seed) instead, so that the spread
+            # over seeds holds the spread over permutations at no extra run
+            "permutation_per_seed": False,
             "validation_examples": 0,  # training images every cell holds out (posattn.vision.config)
             # what `:quick` sets: every cell shrunk by its config file's `quick` token (test/2 ViT, batch 16, 4
             # steps); a field because the cells' config files, not this schema, hold their smoke runs
@@ -98,14 +102,39 @@ def permuted_cell_config(
     return c
 
 
-def run(config, workdir: str, claim) -> None:
-    """Check `config` (SCHEMA) and every cell's config, `claim(workdir, "permuted", config)` (the
-    binary's `cli.claim`), train every cell (each resumed if present) and write summary.json, summary.md
-    and permuted.png into `workdir`."""
+def drop_contrasts(accuracy: dict, side: int) -> dict:
+    """Figure 5's claim at each permuted g, per CNN: its drop (unpermuted - permuted accuracy, mean over
+    seeds) minus the ViT's, with 95% Welch and bootstrap intervals over the four groups of runs
+    (`bootstrap.contrast`) and the verdict of docs/image_results.md (Fig. 5, fixed before the runs):
+    "reproduced" where both intervals lie above 0 (the CNN loses more), "not reproduced" where both lie
+    below, else "not decidable". {cnn: {g: {..., "verdict"}}} for every g < side with at least 2 runs in
+    each of the four groups; `accuracy` is the summary's (values in %)."""
+    vit, base = accuracy.get("vit", {}), str(side)
+    out = {}
+    for m, per in accuracy.items():
+        if m == "vit" or base not in per or base not in vit:
+            continue
+        for g in sorted(set(per) & set(vit) - {base}, key=int):
+            groups = [per[base], per[g], vit[base], vit[g]]
+            if min(grp["n"] for grp in groups) < 2:
+                continue
+            c = bootstrap.contrast([grp["values"] for grp in groups], [1, -1, -1, 1])
+            lo = min(c["welch"][0], c["bootstrap"][0])
+            hi = max(c["welch"][1], c["bootstrap"][1])
+            c["verdict"] = (
+                "reproduced" if lo > 0 else "not reproduced" if hi < 0 else "not decidable"
+            )
+            out.setdefault(m, {})[g] = c
+    return out
+
+
+def cells(config) -> dict:
+    """Check `config` (SCHEMA) and return the train_images config of every cell, {(model, g, seed,
+    permutation): config}, in the order they train: each model's block sizes, seeds and permutations."""
     dataset = config.dataset
     if dataset not in DATASETS:
         raise ConfigError(f"dataset={dataset!r}: use one of {', '.join(DATASETS)}")
-    _, side, paper = DATASETS[dataset]
+    side = DATASETS[dataset][1]
     blocks = list(config.block_sizes)
     if not blocks or not all(isinstance(g, int) and g > 0 for g in blocks):
         raise ConfigError(
@@ -128,8 +157,18 @@ def run(config, workdir: str, claim) -> None:
     models = list(dict.fromkeys(MODELS[m] for m in names))
     seeds = {m: config.seeds if m == "vit" else (config.cnn_seeds or config.seeds) for m in models}
     steps = {"vit": config.vit_steps, "cnn": config.cnn_steps}
-    perms = lambda g: range(config.permutations if g < side else 1)  # noqa: E731 (unpermuted: one)
-    cells = {
+    if config.permutation_per_seed and config.permutations != 1:
+        raise ConfigError(
+            f"permutation_per_seed with permutations={config.permutations}: each seed has its own "
+            "permutation; leave permutations at 1"
+        )
+
+    def perms(g, s):
+        if g == side:  # unpermuted: one cell a seed
+            return [0]
+        return [s] if config.permutation_per_seed else range(config.permutations)
+
+    out = {
         (m, g, s, p): permuted_cell_config(
             dataset,
             DATASETS[dataset][0],
@@ -146,29 +185,49 @@ def run(config, workdir: str, claim) -> None:
         for m in models
         for g in blocks
         for s in range(seeds[m])
-        for p in perms(g)
+        for p in perms(g, s)
     }
-    for c in cells.values():  # all validated up front
+    for c in out.values():  # all validated up front
         setup.resolve(
             c, sharding.batch_shards_of(c.mesh, jax.device_count())
         )  # every cell's batch divides by this run's devices
+    return out
 
-    # its own (its cells resume), writable and locked, before any training
-    claim(workdir, "permuted", config, resumes=True)
-    split = "test" if cells[next(iter(cells))].evaluate_test else "validation"
+
+def run(config, workdir: str, claim) -> None:
+    """Check `config` (SCHEMA) and every cell's config (`cells`), `claim(workdir, "permuted", config)`
+    (the binary's `cli.claim`), train every cell (each resumed if present) and write summary.json,
+    summary.md and permuted.png into `workdir`."""
+    by_cell = cells(config)
+    _, side, paper = DATASETS[config.dataset]
+    models = list(dict.fromkeys(m for m, *_ in by_cell))
+    blocks = list(config.block_sizes)
+    seeds = {m: 1 + max(s for mm, _, s, _ in by_cell if mm == m) for m in models}
+    # its own (its cells resume), writable and locked, before any training. The sweep may grow or shrink
+    # on a resume (every cell is a run of its own, resumed from its directory); a workdir of an older
+    # version resumes with the fields added since at their defaults.
+    claim(
+        workdir,
+        "permuted",
+        config,
+        resumes=True,
+        may_change=("models", "block_sizes", "seeds", "cnn_seeds"),
+        complete=SCHEMA.complete,
+    )
+    split = "test" if next(iter(by_cell.values())).evaluate_test else "validation"
     acc = {m: {} for m in models}
-    for (m, g, s, p), c in cells.items():
+    for (m, g, s, p), c in by_cell.items():
         out = sweep.run_cell(
             c, os.path.join(workdir, f"{m}-g{g}-seed{s}" + (f"-perm{p}" if p else ""))
         )
         acc[m].setdefault(g, []).append(out[f"{split}_accuracy"])
-    first = {m: cells[(m, blocks[0], 0, 0)] for m in models}
+    first = {m: by_cell[(m, blocks[0], 0, 0)] for m in models}
     summary = {
-        "dataset": dataset,
+        "dataset": config.dataset,
         "image_side": side,
         "unpermuted_g": side,
         "seeds": seeds,
-        "permutations": config.permutations,
+        "permutations": "one per seed" if config.permutation_per_seed else config.permutations,
         "split": split,
         "steps": {m: c.total_steps for m, c in first.items()},
         "batch": {m: c.global_batch_size for m, c in first.items()},
@@ -180,6 +239,7 @@ def run(config, workdir: str, claim) -> None:
         },
         "paper": {m: {str(g): v for g, v in per.items()} for m, per in (paper or {}).items()},
     }
+    summary["drop_contrast"] = drop_contrasts(summary["accuracy"], side)
     io.write_json(os.path.join(workdir, "summary.json"), summary)
     save_png(plots.permuted_figure(summary), os.path.join(workdir, "permuted.png"))
     table = image_tables.permuted_table(summary)

@@ -4,6 +4,8 @@ permuted sweep (permuted) and the doubling test of the recipe length (recipe_len
 import numpy as np
 import pytest
 
+from posattn import configs
+from posattn.errors import ConfigError
 from posattn.papers.jsl22 import image_tables, permuted
 from posattn.papers.jsl22.recipe_length import doubling
 from posattn.vision import sweep
@@ -41,6 +43,55 @@ def test_permuted_cells_take_their_permutation_seed_and_held_out_examples():
         validation_examples=100,
     )
     assert (c.permute_block, c.permute_seed, c.seed, c.validation_examples) == (4, 3, 1, 100)
+
+
+def test_per_seed_permutations_give_each_permuted_cell_its_seeds_permutation_and_the_unpermuted_none():
+    config = configs.load_config("tpu_configs/permuted.py", "digits,quick", permuted.SCHEMA)
+    config.update(models="vit,vgg", seeds=3, cnn_seeds=2, permutation_per_seed=True)
+    keys = list(permuted.cells(config))
+    assert [k for k in keys if k[0] == "vit" and k[1] == 2] == [("vit", 2, s, s) for s in range(3)]
+    assert [k for k in keys if k[1] == 8] == [("vit", 8, s, 0) for s in range(3)] + [
+        ("vgg16", 8, s, 0) for s in range(2)
+    ]
+    config.permutations = 2
+    with pytest.raises(ConfigError, match="leave permutations at 1"):
+        permuted.cells(config)
+
+
+def test_the_drop_contrast_is_the_cnns_drop_minus_the_vits_and_its_verdict_needs_both_intervals():
+    acc = lambda *v: sweep.spread([x / 100 for x in v])  # noqa: E731
+    accuracy = {
+        "vit": {
+            "2": acc(84.0, 84.4, 83.9),
+            "4": acc(84.6, 84.1, 84.3),
+            "7": acc(84.2),
+            "28": acc(84.5, 84.2, 84.4),
+        },
+        # g = 2: the CNN loses 6 points, the ViT 0.3; g = 4: both lose the same (no verdict can be drawn)
+        "vgg16": {
+            "2": acc(86.1, 86.6, 85.9),
+            "4": acc(91.9, 92.3, 91.7),
+            "7": acc(90.0, 90.2),
+            "28": acc(92.0, 92.3, 92.1),
+        },
+    }
+    out = permuted.drop_contrasts(accuracy, 28)
+    assert set(out) == {"vgg16"} and set(out["vgg16"]) == {
+        "2",
+        "4",
+    }  # g = 7: one ViT run, no interval
+    two = out["vgg16"]["2"]
+    assert two["value"] == pytest.approx((92.1333 - 86.2) - (84.3667 - 84.1), abs=1e-3)
+    assert two["verdict"] == "reproduced" and out["vgg16"]["4"]["verdict"] == "not decidable"
+    flipped = {
+        "vit": accuracy["vgg16"],
+        "vgg16": accuracy["vit"],
+    }  # the ViT loses, the CNN does not
+    assert permuted.drop_contrasts(flipped, 28)["vgg16"]["2"]["verdict"] == "not reproduced"
+    table = image_tables.permuted_table(
+        {"image_side": 28, "accuracy": accuracy, "drop_contrast": out}
+    )
+    assert "| VGG-16 | 2 | +5.67 |" in table and table.endswith("| not decidable |")
 
 
 def test_the_doubling_test_compares_the_move_with_the_seed_spread_or_half_a_point():
