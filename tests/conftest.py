@@ -10,10 +10,16 @@ One persistent compilation cache per test run, shared by the xdist workers and b
 tests start as subprocesses: many tests compile the same programs (the same models, shapes and GD
 chunks), and each is then compiled once per run. The cache starts empty on every run, so a run's time
 is what a fresh machine sees, and the user's own cache (~/.cache/posattn) is neither read nor written.
+
+The tests of Ctrl-C expect what an interactive shell gives a process: Python's own SIGINT handler. A
+shell without job control starts a background job (`pytest ... &`, as some CI runners do) with SIGINT
+ignored, which the library rightly keeps ignored (posattn/signals.py) and every process the tests start
+would inherit; so the controller and each worker put Python's handler back first.
 """
 
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 
@@ -32,6 +38,9 @@ def _cache_dir() -> str:
 
 def pytest_configure(config):
     import jax
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     if not hasattr(config, "workerinput"):
         os.environ[_RUN] = uuid.uuid4().hex

@@ -200,20 +200,15 @@ def test_the_binaries_load_a_broken_config_file_into_one_line(tmp_path):
 
 
 def start_interruptible(*args: str) -> subprocess.Popen:
-    """`python ARGS` in the repository on one device, pipes for its output, with Python's own SIGINT
-    handler (were SIGINT ignored here, as under some runners, the child would ignore it too)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return subprocess.Popen(
-            [sys.executable, *args],
-            cwd=ROOT,
-            env=envs.devices(1),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    """`python ARGS` in the repository on one device, pipes for its output."""
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=envs.devices(1),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
