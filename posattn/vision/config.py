@@ -53,6 +53,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.augment.randaugment_layers = 0
     c.augment.randaugment_magnitude = 9
     c.augment.mixup_alpha = 0.0
+    c.augment.cutmix_alpha = 0.0  # with mixup on too, one of the two per batch (augment.mix_batch)
     # ImageNet's training crop (issue 49): each image's Inception-style random-resized crop (area 5-100%
     # of the image, aspect 3/4-4/3: big_vision's) drawn from its full-resolution original where it is
     # read (posattn.vision.data.inception_crop), in place of the padded crop; evaluation keeps

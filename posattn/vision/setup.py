@@ -309,6 +309,7 @@ def resolve_augment(aug_cfg, dataset: datasets.Dataset, side: int) -> tuple[augm
         if settings.randaugment_layers
         else "",
         f"mixup {settings.mixup_alpha}" if settings.mixup_alpha else "",
+        f"CutMix {settings.cutmix_alpha}" if settings.cutmix_alpha else "",
     ]
     note = "; ".join(
         [

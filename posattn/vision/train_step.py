@@ -51,7 +51,7 @@ def accumulated_gradients(grad_fn, k: int, state: dict, images, labels, key):
     Differs: dropout draws other masks (keys per micro-batch); BatchNorm normalises each micro-batch by
     its own statistics, and the running statistics take one update from the micro-batches' mean of
     theirs (for the mean the batch's; for the variance the mean within micro-batches, which leaves out
-    the spread between their means). The augmentation and mixup act on the whole batch before it is
+    the spread between their means). The augmentation and mixup or CutMix act on the whole batch before it is
     split, as at k = 1.
     """
     params, batch_stats = state["params"], state["batch_stats"]
@@ -89,8 +89,7 @@ def make_train_step(setup: Setup):
         aug_key, mix_key, drop_key = jax.random.split(key, 3)
         images = setup.training_inputs(aug_key, batch["image"])
         labels = jax.nn.one_hot(batch["label"], num_classes, dtype=jnp.float32)
-        if setup.augment.mixup_alpha > 0:
-            images, labels = augment.mixup(mix_key, images, labels, setup.augment.mixup_alpha)
+        images, labels = augment.mix_batch(mix_key, images, labels, setup.augment)
         if accumulate_steps == 1:  # the program of before accumulate_steps, unchanged
             (loss, (logits, batch_stats)), grads = grad_fn(
                 state["params"], state["batch_stats"], images, labels, drop_key, True

@@ -29,6 +29,7 @@ def aug_cfg(**overrides):
             randaugment_layers=0,
             randaugment_magnitude=9,
             mixup_alpha=0.0,
+            cutmix_alpha=0.0,
         )
     )
     c.update(overrides)
@@ -140,3 +141,42 @@ def test_mixup_is_one_convex_combination_with_the_reversed_batch():
     np.testing.assert_allclose(ym.sum(axis=1), 1.0, atol=1e-6)
     x0, y0 = A.mixup(jax.random.key(7), x, y, alpha=0.0)
     assert x0 is x and y0 is y
+
+
+def test_cutmix_pastes_one_box_from_the_mirror_example_and_mixes_the_labels_by_its_area():
+    x = (
+        images(b=6, h=16, w=12).astype(jnp.float32) + 1.0
+    )  # no pixel equal to its mirror's by chance
+    y = jax.nn.one_hot(jnp.arange(6), 10)
+    for seed in range(20):
+        xm, ym = jax.jit(A.cutmix, static_argnums=3)(jax.random.key(seed), x, y, 1.0)
+        pasted = np.asarray(xm == x[::-1]).all(-1)  # (B, H, W): where the mirror's pixels are
+        kept = np.asarray(xm == x).all(-1)
+        assert (pasted ^ kept).all()  # every pixel is one example's or the other's
+        box = pasted[0]
+        assert (pasted == box).all()  # one box for the batch
+        rows, cols = np.nonzero(box.any(1))[0], np.nonzero(box.any(0))[0]
+        if box.any():  # a rectangle: every pixel between its extreme rows and columns
+            assert box[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1].all()
+        a = box.mean()  # the label weight is the area pasted (Yun et al.: lam = 1 - box area)
+        np.testing.assert_allclose(ym, (1 - a) * y + a * y[::-1], atol=1e-6)
+    x0, y0 = A.cutmix(jax.random.key(0), x, y, alpha=0.0)
+    assert x0 is x and y0 is y
+
+
+def test_with_mixup_and_cutmix_on_each_batch_takes_one_of_them_and_with_cutmix_off_it_is_mixup():
+    x = images(b=4).astype(jnp.float32) + 1.0
+    y = jax.nn.one_hot(jnp.arange(4), 10)
+    both = A.Settings(mixup_alpha=0.8, cutmix_alpha=1.0)
+    kinds = set()
+    for seed in range(16):
+        xm, _ = jax.jit(A.mix_batch, static_argnums=3)(jax.random.key(seed), x, y, both)
+        whole = np.asarray((xm == x) | (xm == x[::-1])).all()  # CutMix: no blended pixel
+        kinds.add("cutmix" if whole else "mixup")
+    assert kinds == {"cutmix", "mixup"}
+    key = jax.random.key(3)
+    mixed = A.mix_batch(key, x, y, A.Settings(mixup_alpha=0.4))
+    for a, b in zip(mixed, A.mixup(key, x, y, 0.4)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ConfigError, match="cutmix_alpha"):
+        A.Settings(cutmix_alpha=-1.0)

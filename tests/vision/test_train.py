@@ -174,6 +174,7 @@ def test_outputs_and_an_evaluation_that_counts_each_example_once(tmp_path, capsy
         "randaugment_layers": 0,
         "randaugment_magnitude": 9,
         "mixup_alpha": 0.0,
+        "cutmix_alpha": 0.0,
     }
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written.pop("checkpoints_moved_aside") == summary.pop("checkpoints_moved_aside") == []

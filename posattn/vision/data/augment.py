@@ -1,4 +1,4 @@
-"""On-device augmentation in JAX: random crop with zero padding, horizontal flip, RandAugment, mixup.
+"""On-device augmentation in JAX: random crop with zero padding, horizontal flip, RandAugment, mixup, CutMix.
 
 Everything here is jittable and runs inside the train step on the sharded batch: `augment` vmaps one
 per-example pipeline over the batch with one key per example (crop -> flip -> RandAugment ->
@@ -10,7 +10,9 @@ RandAugment follows Cubuk et al. 2020 ("RandAugment: Practical automated data au
 reduced search space"): `randaugment_layers` ops, each drawn uniformly per example from `OPS`, all at the
 global magnitude M in 0..10 (level M / 10 scales each op's strength from none to its maximum, the sign of
 the signed ops drawn at random). Mixup follows Zhang et al. 2018: one lambda ~ Beta(alpha, alpha) per
-batch, each example mixed with its mirror in the batch.
+batch, each example mixed with its mirror in the batch. CutMix follows Yun et al. 2019 as DeiT trains
+with it (timm's `Mixup`): one box per batch pasted from the mirror example, the labels mixed by the area
+pasted; with both on, each batch takes one of the two with probability 1/2.
 """
 
 from __future__ import annotations
@@ -207,7 +209,7 @@ class Settings:
     """The training augmentation of a run, checked once, at construction.
 
     crop_padding (0 = no crop), flip, randaugment_layers (0 = off), randaugment_magnitude (in [0, 10]
-    when RandAugment is on), mixup_alpha (0 = off); all non-negative, each of its field's type (no
+    when RandAugment is on), mixup_alpha and cutmix_alpha (0 = off); all non-negative, each of its field's type (no
     fractional count, no NaN, flip True or False: a config's "auto" values are `setup.resolve_augment`'s).
     """
 
@@ -219,14 +221,16 @@ class Settings:
     randaugment_layers: int = 0
     randaugment_magnitude: float = 0
     mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
 
     def __post_init__(self):
         check_field_types(self)
-        if self.crop_padding < 0 or self.randaugment_layers < 0 or self.mixup_alpha < 0:
+        counts = (self.crop_padding, self.randaugment_layers, self.mixup_alpha, self.cutmix_alpha)
+        if min(counts) < 0:
             raise ConfigError(
                 f"augment.crop_padding ({self.crop_padding}), augment.randaugment_layers "
-                f"({self.randaugment_layers}) and augment.mixup_alpha ({self.mixup_alpha}) "
-                "must be non-negative"
+                f"({self.randaugment_layers}), augment.mixup_alpha ({self.mixup_alpha}) and "
+                f"augment.cutmix_alpha ({self.cutmix_alpha}) must be non-negative"
             )
         if self.randaugment_layers and not 0 <= self.randaugment_magnitude <= 10:
             raise ConfigError(
@@ -266,3 +270,43 @@ def mixup(key, images_BxHxWxC, labels_onehot_BxK, alpha: float):
     lam = jax.random.beta(key, alpha, alpha)
     mix = lambda a: (lam * a + (1.0 - lam) * a[::-1]).astype(a.dtype)
     return mix(images_BxHxWxC), mix(labels_onehot_BxK)
+
+
+def cutmix(key, images_BxHxWxC, labels_onehot_BxK, alpha: float):
+    """CutMix (Yun et al. 2019, Algorithm A1): lam ~ Beta(alpha, alpha); a box of sides sqrt(1 - lam) of
+    the image's, its centre uniform over the image and its edges clipped at the border, is pasted from
+    example B-1-i into example i; the labels are mixed by the area actually pasted (timm's correction for
+    a clipped box): y <- (1 - a) y + a y[::-1]. One box per batch. alpha <= 0 returns the inputs."""
+    if alpha <= 0:
+        return images_BxHxWxC, labels_onehot_BxK
+    lam_key, y_key, x_key = jax.random.split(key, 3)
+    h, w = images_BxHxWxC.shape[1:3]
+    cut = jnp.sqrt(1.0 - jax.random.beta(lam_key, alpha, alpha))
+    half_h, half_w = (cut * h).astype(jnp.int32) // 2, (cut * w).astype(jnp.int32) // 2
+    cy, cx = jax.random.randint(y_key, (), 0, h), jax.random.randint(x_key, (), 0, w)
+    rows, cols = jnp.arange(h)[:, None], jnp.arange(w)[None, :]
+    box_HxW = (
+        (rows >= cy - half_h) & (rows < cy + half_h) & (cols >= cx - half_w) & (cols < cx + half_w)
+    )
+    area = box_HxW.mean()
+    images = jnp.where(box_HxW[None, :, :, None], images_BxHxWxC[::-1], images_BxHxWxC)
+    labels = ((1.0 - area) * labels_onehot_BxK + area * labels_onehot_BxK[::-1]).astype(
+        labels_onehot_BxK.dtype
+    )
+    return images, labels
+
+
+def mix_batch(key, images_BxHxWxC, labels_onehot_BxK, settings: Settings):
+    """The batch-level mixing of `settings`: mixup, CutMix, or with both on one of the two per batch with
+    probability 1/2 (timm's `switch_prob` 0.5, as DeiT trains); the inputs where both are off. With CutMix
+    off it is `mixup` with this key (runs from before CutMix draw the same batches)."""
+    if settings.cutmix_alpha <= 0:
+        return mixup(key, images_BxHxWxC, labels_onehot_BxK, settings.mixup_alpha)
+    if settings.mixup_alpha <= 0:
+        return cutmix(key, images_BxHxWxC, labels_onehot_BxK, settings.cutmix_alpha)
+    switch_key, key = jax.random.split(key)
+    return jax.lax.cond(
+        jax.random.bernoulli(switch_key),
+        lambda: cutmix(key, images_BxHxWxC, labels_onehot_BxK, settings.cutmix_alpha),
+        lambda: mixup(key, images_BxHxWxC, labels_onehot_BxK, settings.mixup_alpha),
+    )
