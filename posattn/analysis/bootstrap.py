@@ -85,6 +85,17 @@ def sign(est: dict) -> int:
     return 0
 
 
+def agreed_sign(*intervals) -> int:
+    """+1 where every interval (lo, hi) lies wholly above 0, -1 where every one lies wholly below, else 0:
+    the sign that, say, a Welch and a bootstrap interval of one difference agree on (a verdict over seeds
+    needs both: docs/how_vits_work.md and docs/image_results.md)."""
+    if all(lo > 0 for lo, _ in intervals):
+        return 1
+    if all(hi < 0 for _, hi in intervals):
+        return -1
+    return 0
+
+
 def compare(a: dict, b: dict) -> int:
     """+1 if a's interval lies wholly above b's, -1 if wholly below, 0 if they overlap (or either is NaN)."""
     if a["lo"] > b["hi"]:

@@ -51,8 +51,8 @@ def accumulated_gradients(grad_fn, k: int, state: dict, images, labels, key):
     Differs: dropout draws other masks (keys per micro-batch); BatchNorm normalises each micro-batch by
     its own statistics, and the running statistics take one update from the micro-batches' mean of
     theirs (for the mean the batch's; for the variance the mean within micro-batches, which leaves out
-    the spread between their means). The augmentation and mixup or CutMix act on the whole batch before it is
-    split, as at k = 1.
+    the spread between their means). The augmentation and mixup or CutMix act on the whole batch before
+    it is split, as at k = 1.
     """
     params, batch_stats = state["params"], state["batch_stats"]
 

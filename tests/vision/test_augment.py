@@ -144,9 +144,8 @@ def test_mixup_is_one_convex_combination_with_the_reversed_batch():
 
 
 def test_cutmix_pastes_one_box_from_the_mirror_example_and_mixes_the_labels_by_its_area():
-    x = (
-        images(b=6, h=16, w=12).astype(jnp.float32) + 1.0
-    )  # no pixel equal to its mirror's by chance
+    # shifted off 0, so that no pixel equals its mirror's by chance
+    x = images(b=6, h=16, w=12).astype(jnp.float32) + 1.0
     y = jax.nn.one_hot(jnp.arange(6), 10)
     for seed in range(20):
         xm, ym = jax.jit(A.cutmix, static_argnums=3)(jax.random.key(seed), x, y, 1.0)

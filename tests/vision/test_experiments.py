@@ -113,15 +113,15 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
     """permuted (ViT, g = 2, 4 and the unpermuted 8) -> posemb_similarity on its g = 2 and 4 runs. A few
     steps each: this checks the plumbing and the files, not the accuracies."""
     work = tmp_path / "permuted"
-    r = _run(
+    permuted = (
         "experiments.permuted",
         "--config=tpu_configs/permuted.py:digits,quick",
         "--config.models=vit",
-        "--config.seeds=1",
         "--config.permutation_per_seed=True",
         "--config.vit_steps=2",
         f"--workdir={work}",
     )
+    r = _run(*permuted, "--config.seeds=1")
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads((work / "summary.json").read_text())
     assert set(summary["accuracy"]["vit"]) == {"2", "4", "8"} and summary["unpermuted_g"] == 8
@@ -129,15 +129,7 @@ def test_permuted_then_posemb_similarity_end_to_end_on_digits(tmp_path):
     cell = json.loads((work / "vit-g2-seed0" / "config.json").read_text())
     assert cell["permute_block"] == 2 and cell["augment"]["crop_padding"] == 0
     # the sweep grows on a resume: a second seed, with its own permutation where g permutes
-    r = _run(
-        "experiments.permuted",
-        "--config=tpu_configs/permuted.py:digits,quick",
-        "--config.models=vit",
-        "--config.seeds=2",
-        "--config.permutation_per_seed=True",
-        "--config.vit_steps=2",
-        f"--workdir={work}",
-    )
+    r = _run(*permuted, "--config.seeds=2")
     assert r.returncode == 0, r.stderr[-2000:]
     grown = json.loads((work / "summary.json").read_text())
     assert grown["accuracy"]["vit"]["2"]["n"] == 2 and grown["permutations"] == "one per seed"

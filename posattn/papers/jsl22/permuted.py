@@ -119,11 +119,8 @@ def drop_contrasts(accuracy: dict, side: int) -> dict:
             if min(grp["n"] for grp in groups) < 2:
                 continue
             c = bootstrap.contrast([grp["values"] for grp in groups], [1, -1, -1, 1])
-            lo = min(c["welch"][0], c["bootstrap"][0])
-            hi = max(c["welch"][1], c["bootstrap"][1])
-            c["verdict"] = (
-                "reproduced" if lo > 0 else "not reproduced" if hi < 0 else "not decidable"
-            )
+            sign = bootstrap.agreed_sign(c["welch"], c["bootstrap"])
+            c["verdict"] = {1: "reproduced", -1: "not reproduced", 0: "not decidable"}[sign]
             out.setdefault(m, {})[g] = c
     return out
 

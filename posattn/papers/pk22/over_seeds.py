@@ -74,12 +74,7 @@ def judge(samples_: dict, row: str, higher: str | None, lower: str | None, level
         sign = 1.0 if lower is None else -1.0  # "higher > 0", or "0 > lower", i.e. -lower > 0
         out = bootstrap.mean_interval(sign * values(higher or lower), level=level)
         intervals = (out["t"], out["bootstrap"])
-    if all(lo > 0 for lo, _ in intervals):
-        word = "holds"
-    elif all(hi < 0 for _, hi in intervals):
-        word = "fails"
-    else:
-        word = "undecided"
+    word = {1: "holds", -1: "fails", 0: "undecided"}[bootstrap.agreed_sign(*intervals)]
     return {**out, "row": row, "higher": higher, "lower": lower, "level": level, "verdict": word}
 
 

@@ -1,4 +1,5 @@
-"""On-device augmentation in JAX: random crop with zero padding, horizontal flip, RandAugment, mixup, CutMix.
+"""On-device augmentation in JAX: random crop with zero padding, horizontal flip, RandAugment, mixup and
+CutMix.
 
 Everything here is jittable and runs inside the train step on the sharded batch: `augment` vmaps one
 per-example pipeline over the batch with one key per example (crop -> flip -> RandAugment ->
@@ -209,8 +210,9 @@ class Settings:
     """The training augmentation of a run, checked once, at construction.
 
     crop_padding (0 = no crop), flip, randaugment_layers (0 = off), randaugment_magnitude (in [0, 10]
-    when RandAugment is on), mixup_alpha and cutmix_alpha (0 = off); all non-negative, each of its field's type (no
-    fractional count, no NaN, flip True or False: a config's "auto" values are `setup.resolve_augment`'s).
+    when RandAugment is on), mixup_alpha and cutmix_alpha (0 = off); all non-negative, each of its
+    field's type (no fractional count, no NaN, flip True or False: a config's "auto" values are
+    `setup.resolve_augment`'s).
     """
 
     # Settings() augments nothing: these are not the schema's defaults (vision.config.base_config),
@@ -225,8 +227,7 @@ class Settings:
 
     def __post_init__(self):
         check_field_types(self)
-        counts = (self.crop_padding, self.randaugment_layers, self.mixup_alpha, self.cutmix_alpha)
-        if min(counts) < 0:
+        if min(self.crop_padding, self.randaugment_layers, self.mixup_alpha, self.cutmix_alpha) < 0:
             raise ConfigError(
                 f"augment.crop_padding ({self.crop_padding}), augment.randaugment_layers "
                 f"({self.randaugment_layers}), augment.mixup_alpha ({self.mixup_alpha}) and "
