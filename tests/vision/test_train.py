@@ -239,6 +239,7 @@ def test_a_run_loads_from_its_workdir_without_its_data(tmp_path, monkeypatch):
             "randaugment_layers": 0,
             "randaugment_magnitude": 9,
             "mixup_alpha": 0.0,
+            "cutmix_alpha": 0.0,
         },
     }
     images = np.random.default_rng(0).standard_normal((3, 16, 16, 3)).astype(np.float32)
