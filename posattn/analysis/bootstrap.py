@@ -78,11 +78,7 @@ def estimate(units, statistic: Callable[[np.ndarray], float], **kwargs) -> dict[
 
 def sign(est: dict) -> int:
     """+1 if the interval lies above 0, -1 if below, 0 if it holds 0 (or is NaN): no sign is stated."""
-    if est["lo"] > 0:
-        return 1
-    if est["hi"] < 0:
-        return -1
-    return 0
+    return agreed_sign((est["lo"], est["hi"]))
 
 
 def agreed_sign(*intervals) -> int:
