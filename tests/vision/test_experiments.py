@@ -199,8 +199,10 @@ def test_compare_attention_end_to_end_on_digits(tmp_path):
         "needs data" in table and "90.54" in table and (cmp_dir / "compare.png").stat().st_size > 0
     )
     assert (
-        "positional - vanilla (digits): " in table and summary["gap"]["stderr"] == 0.0
-    )  # one seed each
+        "positional - vanilla (digits): " in table
+        and summary["gap"]["stderr"] == 0.0
+        and summary["verdict"] is None
+    )  # one seed each: no interval, no verdict
 
     # A workdir of an older version (its record lacks fields added since, here the input pipeline's)
     # resumes, with one more seed; a change no resumed run may make is still refused.
@@ -210,7 +212,13 @@ def test_compare_attention_end_to_end_on_digits(tmp_path):
     again = [a.replace("--config.seeds=1", "--config.seeds=2") for a in r.args[2:]]
     r2 = _run(*again)
     assert r2.returncode == 0, r2.stderr[-2000:]
-    assert json.loads((cmp_dir / "summary.json").read_text())["seeds"] == 2
+    summary = json.loads((cmp_dir / "summary.json").read_text())
+    assert summary["seeds"] == 2 and summary["verdict"].split(":")[0] in (
+        "reproduced",
+        "not reproduced",
+        "not decidable",
+    )  # two seeds a kind: intervals, so Figure 7's verdict
+    assert summary["verdict"] in (cmp_dir / "summary.md").read_text()
     assert (cmp_dir / "vanilla-seed1" / "summary.json").exists()
     r3 = _run(*again, "--config.model.depth=3")
     assert r3.returncode == 2 and "another config" in r3.stderr

@@ -63,7 +63,8 @@ def permuted_table(summary: dict) -> str:
 
 def compare_table(summary: dict) -> str:
     """Markdown: median (IQR) per attention kind, this run's dataset first, then the paper's rows; then
-    the gap positional - vanilla of this run (`gap`), where the summary has one."""
+    the gap positional - vanilla of this run (`gap`), where the summary has one, with Figure 7's verdict
+    (`attention_comparison.comparable_verdict`) where it has intervals."""
     acc, own = summary["accuracy"], summary["paper"].get(summary["dataset"], {})
     cell = lambda k: f"{acc[k]['median']:.2f} (IQR {acc[k]['iqr']:.2f})"  # noqa: E731
     lines = [
@@ -98,4 +99,6 @@ def compare_table(summary: dict) -> str:
                 f"; 95% intervals over the seeds: Welch [{g['welch_95'][0]:+.2f}, {g['welch_95'][1]:+.2f}], "
                 f"bootstrap [{g['bootstrap_95'][0]:+.2f}, {g['bootstrap_95'][1]:+.2f}]"
             )
+        if summary.get("verdict"):
+            lines[-1] += f". Figure 7's claim (comparable): **{summary['verdict']}**"
     return "\n".join(lines)

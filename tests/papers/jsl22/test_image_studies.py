@@ -1,12 +1,13 @@
 """JSL22's image studies (posattn.papers.jsl22): the permuted table (image_tables), the cells of the
-permuted sweep (permuted) and the doubling test of the recipe length (recipe_length)."""
+permuted sweep (permuted), Figure 7's verdict (attention_comparison) and the doubling test of the
+recipe length (recipe_length)."""
 
 import numpy as np
 import pytest
 
 from posattn import configs
 from posattn.errors import ConfigError
-from posattn.papers.jsl22 import image_tables, permuted
+from posattn.papers.jsl22 import attention_comparison, image_tables, permuted
 from posattn.papers.jsl22.recipe_length import doubling
 from posattn.vision import sweep
 
@@ -92,6 +93,40 @@ def test_the_drop_contrast_is_the_cnns_drop_minus_the_vits_and_its_verdict_needs
         {"image_side": 28, "accuracy": accuracy, "drop_contrast": out}
     )
     assert "| VGG-16 | 2 | +5.67 |" in table and table.endswith("| not decidable |")
+
+
+@pytest.mark.parametrize(
+    "welch, boot, verdict",
+    [
+        # the init ablation's two rows as run (docs/image_results.md): N(0, 0.02^2) and N(0, 1)
+        ((0.04, 0.70), (0.17, 0.57), "reproduced"),
+        ((0.18, 2.83), (1.11, 2.09), "not decidable"),
+        (
+            (1.2, 2.8),
+            (1.4, 2.5),
+            "not reproduced: both intervals above [-1, +1] (positional better)",
+        ),
+        (
+            (-3.0, -1.1),
+            (-2.5, -1.3),
+            "not reproduced: both intervals below [-1, +1] (positional worse)",
+        ),
+        ((-0.5, 1.2), (-0.3, 0.9), "not decidable"),  # one interval leaves the band
+        ((1.1, 2.0), (0.9, 1.8), "not decidable"),  # both above 0, only one wholly above +1
+    ],
+)
+def test_figure_7s_verdict_is_both_intervals_inside_or_both_outside_one_side_of_a_point(
+    welch, boot, verdict
+):
+    # the criterion of docs/image_results.md, written out independently of bootstrap.agreed_sign
+    inside = all(-1 < lo and hi < 1 for lo, hi in (welch, boot))
+    above, below = all(lo > 1 for lo, _ in (welch, boot)), all(hi < -1 for _, hi in (welch, boot))
+    expected = "reproduced" if inside else "not reproduced" if above or below else "not decidable"
+    got = attention_comparison.comparable_verdict(
+        {"mean": 0.0, "welch_95": list(welch), "bootstrap_95": list(boot)}
+    )
+    assert got.startswith(verdict) and got.split(":")[0] == expected
+    assert attention_comparison.comparable_verdict({"mean": 0.4, "stderr": 0.0}) is None  # one seed
 
 
 def test_the_doubling_test_compares_the_move_with_the_seed_spread_or_half_a_point():
