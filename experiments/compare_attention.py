@@ -17,7 +17,10 @@ else one after another, and the log says which ran. WORKDIR gets summary.json (t
 attention, or the validation accuracy of a config that reads no test image: median, quartiles, IQR, mean,
 values, in %), compare.png (box plots, Figure 7 style) and
 summary.md, the table of medians and IQRs beside the paper's numbers, and the gap positional - vanilla
-(difference of the means, its standard error, difference of the medians; summary.json "gap", in points).
+(difference of the means, its standard error, difference of the medians, and with 2+ seeds its 95%
+Welch and bootstrap intervals; summary.json "gap", in points) with Figure 7's verdict on it
+(summary.json "verdict": both intervals inside [-1, +1] is "reproduced", the criterion of
+docs/image_results.md; None with one seed).
 """
 
 from posattn import cli
